@@ -1,0 +1,480 @@
+"""A real local Kubernetes control plane, run as plain processes.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler are built
+with Go by ``build-binaries.sh`` (cached per machine, keyed by version) and
+started here on loopback with:
+
+- TLS from a throwaway CA, an admin bearer token (group ``system:masters``);
+- the Node and RBAC authorizers and the NodeRestriction admission plugin;
+- service-account signing keys, so TokenRequest tokens authenticate for real;
+- only the controllers tests need (Job, garbage collector, TTL-after-finished,
+  service accounts, namespaces, root CA publisher, node lifecycle for
+  NotReady) and not the taint-eviction controller, so nothing is evicted
+  behind a test's back;
+- the real scheduler.
+
+Used three ways: the pytest session fixture (``tests/conftest.py``), the demo
+and benchmarks (``LocalCluster`` in a ``with`` block), and by hand::
+
+    python tests/cluster/localcluster.py up      # prints the kubeconfig path
+    python tests/cluster/localcluster.py down
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+DEFAULT_STATE_DIR = REPO / ".localcluster"
+CONTROLLERS = ",".join(
+    [
+        "job-controller",
+        "garbage-collector-controller",
+        "ttl-after-finished-controller",
+        "serviceaccount-controller",
+        "namespace-controller",
+        "root-ca-certificate-publisher-controller",
+        # Marks nodes whose heartbeats stop NotReady (a dead simulator must
+        # look dead). Taint-based eviction is a separate controller that is
+        # deliberately left out, so nothing is evicted behind a test's back.
+        "node-lifecycle-controller",
+    ]
+)
+
+
+class ClusterError(RuntimeError):
+    """A control-plane problem a person can act on; the message says how."""
+
+
+def log(message: str) -> None:
+    print(f"[localcluster] {message}", file=sys.stderr, flush=True)
+
+
+def binary_path() -> list[str]:
+    """Directories holding kube-*, etcd, kubectl and helm, building them once per machine."""
+    proc = subprocess.run(
+        ["bash", str(HERE / "build-binaries.sh")],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise ClusterError("building the control-plane binaries failed (see the error above)")
+    return proc.stdout.strip().splitlines()[-1].split(":")
+
+
+def find_binary(name: str, dirs: list[str]) -> str:
+    for d in dirs:
+        candidate = Path(d) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise ClusterError(f"{name} not found in {dirs}; run `make binaries` to build it")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_port_free(port: int, what: str) -> None:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ClusterError(
+                f"port {port} for {what} is already in use ({exc.strerror}); stop whatever "
+                f"listens there (`ss -ltnp 'sport = :{port}'`) or run "
+                "`python tests/cluster/localcluster.py down`"
+            ) from None
+
+
+def _die_with_parent() -> None:
+    """Child pre-exec hook: receive SIGKILL when the starting process dies."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(
+        ["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise ClusterError(f"openssl {args[0]} failed: {proc.stderr.strip()[-300:]}")
+
+
+def make_pki(pki: Path) -> None:
+    """A throwaway CA, a serving certificate for 127.0.0.1 and the SA key pair."""
+    if shutil.which("openssl") is None:
+        raise ClusterError("openssl is not installed; install it (apt-get install openssl)")
+    pki.mkdir(parents=True, exist_ok=True)
+    _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
+    _openssl(
+        "req", "-x509", "-new", "-key", "ca.key", "-days", "30", "-subj",
+        "/CN=sdcguard-local-ca", "-out", "ca.crt", cwd=pki,
+    )  # fmt: skip
+    _openssl("genrsa", "-out", "server.key", "2048", cwd=pki)
+    (pki / "san.cnf").write_text(
+        "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\n"
+        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+    )
+    _openssl(
+        "req", "-new", "-key", "server.key", "-subj", "/CN=kube-apiserver",
+        "-out", "server.csr", cwd=pki,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "30", "-extfile", "san.cnf", "-extensions", "ext",
+        "-out", "server.crt", cwd=pki,
+    )  # fmt: skip
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def kubeconfig_text(server: str, ca: Path, token: str, user: str = "admin") -> str:
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {user}
+  user:
+    token: {token}
+contexts:
+- name: local
+  context: {{cluster: local, user: {user}}}
+current-context: local
+"""
+
+
+@dataclass
+class LocalCluster:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler.
+
+    ``with LocalCluster() as c:`` starts everything and yields when the API
+    server is ready; leaving the block stops every process it started.
+    """
+
+    state_dir: Path | None = None
+    die_with_parent: bool = True
+    apiserver_port: int | None = None
+    extra_apiserver_args: list[str] = field(default_factory=list)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _own_state_dir: bool = False
+
+    # Filled by start().
+    server: str = ""
+    kubeconfig: Path = Path()
+    token: str = ""
+    bin_dirs: list[str] = field(default_factory=list)
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def ca_file(self) -> Path:
+        assert self.state_dir is not None
+        return self.state_dir / "pki" / "ca.crt"
+
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses: KUBECONFIG and PATH with kubectl/helm."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = os.pathsep.join([*self.bin_dirs, env.get("PATH", "")])
+        return env
+
+    def start(self) -> None:
+        self.bin_dirs = binary_path()
+        if self.state_dir is None:
+            # tmpfs when there is one: etcd's fsyncs dominate start-up on disk.
+            base = "/dev/shm" if Path("/dev/shm").is_dir() else None
+            self.state_dir = Path(tempfile.mkdtemp(prefix="sdcguard-cluster-", dir=base))
+            self._own_state_dir = True
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        pki = self.state_dir / "pki"
+        t0 = time.monotonic()
+        make_pki(pki)
+        self.token = secrets.token_hex(16)
+        (self.state_dir / "tokens.csv").write_text(
+            f'{self.token},admin,admin-uid,"system:masters"\n'
+        )
+        etcd_port, peer_port = free_port(), free_port()
+        api_port = self.apiserver_port or free_port()
+        check_port_free(api_port, "kube-apiserver")
+        self.server = f"https://127.0.0.1:{api_port}"
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self.kubeconfig.write_text(kubeconfig_text(self.server, pki / "ca.crt", self.token))
+
+        self._spawn(
+            "etcd",
+            [
+                find_binary("etcd", self.bin_dirs),
+                "--name=local",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=local=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+        )
+        self._wait_http(f"http://127.0.0.1:{etcd_port}/health", "etcd", timeout=30)
+        self._spawn(
+            "kube-apiserver",
+            [
+                find_binary("kube-apiserver", self.bin_dirs),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--tls-cert-file={pki / 'server.crt'}",
+                f"--tls-private-key-file={pki / 'server.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={self.state_dir / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--event-ttl=2h",
+                f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+                *self.extra_apiserver_args,
+            ],
+        )
+        self._wait_ready(timeout=90)
+        common = [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+        ]
+        self._spawn(
+            "kube-controller-manager",
+            [
+                find_binary("kube-controller-manager", self.bin_dirs),
+                *common,
+                f"--secure-port={free_port()}",
+                f"--controllers={CONTROLLERS}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                "--use-service-account-credentials=false",
+                "--concurrent-job-syncs=20",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                find_binary("kube-scheduler", self.bin_dirs),
+                *common,
+                f"--secure-port={free_port()}",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+            ],
+        )
+        self._wait_default_serviceaccount(timeout=60)
+        log(f"control plane ready at {self.server} in {time.monotonic() - t0:.1f}s")
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        assert self.state_dir is not None
+        logf = open(self.state_dir / f"{name}.log", "ab")  # noqa: SIM115 (child owns it)
+        proc = subprocess.Popen(
+            argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
+        )
+        logf.close()
+        self.processes[name] = proc
+        (self.state_dir / "pids").open("a").write(f"{name} {proc.pid}\n")
+
+    def _check_alive(self) -> None:
+        assert self.state_dir is not None
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                tail = (self.state_dir / f"{name}.log").read_text(errors="replace")[-1500:]
+                raise ClusterError(
+                    f"{name} exited with code {proc.returncode} during start-up; "
+                    f"last log lines:\n{tail}"
+                )
+
+    def _wait_http(self, url: str, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            time.sleep(0.2)
+        raise ClusterError(f"{what} did not become healthy within {timeout:.0f}s ({url})")
+
+    def _ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def request(self, path: str, timeout: float = 5) -> tuple[int, bytes]:
+        req = urllib.request.Request(
+            self.server + path, headers={"Authorization": f"Bearer {self.token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl()) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read()
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            with contextlib.suppress(OSError):
+                status, _ = self.request("/readyz", timeout=2)
+                if status == 200:
+                    return
+            time.sleep(0.3)
+        raise ClusterError(f"kube-apiserver not ready within {timeout:.0f}s; see its log")
+
+    def _wait_default_serviceaccount(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            status, _ = self.request("/api/v1/namespaces/default/serviceaccounts/default")
+            if status == 200:
+                return
+            time.sleep(0.3)
+        raise ClusterError("the service-account controller did not create default/default")
+
+    def stop(self) -> None:
+        """Stop every process (apiserver first, etcd last) and remove temp state."""
+        order = ["kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+        for name in order:
+            proc = self.processes.get(name)
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        for name in order:
+            proc = self.processes.get(name)
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self.processes.clear()
+        if self._own_state_dir and self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def down(state_dir: Path) -> int:
+    """Stop a cluster started by ``up``; returns how many processes were stopped."""
+    pids_file = state_dir / "pids"
+    if not pids_file.exists():
+        return 0
+    entries = [line.split() for line in pids_file.read_text().splitlines() if line.strip()]
+    stopped = 0
+    for _name, pid in reversed(entries):
+        if _pid_alive(int(pid)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGTERM)
+                stopped += 1
+    deadline = time.monotonic() + 15
+    for _name, pid in entries:
+        while _pid_alive(int(pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _pid_alive(int(pid)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return stopped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up_p = sub.add_parser("up", help="start the control plane in the background")
+    up_p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    up_p.add_argument("--port", type=int, default=None, help="kube-apiserver port")
+    down_p = sub.add_parser("down", help="stop a control plane started with up")
+    down_p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    sub.add_parser("build", help="build/fetch the binaries only")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            print(":".join(binary_path()))
+            return 0
+        if args.cmd == "down":
+            n = down(args.state_dir)
+            log(f"stopped {n} process(es)" if n else "nothing was running")
+            return 0
+        if (args.state_dir / "pids").exists():
+            down(args.state_dir)
+        cluster = LocalCluster(
+            state_dir=args.state_dir, die_with_parent=False, apiserver_port=args.port
+        )
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.stop()
+            raise
+        print(cluster.kubeconfig)
+        log(f"export KUBECONFIG={cluster.kubeconfig}; PATH={':'.join(cluster.bin_dirs)}:$PATH")
+        log("stop with: python tests/cluster/localcluster.py down")
+        return 0
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Shared fixtures: the real local control plane, and a guard for unit tests.
+
+Tests under tests/cluster/ and tests/e2e/ (or any test using the ``cluster``
+fixture) talk to a real kube-apiserver, scheduler and controller-manager
+started once per session. Every other test runs with outgoing HTTP blocked,
+so a unit test that accidentally reaches for an API server fails loudly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.localcluster import LocalCluster
+
+LIVE_DIRS = ("cluster", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "e2e" in parts:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.cluster)
+        elif "cluster" in parts or "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(autouse=True)
+def _no_api_calls_in_unit_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("cluster") is not None:
+        yield
+        return
+    import urllib3.connectionpool
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(
+            "unit test tried to reach an API server; mark it as a cluster test "
+            "or pass a fake client"
+        )
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(urllib3.connectionpool.HTTPConnectionPool, "urlopen", refuse)
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
+def _running_pids(needle: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """A started control plane; yields the LocalCluster (``.kubeconfig``, ``.server``)."""
+    c = LocalCluster()
+    with c:
+        os.environ["SDCGUARD_TEST_KUBECONFIG"] = str(c.kubeconfig)
+        state_dir = str(c.state_dir)
+        yield c
+    leftovers = _running_pids(state_dir)
+    assert not leftovers, f"control-plane processes left after teardown: {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: LocalCluster):  # type: ignore[no-untyped-def]
+    """A kubernetes.client.ApiClient with admin rights on the local cluster."""
+    from kubernetes import config
+
+    return config.new_client_from_config(str(cluster.kubeconfig))
