@@ -1,0 +1,169 @@
+"""Pure builder of the probe Job for one SDCTest on one node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TEST_LABEL = "sdcguard.dev/test"
+NODE_LABEL = "sdcguard.dev/node"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT = "sdcprobe"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+@dataclass(frozen=True)
+class ProbeJobRequest:
+    """Everything the Job needs; built by the handler from the SDCTest and policy."""
+
+    test_name: str
+    test_uid: str
+    node_name: str
+    namespace: str
+    image: str
+    checks: tuple[str, ...]
+    budget_seconds: int
+    active_deadline_seconds: int
+    ttl_seconds_after_finished: int
+    accelerator_resource: str | None
+    accelerator_count: int
+    tolerated_taint_keys: tuple[str, ...]
+    cpu_devices: int | None = None
+    seed: int | None = None
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    env: tuple[tuple[str, str], ...] = ()
+    priority_class: str = ""
+    check_params: tuple[tuple[str, str], ...] = ()
+
+
+def job_name(test_name: str) -> str:
+    """The Job is named after its SDCTest, so creating it twice is a 409, not a duplicate."""
+    return f"sdcprobe-{test_name}"[:63].rstrip("-.")
+
+
+def probe_args(req: ProbeJobRequest) -> list[str]:
+    """Arguments of ``python -m sdcprobe run`` for this request."""
+    args = [
+        "run",
+        "--checks",
+        ",".join(req.checks),
+        "--device",
+        "auto",
+        "--budget",
+        str(req.budget_seconds),
+        "--result-file",
+        "/dev/termination-log",
+    ]
+    if req.cpu_devices is not None:
+        args += ["--cpu-devices", str(req.cpu_devices)]
+    if req.seed is not None:
+        args += ["--seed", str(req.seed)]
+    for key, value in req.check_params:
+        args += [f"--{key}", value]
+    return args
+
+
+def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
+    """A batch/v1 Job pinned to one node that runs the probe on all its accelerators.
+
+    - node affinity to exactly this node (not nodeName, so the scheduler still
+      checks resources and the Pod shows up as scheduled normally);
+    - tolerates only our own taints (gate, testing, quarantine) so it can run on
+      a reserved or quarantined node, and nothing else;
+    - requests every accelerator of the node so no customer Pod shares it;
+    - no service-account token, no retries (a failed probe is evidence, not
+      something to retry blindly), a deadline and a TTL;
+    - ``karpenter.sh/do-not-disrupt`` so Karpenter does not consolidate the node
+      mid-test; labels link Job, Pod, SDCTest and node.
+    """
+    labels = {
+        COMPONENT_LABEL: COMPONENT,
+        MANAGED_BY: "sdcguard",
+        TEST_LABEL: req.test_name,
+        NODE_LABEL: req.node_name,
+    }
+    limits: dict[str, str] = dict(req.resources.get("limits", {}))
+    requests: dict[str, str] = dict(req.resources.get("requests", {}))
+    if req.accelerator_resource and req.accelerator_count > 0:
+        limits[req.accelerator_resource] = str(req.accelerator_count)
+        requests[req.accelerator_resource] = str(req.accelerator_count)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {
+                                    "key": "metadata.name",
+                                    "operator": "In",
+                                    "values": [req.node_name],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [
+            {"key": key, "operator": "Exists"} for key in sorted(set(req.tolerated_taint_keys))
+        ],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "fsGroup": 65532},
+        "containers": [
+            {
+                "name": "sdcprobe",
+                "image": req.image,
+                "command": ["python", "-m", "sdcprobe"],
+                "args": probe_args(req),
+                "env": [{"name": k, "value": v} for k, v in req.env],
+                "resources": {"limits": limits, "requests": requests},
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }
+        ],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    if req.priority_class:
+        pod_spec["priorityClassName"] = req.priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(req.test_name),
+            "namespace": req.namespace,
+            "labels": labels,
+            # Deleting the SDCTest garbage-collects its Job and Pod.
+            "ownerReferences": [
+                {
+                    "apiVersion": "sdcguard.dev/v1alpha1",
+                    "kind": "SDCTest",
+                    "name": req.test_name,
+                    "uid": req.test_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": req.active_deadline_seconds,
+            "ttlSecondsAfterFinished": req.ttl_seconds_after_finished,
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
