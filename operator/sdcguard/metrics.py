@@ -19,65 +19,89 @@ class Metrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.nodes = Gauge(
-            "sdcguard_nodes", "Accelerator nodes by lifecycle state.", ["policy", "state"],
+            "sdcguard_nodes",
+            "Accelerator nodes by lifecycle state.",
+            ["policy", "state"],
             registry=r,
-        )  # fmt: skip
+        )
         self.screenings = Counter(
-            "sdcguard_screenings_total", "Finished screenings by check and verdict.",
-            ["check", "verdict"], registry=r,
-        )  # fmt: skip
+            "sdcguard_screenings_total",
+            "Finished screenings by check and verdict.",
+            ["check", "verdict"],
+            registry=r,
+        )
         self.tests = Counter(
-            "sdcguard_tests_total", "Finished SDCTests by suite and phase.",
-            ["suite", "phase"], registry=r,
-        )  # fmt: skip
+            "sdcguard_tests_total",
+            "Finished SDCTests by suite and phase.",
+            ["suite", "phase"],
+            registry=r,
+        )
         self.screening_duration = Histogram(
-            "sdcguard_screening_duration_seconds", "SDCTest start to verdict.", ["suite"],
-            buckets=SCREENING_BUCKETS, registry=r,
-        )  # fmt: skip
+            "sdcguard_screening_duration_seconds",
+            "SDCTest start to verdict.",
+            ["suite"],
+            buckets=SCREENING_BUCKETS,
+            registry=r,
+        )
         self.finish_to_quarantine = Histogram(
             "sdcguard_probe_finish_to_quarantine_seconds",
             "Probe container finished to node tainted and cordoned.",
-            buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.quarantines = Counter(
             "sdcguard_quarantines_total", "Nodes quarantined.", ["policy"], registry=r
         )
         self.tickets_open = Gauge(
-            "sdcguard_repair_tickets_open", "Open RepairTickets by age bucket.",
-            ["age"], registry=r,
-        )  # fmt: skip
-        self.oldest_ticket = Gauge(
-            "sdcguard_repair_ticket_oldest_open_seconds", "Age of the oldest open ticket.",
+            "sdcguard_repair_tickets_open",
+            "Open RepairTickets by age bucket.",
+            ["age"],
             registry=r,
-        )  # fmt: skip
+        )
+        self.oldest_ticket = Gauge(
+            "sdcguard_repair_ticket_oldest_open_seconds",
+            "Age of the oldest open ticket.",
+            registry=r,
+        )
         self.breaker_open = Gauge(
-            "sdcguard_circuit_breaker_open", "1 while the policy's breaker is tripped.",
-            ["policy"], registry=r,
-        )  # fmt: skip
+            "sdcguard_circuit_breaker_open",
+            "1 while the policy's breaker is tripped.",
+            ["policy"],
+            registry=r,
+        )
         self.breaker_fraction = Gauge(
             "sdcguard_circuit_breaker_failure_fraction",
-            "Failed share of screenings in the breaker window.", ["policy"], registry=r,
-        )  # fmt: skip
+            "Failed share of screenings in the breaker window.",
+            ["policy"],
+            registry=r,
+        )
         self.budget_in_use = Gauge(
-            "sdcguard_budget_in_use", "Tests running / nodes unavailable per pool.",
-            ["policy", "pool", "budget"], registry=r,
-        )  # fmt: skip
+            "sdcguard_budget_in_use",
+            "Tests running / nodes unavailable per pool.",
+            ["policy", "pool", "budget"],
+            registry=r,
+        )
         self.illegal_transitions = Counter(
             "sdcguard_illegal_transitions_total",
             "Transitions outside the lifecycle table (always a bug).",
-            ["from_state", "event"], registry=r,
-        )  # fmt: skip
-        self.api_writes = Counter(
-            "sdcguard_api_writes_total", "Mutating API requests sent, by kind.", ["kind"],
+            ["from_state", "event"],
             registry=r,
-        )  # fmt: skip
+        )
+        self.api_writes = Counter(
+            "sdcguard_api_writes_total",
+            "Mutating API requests sent, by kind.",
+            ["kind"],
+            registry=r,
+        )
         self.reconcile_passes = Counter(
             "sdcguard_reconcile_passes_total", "Reconcile passes over the fleet.", registry=r
         )
         self.notifications = Counter(
-            "sdcguard_ticket_notifications_total", "Ticket sink deliveries by outcome.",
-            ["sink", "outcome"], registry=r,
-        )  # fmt: skip
+            "sdcguard_ticket_notifications_total",
+            "Ticket sink deliveries by outcome.",
+            ["sink", "outcome"],
+            registry=r,
+        )
 
     def serve(self, port: int) -> None:
         """Expose /metrics on ``port`` (a daemon thread)."""

@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,9 +114,7 @@ def _die_with_parent() -> None:
 
 
 def _openssl(*args: str, cwd: Path) -> None:
-    proc = subprocess.run(
-        ["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ClusterError(f"openssl {args[0]} failed: {proc.stderr.strip()[-300:]}")
 
@@ -129,9 +126,19 @@ def make_pki(pki: Path) -> None:
     pki.mkdir(parents=True, exist_ok=True)
     _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
     _openssl(
-        "req", "-x509", "-new", "-key", "ca.key", "-days", "30", "-subj",
-        "/CN=sdcguard-local-ca", "-out", "ca.crt", cwd=pki,
-    )  # fmt: skip
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "ca.key",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=sdcguard-local-ca",
+        "-out",
+        "ca.crt",
+        cwd=pki,
+    )
     _openssl("genrsa", "-out", "server.key", "2048", cwd=pki)
     (pki / "san.cnf").write_text(
         "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
@@ -140,14 +147,36 @@ def make_pki(pki: Path) -> None:
         "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
     )
     _openssl(
-        "req", "-new", "-key", "server.key", "-subj", "/CN=kube-apiserver",
-        "-out", "server.csr", cwd=pki,
-    )  # fmt: skip
+        "req",
+        "-new",
+        "-key",
+        "server.key",
+        "-subj",
+        "/CN=kube-apiserver",
+        "-out",
+        "server.csr",
+        cwd=pki,
+    )
     _openssl(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "30", "-extfile", "san.cnf", "-extensions", "ext",
-        "-out", "server.crt", cwd=pki,
-    )  # fmt: skip
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        "san.cnf",
+        "-extensions",
+        "ext",
+        "-out",
+        "server.crt",
+        cwd=pki,
+    )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
@@ -324,7 +353,7 @@ class LocalCluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
         )
         logf.close()
         self.processes[name] = proc
@@ -344,10 +373,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive()
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
             time.sleep(0.2)
         raise ClusterError(f"{what} did not become healthy within {timeout:.0f}s ({url})")
 

@@ -39,12 +39,17 @@ def _gpu_node(core: client.CoreV1Api, name: str, taint: bool) -> None:
                 "capacity": capacity,
                 "allocatable": capacity,
                 "conditions": [
-                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
-                     "message": "test", "lastHeartbeatTime": None}
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "test",
+                        "lastHeartbeatTime": None,
+                    }
                 ],
             }
         },
-    )  # fmt: skip
+    )
 
 
 def _job(name: str, node_pool: str, tolerate: bool) -> client.V1Job:
@@ -65,9 +70,7 @@ def _job(name: str, node_pool: str, tolerate: bool) -> client.V1Job:
                         client.V1Container(
                             name="probe",
                             image="example.invalid/probe:1",
-                            resources=client.V1ResourceRequirements(
-                                limits={"nvidia.com/gpu": "8"}
-                            ),
+                            resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
                         )
                     ],
                 )
@@ -120,12 +123,16 @@ def test_scheduler_binds_tolerating_gpu_job_and_leaves_the_other_pending(api_cli
 def test_rbac_is_enforced_for_a_service_account(api_client) -> None:
     core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
     sa = _name("reader")
-    core.create_namespaced_service_account("default", client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name=sa)))  # fmt: skip
+    core.create_namespaced_service_account(
+        "default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=sa))
+    )
     token = core.create_namespaced_service_account_token(
-        sa, "default", client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600))
-    ).status.token  # fmt: skip
+        sa,
+        "default",
+        client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
+        ),
+    ).status.token
     cfg = client.Configuration()
     cfg.host = api_client.configuration.host
     cfg.ssl_ca_cert = api_client.configuration.ssl_ca_cert
@@ -138,14 +145,21 @@ def test_rbac_is_enforced_for_a_service_account(api_client) -> None:
     assert f"system:serviceaccount:default:{sa}" in denied.value.body
 
     role = _name("node-reader")
-    rbac.create_cluster_role(client.V1ClusterRole(
-        metadata=client.V1ObjectMeta(name=role),
-        rules=[client.V1PolicyRule(api_groups=[""], resources=["nodes"], verbs=["list"])]))  # fmt: skip
-    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name=role),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
-                                  name=role),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace="default")]))  # fmt: skip
+    rbac.create_cluster_role(
+        client.V1ClusterRole(
+            metadata=client.V1ObjectMeta(name=role),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["nodes"], verbs=["list"])],
+        )
+    )
+    rbac.create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=role),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role
+            ),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace="default")],
+        )
+    )
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -173,40 +187,69 @@ def test_crd_cel_rule_rejects_invalid_object_with_its_message(api_client) -> Non
             "group": group,
             "scope": "Cluster",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{
-                "name": "v1", "served": True, "storage": True,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {"spec": {
-                        "type": "object",
-                        "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}},
-                        "x-kubernetes-validations": [{
-                            "rule": "self.min <= self.max",
-                            "message": "spec.min must not exceed spec.max",
-                        }],
-                    }},
-                }},
-            }],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {
+                                        "min": {"type": "integer"},
+                                        "max": {"type": "integer"},
+                                    },
+                                    "x-kubernetes-validations": [
+                                        {
+                                            "rule": "self.min <= self.max",
+                                            "message": "spec.min must not exceed spec.max",
+                                        }
+                                    ],
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
         },
-    }  # fmt: skip
+    }
     ext.create_custom_resource_definition(crd)
     custom = client.CustomObjectsApi(api_client)
     try:
         deadline = time.monotonic() + 20
         while True:
             try:
-                custom.create_cluster_custom_object(group, "v1", "widgets", {
-                    "apiVersion": f"{group}/v1", "kind": "Widget",
-                    "metadata": {"name": "ok"}, "spec": {"min": 1, "max": 2}})  # fmt: skip
+                custom.create_cluster_custom_object(
+                    group,
+                    "v1",
+                    "widgets",
+                    {
+                        "apiVersion": f"{group}/v1",
+                        "kind": "Widget",
+                        "metadata": {"name": "ok"},
+                        "spec": {"min": 1, "max": 2},
+                    },
+                )
                 break
             except ApiException as exc:  # the new resource takes a moment to be served
                 if exc.status != 404 or time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
         with pytest.raises(ApiException) as rejected:
-            custom.create_cluster_custom_object(group, "v1", "widgets", {
-                "apiVersion": f"{group}/v1", "kind": "Widget",
-                "metadata": {"name": "bad"}, "spec": {"min": 3, "max": 2}})  # fmt: skip
+            custom.create_cluster_custom_object(
+                group,
+                "v1",
+                "widgets",
+                {
+                    "apiVersion": f"{group}/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": "bad"},
+                    "spec": {"min": 3, "max": 2},
+                },
+            )
         assert rejected.value.status == 422
         assert "spec.min must not exceed spec.max" in rejected.value.body
     finally:
@@ -245,8 +288,11 @@ def test_missing_go_is_a_one_line_error(tmp_path: Path) -> None:
     env = dict(os.environ, PATH="/usr/bin:/bin", SDCGUARD_CACHE=str(tmp_path))
     proc = subprocess.run(
         ["/bin/bash", str(HERE / "build-binaries.sh")],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "error: Go is not installed; install Go >= 1.24 (https://go.dev/doc/install) and rerun"
