@@ -31,7 +31,6 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from sdcprobe.faultspec import Fault
 
 from sdcguard.sim.catalogue import (
     CATALOGUE,
@@ -40,6 +39,7 @@ from sdcguard.sim.catalogue import (
     ZONE_LABEL,
     InstanceType,
 )
+from sdcprobe.faultspec import Fault
 
 FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
 DEMO_FLEET = FLEETS_DIR / "demo.yaml"
