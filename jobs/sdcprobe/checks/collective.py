@@ -1,0 +1,148 @@
+"""``collective``: all-reduce, all-gather and broadcast between this node's devices.
+
+Inputs are integer-valued fp32 tensors, small enough that every partial sum is
+exact (|x| < 2^24 / world), so the correct result is known exactly on every
+rank: any difference is corruption, with no tolerance to argue about. Every rank
+can recompute every other rank's input from the seed, so a wrong all-gather
+chunk also names the device it came from. Bus bandwidth is measured the way
+nccl-tests defines it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from sdcprobe.config import CollectiveConfig
+from sdcprobe.instrument import Instrumentation, tensor_digest
+from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest
+
+#: How long a rank waits for its peers before the check is inconclusive.
+TIMEOUT = timedelta(seconds=120)
+
+
+def rank_input(seed: int, step: int, rank: int, world: int, elements: int) -> torch.Tensor:
+    """Rank ``rank``'s host input in round ``step``: exact integers in fp32."""
+    bound = 2 ** (23 - math.ceil(math.log2(max(world, 2))))
+    gen = torch.Generator().manual_seed(seed * 1_000_037 + step * 7_013 + rank * 31 + 3)
+    return torch.randint(-bound, bound, (elements,), generator=gen, dtype=torch.int64).to(
+        torch.float32
+    )
+
+
+def init_group(backend_name: str, rank: int, world: int, store_path: str) -> None:
+    """Join the node-local process group: through a file store (no ports to pick)
+    for gloo and NCCL, through torch-xla's own rendezvous for XLA collectives."""
+    if backend_name == "xla":
+        import torch_xla.distributed.xla_backend  # noqa: F401  (registers the backend)
+
+        dist.init_process_group("xla", init_method="xla://", timeout=TIMEOUT)
+        return
+    store = dist.FileStore(store_path, world)  # type: ignore[attr-defined]
+    dist.init_process_group(backend_name, store=store, rank=rank, world_size=world, timeout=TIMEOUT)
+
+
+def run_collective(
+    cfg: CollectiveConfig, seed: int, ins: Instrumentation, rank: int, world: int
+) -> CheckTrace:
+    """Run the collective check; the process group must already be initialised."""
+    backend = ins.backend
+    device = backend.collective_device
+    start, cpu0 = time.perf_counter(), time.process_time()
+    steps: list[dict[str, str]] = []
+    evidence: list[Evidence] = []
+    timings: dict[str, float] = {"allreduce": 0.0, "allgather": 0.0, "broadcast": 0.0}
+    nbytes = cfg.elements * 4
+    for step in range(cfg.rounds):
+        ins.set_step(step)
+        inputs = [rank_input(seed, step, r, world, cfg.elements) for r in range(world)]
+        expected_sum = torch.stack(inputs).sum(0)  # exact: integers below 2^24
+        items: dict[str, str] = {}
+
+        buf = inputs[rank].to(device, copy=True)  # collectives write in place
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        backend.sync()
+        timings["allreduce"] += time.perf_counter() - t0
+        buf = ins.output(buf, "allreduce", operand=inputs[rank].to(device))
+        got = backend.to_host(buf)
+        wrong = int((got != expected_sum).sum())
+        if wrong:
+            evidence.append(
+                Evidence(
+                    kind="collective", step=step, item="allreduce", detail=f"{wrong} elements wrong"
+                )
+            )
+        items["allreduce"] = tensor_digest(got)[:STEP_DIGEST_CHARS]
+
+        gathered = [
+            torch.empty(cfg.elements, dtype=torch.float32, device=device) for _ in range(world)
+        ]
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_gather(gathered, inputs[rank].to(device))
+        backend.sync()
+        timings["allgather"] += time.perf_counter() - t0
+        for src, chunk in enumerate(gathered):
+            wrong = int((backend.to_host(chunk) != inputs[src]).sum())
+            if wrong:
+                evidence.append(
+                    Evidence(
+                        kind="collective",
+                        step=step,
+                        item="allgather",
+                        source=src,
+                        detail=f"{wrong} elements of rank {src}'s chunk wrong",
+                    )
+                )
+        items["allgather"] = tensor_digest(torch.cat([backend.to_host(c) for c in gathered]))[
+            :STEP_DIGEST_CHARS
+        ]
+
+        root = step % world
+        buf = inputs[rank].to(device, copy=True)  # collectives write in place
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.broadcast(buf, src=root)
+        backend.sync()
+        timings["broadcast"] += time.perf_counter() - t0
+        got = backend.to_host(buf)
+        wrong = int((got != inputs[root]).sum())
+        if wrong:
+            evidence.append(
+                Evidence(
+                    kind="collective",
+                    step=step,
+                    item="broadcast",
+                    source=root,
+                    detail=f"{wrong} elements broadcast from rank {root} wrong",
+                )
+            )
+        items["broadcast"] = tensor_digest(got)[:STEP_DIGEST_CHARS]
+        steps.append(items)
+
+    # nccl-tests bus bandwidth: the traffic each link carries, comparable across sizes.
+    n = max(world, 1)
+    rounds = cfg.rounds
+    factors = {"allreduce": 2 * (n - 1) / n, "allgather": (n - 1) / n * n, "broadcast": 1.0}
+    metrics: dict[str, int | float | str | None] = {
+        "world": world,
+        "bytes": nbytes,
+        "rounds": rounds,
+    }
+    for op, secs in timings.items():
+        if secs > 0:
+            metrics[f"{op}_busbw_gbps"] = round(nbytes * factors[op] * rounds / secs / 1e9, 4)
+    return CheckTrace(
+        digest=trace_digest(steps),
+        steps=steps,
+        evidence=evidence,
+        metrics=metrics,
+        wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - cpu0,
+    )

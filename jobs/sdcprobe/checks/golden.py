@@ -1,0 +1,214 @@
+"""``golden``: train a tiny transformer deterministically and digest every step.
+
+This is also the benchmark API. :func:`run_golden` trains the model of
+:mod:`sdcprobe.model` for ``cfg.steps`` steps on synthetic tokens and returns a
+:class:`GoldenTrace`: per step the loss (value and bits), the gradient norm, a
+digest of every submodule output, gradient, optimizer update and parameter, and
+(with ``abft=True``) the ABFT residual of every GEMM. Faults, if given, are
+injected through the same hooks, so one trial yields both what a bitwise
+comparison would see and what ABFT or a loss/grad-norm monitor would see::
+
+    from sdcprobe.checks.golden import run_golden
+    from sdcprobe.config import GoldenConfig
+    from sdcprobe.faultspec import FaultSpec
+
+    fault = {"site": "ffn.down", "rate": 1e-4, "bits": "exp-hi"}
+    spec = FaultSpec.model_validate({"faults": [fault]})
+    healthy = run_golden(GoldenConfig(steps=20), None, "cpu")
+    faulty = run_golden(GoldenConfig(steps=20), spec, "cpu", abft=True)
+    healthy.first_divergence(faulty)        # (step, "layers.0.ffn.down") or None
+    [s.loss for s in faulty.steps]          # loss curve
+    max(r.bf16_units for r in faulty.residuals)
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from sdcprobe.abft import GemmResidual
+from sdcprobe.backends import Backend, setup_backend
+from sdcprobe.config import GoldenConfig
+from sdcprobe.devices import resolve_backend
+from sdcprobe.faults import Injector
+from sdcprobe.faultspec import FaultSpec
+from sdcprobe.instrument import Instrumentation
+from sdcprobe.model import AdamW, forward, init_params, synthetic_batch
+from sdcprobe.trace import CheckTrace, Evidence, Steps, first_divergence, step_digest, trace_digest
+
+
+def _bits(x: float) -> str:
+    return struct.pack(">f", x).hex()
+
+
+@dataclass
+class StepTrace:
+    """One training step: loss, gradient norm and item digests in execution order.
+
+    ``digests`` keys: forward submodules (``embedding``, ``layers.0.norm1``,
+    ``layers.0.attention.qkv`` ... ``lm_head``), ``loss``, ``grad.<param>``,
+    ``grad_norm``, ``optimizer.<param>`` (the update), ``param.<param>``.
+    """
+
+    step: int
+    loss: float
+    loss_bits: str
+    grad_norm: float
+    grad_norm_bits: str
+    digests: dict[str, str]
+
+    @property
+    def digest(self) -> str:
+        """Compact digest of the whole step (what a baseline stores)."""
+        return step_digest(self.digests)
+
+
+@dataclass
+class GoldenTrace:
+    """Everything one golden training run computed, for comparison and benchmarks."""
+
+    config: GoldenConfig
+    device_index: int
+    steps: list[StepTrace]
+    residuals: list[GemmResidual] = field(default_factory=list)
+    injections: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def items(self) -> Steps:
+        """Per-step item digests (the comparable part of the trace)."""
+        return [s.digests for s in self.steps]
+
+    @property
+    def digest(self) -> str:
+        """The check digest (sha256 over step digests)."""
+        return trace_digest(self.items)
+
+    def step_digests(self) -> list[str]:
+        """Compact per-step digests, as a baseline stores them."""
+        return [s.digest for s in self.steps]
+
+    def first_divergence(self, other: GoldenTrace) -> tuple[int, str | None] | None:
+        """First (step, item) where this run and ``other`` differ; None if bitwise equal."""
+        return first_divergence(self.items, other.items)
+
+    @property
+    def losses(self) -> list[float]:
+        """Per-step training loss."""
+        return [s.loss for s in self.steps]
+
+    @property
+    def grad_norms(self) -> list[float]:
+        """Per-step global gradient norm (before clipping)."""
+        return [s.grad_norm for s in self.steps]
+
+
+def run_golden(
+    cfg: GoldenConfig,
+    faults: FaultSpec | Injector | None = None,
+    device: str | Backend = "cpu",
+    device_index: int = 0,
+    abft: bool = False,
+    threads: int = 1,
+) -> GoldenTrace:
+    """Train the golden model once and return its full trace.
+
+    ``faults``: a spec (a fresh injector is made for ``device_index``) or an
+    injector to continue (its random streams carry on, e.g. across a replay).
+    ``device``: ``"cpu"``, ``"cuda"``, ``"xla"`` or a configured :class:`Backend`.
+    ``abft``: also compute ABFT residuals of every GEMM (slower; benchmarks).
+    """
+    if isinstance(device, Backend):
+        backend = device
+    else:
+        backend = setup_backend(resolve_backend(device), device_index, threads)
+    injector = faults if isinstance(faults, Injector) else Injector(faults, backend.index)
+    ins = Instrumentation(backend, injector, record=True, abft=abft)
+    start = time.perf_counter()
+    params = init_params(cfg, backend.device)
+    opt = AdamW(params, cfg)
+    steps: list[StepTrace] = []
+    for step in range(cfg.steps):
+        ins.set_step(step)
+        tokens, targets = synthetic_batch(cfg, step)
+        tokens, targets = tokens.to(backend.device), targets.to(backend.device)
+        for p in params.values():
+            p.grad = None
+        logits = forward(params, tokens, cfg, ins)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), targets.reshape(-1))
+        ins.record("loss", loss)
+        loss.backward()  # type: ignore[no-untyped-call]
+        grads: list[torch.Tensor] = []
+        for name, p in params.items():
+            assert p.grad is not None
+            ins.corrupt_in_place(p.grad, "grad.weight")
+            ins.record(f"grad.{name}", p.grad)
+            grads.append(p.grad)
+        grad_norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g) for g in grads])
+        )
+        ins.record("grad_norm", grad_norm)
+        # Clip out of place so the recorded raw gradients stay as they were.
+        coef = torch.clamp(cfg.clip / (grad_norm + 1e-6), max=1.0)
+        for p in params.values():
+            assert p.grad is not None
+            p.grad = p.grad * coef
+        opt.step(ins)
+        with torch.no_grad():
+            for name, p in params.items():
+                ins.corrupt_in_place(p, "param")
+                ins.record(f"param.{name}", p)
+        backend.step_boundary()
+        loss_v, norm_v = float(loss.detach().to("cpu")), float(grad_norm.to("cpu"))
+        steps.append(StepTrace(step, loss_v, _bits(loss_v), norm_v, _bits(norm_v), ins.digests()))
+    backend.sync()
+    return GoldenTrace(
+        config=cfg,
+        device_index=backend.index,
+        steps=steps,
+        residuals=ins.residuals,
+        injections=injector.by_site(),
+        wall_s=time.perf_counter() - start,
+    )
+
+
+def golden_check(cfg: GoldenConfig, backend: Backend, injector: Injector) -> CheckTrace:
+    """The ``golden`` check on one device: a run and its replay, compared step by step."""
+    start, cpu0 = time.perf_counter(), time.process_time()
+    first = run_golden(cfg, injector, backend)
+    again = run_golden(cfg, injector, backend)
+    evidence: list[Evidence] = []
+    divergence = first.first_divergence(again)
+    if divergence is not None:
+        step, item = divergence
+        evidence.append(Evidence(kind="replay", step=step, item=item, detail="replay diverged"))
+    nonfinite = next(
+        (s.step for s in first.steps if s.loss != s.loss or abs(s.loss) == float("inf")), None
+    )
+    if nonfinite is not None:
+        evidence.append(
+            Evidence(kind="nonfinite", step=nonfinite, item="loss", detail="loss is not finite")
+        )
+    losses = first.losses
+    metrics: dict[str, int | float | str | None] = {
+        "steps": cfg.steps,
+        "loss_first": _round(losses[0]),
+        "loss_last": _round(losses[-1]),
+        "grad_norm_max": _round(max(first.grad_norms)),
+        "step_ms": round(1000 * (first.wall_s + again.wall_s) / (2 * cfg.steps), 3),
+    }
+    return CheckTrace(
+        digest=first.digest,
+        steps=first.items,
+        evidence=evidence,
+        metrics=metrics,
+        wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - cpu0,
+    )
+
+
+def _round(x: float) -> float | str:
+    return float(f"{x:.6g}") if x == x and abs(x) != float("inf") else str(x)

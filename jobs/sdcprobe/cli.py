@@ -1,0 +1,298 @@
+"""Command line: ``sdcprobe run | baseline | fingerprint``.
+
+Exit codes: 0 pass, 1 SDC detected, 2 inconclusive (infrastructure error, bad
+arguments, baseline under another fingerprint). stdout carries exactly one JSON
+document (result, baseline or fingerprint); everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from sdcprobe.config import CHECK_NAMES
+from sdcprobe.faultspec import FaultSpec, FaultSpecError, parse_fault_spec
+from sdcprobe.result import (
+    Baseline,
+    ProbeResult,
+    ResultError,
+    encode_for_termination,
+    parse_baseline,
+)
+from sdcprobe.runner import RunOptions, run_probe
+from sdcprobe.trace import step_digest
+
+EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 2
+TERMINATION_LOG = "/dev/termination-log"
+
+
+class UsageError(Exception):
+    """Arguments or inputs that make the run impossible (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _checks(text: str) -> list[str]:
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CHECK_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown check(s) {', '.join(unknown) or '(none)'}; "
+            f"choose from {','.join(CHECK_NAMES)}"
+        )
+    return names
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of all subcommands."""
+    parser = _Parser(
+        prog="sdcprobe", description="Screen this node's accelerators for silent data corruption."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--device", choices=["auto", "cpu", "cuda", "xla"], default="auto")
+        p.add_argument(
+            "--cpu-devices",
+            type=_positive_int,
+            default=2,
+            help="CPU replicas (separate processes) standing in for devices (cpu and XLA:CPU)",
+        )
+        p.add_argument(
+            "--budget", type=_positive_float, default=60.0, help="target wall time in seconds"
+        )
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--steps", type=_positive_int, default=None, help="golden training steps")
+        p.add_argument(
+            "--threads", type=_positive_int, default=1, help="intra-op threads per device worker"
+        )
+
+    run = sub.add_parser("run", help="run the checks and report a verdict")
+    common(run)
+    run.add_argument("--checks", type=_checks, default=list(CHECK_NAMES), help="comma-separated")
+    run.add_argument(
+        "--result-file", default=None, help=f"termination message (default {TERMINATION_LOG})"
+    )
+    run.add_argument(
+        "--baseline", default=None, help="baseline JSON file (or env SDCPROBE_BASELINE)"
+    )
+    run.add_argument("--faults", default=None, help="fault spec JSON file (or env SDCPROBE_FAULTS)")
+    run.add_argument(
+        "--allow-fault-injection",
+        action="store_true",
+        help="required for any fault spec to take effect (tests and benchmarks only)",
+    )
+    run.add_argument(
+        "--timeout", type=_positive_float, default=None, help="hard limit for the workers"
+    )
+
+    base = sub.add_parser("baseline", help="run healthy and print a baseline document")
+    common(base)
+    base.add_argument("--checks", type=_checks, default=list(CHECK_NAMES), help="comma-separated")
+
+    fp = sub.add_parser("fingerprint", help="print this node's fingerprint")
+    common(fp)
+    return parser
+
+
+def _log(message: str) -> None:
+    print(f"sdcprobe: {message}", file=sys.stderr, flush=True)
+
+
+def _result_file(args: argparse.Namespace | None) -> str | None:
+    explicit = getattr(args, "result_file", None) if args is not None else None
+    if explicit:
+        return str(explicit)
+    return TERMINATION_LOG if os.path.exists(TERMINATION_LOG) else None
+
+
+def emit(result: ProbeResult, result_file: str | None) -> int:
+    """Print the full result, write the termination message, return the exit code."""
+    print(result.model_dump_json(), flush=True)
+    if result_file:
+        try:
+            Path(result_file).write_text(encode_for_termination(result))
+        except OSError as exc:
+            _log(f"cannot write result file {result_file}: {exc}")
+    _log(f"{result.verdict}: {result.reason}")
+    return result.exit_code()
+
+
+def _load_faults(args: argparse.Namespace) -> FaultSpec | None:
+    env = os.environ.get("SDCPROBE_FAULTS", "").strip()
+    if args.faults and env:
+        raise UsageError("a fault spec was given twice (--faults and SDCPROBE_FAULTS): give one")
+    if args.faults:
+        try:
+            text, origin = Path(args.faults).read_text(), f"fault spec {args.faults}"
+        except OSError as exc:
+            raise UsageError(f"cannot read --faults {args.faults}: {exc.strerror}") from exc
+    elif env:
+        text, origin = env, "fault spec in SDCPROBE_FAULTS"
+    else:
+        return None
+    if not args.allow_fault_injection:
+        raise UsageError(
+            f"{origin} requests fault injection but --allow-fault-injection was not given; "
+            "refusing to run (fault injection is for tests and benchmarks only)"
+        )
+    try:
+        return parse_fault_spec(text, origin)
+    except FaultSpecError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _load_baseline(args: argparse.Namespace) -> Baseline | None:
+    env = os.environ.get("SDCPROBE_BASELINE", "").strip()
+    if args.baseline and env:
+        raise UsageError("a baseline was given twice (--baseline and SDCPROBE_BASELINE): give one")
+    if args.baseline:
+        try:
+            text, origin = Path(args.baseline).read_text(), f"--baseline {args.baseline}"
+        except OSError as exc:
+            raise UsageError(f"cannot read --baseline {args.baseline}: {exc.strerror}") from exc
+    elif env:
+        text, origin = env, "SDCPROBE_BASELINE"
+    else:
+        return None
+    try:
+        return parse_baseline(text)
+    except ResultError as exc:
+        raise UsageError(f"{origin}: {exc.reason}") from exc
+
+
+def _options(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(
+        device=args.device,
+        checks=getattr(args, "checks", list(CHECK_NAMES)),
+        cpu_devices=args.cpu_devices,
+        budget=args.budget,
+        seed=args.seed,
+        steps=args.steps,
+        threads=args.threads,
+        timeout=getattr(args, "timeout", None),
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``sdcprobe run``."""
+    opts = _options(args)
+    opts.faults = _load_faults(args)
+    opts.baseline = _load_baseline(args)
+    if opts.faults is not None:
+        _log(
+            f"FAULT INJECTION ENABLED: {len(opts.faults.faults)} fault(s); this is not a screening"
+        )
+    return emit(run_probe(opts).result, _result_file(args))
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    """``sdcprobe baseline``: a healthy run's digests as a baseline document on stdout."""
+    if os.environ.get("SDCPROBE_FAULTS", "").strip():
+        raise UsageError("SDCPROBE_FAULTS is set: a baseline is recorded from a healthy run only")
+    run = run_probe(_options(args))
+    result = run.result
+    if result.verdict != "pass" or result.fingerprint is None:
+        print(result.model_dump_json(), file=sys.stderr)
+        _log(f"no baseline recorded: run was {result.verdict}: {result.reason}")
+        return result.exit_code()
+    first = run.reports[min(run.reports)]
+    assert first is not None
+    baseline = Baseline(
+        fingerprint=result.fingerprint,
+        digests={name: check.digest for name, check in result.checks.items() if check.digest},
+        step_digests={
+            name: [step_digest(items) for items in trace.steps]
+            for name, trace in first.checks.items()
+        },
+    )
+    print(baseline.model_dump_json(), flush=True)
+    fp_hash = result.fingerprint.hash[:12]
+    _log(f"baseline recorded for fingerprint {fp_hash} ({result.duration_s:.1f}s)")
+    return EXIT_PASS
+
+
+def cmd_fingerprint(args: argparse.Namespace) -> int:
+    """``sdcprobe fingerprint``: this node's fingerprint as JSON (in this process)."""
+    from sdcprobe.backends import setup_backend
+    from sdcprobe.devices import apply_determinism_env, local_device_count, resolve_backend
+    from sdcprobe.fingerprint import device_facts
+    from sdcprobe.judge import build_fingerprint
+
+    apply_determinism_env()
+    backend_name = resolve_backend(args.device)
+    opts = _options(args)
+    count = local_device_count(backend_name, args.cpu_devices)
+    backend = setup_backend(backend_name, 0, args.threads)
+    if count is None:
+        import torch_xla.runtime as xr
+
+        count = xr.global_runtime_device_count()
+    fingerprint = build_fingerprint([device_facts(backend)], count, opts.config(backend_name))
+    print(json.dumps(fingerprint.model_dump(mode="json")), flush=True)
+    return EXIT_PASS
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m sdcprobe``; returns the exit code."""
+    started = time.perf_counter()
+    args: argparse.Namespace | None = None
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "baseline":
+            return cmd_baseline(args)
+        return cmd_fingerprint(args)
+    except UsageError as exc:
+        _log(f"error: {exc}")
+        command = getattr(args, "command", None) if args is not None else _guess_command(argv)
+        if command == "run":
+            result = ProbeResult(
+                verdict="inconclusive",
+                reason=f"bad arguments: {exc}",
+                duration_s=round(time.perf_counter() - started, 3),
+            )
+            emit(result, _result_file(args) if args is not None else _guess_result_file(argv))
+        return EXIT_INCONCLUSIVE
+
+
+def _argv(argv: list[str] | None) -> list[str]:
+    return list(sys.argv[1:] if argv is None else argv)
+
+
+def _guess_command(argv: list[str] | None) -> str | None:
+    return next((a for a in _argv(argv) if a in ("run", "baseline", "fingerprint")), None)
+
+
+def _guess_result_file(argv: list[str] | None) -> str | None:
+    """The result file of an argument list that failed to parse (best effort)."""
+    args = _argv(argv)
+    for i, arg in enumerate(args):
+        if arg == "--result-file" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--result-file="):
+            return arg.split("=", 1)[1]
+    return TERMINATION_LOG if os.path.exists(TERMINATION_LOG) else None

@@ -1,0 +1,80 @@
+"""Which backend and how many devices, decided without starting a device runtime.
+
+This module imports no torch at load time: the parent process that launches
+the device workers stays light (and never initialises CUDA before forking).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+BackendName = Literal["cpu", "cuda", "xla"]
+
+#: Environment every worker needs before the device runtime starts. The parent
+#: sets it before spawning workers (they inherit it) and workers set it again.
+DETERMINISM_ENV: dict[str, str] = {
+    # cuBLAS picks reduction strategies by workspace size; fix it (needs to be set
+    # before the first cuBLAS handle is created).
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    # Neuron rounds stochastically by default: no two runs would agree bitwise.
+    "NEURON_RT_STOCHASTIC_ROUNDING_EN": "0",
+    # Never let the Neuron compiler downcast fp32 matmuls to bf16 behind our back.
+    "NEURON_CC_FLAGS": "--auto-cast=none",
+}
+
+
+def apply_determinism_env(env: dict[str, str] | None = None) -> None:
+    """Put :data:`DETERMINISM_ENV` into ``env`` (default ``os.environ``).
+
+    Values already set explicitly are kept.
+    """
+    target: dict[str, str] | os._Environ[str] = os.environ if env is None else env
+    for key, value in DETERMINISM_ENV.items():
+        target.setdefault(key, value)
+    flags = target.get("XLA_FLAGS", "")
+    if "--xla_gpu_deterministic_ops" not in flags:
+        target["XLA_FLAGS"] = (flags + " --xla_gpu_deterministic_ops=true").strip()
+
+
+def xla_on_host() -> bool:
+    """Whether torch-xla runs on PJRT CPU (tests and CI) rather than TPU/Neuron/GPU."""
+    return os.environ.get("PJRT_DEVICE", "").upper() == "CPU"
+
+
+def resolve_backend(requested: str) -> BackendName:
+    """Turn ``auto`` into the backend this node has: an explicit ``PJRT_DEVICE``
+    other than CPU means XLA; NVIDIA device files mean CUDA; Neuron or TPU device
+    files mean XLA; otherwise the CPU."""
+    explicit: dict[str, BackendName] = {"cpu": "cpu", "cuda": "cuda", "xla": "xla"}
+    if requested in explicit:
+        return explicit[requested]
+    if requested != "auto":
+        raise ValueError(f"unknown device {requested!r}: use auto, cpu, cuda or xla")
+    pjrt = os.environ.get("PJRT_DEVICE", "").upper()
+    if pjrt and pjrt != "CPU":
+        return "xla"
+    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
+        return "cuda"
+    if (
+        Path("/dev/neuron0").exists()
+        or Path("/dev/accel0").exists()
+        or Path("/dev/vfio/0").exists()
+    ):
+        return "xla"
+    return "cpu"
+
+
+def local_device_count(name: BackendName, cpu_devices: int) -> int | None:
+    """How many device workers to start; None when torch-xla's launcher decides
+    (TPU and Neuron: one process per chip, with the environment it sets up)."""
+    if name == "cpu":
+        return cpu_devices
+    if name == "cuda":
+        import torch  # NVML-based count: does not initialise CUDA in this process
+
+        return torch.cuda.device_count()
+    if xla_on_host():
+        return cpu_devices
+    return None

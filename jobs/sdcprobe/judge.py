@@ -1,0 +1,312 @@
+"""Turn the device workers' traces into verdicts. Pure and torch-free.
+
+Evidence, strongest first:
+
+1. Direct: a replay on the same device that differs, an ABFT residual above
+   its worst-case bound, a collective result that differs from the exactly
+   known answer, a non-finite loss. Any of these is SDC.
+2. Devices disagree: the same deterministic computation gave different bits.
+3. The baseline (same fingerprint) disagrees: the only way to see a fault that
+   hits every device identically and repeats on replay.
+
+The odd device is named when exactly one device is implicated: by its own
+direct evidence, by disagreeing with a strict majority (three or more devices),
+or by disagreeing with the baseline. With two devices that disagree and nothing
+else, either could be wrong and none is named.
+
+A baseline recorded under another fingerprint makes the run inconclusive: it is
+a configuration error, never evidence of SDC.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sdcprobe.config import ProbeConfig
+from sdcprobe.result import (
+    Baseline,
+    BaselineStatus,
+    CheckResult,
+    Fingerprint,
+    Injection,
+    ProbeResult,
+    Verdict,
+)
+from sdcprobe.trace import (
+    CheckTrace,
+    DeviceFacts,
+    WorkerReport,
+    first_divergence,
+    first_step_divergence,
+)
+
+Metrics = dict[str, int | float | str | None]
+
+
+def build_fingerprint(
+    facts: list[DeviceFacts], device_count: int, config: ProbeConfig
+) -> Fingerprint:
+    """The run's fingerprint from the workers' device facts, device count and config hash."""
+    first = facts[0]
+    models = sorted({f.device_model for f in facts})
+    # A node with mixed devices gets a fingerprint of its own rather than borrowing one.
+    model = models[0] if len(models) == 1 else " | ".join(models)[:128]
+    return Fingerprint.build(
+        backend=first.backend,
+        device_model=model,
+        device_count=device_count,
+        driver=first.driver,
+        runtime=first.runtime,
+        torch=first.torch,
+        torch_xla=first.torch_xla,
+        cpu_isa=first.cpu_isa,
+        threads=first.threads,
+        config_hash=config.config_hash(),
+    )
+
+
+def fingerprint_difference(ours: Fingerprint, theirs: Fingerprint) -> str:
+    """Readable list of the fields two fingerprints differ in."""
+    a, b = ours.model_dump(exclude={"hash"}), theirs.model_dump(exclude={"hash"})
+    diffs = [f"{k}: {b[k]!r} in baseline, {a[k]!r} here" for k in a if a[k] != b[k]]
+    return "; ".join(diffs) or "hash only"
+
+
+class _Location:
+    """The earliest (step, item) any piece of evidence points at."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.item: str | None = None
+
+    def note(self, step: int | None, item: str | None) -> None:
+        if step is None:
+            return
+        if self.step is None or step < self.step or (step == self.step and self.item is None):
+            self.step, self.item = step, item
+
+
+def _baseline_status(
+    name: str, baseline: Baseline | None, fingerprint: Fingerprint | None
+) -> BaselineStatus:
+    if baseline is None:
+        return "absent"
+    if fingerprint is None or baseline.fingerprint.hash != fingerprint.hash:
+        return "fingerprint-mismatch"
+    return "match" if name in baseline.digests else "absent"
+
+
+def _fmt(ranks: set[int] | list[int]) -> str:
+    return ",".join(str(r) for r in sorted(ranks))
+
+
+def judge_check(
+    name: str,
+    traces: dict[int, CheckTrace | None],
+    baseline: Baseline | None,
+    fingerprint: Fingerprint | None,
+) -> CheckResult:
+    """Verdict of one check from every device's trace (None: the device reported nothing)."""
+    errors: dict[int, str] = {}
+    ok: dict[int, CheckTrace] = {}
+    for rank, trace in traces.items():
+        if trace is None:
+            errors[rank] = "no result"
+        elif trace.error or trace.digest is None:
+            errors[rank] = trace.error or "no digest"
+        else:
+            ok[rank] = trace
+    status = _baseline_status(name, baseline, fingerprint)
+    where = _Location()
+    suspects: set[int] = set()
+    findings: list[str] = []
+
+    # 1. Direct evidence inside each device.
+    observers: set[int] = set()
+    sources: set[int] = set()
+    for rank, trace in sorted(ok.items()):
+        for ev in trace.evidence:
+            where.note(ev.step, ev.item)
+            if ev.kind == "collective":
+                observers.add(rank)
+                if ev.source is not None:
+                    sources.add(ev.source)
+            else:
+                suspects.add(rank)
+            if len(findings) < 4:
+                at = f" at step {ev.step}" if ev.step is not None else ""
+                item = f" ({ev.item})" if ev.item else ""
+                findings.append(f"device {rank}: {ev.kind} {ev.detail}{at}{item}")
+    if observers:
+        # A bad chunk seen by everyone came from its sender; a bad result seen by
+        # one rank is that rank's.
+        if len(observers) == 1:
+            suspects |= observers
+        elif len(sources) == 1:
+            suspects |= sources
+        else:
+            suspects |= observers
+
+    # 2. Devices against each other.
+    digests = {r: t.digest for r, t in ok.items() if t.digest is not None}
+    counts = Counter(digests.values())
+    base_digest = baseline.digests.get(name) if status == "match" and baseline is not None else None
+    reference: str | None = None
+    if base_digest is not None and base_digest in counts:
+        reference = base_digest
+    elif counts:
+        top, top_n = counts.most_common(1)[0]
+        if top_n * 2 > len(digests):
+            reference = top
+    disagree = len(counts) > 1
+    if disagree:
+        groups = {d: sorted(r for r, x in digests.items() if x == d) for d in counts}
+        findings.append(
+            "devices disagree: " + " vs ".join(f"[{_fmt(g)}]" for g in sorted(groups.values()))
+        )
+        if reference is not None:
+            suspects |= {r for r, d in digests.items() if d != reference}
+        ref_rank = (
+            min(r for r, d in digests.items() if d == reference) if reference else min(digests)
+        )
+        for rank, digest in digests.items():
+            if digest != digests[ref_rank]:
+                div = first_divergence(ok[ref_rank].steps, ok[rank].steps)
+                if div is not None:
+                    where.note(*div)
+
+    # 3. The baseline.
+    if base_digest is not None:
+        off = {r for r, d in digests.items() if d != base_digest}
+        if off:
+            status = "mismatch"
+            suspects |= off
+            findings.append(f"device(s) {_fmt(off)} differ from the baseline")
+            base_steps = baseline.step_digests.get(name) if baseline is not None else None
+            if base_steps:
+                for rank in off:
+                    where.note(first_step_divergence(ok[rank].steps, base_steps), None)
+
+    failed = bool(findings)
+    verdict: Verdict
+    if failed:
+        verdict = "fail"
+        reason = "; ".join(findings)
+    elif errors:
+        verdict = "inconclusive"
+        reason = "; ".join(f"device {r}: {e}" for r, e in sorted(errors.items()))
+    elif status == "fingerprint-mismatch":
+        verdict = "inconclusive"
+        reason = "baseline recorded under another fingerprint: digests not comparable"
+    else:
+        verdict = "pass"
+        n = len(digests)
+        agree = f"{n} devices agree" if n > 1 else "1 device"
+        reason = f"{agree}, replay identical, " + (
+            "matches baseline" if status == "match" else "no baseline for this check"
+        )
+    shown = reference or (digests[min(digests)] if digests else None)
+    metrics = _merge_metrics(ok)
+    metrics["devices"] = len(traces)
+    if suspects:
+        metrics["suspect_devices"] = _fmt(suspects)
+    return CheckResult(
+        verdict=verdict,
+        reason=reason,
+        digest=shown,
+        metrics=metrics,
+        odd_device=next(iter(suspects)) if len(suspects) == 1 else None,
+        first_divergent_step=where.step if failed else None,
+        first_divergent_submodule=where.item if failed else None,
+        baseline=status,
+    )
+
+
+def _merge_metrics(ok: dict[int, CheckTrace]) -> Metrics:
+    """The first device's metrics, with ABFT residuals as the worst over devices."""
+    if not ok:
+        return {}
+    ranks = sorted(ok)
+    merged: Metrics = dict(ok[ranks[0]].metrics)
+    for rank in ranks[1:]:
+        for key, value in ok[rank].metrics.items():
+            old = merged.get(key)
+            if (
+                key.startswith("abft_")
+                and isinstance(value, int | float)
+                and isinstance(old, int | float)
+            ):
+                merged[key] = max(old, value)
+            elif key.startswith("abft_") and isinstance(value, str):
+                merged[key] = value  # "inf"/"nan" beats any number
+    return merged
+
+
+def judge(
+    checks: list[str],
+    reports: dict[int, WorkerReport | None],
+    config: ProbeConfig,
+    baseline: Baseline | None,
+    injection_enabled: bool,
+    duration_s: float,
+) -> ProbeResult:
+    """The probe result from all workers' reports (None: the worker left no report)."""
+    facts = [r.facts for _, r in sorted(reports.items()) if r is not None and r.facts is not None]
+    fingerprint = build_fingerprint(facts, len(reports), config) if facts else None
+    by_site: Counter[str] = Counter()
+    for report in reports.values():
+        if report is not None:
+            by_site.update(report.injections)
+    injection = Injection(
+        enabled=injection_enabled,
+        count=sum(by_site.values()),
+        by_site=dict(sorted(by_site.items())),
+    )
+    results: dict[str, CheckResult] = {}
+    for name in checks:
+        traces = {
+            rank: (report.checks.get(name) if report is not None else None)
+            for rank, report in reports.items()
+        }
+        results[name] = judge_check(name, traces, baseline, fingerprint)
+    worker_errors = [
+        f"device {r}: {rep.error if rep else 'no report'}"
+        for r, rep in sorted(reports.items())
+        if rep is None or rep.error
+    ]
+    failed = [n for n, c in results.items() if c.verdict == "fail"]
+    verdict: Verdict
+    mismatched_fp = baseline is not None and (
+        fingerprint is None or baseline.fingerprint.hash != fingerprint.hash
+    )
+
+    if mismatched_fp and fingerprint is not None and baseline is not None:
+        reason = (
+            "baseline was recorded under another fingerprint ("
+            + fingerprint_difference(fingerprint, baseline.fingerprint)
+            + "): record a baseline for this fingerprint"
+        )
+        if failed:
+            reason += f"; note: {', '.join(failed)} also failed: " + results[failed[0]].reason
+        verdict = "inconclusive"
+    elif failed:
+        verdict = "fail"
+        reason = f"SDC detected by {', '.join(failed)}: {results[failed[0]].reason}"
+    elif fingerprint is None or worker_errors or any(c.verdict != "pass" for c in results.values()):
+        verdict = "inconclusive"
+        bad = [f"{n}: {c.reason}" for n, c in results.items() if c.verdict != "pass"]
+        reason = "; ".join(worker_errors + bad) or "no device reported"
+    else:
+        verdict = "pass"
+        given = "no baseline given" if baseline is None else "baseline matched"
+        reason = f"all checks pass on {len(reports)} device(s); {given}"
+    if injection.enabled:
+        reason += f" [fault injection on: {injection.count} elements corrupted]"
+    return ProbeResult(
+        verdict=verdict,
+        reason=reason,
+        fingerprint=fingerprint,
+        checks=results,
+        injection=injection,
+        duration_s=round(duration_s, 3),
+    )
