@@ -1,0 +1,648 @@
+"""SDCPolicy: which nodes sdcguard screens, when, with what, and what it does about failures."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic.config import JsonDict
+
+from sdcguard.api.common import (
+    CONDITIONS_LIST,
+    SET_LIST,
+    ApiModel,
+    Condition,
+    Duration,
+    NodeName,
+    ObjectMeta,
+    QualifiedName,
+    ShortText,
+    cel,
+    cel_rules,
+    parse_duration,
+)
+
+DEFAULT_ACCELERATORS = ("nvidia.com/gpu", "aws.amazon.com/neuron", "google.com/tpu", "amd.com/gpu")
+DEFAULT_GATE_TAINT = "sdcguard.dev/unqualified"
+DEFAULT_TESTING_TAINT = "sdcguard.dev/testing"
+DEFAULT_QUARANTINE_TAINT = "sdcguard.dev/quarantined"
+
+
+class CheckName(StrEnum):
+    """A probe check. Depth order (what a passing check may stand for) is in domain.judging."""
+
+    COMPUTE = "compute"
+    COLLECTIVE = "collective"
+    GOLDEN = "golden"
+    MEMORY = "memory"
+
+
+class Suite(StrEnum):
+    """A named list of checks: which one runs depends on why a node is tested."""
+
+    ACCEPTANCE = "acceptance"
+    REQUALIFICATION = "requalification"
+    REPAIR_VERIFICATION = "repairVerification"
+
+
+class Mode(StrEnum):
+    """Observe screens and records; Enforce also taints, cordons and opens tickets."""
+
+    OBSERVE = "Observe"
+    ENFORCE = "Enforce"
+
+
+class RepairStrategy(StrEnum):
+    """InPlace keeps the Node for repair; Replace deletes it so the cloud replaces it."""
+
+    IN_PLACE = "InPlace"
+    REPLACE = "Replace"
+
+
+class RetireAction(StrEnum):
+    """What happens to a node that used up its repair cycles."""
+
+    CORDON = "Cordon"
+    DELETE = "Delete"
+
+
+class BaselineMode(StrEnum):
+    """How golden digests for a new fingerprint are established."""
+
+    CONSENSUS = "Consensus"
+    RECORDED = "Recorded"
+
+
+class NodeSelector(ApiModel):
+    """Which nodes the policy covers."""
+
+    match_labels: dict[QualifiedName, Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=dict, max_length=32
+    )
+    """Labels a node must carry, all of them. Empty: every node with an accelerator."""
+
+
+class ReturnFromUse(ApiModel):
+    """Re-screen a qualified node after a workload used it and left it idle."""
+
+    enabled: bool = True
+    """Screen nodes again when they return from use."""
+    idle_for: Duration = "30m"
+    """How long a node must be idle (no pod using accelerators) before it is screened."""
+
+
+class Triggers(ApiModel):
+    """When nodes are screened."""
+
+    on_join: bool = True
+    """Gate new nodes and admit them only after the acceptance suite passes."""
+    on_return_from_use: ReturnFromUse = Field(default_factory=ReturnFromUse)
+    """Screen a node that was used since its last qualification once it is idle."""
+    max_qualification_age: Duration = Field(
+        default="168h",
+        json_schema_extra=cel_rules(
+            cel(
+                "self == '0' || duration(self) >= duration('1m')",
+                'spec.triggers.maxQualificationAge: must be "0" (never expire) or at least 1m, '
+                'e.g. "168h"',
+            )
+        ),
+    )
+    """A qualification older than this is renewed in the node's next idle window. "0": never."""
+    on_suspect: bool = True
+    """Honour the sdcguard.dev/suspect node annotation that workloads and people set."""
+    inconclusive_backoff: Duration = "10m"
+    """Wait before re-screening after an inconclusive result; doubles per repeat, up to 16x."""
+
+    @field_validator("max_qualification_age")
+    @classmethod
+    def _age_positive(cls, value: str) -> str:
+        if value != "0" and parse_duration(value) < 60:
+            raise ValueError(
+                'spec.triggers.maxQualificationAge: must be "0" (never expire) or at least 1m, '
+                'e.g. "168h"'
+            )
+        return value
+
+
+def _unique_checks_rule(path: str) -> JsonDict:
+    return {
+        "minItems": 1,
+        "maxItems": 8,
+        **cel_rules(
+            cel(
+                "self.all(c, self.exists_one(d, d.name == c.name))",
+                f"{path}: check names must be unique within a suite; list each check once",
+            )
+        ),
+    }
+
+
+class CheckSpec(ApiModel):
+    """One check of a suite."""
+
+    name: CheckName
+    """The check: compute, collective, golden or memory."""
+    timeout_seconds: int = Field(default=600, ge=10, le=86400)
+    """Time the probe gives this check before it reports a timeout."""
+    params: dict[Annotated[str, StringConstraints(max_length=63)], int | ShortText] = Field(
+        default_factory=dict, max_length=32
+    )
+    """Check parameters passed to the probe (e.g. steps, sizes), as numbers or strings."""
+
+
+def _checks(*names: CheckName) -> list[CheckSpec]:
+    return [CheckSpec(name=n) for n in names]
+
+
+def _acceptance() -> list[CheckSpec]:
+    return _checks(CheckName.COMPUTE, CheckName.COLLECTIVE, CheckName.GOLDEN)
+
+
+def _requalification() -> list[CheckSpec]:
+    return _checks(CheckName.COMPUTE, CheckName.COLLECTIVE, CheckName.GOLDEN)
+
+
+def _repair_verification() -> list[CheckSpec]:
+    return [CheckSpec(name=n, timeout_seconds=1800) for n in CheckName]
+
+
+class Suites(ApiModel):
+    """The checks run for each reason a node is tested."""
+
+    acceptance: list[CheckSpec] = Field(
+        default_factory=_acceptance, json_schema_extra=_unique_checks_rule("spec.suites.acceptance")
+    )
+    """Run on nodes that join the cluster before they take any work."""
+    requalification: list[CheckSpec] = Field(
+        default_factory=_requalification,
+        json_schema_extra=_unique_checks_rule("spec.suites.requalification"),
+    )
+    """Run on qualified nodes that return from use, expire or are suspected; also re-runs."""
+    repair_verification: list[CheckSpec] = Field(
+        default_factory=_repair_verification,
+        json_schema_extra=_unique_checks_rule("spec.suites.repairVerification"),
+    )
+    """Run on repaired nodes before they return; make it the strictest suite."""
+
+    @model_validator(mode="after")
+    def _unique_and_present(self) -> Suites:
+        for alias, checks in (
+            ("acceptance", self.acceptance),
+            ("requalification", self.requalification),
+            ("repairVerification", self.repair_verification),
+        ):
+            if not checks:
+                raise ValueError(f"spec.suites.{alias}: list at least one check")
+            names = [c.name for c in checks]
+            if len(set(names)) != len(names):
+                raise ValueError(
+                    f"spec.suites.{alias}: check names must be unique within a suite; "
+                    "list each check once"
+                )
+        return self
+
+    def checks(self, suite: Suite) -> list[CheckSpec]:
+        """The checks of ``suite``."""
+        return {
+            Suite.ACCEPTANCE: self.acceptance,
+            Suite.REQUALIFICATION: self.requalification,
+            Suite.REPAIR_VERIFICATION: self.repair_verification,
+        }[suite]
+
+
+Quantity = int | Annotated[str, StringConstraints(max_length=64)]
+
+
+class ResourceList(ApiModel):
+    """Requests and limits of the probe container (CPU, memory); accelerators are added."""
+
+    requests: dict[Annotated[str, StringConstraints(max_length=253)], Quantity] = Field(
+        default_factory=dict, max_length=16
+    )
+    """Minimum resources, e.g. cpu: "4", memory: 16Gi."""
+    limits: dict[Annotated[str, StringConstraints(max_length=253)], Quantity] = Field(
+        default_factory=dict, max_length=16
+    )
+    """Maximum resources. The node's accelerators are always requested in full."""
+
+
+class ProbeSpec(ApiModel):
+    """The probe Job that runs the checks on a node."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "self.activeDeadlineSeconds >= self.budgetSeconds",
+                "spec.probe.activeDeadlineSeconds: must be at least budgetSeconds, or the Job "
+                "is killed before the probe's own budget runs out",
+            )
+        )
+    )
+
+    image: Annotated[str, StringConstraints(max_length=512)] | None = None
+    """Probe image. Empty: the operator's default (SDCGUARD_DEFAULT_PROBE_IMAGE)."""
+    command: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
+        default=None, max_length=32
+    )
+    """Overrides the image's entrypoint."""
+    args: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
+        default=None, max_length=64
+    )
+    """Overrides the image's arguments (the suite and baseline are passed separately)."""
+    resources: ResourceList = Field(default_factory=ResourceList)
+    """CPU and memory for the probe container."""
+    cpu_devices: int = Field(default=0, ge=0, le=64)
+    """Simulated devices for the probe's cpu backend (nodes without accelerators, tests)."""
+    budget_seconds: int = Field(default=900, ge=30, le=86400)
+    """Time the probe plans its checks for; it reports inconclusive rather than overrun."""
+    active_deadline_seconds: int = Field(default=1800, ge=60, le=172800)
+    """Hard limit on the Job; when reached, the test's verdict is Timeout."""
+    ttl_seconds_after_finished: int = Field(default=3600, ge=0, le=604800)
+    """Seconds a finished probe Job is kept for its logs."""
+
+    @model_validator(mode="after")
+    def _deadline_covers_budget(self) -> ProbeSpec:
+        if self.active_deadline_seconds < self.budget_seconds:
+            raise ValueError(
+                "spec.probe.activeDeadlineSeconds: must be at least budgetSeconds, or the Job "
+                "is killed before the probe's own budget runs out"
+            )
+        return self
+
+
+MAX_UNAVAILABLE_FORMAT = (
+    'spec.budgets.maxUnavailable: must be a node count like 3 or a percent like "10%"'
+)
+MAX_UNAVAILABLE_RANGE = "spec.budgets.maxUnavailable: percent must be between 0% and 100%"
+MAX_UNAVAILABLE_NEGATIVE = "spec.budgets.maxUnavailable: a node count must not be negative"
+_PERCENT = re.compile(r"^[0-9]+%$")
+_PERCENT_0_100 = re.compile(r"^(100|[1-9]?[0-9])%$")
+
+
+class Budgets(ApiModel):
+    """Limits on how much of each pool sdcguard takes away at once."""
+
+    max_concurrent_tests: int = Field(default=2, ge=1, le=10000)
+    """Tests running at the same time in one pool."""
+    max_unavailable: int | Annotated[str, StringConstraints(max_length=8)] = Field(
+        default="10%",
+        json_schema_extra=cel_rules(
+            cel("type(self) == int || self.matches('^[0-9]+%$')", MAX_UNAVAILABLE_FORMAT),
+            cel(
+                "type(self) == int || !self.matches('^[0-9]+%$') "
+                "|| self.matches('^(100|[1-9]?[0-9])%$')",
+                MAX_UNAVAILABLE_RANGE,
+            ),
+            cel("type(self) != int || self >= 0", MAX_UNAVAILABLE_NEGATIVE),
+        ),
+    )
+    """Nodes of a pool that may be held by sdcguard (testing or quarantined), as a count
+    or a percent of the pool. A percent is rounded down, but a non-zero percent always
+    allows one node so small pools are still screened."""
+    pool_label: QualifiedName | None = None
+    """Label key that groups nodes into pools (e.g. node.kubernetes.io/instance-type);
+    budgets apply per pool. Empty: all nodes of the policy form one pool."""
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _count_or_percent(cls, value: int | str) -> int | str:
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError(MAX_UNAVAILABLE_NEGATIVE)
+            return value
+        if not _PERCENT.match(value):
+            raise ValueError(MAX_UNAVAILABLE_FORMAT)
+        if not _PERCENT_0_100.match(value):
+            raise ValueError(MAX_UNAVAILABLE_RANGE)
+        return value
+
+
+class Confirmation(ApiModel):
+    """How a first SDC verdict is confirmed before a node is quarantined."""
+
+    reruns: int = Field(default=1, ge=0, le=5)
+    """Re-runs on the same node after a first SDC verdict; one reproduced failure confirms.
+    0 quarantines on the first SDC verdict."""
+    require_same_check: bool = True
+    """A re-run confirms only if the same check fails again."""
+
+
+class Quarantine(ApiModel):
+    """What quarantining a node does."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "!self.drain || self.cordon",
+                "spec.quarantine.drain: draining needs cordon: true (else pods come back); "
+                "set cordon: true or drain: false",
+            )
+        )
+    )
+
+    taint_effect: Literal["NoSchedule", "NoExecute"] = "NoSchedule"
+    """Effect of the quarantine taint. NoExecute evicts running pods that do not tolerate it."""
+    cordon: bool = True
+    """Also mark the node unschedulable (undone only if sdcguard cordoned it)."""
+    drain: bool = False
+    """Evict running pods after cordoning. Off: running work finishes on its own."""
+
+    @model_validator(mode="after")
+    def _drain_needs_cordon(self) -> Quarantine:
+        if self.drain and not self.cordon:
+            raise ValueError(
+                "spec.quarantine.drain: draining needs cordon: true (else pods come back); "
+                "set cordon: true or drain: false"
+            )
+        return self
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret."""
+
+    name: NodeName
+    """Secret name."""
+    namespace: NodeName
+    """Secret namespace."""
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253)] = "token"
+    """Key within the Secret."""
+
+
+class TicketSink(ApiModel):
+    """Where new repair tickets are announced (the RepairTicket object always exists too)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "self.type != 'jira' || has(self.secretRef)",
+                "spec.repair.ticketSinks[].secretRef: required for type jira (the API token)",
+            )
+        )
+    )
+
+    type: Literal["webhook", "jira"]
+    """webhook: POST the ticket as JSON; jira: create an issue through the REST API."""
+    url: Annotated[str, StringConstraints(pattern=r"^https?://", max_length=2048)]
+    """Endpoint URL (http or https)."""
+    secret_ref: SecretKeyRef | None = None
+    """Credentials: a bearer token for webhooks, an API token for jira."""
+
+    @model_validator(mode="after")
+    def _jira_needs_secret(self) -> TicketSink:
+        if self.type == "jira" and self.secret_ref is None:
+            raise ValueError(
+                "spec.repair.ticketSinks[].secretRef: required for type jira (the API token)"
+            )
+        return self
+
+
+class Repair(ApiModel):
+    """The repair workflow for quarantined nodes."""
+
+    strategy: RepairStrategy = RepairStrategy.IN_PLACE
+    """InPlace: keep the Node (autoscalers are told not to remove it) and wait for the ticket's
+    resolution. Replace: delete the Node once the ticket is acknowledged."""
+    max_repair_cycles: int = Field(default=2, ge=1, le=10)
+    """Failed repair verifications after which the node is retired."""
+    ticket_sinks: list[TicketSink] = Field(default_factory=list, max_length=8)
+    """Systems told about new tickets."""
+    retire_action: RetireAction = RetireAction.CORDON
+    """What retiring does: Cordon keeps the node tainted and cordoned; Delete deletes it."""
+
+
+class CircuitBreaker(ApiModel):
+    """Stops quarantines when too many screenings fail at once (a bad image or driver, not a
+    bad fleet). Reset by hand: annotate the policy sdcguard.dev/reset-breaker=<new value>."""
+
+    window: Duration = Field(
+        default="1h",
+        json_schema_extra=cel_rules(
+            cel(
+                "duration(self) > duration('0s')",
+                'spec.circuitBreaker.window: must be longer than 0s, e.g. "1h"',
+            )
+        ),
+    )
+    """Sliding window of screenings the breaker looks at."""
+    min_samples: int = Field(default=5, ge=1, le=10000)
+    """Screenings the window must hold before the breaker can trip."""
+    max_failure_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Trip when more than this fraction of the window's screenings found SDC."""
+
+    @field_validator("window")
+    @classmethod
+    def _window_positive(cls, value: str) -> str:
+        if parse_duration(value) <= 0:
+            raise ValueError('spec.circuitBreaker.window: must be longer than 0s, e.g. "1h"')
+        return value
+
+
+class BaselineSettings(ApiModel):
+    """How golden values are established for a fingerprint without a trusted baseline."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "self.mode != 'Consensus' || self.quorum >= 2",
+                "spec.baseline.quorum: Consensus needs at least 2 agreeing nodes; "
+                "raise quorum or use mode: Recorded",
+            )
+        )
+    )
+
+    mode: BaselineMode = BaselineMode.CONSENSUS
+    """Consensus: trust digests once quorum nodes agree. Recorded: trust the digests of the
+    nodes named in the SDCBaseline's recordedFrom once they all agree."""
+    quorum: int = Field(default=3, ge=1, le=100)
+    """Agreeing nodes needed for a Consensus baseline."""
+
+    @model_validator(mode="after")
+    def _quorum(self) -> BaselineSettings:
+        if self.mode == BaselineMode.CONSENSUS and self.quorum < 2:
+            raise ValueError(
+                "spec.baseline.quorum: Consensus needs at least 2 agreeing nodes; "
+                "raise quorum or use mode: Recorded"
+            )
+        return self
+
+
+class TaintKeys(ApiModel):
+    """Keys of the taints sdcguard adds (and later removes: only those it added)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "self.gate != self.testing && self.gate != self.quarantine "
+                "&& self.testing != self.quarantine",
+                "spec.taints: gate, testing and quarantine must be three different keys",
+            )
+        )
+    )
+
+    gate: QualifiedName = DEFAULT_GATE_TAINT
+    """Keeps new nodes free of work until they pass acceptance. Apply it at registration
+    (kubelet --register-with-taints, Karpenter startupTaints) and tell Cluster Autoscaler with
+    --startup-taint, or use a startup-taint.cluster-autoscaler.kubernetes.io/ key."""
+    testing: QualifiedName = DEFAULT_TESTING_TAINT
+    """Reserves a node for a test (NoSchedule)."""
+    quarantine: QualifiedName = DEFAULT_QUARANTINE_TAINT
+    """Marks a quarantined node. A status-taint.cluster-autoscaler.kubernetes.io/ key makes
+    Cluster Autoscaler treat the node as unusable and add capacity."""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> TaintKeys:
+        if len({self.gate, self.testing, self.quarantine}) != 3:
+            raise ValueError(
+                "spec.taints: gate, testing and quarantine must be three different keys"
+            )
+        return self
+
+
+def _accelerators() -> list[str]:
+    return list(DEFAULT_ACCELERATORS)
+
+
+ExtendedResourceName = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        max_length=253,
+    ),
+]
+
+
+class SDCPolicySpec(ApiModel):
+    """Which nodes sdcguard screens for silent data corruption, when, and what it does."""
+
+    node_selector: NodeSelector = Field(default_factory=NodeSelector)
+    """Nodes covered by this policy."""
+    accelerators: list[ExtendedResourceName] = Field(
+        default=list(DEFAULT_ACCELERATORS), min_length=1, max_length=16, json_schema_extra=SET_LIST
+    )
+    """Extended resources that make a node an accelerator node; their allocatable count is the
+    node's device count."""
+    triggers: Triggers = Field(default_factory=Triggers)
+    """When nodes are screened."""
+    suites: Suites = Field(default_factory=Suites)
+    """Which checks run for each reason."""
+    probe: ProbeSpec = Field(default_factory=ProbeSpec)
+    """The probe Job."""
+    budgets: Budgets = Field(default_factory=Budgets)
+    """How much capacity screening may take away at once."""
+    confirmation: Confirmation = Field(default_factory=Confirmation)
+    """Re-runs that confirm an SDC verdict before quarantine."""
+    quarantine: Quarantine = Field(default_factory=Quarantine)
+    """What quarantining a node does."""
+    repair: Repair = Field(default_factory=Repair)
+    """Repair tickets, cycles and retirement."""
+    circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
+    """Stops quarantines during a failure storm."""
+    baseline: BaselineSettings = Field(default_factory=BaselineSettings)
+    """How golden values are established."""
+    mode: Mode = Mode.ENFORCE
+    """Observe: screen and record verdicts, labels and events, but never taint, cordon, delete
+    or open tickets. Enforce: act."""
+    paused: bool = False
+    """Start no new tests; running ones finish and their results are still applied."""
+    taints: TaintKeys = Field(default_factory=TaintKeys)
+    """Taint keys sdcguard uses."""
+
+    @field_validator("accelerators")
+    @classmethod
+    def _unique_accelerators(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("spec.accelerators: list each resource name once")
+        return value
+
+
+class BreakerSample(ApiModel):
+    """One finished screening, as the circuit breaker counts it."""
+
+    time: dt.datetime
+    """When the screening finished."""
+    failed: bool
+    """Whether it found SDC."""
+    node_name: Annotated[str, StringConstraints(max_length=253)] = ""
+    """The screened node."""
+    test_name: Annotated[str, StringConstraints(max_length=253)] = ""
+    """The SDCTest."""
+
+
+class BreakerState(StrEnum):
+    """Closed: quarantines proceed. Open: quarantines are held until a manual reset."""
+
+    CLOSED = "Closed"
+    OPEN = "Open"
+
+
+class BreakerStatus(ApiModel):
+    """The circuit breaker, reconstructed from its samples on every pass."""
+
+    state: BreakerState = BreakerState.CLOSED
+    """Closed or Open."""
+    tripped_at: dt.datetime | None = None
+    """When it opened."""
+    reason: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """Why it is in this state, e.g. "3 of 5 screenings failed in the last 1h (limit 50%)"."""
+    samples: list[BreakerSample] = Field(default_factory=list, max_length=1000)
+    """Recent screenings (pruned to what the breaker needs)."""
+    window_samples: int = Field(default=0, ge=0)
+    """Screenings in the current window."""
+    window_failures: int = Field(default=0, ge=0)
+    """Of those, screenings that found SDC."""
+    reset_marker: Annotated[str, StringConstraints(max_length=253)] | None = None
+    """The last sdcguard.dev/reset-breaker annotation value acted on."""
+    reset_at: dt.datetime | None = None
+    """When the breaker was last reset; earlier samples are ignored."""
+
+
+class NodeCounts(ApiModel):
+    """Nodes of this policy in each lifecycle state."""
+
+    unqualified: int = Field(default=0, ge=0)
+    """Joined, gated, waiting for acceptance."""
+    testing: int = Field(default=0, ge=0)
+    """Reserved and being screened."""
+    qualified: int = Field(default=0, ge=0)
+    """Passed their last screening."""
+    suspect: int = Field(default=0, ge=0)
+    """Failed once or were reported; being confirmed."""
+    quarantined: int = Field(default=0, ge=0)
+    """Confirmed SDC, waiting for repair."""
+    repairing: int = Field(default=0, ge=0)
+    """Handed to the repair side."""
+    verifying: int = Field(default=0, ge=0)
+    """Repaired, being verified."""
+    retired: int = Field(default=0, ge=0)
+    """Out of repair cycles."""
+    excluded: int = Field(default=0, ge=0)
+    """Opted out with sdcguard.dev/exclude=true."""
+
+
+class SDCPolicyStatus(ApiModel):
+    """What the operator observed for this policy."""
+
+    observed_generation: int | None = None
+    """The metadata.generation last acted on."""
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=16, json_schema_extra=CONDITIONS_LIST
+    )
+    """Ready, BreakerOpen, Paused, TransitionErrors."""
+    breaker: BreakerStatus = Field(default_factory=BreakerStatus)
+    """The circuit breaker."""
+    counts: NodeCounts = Field(default_factory=NodeCounts)
+    """Nodes by lifecycle state."""
+
+
+class SDCPolicy(ApiModel):
+    """SDCPolicy: which nodes are screened for silent data corruption, and how."""
+
+    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    kind: Literal["SDCPolicy"] = "SDCPolicy"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SDCPolicySpec = Field(default_factory=SDCPolicySpec)
+    status: SDCPolicyStatus | None = None

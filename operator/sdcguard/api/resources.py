@@ -1,0 +1,147 @@
+"""The four resources: names, printer columns, and body conversion."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sdcguard.api.baseline import SDCBaseline, SDCBaselineSpec, SDCBaselineStatus
+from sdcguard.api.common import API_VERSION, GROUP, ApiModel
+from sdcguard.api.policy import SDCPolicy, SDCPolicySpec, SDCPolicyStatus
+from sdcguard.api.sdctest import SDCTest, SDCTestSpec, SDCTestStatus
+from sdcguard.api.ticket import RepairTicket, RepairTicketSpec, RepairTicketStatus
+
+CATEGORY = "sdcguard"
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    """One ``kubectl get`` column."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+
+
+AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A custom resource kind and everything its CRD needs."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    model: type[ApiModel]
+    spec: type[ApiModel]
+    status: type[ApiModel]
+    columns: tuple[PrinterColumn, ...]
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+
+POLICY = Resource(
+    kind="SDCPolicy",
+    plural="sdcpolicies",
+    short_names=("sdcp",),
+    model=SDCPolicy,
+    spec=SDCPolicySpec,
+    status=SDCPolicyStatus,
+    columns=(
+        PrinterColumn("Mode", ".spec.mode", description="Observe or Enforce"),
+        PrinterColumn("Paused", ".spec.paused", "boolean", priority=1),
+        PrinterColumn("Breaker", ".status.breaker.state", description="Circuit breaker"),
+        PrinterColumn("Qualified", ".status.counts.qualified", "integer"),
+        PrinterColumn("Quarantined", ".status.counts.quarantined", "integer"),
+        PrinterColumn("Testing", ".status.counts.testing", "integer", priority=1),
+        PrinterColumn("Retired", ".status.counts.retired", "integer", priority=1),
+        AGE,
+    ),
+)
+TEST = Resource(
+    kind="SDCTest",
+    plural="sdctests",
+    short_names=("sdct",),
+    model=SDCTest,
+    spec=SDCTestSpec,
+    status=SDCTestStatus,
+    columns=(
+        PrinterColumn("Node", ".spec.nodeName"),
+        PrinterColumn("Suite", ".spec.suite"),
+        PrinterColumn("Reason", ".spec.reason"),
+        PrinterColumn("Attempt", ".spec.attempt", "integer", priority=1),
+        PrinterColumn("Phase", ".status.phase"),
+        PrinterColumn("Verdict", ".status.verdict"),
+        PrinterColumn("Why", ".status.reason", priority=1),
+        AGE,
+    ),
+)
+TICKET = Resource(
+    kind="RepairTicket",
+    plural="repairtickets",
+    short_names=("rt",),
+    model=RepairTicket,
+    spec=RepairTicketSpec,
+    status=RepairTicketStatus,
+    columns=(
+        PrinterColumn("Node", ".spec.nodeName"),
+        PrinterColumn("Phase", ".status.phase"),
+        PrinterColumn("Cycle", ".status.cycle", "integer"),
+        PrinterColumn("Resolution", ".spec.resolution"),
+        PrinterColumn("External", ".spec.external.id"),
+        AGE,
+    ),
+)
+BASELINE = Resource(
+    kind="SDCBaseline",
+    plural="sdcbaselines",
+    short_names=("sdcb",),
+    model=SDCBaseline,
+    spec=SDCBaselineSpec,
+    status=SDCBaselineStatus,
+    columns=(
+        PrinterColumn("Fingerprint", ".spec.fingerprint.shortHash"),
+        PrinterColumn("Device", ".spec.fingerprint.deviceModel", priority=1),
+        PrinterColumn("Source", ".spec.source"),
+        PrinterColumn("Trusted", ".spec.trusted", "boolean"),
+        PrinterColumn("Nodes", ".status.agreeingNodes", description="Agreeing nodes"),
+        AGE,
+    ),
+)
+RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE)
+_BY_KIND = {r.kind: r for r in RESOURCES}
+
+Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline
+
+
+def to_body(model: ApiModel) -> dict[str, Any]:
+    """The camelCase dict the API server expects; unset optional fields are left out."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def from_body(body: Mapping[str, Any]) -> Body:
+    """Parse an object read from the API server into its model, by ``kind``.
+
+    Raises ValueError for another apiVersion or kind, and pydantic's ValidationError
+    (naming the field) for a malformed object.
+    """
+    if body.get("apiVersion") != API_VERSION:
+        raise ValueError(f"expected apiVersion {API_VERSION}, got {body.get('apiVersion')!r}")
+    resource = _BY_KIND.get(str(body.get("kind")))
+    if resource is None:
+        raise ValueError(
+            f"unknown kind {body.get('kind')!r}; expected one of {', '.join(sorted(_BY_KIND))}"
+        )
+    parsed = resource.model.model_validate(body)
+    assert isinstance(parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline)
+    return parsed

@@ -1,0 +1,188 @@
+"""SDCTest: one screening of one node (like a Job, for a node)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
+
+from sdcguard.api.common import (
+    CONDITIONS_LIST,
+    HEX_DIGEST_PATTERN,
+    ApiModel,
+    Condition,
+    HexDigest,
+    NodeName,
+    ObjectMeta,
+    cel,
+    cel_rules,
+)
+from sdcguard.api.policy import Suite
+
+
+class ScreeningReason(StrEnum):
+    """Why a node is tested."""
+
+    JOIN = "Join"
+    RETURN_FROM_USE = "ReturnFromUse"
+    EXPIRY = "Expiry"
+    SUSPECT = "Suspect"
+    MANUAL = "Manual"
+    REPAIR_VERIFICATION = "RepairVerification"
+    CONFIRMATION = "Confirmation"
+
+
+class SDCTestPhase(StrEnum):
+    """Where a test is: Pending -> Reserving -> Running -> Passed | Failed | Inconclusive,
+    or Cancelled."""
+
+    PENDING = "Pending"
+    RESERVING = "Reserving"
+    RUNNING = "Running"
+    PASSED = "Passed"
+    FAILED = "Failed"
+    INCONCLUSIVE = "Inconclusive"
+    CANCELLED = "Cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the test has ended."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {SDCTestPhase.PASSED, SDCTestPhase.FAILED, SDCTestPhase.INCONCLUSIVE, SDCTestPhase.CANCELLED}
+)
+
+
+class Verdict(StrEnum):
+    """What a finished test found. Only SDC is evidence of wrong answers; Crash and Timeout
+    are faults of another kind and never quarantine on their own."""
+
+    PASS = "Pass"
+    SDC = "SDC"
+    CRASH = "Crash"
+    TIMEOUT = "Timeout"
+    INCONCLUSIVE = "Inconclusive"
+
+
+class CheckVerdict(StrEnum):
+    """What one check found."""
+
+    PASS = "Pass"
+    SDC = "SDC"
+    INCONCLUSIVE = "Inconclusive"
+
+
+BaselineComparison = Literal["match", "mismatch", "absent", "fingerprint-mismatch"]
+
+
+class CheckStatus(ApiModel):
+    """The result of one check, as judged by the operator."""
+
+    name: Annotated[str, StringConstraints(max_length=64)]
+    """The check (compute, collective, golden, memory)."""
+    verdict: CheckVerdict
+    """Pass, SDC or Inconclusive."""
+    reason: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """Why, in words."""
+    digest: Annotated[str, StringConstraints(pattern=HEX_DIGEST_PATTERN)] | None = None
+    """sha256 of everything the check computed; compared with the baseline."""
+    metrics: dict[
+        Annotated[str, StringConstraints(max_length=64)],
+        Annotated[str, StringConstraints(max_length=256)],
+    ] = Field(default_factory=dict, max_length=64)
+    """Measurements (mismatch counts, bandwidth, seconds), as strings."""
+    odd_device: int | None = Field(default=None, ge=0)
+    """The device index that disagreed with the others, if one could be named."""
+    first_divergent_step: int | None = Field(default=None, ge=0)
+    """golden: the first training step whose values differ."""
+    first_divergent_submodule: Annotated[str, StringConstraints(max_length=256)] | None = None
+    """golden: the first submodule whose outputs differ at that step."""
+    baseline: BaselineComparison | None = None
+    """Comparison with the trusted baseline: match, mismatch, absent or fingerprint-mismatch."""
+
+
+class SDCTestSpec(ApiModel):
+    """What to screen, why, and with which suite. Immutable."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel("self == oldSelf", "spec: an SDCTest's spec is immutable; create a new SDCTest"),
+            cel(
+                "self.reason != 'RepairVerification' "
+                "|| (has(self.ticketRef) && self.suite == 'repairVerification')",
+                "spec.ticketRef: reason RepairVerification needs ticketRef and "
+                "suite: repairVerification",
+            ),
+        )
+    )
+
+    node_name: NodeName
+    """The node to screen."""
+    policy_ref: NodeName
+    """The SDCPolicy whose suites, probe and budgets apply."""
+    suite: Suite = Suite.REQUALIFICATION
+    """acceptance, requalification or repairVerification."""
+    reason: ScreeningReason = ScreeningReason.MANUAL
+    """Why: Join, ReturnFromUse, Expiry, Suspect, Manual, RepairVerification, Confirmation."""
+    attempt: int = Field(default=1, ge=1, le=100)
+    """1 for a first screening; counts re-runs (confirmations, retries after inconclusive)."""
+    ticket_ref: NodeName | None = None
+    """The RepairTicket a repairVerification test verifies."""
+
+    @model_validator(mode="after")
+    def _verification_has_ticket(self) -> SDCTestSpec:
+        if self.reason == ScreeningReason.REPAIR_VERIFICATION and (
+            self.ticket_ref is None or self.suite != Suite.REPAIR_VERIFICATION
+        ):
+            raise ValueError(
+                "spec.ticketRef: reason RepairVerification needs ticketRef and "
+                "suite: repairVerification"
+            )
+        return self
+
+
+class SDCTestStatus(ApiModel):
+    """Progress and result of the screening."""
+
+    phase: SDCTestPhase = SDCTestPhase.PENDING
+    """Pending, Reserving, Running, Passed, Failed, Inconclusive or Cancelled."""
+    verdict: Verdict | None = None
+    """Pass, SDC, Crash, Timeout or Inconclusive, once finished."""
+    reason: Annotated[str, StringConstraints(max_length=64)] = ""
+    """One CamelCase word, e.g. DigestMismatch, ResultTruncated."""
+    message: Annotated[str, StringConstraints(max_length=4096)] = ""
+    """What was found and what to do, for people."""
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=16, json_schema_extra=CONDITIONS_LIST
+    )
+    """Reserved, JobCreated, Complete."""
+    checks: list[CheckStatus] = Field(default_factory=list, max_length=16)
+    """Per-check results."""
+    job_name: Annotated[str, StringConstraints(max_length=253)] | None = None
+    """The probe Job."""
+    fingerprint_hash: HexDigest | None = None
+    """Fingerprint of the hardware and software that ran the probe."""
+    start_time: dt.datetime | None = None
+    """When the probe started."""
+    completion_time: dt.datetime | None = None
+    """When the test finished."""
+
+
+class SDCTest(ApiModel):
+    """SDCTest: one screening of one node for silent data corruption."""
+
+    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    kind: Literal["SDCTest"] = "SDCTest"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SDCTestSpec
+    status: SDCTestStatus | None = None
+
+
+def check_test_update(old: SDCTestSpec, new: SDCTestSpec) -> None:
+    """Python twin of the ``self == oldSelf`` rule on SDCTest.spec; raises ValueError."""
+    if old != new:
+        raise ValueError("spec: an SDCTest's spec is immutable; create a new SDCTest")

@@ -1,0 +1,167 @@
+"""RepairTicket: one quarantine incident, from quarantine to return or retirement."""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from sdcguard.api.common import (
+    CONDITIONS_LIST,
+    SET_LIST,
+    ApiModel,
+    Condition,
+    NodeName,
+    ObjectMeta,
+    cel,
+    cel_rules,
+)
+
+Id = Annotated[str, StringConstraints(max_length=253)]
+
+
+class Resolution(StrEnum):
+    """The repair side's answer. Repaired, Replaced and FalseAlarm lead to verification;
+    Retire takes the node out for good."""
+
+    REPAIRED = "Repaired"
+    REPLACED = "Replaced"
+    FALSE_ALARM = "FalseAlarm"
+    RETIRE = "Retire"
+
+
+class TicketPhase(StrEnum):
+    """Open -> Acknowledged -> InRepair -> Verifying -> Closed, or Retired."""
+
+    OPEN = "Open"
+    ACKNOWLEDGED = "Acknowledged"
+    IN_REPAIR = "InRepair"
+    VERIFYING = "Verifying"
+    CLOSED = "Closed"
+    RETIRED = "Retired"
+
+
+class HardwareIdentity(ApiModel):
+    """What identifies the hardware across Node re-creations (repeat offenders)."""
+
+    provider_id: Id | None = Field(default=None, alias="providerID")
+    """The Node's spec.providerID (cloud instance)."""
+    machine_id: Id | None = Field(default=None, alias="machineID")
+    """status.nodeInfo.machineID."""
+    system_uuid: Id | None = Field(default=None, alias="systemUUID")
+    """status.nodeInfo.systemUUID."""
+    device_ids: list[Id] = Field(
+        default_factory=list, alias="deviceIDs", max_length=64, json_schema_extra=SET_LIST
+    )
+    """Accelerator UUIDs or serial numbers, when known."""
+
+
+class ExternalRef(ApiModel):
+    """The ticket in an external repair system."""
+
+    system: Annotated[str, StringConstraints(min_length=1, max_length=63)]
+    """The system, e.g. jira, servicenow, a vendor RMA portal."""
+    id: Id
+    """The ticket's id there."""
+    url: Annotated[str, StringConstraints(max_length=2048)] | None = None
+    """Link to it."""
+
+
+class RepairTicketSpec(ApiModel):
+    """The incident: which node, why (evidence), and the repair side's answer."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "!has(oldSelf.resolution) || oldSelf.resolution != 'Retire' "
+                "|| (has(self.resolution) && self.resolution == 'Retire')",
+                "spec.resolution: Retire is final; open a new ticket if the node comes back",
+            ),
+        )
+    )
+
+    node_name: NodeName = Field(
+        json_schema_extra=cel_rules(cel("self == oldSelf", "spec.nodeName is immutable"))
+    )
+    """The quarantined node."""
+    policy_ref: NodeName | None = None
+    """The SDCPolicy that quarantined it."""
+    hardware: HardwareIdentity = Field(default_factory=HardwareIdentity)
+    """Hardware identity, for repeat-offender history."""
+    evidence: list[Id] = Field(default_factory=list, max_length=64, json_schema_extra=SET_LIST)
+    """SDCTest names that led to (and followed) the quarantine."""
+    external: ExternalRef | None = None
+    """The ticket in an external system; setting it acknowledges the ticket."""
+    resolution: Resolution | None = None
+    """Set by the repair side when done: Repaired, Replaced, FalseAlarm or Retire."""
+    resolution_note: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    """What was done, for the history."""
+
+
+class HistoryEntry(ApiModel):
+    """One step of the ticket's life."""
+
+    time: dt.datetime
+    """When."""
+    phase: TicketPhase
+    """The phase entered."""
+    message: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """What happened."""
+
+
+class Notification(ApiModel):
+    """Delivery of the ticket to the configured sinks."""
+
+    delivered: bool = False
+    """All sinks accepted it."""
+    attempts: int = Field(default=0, ge=0)
+    """Delivery attempts so far."""
+    last_error: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    """The last failure, if any."""
+    idempotency_key: Annotated[str, StringConstraints(max_length=128)] | None = None
+    """Sent with every attempt so a sink creates the external ticket once."""
+    last_attempt: dt.datetime | None = None
+    """When delivery was last tried."""
+
+
+class RepairTicketStatus(ApiModel):
+    """Where the incident is."""
+
+    phase: TicketPhase = TicketPhase.OPEN
+    """Open, Acknowledged, InRepair, Verifying, Closed or Retired."""
+    cycle: int = Field(default=1, ge=1)
+    """Repair attempt; raised each time a repair fails verification."""
+    history: list[HistoryEntry] = Field(default_factory=list, max_length=256)
+    """Every phase change."""
+    opened_at: dt.datetime | None = None
+    """When the node was quarantined."""
+    closed_at: dt.datetime | None = None
+    """When the ticket closed or the node retired."""
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=16, json_schema_extra=CONDITIONS_LIST
+    )
+    """Notified, Verified."""
+    notification: Notification = Field(default_factory=Notification)
+    """Delivery to ticket sinks."""
+
+
+class RepairTicket(ApiModel):
+    """RepairTicket: one quarantine of one node, handed to a repair workflow."""
+
+    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    kind: Literal["RepairTicket"] = "RepairTicket"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: RepairTicketSpec
+    status: RepairTicketStatus | None = None
+
+
+def check_ticket_update(old: RepairTicketSpec, new: RepairTicketSpec) -> None:
+    """Python twin of the RepairTicket transition rules; raises ValueError."""
+    if old.node_name != new.node_name:
+        raise ValueError("spec.nodeName is immutable")
+    if old.resolution == Resolution.RETIRE and new.resolution != Resolution.RETIRE:
+        raise ValueError(
+            "spec.resolution: Retire is final; open a new ticket if the node comes back"
+        )
