@@ -97,7 +97,8 @@ def setup_backend(name: BackendName, index: int, threads: int) -> Backend:
     try:  # fp32 matmuls must be fp32 on TPU (the default uses bf16 passes)
         import torch_xla.backends
 
-        torch_xla.backends.set_mat_mul_precision("highest")
+        if torch_xla.backends.get_mat_mul_precision() != "highest":
+            torch_xla.backends.set_mat_mul_precision("highest")
     except (ImportError, AttributeError):  # older torch-xla
         pass
     return Backend(name, index, torch_xla.device(), threads)

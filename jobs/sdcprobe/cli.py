@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -196,16 +197,32 @@ def _options(args: argparse.Namespace) -> RunOptions:
     )
 
 
+class Terminated(Exception):
+    """SIGTERM arrived (Pod deadline, eviction): stop workers, report inconclusive."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated(f"terminated by signal {signum} before the checks finished")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``sdcprobe run``."""
+    started = time.perf_counter()
     opts = _options(args)
     opts.faults = _load_faults(args)
     opts.baseline = _load_baseline(args)
     if opts.faults is not None:
-        _log(
-            f"FAULT INJECTION ENABLED: {len(opts.faults.faults)} fault(s); this is not a screening"
-        )
-    return emit(run_probe(opts).result, _result_file(args))
+        count = len(opts.faults.faults)
+        _log(f"FAULT INJECTION ENABLED: {count} fault(s); this is not a screening")
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        result = run_probe(opts).result
+    except Terminated as exc:  # the runner has already stopped its workers
+        elapsed = round(time.perf_counter() - started, 3)
+        result = ProbeResult(verdict="inconclusive", reason=str(exc), duration_s=elapsed)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return emit(result, _result_file(args))
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ died) is killed at the deadline and the run is inconclusive, not stuck.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -27,6 +28,14 @@ from sdcprobe.judge import judge
 from sdcprobe.result import Baseline, ProbeResult
 from sdcprobe.trace import WorkerReport
 from sdcprobe.worker import WorkerPlan, report_path
+
+# Resolved in the parent: between fork and exec only async-signal-safe work is allowed.
+_PR_SET_PDEATHSIG = 1
+_LIBC: ctypes.CDLL | None = None
+if sys.platform == "linux":
+    with contextlib.suppress(OSError, AttributeError):
+        _LIBC = ctypes.CDLL(None)
+        _LIBC.prctl  # noqa: B018  (fail here, not in the child, if it is missing)
 
 #: After one worker dies, how long the others get to finish what does not need it.
 CRASH_GRACE_S = 5.0
@@ -79,6 +88,13 @@ def _worker_env(threads: int) -> dict[str, str]:
     env["OMP_NUM_THREADS"] = str(threads)
     env["MKL_NUM_THREADS"] = str(threads)
     return env
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the parent dies (Linux), so a probe
+    killed from outside (Pod deadline, simulator) never leaves workers running."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -135,12 +151,24 @@ def run_probe(opts: RunOptions) -> ProbeRun:
             commands = []
         else:
             commands = [[*base, str(rank)] for rank in range(count)]
-        procs = [
-            # stdout belongs to the result document: worker chatter goes to stderr.
-            subprocess.Popen(cmd, env=env, stdout=sys.stderr.fileno(), start_new_session=True)
-            for cmd in commands
-        ]
-        cut_short = _supervise(procs, opts.deadline_s())
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for cmd in commands:
+                # stdout belongs to the result document: worker chatter goes to stderr.
+                # Own process group, so a hung worker and anything it started can be
+                # killed together; and it dies with us (see _die_with_parent).
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=env,
+                        stdout=sys.stderr.fileno(),
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent,
+                    )
+                )
+            cut_short = _supervise(procs, opts.deadline_s())
+        finally:
+            _kill(procs)  # no-op for workers that finished; never leaves orphans behind
         reports = _collect(workdir, count, procs, cut_short)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
