@@ -1,0 +1,1 @@
+"""Benchmarks: probe timings, detection power, operator scale. Results go to bench/results/."""

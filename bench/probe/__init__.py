@@ -1,0 +1,1 @@
+"""Probe timing benchmark: ``python -m bench.probe.run``."""

@@ -1,0 +1,122 @@
+"""How long the probe takes: per check wall and CPU seconds, per budget.
+
+    python -m bench.probe.run [--budgets 15,60] [--device cpu] [--cpu-devices 2]
+
+Runs the real probe (worker processes and all) the way ``sdcprobe run`` does and
+writes ``bench/results/probe.json``: for every budget the total wall time, the
+CPU seconds of the probe and its workers, and per check the slowest device's
+wall time and the CPU seconds summed over devices. The fleet simulator runs
+many probes at once, so CPU seconds matter as much as wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sdcprobe.runner import RunOptions, run_probe
+
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "probe.json"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _children_cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def measure(device: str, budget: float, cpu_devices: int, checks: list[str]) -> dict[str, Any]:
+    """One probe run: verdict, total wall/CPU, per-check wall (slowest device) and CPU (sum)."""
+    cpu0, wall0 = _children_cpu(), time.perf_counter()
+    run = run_probe(RunOptions(device=device, budget=budget, cpu_devices=cpu_devices, checks=checks))
+    wall, cpu = time.perf_counter() - wall0, _children_cpu() - cpu0
+    per_check: dict[str, Any] = {}
+    worker_walls = []
+    for name in checks:
+        traces = [r.checks[name] for r in run.reports.values() if r is not None and name in r.checks]
+        per_check[name] = {
+            "wall_s": round(max((t.wall_s for t in traces), default=0.0), 3),
+            "cpu_s": round(sum(t.cpu_s for t in traces), 3),
+            "verdict": run.result.checks[name].verdict,
+            "metrics": run.result.checks[name].metrics,
+        }
+    for report in run.reports.values():
+        if report is not None:
+            worker_walls.append(report.wall_s)
+    checks_wall = sum(c["wall_s"] for c in per_check.values())
+    return {
+        "device": device,
+        "budget_s": budget,
+        "cpu_devices": cpu_devices,
+        "verdict": run.result.verdict,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        # Process start, imports and device setup: what the checks' own time does not cover.
+        "startup_s": round(wall - checks_wall, 3),
+        "worker_wall_s": round(max(worker_walls, default=0.0), 3),
+        "checks": per_check,
+        "config": run.config.model_dump(mode="json"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and write the results file."""
+    parser = argparse.ArgumentParser(prog="bench.probe.run", description=__doc__)
+    parser.add_argument("--budgets", default="15,60", help="comma-separated budgets in seconds")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--cpu-devices", type=int, default=2)
+    parser.add_argument("--checks", default="compute,collective,golden")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per budget (median reported)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    checks = args.checks.split(",")
+    runs = []
+    for budget in (float(b) for b in args.budgets.split(",")):
+        trials = [measure(args.device, budget, args.cpu_devices, checks) for _ in range(args.repeat)]
+        best = sorted(trials, key=lambda t: t["wall_s"])[len(trials) // 2]
+        best["wall_s_all"] = [t["wall_s"] for t in trials]
+        best["wall_s_median"] = statistics.median(best["wall_s_all"])
+        runs.append(best)
+        per = ", ".join(f"{n} {c['wall_s']:.1f}s" for n, c in best["checks"].items())
+        print(
+            f"budget {budget:g}s on {args.cpu_devices} {args.device} device(s): "
+            f"{best['verdict']} in {best['wall_s']:.1f}s wall, {best['cpu_s']:.1f}s CPU ({per})",
+            file=sys.stderr,
+        )
+    doc = {
+        "benchmark": "probe",
+        "command": "python -m bench.probe.run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(),
+        },
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0 if all(r["verdict"] == "pass" for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
