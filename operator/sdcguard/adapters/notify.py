@@ -1,0 +1,875 @@
+"""Ticket sinks: tell external systems about RepairTickets.
+
+Two sinks, both synchronous and free of Kubernetes calls (the operator runs them
+in a worker thread and records the outcome in ``status.notification``):
+
+- **webhook**: POST a JSON document (:class:`WebhookPayload`, schema version
+  ``WEBHOOK_SCHEMA_VERSION``) signed with HMAC-SHA256 over the exact body
+  (``X-Sdcguard-Signature: sha256=<hex>``) and carrying an ``Idempotency-Key``
+  that is the same for every attempt of one event, across retries and restarts.
+- **jira**: create an issue through the Jira Cloud REST API v3 (description in
+  Atlassian Document Format, Basic auth ``email:token``), comment on updates,
+  and transition it on close.
+
+Delivery is at-least-once: :func:`deliver` makes a bounded number of attempts
+with exponential backoff and returns a :class:`DeliveryOutcome` instead of
+raising; the operator stores it with :func:`record_delivery` and calls again
+after ``outcome.retry_after`` seconds until the sink accepts. Receivers
+de-duplicate on the idempotency key.
+
+Time (``sleep``) and the network (``opener``) are passed in, so every branch is
+testable without waiting or a real endpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import email.utils
+import hashlib
+import hmac
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Protocol, TypedDict
+
+from sdcguard.api import (
+    GROUP,
+    VERSION,
+    ExternalRef,
+    Notification,
+    RepairTicket,
+    TicketPhase,
+    TicketSink,
+)
+
+WEBHOOK_SCHEMA_VERSION = "1"
+"""Version of :class:`WebhookPayload`; raised only for changes that break receivers."""
+SIGNATURE_HEADER = "X-Sdcguard-Signature"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+EVENT_HEADER = "X-Sdcguard-Event"
+ATTEMPT_HEADER = "X-Sdcguard-Delivery-Attempt"
+USER_AGENT = "sdcguard-notify/1"
+MAX_ERROR_CHARS = 1000  # status.notification.lastError is limited to 1024
+DEFAULT_TIMEOUT_SECONDS = 10.0
+# Bounded work per call: the operator, not this loop, is what retries for hours.
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_BASE_DELAY_SECONDS = 1.0
+MAX_DELAY_PER_CALL_SECONDS = 10.0
+# Between calls: 30s, 1m, 2m, ... capped at 1h.
+RETRY_AFTER_BASE_SECONDS = 30.0
+RETRY_AFTER_CAP_SECONDS = 3600.0
+RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class TicketEvent(StrEnum):
+    """What happened to the ticket."""
+
+    OPENED = "ticket.opened"
+    UPDATED = "ticket.updated"
+    CLOSED = "ticket.closed"
+
+
+# --------------------------------------------------------------------------- payload
+
+
+class HardwarePayload(TypedDict, total=False):
+    """Hardware identity, as far as it is known."""
+
+    providerID: str
+    machineID: str
+    systemUUID: str
+    deviceIDs: list[str]
+
+
+class ExternalPayload(TypedDict):
+    """The ticket in an external system, once one exists."""
+
+    system: str
+    id: str
+    url: str | None
+
+
+class TicketPayload(TypedDict):
+    """The RepairTicket as receivers see it."""
+
+    name: str
+    uid: str | None
+    nodeName: str
+    policyRef: str | None
+    hardware: HardwarePayload
+    evidence: list[str]
+    phase: str
+    cycle: int
+    openedAt: str | None
+    closedAt: str | None
+    resolution: str | None
+    resolutionNote: str | None
+    external: ExternalPayload | None
+    url: str
+
+
+class WebhookPayload(TypedDict):
+    """The JSON document POSTed to a webhook sink (schema version 1).
+
+    Receivers must ignore fields they do not know: new fields may be added
+    without raising ``schemaVersion``.
+    """
+
+    schemaVersion: str
+    event: str
+    idempotencyKey: str
+    occurredAt: str
+    cluster: str
+    ticket: TicketPayload
+
+
+def _rfc3339(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ticket_url(api_server: str, name: str) -> str:
+    """The RepairTicket's URL on the API server (what ``kubectl get --raw`` reads)."""
+    return f"{api_server.rstrip('/')}/apis/{GROUP}/{VERSION}/repairtickets/{name}"
+
+
+def event_for(ticket: RepairTicket) -> TicketEvent:
+    """The event a ticket's current phase announces."""
+    phase = ticket.status.phase if ticket.status else TicketPhase.OPEN
+    if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
+        return TicketEvent.CLOSED
+    if phase == TicketPhase.OPEN:
+        return TicketEvent.OPENED
+    return TicketEvent.UPDATED
+
+
+def idempotency_key(ticket: RepairTicket, event: TicketEvent) -> str:
+    """Stable key for one event of one ticket: the same on every attempt and after a restart.
+
+    Built from the ticket's uid (its name when the uid is unknown), the event, the
+    repair cycle and the phase, so a second cycle's "opened" is a new event while a
+    retried delivery of the first is not.
+    """
+    status = ticket.status
+    cycle = status.cycle if status else 1
+    phase = status.phase if status else TicketPhase.OPEN
+    identity = ticket.metadata.uid or ticket.metadata.name
+    raw = f"{identity}|{event.value}|{cycle}|{phase.value}"
+    return "sdcguard-" + hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+
+def build_payload(
+    ticket: RepairTicket,
+    *,
+    event: TicketEvent | None = None,
+    api_server: str,
+    cluster: str = "",
+    now: dt.datetime,
+) -> WebhookPayload:
+    """The webhook document for ``ticket``; ``event`` defaults to what its phase announces.
+
+    ``now`` is recorded as ``occurredAt``; build the payload once per event and
+    deliver that same payload on every attempt, so the body and signature repeat too.
+    """
+    event = event or event_for(ticket)
+    status = ticket.status
+    hw = ticket.spec.hardware
+    hardware: HardwarePayload = {}
+    if hw.provider_id:
+        hardware["providerID"] = hw.provider_id
+    if hw.machine_id:
+        hardware["machineID"] = hw.machine_id
+    if hw.system_uuid:
+        hardware["systemUUID"] = hw.system_uuid
+    if hw.device_ids:
+        hardware["deviceIDs"] = list(hw.device_ids)
+    ext = ticket.spec.external
+    external: ExternalPayload | None = (
+        {"system": ext.system, "id": ext.id, "url": ext.url} if ext else None
+    )
+    return {
+        "schemaVersion": WEBHOOK_SCHEMA_VERSION,
+        "event": event.value,
+        "idempotencyKey": idempotency_key(ticket, event),
+        "occurredAt": _rfc3339(now) or "",
+        "cluster": cluster,
+        "ticket": {
+            "name": ticket.metadata.name,
+            "uid": ticket.metadata.uid,
+            "nodeName": ticket.spec.node_name,
+            "policyRef": ticket.spec.policy_ref,
+            "hardware": hardware,
+            "evidence": list(ticket.spec.evidence),
+            "phase": (status.phase if status else TicketPhase.OPEN).value,
+            "cycle": status.cycle if status else 1,
+            "openedAt": _rfc3339(status.opened_at if status else None),
+            "closedAt": _rfc3339(status.closed_at if status else None),
+            "resolution": ticket.spec.resolution.value if ticket.spec.resolution else None,
+            "resolutionNote": ticket.spec.resolution_note,
+            "external": external,
+            "url": ticket_url(api_server, ticket.metadata.name),
+        },
+    }
+
+
+def encode_body(payload: Mapping[str, Any]) -> bytes:
+    """The exact bytes sent (and signed): compact JSON with sorted keys."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+
+
+def sign(body: bytes, key: bytes) -> str:
+    """The signature header value: ``sha256=`` and the hex HMAC-SHA256 of ``body``."""
+    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(body: bytes, key: bytes, header: str) -> bool:
+    """Receiver side: whether ``header`` is the signature of ``body`` (constant time)."""
+    return hmac.compare_digest(sign(body, key), header.strip())
+
+
+# --------------------------------------------------------------------------- transport
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """One outgoing request."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: bytes | None = None
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    """A response of any status (an HTTP error status is a response, not an exception)."""
+
+    status: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Header names in lower case."""
+    body: bytes = b""
+
+
+class HttpOpener(Protocol):
+    """Sends a request; raises OSError (URLError, timeouts) when no response arrives."""
+
+    def __call__(self, request: HttpRequest, /) -> HttpResponse: ...
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are answered, not followed: a signed POST must not be replayed elsewhere."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_URLLIB = urllib.request.build_opener(_NoRedirect())
+
+
+def urllib_opener(request: HttpRequest) -> HttpResponse:
+    """The default :class:`HttpOpener`: the standard library, no redirects followed."""
+    req = urllib.request.Request(
+        request.url, data=request.body, headers=dict(request.headers), method=request.method
+    )
+    try:
+        with _URLLIB.open(req, timeout=request.timeout) as resp:
+            return HttpResponse(
+                status=int(resp.status),
+                headers={k.lower(): v for k, v in resp.headers.items()},
+                body=resp.read(),
+            )
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return HttpResponse(
+                status=int(exc.code),
+                headers={k.lower(): v for k, v in (exc.headers or {}).items()},
+                body=exc.read() or b"",
+            )
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+@dataclass(frozen=True)
+class DeliveryOutcome:
+    """What one :func:`deliver` call achieved."""
+
+    delivered: bool
+    """The sink accepted the event."""
+    attempts: int
+    """HTTP attempts made in this call."""
+    last_error: str | None = None
+    """The last failure, short and with the sink's URL, if any."""
+    retry_after: float | None = None
+    """Seconds to wait before calling again (None once delivered)."""
+    permanent: bool = False
+    """The sink refused the request itself (4xx other than 408/425/429): retrying the same
+    request will fail the same way until its configuration or credentials change."""
+    external: ExternalRef | None = None
+    """The ticket in the external system, when the sink created or found one (jira)."""
+
+
+def next_retry_delay(previous_attempts: int) -> float:
+    """Seconds between :func:`deliver` calls after ``previous_attempts`` failed attempts."""
+    exponent = min(max(previous_attempts, 0), 16)
+    return float(min(RETRY_AFTER_BASE_SECONDS * 2**exponent, RETRY_AFTER_CAP_SECONDS))
+
+
+def record_delivery(
+    previous: Notification, outcome: DeliveryOutcome, idempotency: str, now: dt.datetime
+) -> Notification:
+    """``status.notification`` after ``outcome``: attempts add up, the last error is kept
+    until a delivery succeeds."""
+    return Notification(
+        delivered=outcome.delivered,
+        attempts=previous.attempts + outcome.attempts,
+        last_error=None if outcome.delivered else outcome.last_error,
+        idempotency_key=idempotency,
+        last_attempt=now,
+    )
+
+
+def _retry_after_header(headers: Mapping[str, str], now: Callable[[], float]) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _describe(response: HttpResponse) -> str:
+    snippet = response.body[:200].decode("utf-8", "replace").strip()
+    return f"HTTP {response.status}" + (f": {snippet}" if snippet else "")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard one :func:`deliver` call tries."""
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    base_delay: float = DEFAULT_BASE_DELAY_SECONDS
+    max_delay: float = MAX_DELAY_PER_CALL_SECONDS
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+
+    def delay(self, attempt: int) -> float:
+        """Pause after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.base_delay * 2 ** (attempt - 1), self.max_delay))
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """Result of one request with retries."""
+
+    response: HttpResponse | None
+    attempts: int
+    error: str | None
+    retry_after: float | None
+    permanent: bool
+
+
+def _send_with_retries(
+    build: Callable[[int], HttpRequest],
+    opener: HttpOpener,
+    retry: RetryPolicy,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    ok: Callable[[HttpResponse], bool] = lambda r: 200 <= r.status < 300,
+) -> _Exchange:
+    """Send ``build(attempt)`` until a 2xx, a permanent refusal, or the attempts run out."""
+    error: str | None = None
+    server_delay: float | None = None
+    for attempt in range(1, retry.max_attempts + 1):
+        request = build(attempt)
+        try:
+            response = opener(request)
+        except (OSError, ValueError) as exc:  # URLError, timeouts, refused connections
+            reason = getattr(exc, "reason", exc)
+            error = f"{request.method} {_redact(request.url)}: {reason}"
+            server_delay = None
+        else:
+            if ok(response):
+                return _Exchange(response, attempt, None, None, False)
+            error = f"{request.method} {_redact(request.url)}: {_describe(response)}"
+            server_delay = _retry_after_header(response.headers, clock)
+            if response.status not in RETRYABLE_STATUS:
+                return _Exchange(response, attempt, error, None, True)
+        if attempt < retry.max_attempts:
+            pause = retry.delay(attempt)
+            if server_delay is not None:
+                pause = max(pause, server_delay)
+            if pause > retry.max_delay:
+                # The server asks for longer than one call may wait: hand it back.
+                return _Exchange(None, attempt, error, server_delay, False)
+            sleep(pause)
+    return _Exchange(None, retry.max_attempts, error, server_delay, False)
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@``, and that user info (percent-decoded)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    userinfo = urllib.parse.unquote(parts.username)
+    if parts.password is not None:
+        userinfo += ":" + urllib.parse.unquote(parts.password)
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, "")), userinfo
+
+
+def _redact(url: str) -> str:
+    """The URL without credentials or query string (they may carry tokens)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _outcome(
+    exchange: _Exchange,
+    previous_attempts: int,
+    *,
+    external: ExternalRef | None = None,
+    attempts: int | None = None,
+) -> DeliveryOutcome:
+    made = exchange.attempts if attempts is None else attempts
+    if exchange.error is None:
+        return DeliveryOutcome(delivered=True, attempts=made, external=external)
+    backoff = next_retry_delay(previous_attempts + made)
+    if exchange.permanent:
+        backoff = RETRY_AFTER_CAP_SECONDS
+    wait = max(backoff, exchange.retry_after or 0.0)
+    return DeliveryOutcome(
+        delivered=False,
+        attempts=made,
+        last_error=_short(exchange.error),
+        retry_after=wait,
+        permanent=exchange.permanent,
+        external=external,
+    )
+
+
+# --------------------------------------------------------------------------- webhook
+
+
+def deliver_webhook(
+    payload: WebhookPayload,
+    sink: TicketSink,
+    secret: bytes | None,
+    opener: HttpOpener = urllib_opener,
+    *,
+    retry: RetryPolicy | None = None,
+    previous_attempts: int = 0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> DeliveryOutcome:
+    """POST ``payload`` to a webhook sink; never raises for delivery failures.
+
+    ``secret`` is the HMAC key (the Secret's value); without one the request is sent
+    unsigned. ``previous_attempts`` (from ``status.notification.attempts``) only
+    stretches ``retry_after``. Any 2xx is success; 408, 425, 429 and 5xx are retried
+    (honouring Retry-After); other statuses are permanent refusals.
+    """
+    retry = retry or RetryPolicy()
+    body = encode_body(payload)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        IDEMPOTENCY_HEADER: payload["idempotencyKey"],
+        EVENT_HEADER: payload["event"],
+    }
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(body, secret)
+    url, userinfo = _split_userinfo(sink.url)
+    if userinfo:
+        # https://user:password@host/ receivers: the standard library does not do it.
+        headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
+
+    def build(attempt: int) -> HttpRequest:
+        return HttpRequest(
+            "POST",
+            url,
+            {**headers, ATTEMPT_HEADER: str(previous_attempts + attempt)},
+            body,
+            retry.timeout,
+        )
+
+    return _outcome(_send_with_retries(build, opener, retry, sleep, clock), previous_attempts)
+
+
+# --------------------------------------------------------------------------- jira
+
+
+@dataclass(frozen=True)
+class JiraSink:
+    """Where and how issues are filed in Jira Cloud."""
+
+    base_url: str
+    """Site URL, e.g. https://example.atlassian.net."""
+    project: str
+    """Project key, e.g. OPS."""
+    issue_type: str = "Bug"
+    """Issue type name."""
+    close_transition: str = "Done"
+    """Transition applied on ticket.closed: its id ("31") or its name ("Done")."""
+    labels: tuple[str, ...] = ("sdcguard",)
+    """Labels added to every issue (plus one per ticket, used to find it again)."""
+
+
+def jira_sink(sink: TicketSink) -> JiraSink:
+    """The Jira settings of a ``type: jira`` sink.
+
+    The project, issue type and close transition ride in the sink URL's query
+    string: ``https://example.atlassian.net/?project=OPS&issueType=Bug&closeTransition=Done``.
+    Raises ValueError naming the missing parameter.
+    """
+    parts = urllib.parse.urlsplit(sink.url)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    project = query.get("project", "").strip()
+    if not project:
+        raise ValueError(
+            f"ticket sink {_redact(sink.url)}: jira needs the project key in the URL, "
+            "e.g. https://example.atlassian.net/?project=OPS&issueType=Bug"
+        )
+    return JiraSink(
+        base_url=urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", "")),
+        project=project,
+        issue_type=query.get("issueType", "Bug"),
+        close_transition=query.get("closeTransition", "Done"),
+    )
+
+
+def basic_auth(secret: bytes) -> str:
+    """Authorization header for a Jira secret holding ``email:api-token``."""
+    text = secret.decode().strip()
+    if ":" not in text:
+        raise ValueError(
+            "jira secret must hold 'email:api-token' (the Atlassian account email, a colon, "
+            "and an API token)"
+        )
+    return "Basic " + base64.b64encode(text.encode()).decode()
+
+
+def _adf_text(text: str, *, strong: bool = False) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "text", "text": text}
+    if strong:
+        node["marks"] = [{"type": "strong"}]
+    return node
+
+
+def _adf_paragraph(*nodes: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "paragraph", "content": list(nodes)}
+
+
+def adf_document(payload: WebhookPayload) -> dict[str, Any]:
+    """The issue description in Atlassian Document Format."""
+    t = payload["ticket"]
+    rows: list[tuple[str, str]] = [
+        ("Node", t["nodeName"]),
+        ("Phase", f"{t['phase']} (repair cycle {t['cycle']})"),
+        ("Opened", t["openedAt"] or "-"),
+        ("Policy", t["policyRef"] or "-"),
+        ("Evidence (SDCTests)", ", ".join(t["evidence"]) or "-"),
+    ]
+    rows += [(f"Hardware {k}", str(v)) for k, v in sorted(t["hardware"].items())]
+    items = [
+        {
+            "type": "listItem",
+            "content": [_adf_paragraph(_adf_text(f"{label}: ", strong=True), _adf_text(value))],
+        }
+        for label, value in rows
+    ]
+    return {
+        "type": "doc",
+        "version": 1,
+        "content": [
+            _adf_paragraph(
+                _adf_text(
+                    f"sdcguard quarantined node {t['nodeName']}: it computed wrong results "
+                    "(silent data corruption) and is out of production until repaired."
+                )
+            ),
+            {"type": "bulletList", "content": items},
+            _adf_paragraph(
+                _adf_text("RepairTicket: "),
+                {
+                    "type": "text",
+                    "text": t["name"],
+                    "marks": [{"type": "link", "attrs": {"href": t["url"]}}],
+                },
+            ),
+            _adf_paragraph(
+                _adf_text(
+                    "When the repair is done, set the resolution: kubectl sdc repaired "
+                    f"{t['name']} --note '...' (or patch spec.resolution)."
+                )
+            ),
+        ],
+    }
+
+
+def jira_issue_fields(payload: WebhookPayload, sink: JiraSink) -> dict[str, Any]:
+    """The body of POST /rest/api/3/issue."""
+    t = payload["ticket"]
+    return {
+        "fields": {
+            "project": {"key": sink.project},
+            "issuetype": {"name": sink.issue_type},
+            "summary": f"[sdcguard] SDC on node {t['nodeName']} (ticket {t['name']})",
+            "description": adf_document(payload),
+            "labels": [*sink.labels, _ticket_label(payload)],
+        }
+    }
+
+
+def _ticket_label(payload: WebhookPayload) -> str:
+    # Jira labels cannot contain spaces; the ticket uid (or name) finds the issue again.
+    identity = payload["ticket"]["uid"] or payload["ticket"]["name"]
+    return "sdcguard-" + hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def _json(response: HttpResponse | None) -> Any:
+    if response is None or not response.body:
+        return None
+    try:
+        return json.loads(response.body)
+    except ValueError:
+        return None
+
+
+def deliver_jira(
+    payload: WebhookPayload,
+    sink: JiraSink,
+    secret: bytes,
+    opener: HttpOpener = urllib_opener,
+    *,
+    retry: RetryPolicy | None = None,
+    previous_attempts: int = 0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> DeliveryOutcome:
+    """File or update the Jira issue of a ticket event; never raises for delivery failures.
+
+    - ticket.opened: finds an issue already filed for this ticket (by its label, so a
+      retry after a lost response does not file a second one) or creates one.
+    - ticket.updated: comments on the issue.
+    - ticket.closed: comments and applies ``sink.close_transition``.
+
+    The issue is found through ``payload.ticket.external`` when it names a jira issue,
+    else by searching for the ticket's label. The outcome's ``external`` is the issue.
+    """
+    retry = retry or RetryPolicy()
+    try:
+        auth = basic_auth(secret)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return DeliveryOutcome(
+            delivered=False,
+            attempts=0,
+            last_error=str(exc),
+            retry_after=RETRY_AFTER_CAP_SECONDS,
+            permanent=True,
+        )
+    api = sink.base_url.rstrip("/") + "/rest/api/3"
+    headers = {
+        "Authorization": auth,
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+    }
+    made = 0
+
+    def call(method: str, path: str, body: Any = None) -> _Exchange:
+        nonlocal made
+        data = None if body is None else json.dumps(body).encode()
+        exchange = _send_with_retries(
+            lambda _attempt: HttpRequest(method, api + path, headers, data, retry.timeout),
+            opener,
+            retry,
+            sleep,
+            clock,
+        )
+        made += exchange.attempts
+        return exchange
+
+    def failed(exchange: _Exchange, external: ExternalRef | None = None) -> DeliveryOutcome:
+        return _outcome(exchange, previous_attempts, external=external, attempts=made)
+
+    def ref(key: str) -> ExternalRef:
+        return ExternalRef(system="jira", id=key, url=f"{sink.base_url.rstrip('/')}/browse/{key}")
+
+    known = payload["ticket"]["external"]
+    key = known["id"] if known and known["system"] == "jira" else None
+    if key is None:
+        jql = f'project = "{sink.project}" AND labels = "{_ticket_label(payload)}"'
+        found = call("POST", "/search/jql", {"jql": jql, "fields": ["summary"], "maxResults": 1})
+        if found.error is not None:
+            return failed(found)
+        issues = (_json(found.response) or {}).get("issues") or []
+        if issues:
+            key = str(issues[0].get("key") or "") or None
+    if key is None:
+        created = call("POST", "/issue", jira_issue_fields(payload, sink))
+        if created.error is not None:
+            return failed(created)
+        key = str((_json(created.response) or {}).get("key") or "")
+        if not key:
+            return failed(
+                replace(created, error="POST /rest/api/3/issue: response has no issue key")
+            )
+    if payload["event"] == TicketEvent.OPENED.value:
+        return DeliveryOutcome(delivered=True, attempts=made, external=ref(key))
+
+    t = payload["ticket"]
+    note = f"sdcguard: ticket {t['name']} is {t['phase']} (cycle {t['cycle']})"
+    if t["resolution"]:
+        note += f"; resolution {t['resolution']}"
+    if t["resolutionNote"]:
+        note += f": {t['resolutionNote']}"
+    comment = call(
+        "POST",
+        f"/issue/{urllib.parse.quote(key)}/comment",
+        {"body": {"type": "doc", "version": 1, "content": [_adf_paragraph(_adf_text(note))]}},
+    )
+    if comment.error is not None:
+        return failed(comment, ref(key))
+    if payload["event"] != TicketEvent.CLOSED.value:
+        return DeliveryOutcome(delivered=True, attempts=made, external=ref(key))
+
+    transition_id = sink.close_transition
+    if not transition_id.isdigit():
+        listed = call("GET", f"/issue/{urllib.parse.quote(key)}/transitions")
+        if listed.error is not None:
+            return failed(listed, ref(key))
+        wanted = transition_id.casefold()
+        match = next(
+            (
+                tr
+                for tr in (_json(listed.response) or {}).get("transitions") or []
+                if str(tr.get("name", "")).casefold() == wanted
+                or str((tr.get("to") or {}).get("name", "")).casefold() == wanted
+            ),
+            None,
+        )
+        if match is None:
+            # Already closed (no such transition from Done) counts as done.
+            return DeliveryOutcome(delivered=True, attempts=made, external=ref(key))
+        transition_id = str(match.get("id"))
+    moved = call(
+        "POST",
+        f"/issue/{urllib.parse.quote(key)}/transitions",
+        {"transition": {"id": transition_id}},
+    )
+    if moved.error is not None:
+        return failed(moved, ref(key))
+    return DeliveryOutcome(delivered=True, attempts=made, external=ref(key))
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def deliver(
+    payload: WebhookPayload,
+    sink: TicketSink,
+    secret: bytes | None,
+    opener: HttpOpener = urllib_opener,
+    *,
+    retry: RetryPolicy | None = None,
+    previous_attempts: int = 0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> DeliveryOutcome:
+    """Deliver one ticket event to one sink of either type; never raises for delivery
+    failures (a misconfigured sink is a permanent, recorded failure)."""
+    if sink.type == "webhook":
+        return deliver_webhook(
+            payload,
+            sink,
+            secret,
+            opener,
+            retry=retry,
+            previous_attempts=previous_attempts,
+            sleep=sleep,
+            clock=clock,
+        )
+    try:
+        jira = jira_sink(sink)
+    except ValueError as exc:
+        return DeliveryOutcome(
+            delivered=False,
+            attempts=0,
+            last_error=_short(str(exc)),
+            retry_after=RETRY_AFTER_CAP_SECONDS,
+            permanent=True,
+        )
+    if not secret:
+        return DeliveryOutcome(
+            delivered=False,
+            attempts=0,
+            last_error="jira sink has no secret: set secretRef to a Secret holding "
+            "'email:api-token'",
+            retry_after=RETRY_AFTER_CAP_SECONDS,
+            permanent=True,
+        )
+    return deliver_jira(
+        payload,
+        jira,
+        secret,
+        opener,
+        retry=retry,
+        previous_attempts=previous_attempts,
+        sleep=sleep,
+        clock=clock,
+    )
+
+
+__all__ = [
+    "SIGNATURE_HEADER",
+    "WEBHOOK_SCHEMA_VERSION",
+    "DeliveryOutcome",
+    "HttpOpener",
+    "HttpRequest",
+    "HttpResponse",
+    "JiraSink",
+    "RetryPolicy",
+    "TicketEvent",
+    "WebhookPayload",
+    "adf_document",
+    "build_payload",
+    "deliver",
+    "deliver_jira",
+    "deliver_webhook",
+    "encode_body",
+    "event_for",
+    "idempotency_key",
+    "jira_issue_fields",
+    "jira_sink",
+    "next_retry_delay",
+    "record_delivery",
+    "sign",
+    "ticket_url",
+    "urllib_opener",
+    "verify_signature",
+]
