@@ -514,6 +514,8 @@ class SimKubelet:
                 break
         with self._lock:
             self._processes.pop(task.uid, None)
+        if stopped_by is None and self._stop.is_set():
+            return  # killed by stop(): a dead kubelet reports nothing
         seconds = time.monotonic() - t0
         code = _exit_code(proc.returncode if proc.returncode is not None else -9)
         finished = self.clock()
@@ -562,6 +564,15 @@ class SimKubelet:
         )
 
     # Introspection --------------------------------------------------------------------
+    def processes(self) -> dict[str, int]:
+        """``namespace/name`` -> pid of each probe process running now."""
+        with self._lock:
+            return {
+                t.pod.key: self._processes[uid].pid
+                for uid, t in self._tasks.items()
+                if uid in self._processes
+            }
+
     def tracked(self) -> dict[str, str]:
         """``namespace/name`` -> task state, for tests and debugging."""
         with self._lock:

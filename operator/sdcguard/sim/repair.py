@@ -7,7 +7,7 @@ ticket (no ``spec.resolution``, phase not Closed or Retired) is taken at once:
 the simulator, unless the profile needs more repairs than it has had) and the
 ticket gets ``spec.resolution`` and ``spec.resolutionNote``. A ticket whose
 resolution is cleared again is worked again. Without the CRD it logs once and
-retries every 15 s.
+looks again every ``crd_retry_seconds`` (15 s).
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ class RepairShop:
         settings: RepairSettings,
         *,
         on_repair: Callable[[str, str], None] | None = None,
+        crd_retry_seconds: float = 15.0,
     ) -> None:
         self.kube = kube
         self.state = state
@@ -112,6 +113,7 @@ class RepairShop:
             on_sync=self._on_sync,
             on_event=self._on_event,
             stop_event=self._stop,
+            missing_retry_seconds=crd_retry_seconds,
         )
         self._thread: threading.Thread | None = None
 

@@ -51,6 +51,8 @@ class SimOptions:
     status_file: Path | None = None
     """Write :meth:`Simulator.snapshot` here as JSON every ``status_seconds``."""
     status_seconds: float = 2.0
+    crd_retry_seconds: float = 15.0
+    """How often to look again for the RepairTicket CRD while it is not installed."""
 
 
 class Simulator:
@@ -106,7 +108,13 @@ class Simulator:
             fleet.repair.enabled if self.options.repair is None else self.options.repair
         )
         self.repair = (
-            RepairShop(self.kube, self.state, self.timers, repair_settings)
+            RepairShop(
+                self.kube,
+                self.state,
+                self.timers,
+                repair_settings,
+                crd_retry_seconds=self.options.crd_retry_seconds,
+            )
             if repair_enabled
             else None
         )
