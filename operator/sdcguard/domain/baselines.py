@@ -1,0 +1,192 @@
+"""Golden values per fingerprint: compare with a trusted baseline, or build one.
+
+A new fingerprint (new accelerator model, driver, runtime, probe image or check
+parameters) has no trusted baseline, so its first screenings are inconclusive and
+each node's digests are recorded as a *candidate* on the fingerprint's SDCBaseline.
+
+- Consensus mode: once ``quorum`` nodes report identical digests, and no other group
+  is as large, those digests become trusted. Nodes that disagree are a minority
+  whose hardware computed something else: they become Suspect and are screened
+  again, now against the trusted baseline.
+- Recorded mode: the person names reference nodes in the SDCBaseline's
+  ``recordedFrom``; once all of them reported and agree, their digests are trusted.
+- Approved: a person writes the digests and sets ``trusted: true`` themselves.
+
+A trusted baseline is never changed by candidates: only a person can un-trust it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from sdcguard.api import (
+    BaselineMode,
+    BaselineSettings,
+    BaselineSource,
+    Candidate,
+    FingerprintSpec,
+    SDCBaselineSpec,
+    SDCBaselineStatus,
+    set_condition,
+)
+from sdcprobe.result import Fingerprint
+
+Comparison = Literal["match", "mismatch", "absent"]
+TRUSTED = "Trusted"
+
+
+def fingerprint_spec(fingerprint: Fingerprint) -> FingerprintSpec:
+    """The SDCBaseline fingerprint for a probe result's fingerprint."""
+    return FingerprintSpec(
+        hash=fingerprint.hash,
+        backend=fingerprint.backend,
+        device_model=fingerprint.device_model,
+        device_count=fingerprint.device_count,
+        driver=fingerprint.driver,
+        runtime=fingerprint.runtime,
+        torch=fingerprint.torch,
+        torch_xla=fingerprint.torch_xla,
+        cpu_isa=fingerprint.cpu_isa,
+        threads=fingerprint.threads,
+        config_hash=fingerprint.config_hash,
+    )
+
+
+def compare(digests: Mapping[str, str], baseline: SDCBaselineSpec | None) -> dict[str, Comparison]:
+    """Per check: match or mismatch against a trusted baseline, absent without one."""
+    golden = baseline.digests if baseline is not None and baseline.trusted else {}
+    return {
+        check: ("absent" if check not in golden else "match" if golden[check] == d else "mismatch")
+        for check, d in digests.items()
+    }
+
+
+@dataclass(frozen=True)
+class BaselineUpdate:
+    """What to write back after recording one node's digests."""
+
+    spec: SDCBaselineSpec
+    status: SDCBaselineStatus
+    became_trusted: bool
+    suspects: tuple[str, ...]
+    """Nodes whose digests disagree with the trusted ones: mark them suspect."""
+    message: str
+
+
+def _groups(candidates: list[Candidate]) -> list[tuple[frozenset[tuple[str, str]], list[str]]]:
+    """Candidates grouped by identical digests, largest group first."""
+    by_digests: dict[frozenset[tuple[str, str]], list[str]] = {}
+    for candidate in candidates:
+        by_digests.setdefault(frozenset(candidate.digests.items()), []).append(candidate.node_name)
+    return sorted(by_digests.items(), key=lambda item: (-len(item[1]), sorted(item[1])))
+
+
+def record_candidate(
+    spec: SDCBaselineSpec | None,
+    status: SDCBaselineStatus | None,
+    *,
+    fingerprint: FingerprintSpec,
+    node: str,
+    test: str,
+    digests: Mapping[str, str],
+    settings: BaselineSettings,
+    now: dt.datetime,
+) -> BaselineUpdate:
+    """Record ``node``'s digests on the baseline of ``fingerprint`` (creating it when None).
+
+    Pass only digests of a screening that found no SDC and ran every check of its suite.
+    """
+    if spec is None:
+        source = (
+            BaselineSource.CONSENSUS
+            if settings.mode == BaselineMode.CONSENSUS
+            else BaselineSource.RECORDED
+        )
+        spec = SDCBaselineSpec(fingerprint=fingerprint, source=source)
+    status = status or SDCBaselineStatus()
+
+    if spec.trusted:
+        outcome = compare(digests, spec)
+        agrees = all(v == "match" for v in outcome.values())
+        agreeing = [n for n in status.agreeing_nodes if n != node] + ([node] if agrees else [])
+        disagreeing = [n for n in status.disagreeing_nodes if n != node] + (
+            [] if agrees else [node]
+        )
+        new_status = status.model_copy(
+            update={
+                "candidates": [],
+                "agreeing_nodes": sorted(agreeing),
+                "disagreeing_nodes": sorted(disagreeing),
+            }
+        )
+        differs = ", ".join(c for c, v in outcome.items() if v != "match")
+        message = f"{node} agrees" if agrees else f"{node} differs in {differs}"
+        return BaselineUpdate(spec, new_status, False, () if agrees else (node,), message)
+
+    entry = Candidate(node_name=node, digests=dict(digests), test_name=test, recorded_at=now)
+    candidates = [c for c in status.candidates if c.node_name != node] + [entry]
+    groups = _groups(candidates)
+    leader_digests, leaders = groups[0]
+    others = sorted(n for _, nodes in groups[1:] for n in nodes)
+    runner_up = len(groups[1][1]) if len(groups) > 1 else 0
+
+    contested = False
+    if settings.mode == BaselineMode.CONSENSUS:
+        reached = len(leaders) >= settings.quorum and len(leaders) > runner_up
+        contested = len(leaders) >= settings.quorum and not reached
+        waiting = (
+            f"contested: groups of {len(leaders)} nodes report different digests"
+            if contested
+            else f"{len(leaders)} of {settings.quorum} nodes agree"
+        )
+    else:
+        reference = set(spec.recorded_from)
+        reported = [c for c in candidates if c.node_name in reference]
+        ref_groups = _groups(reported)
+        contested = len(ref_groups) > 1
+        reached = bool(reference) and len(reported) == len(reference) and not contested
+        if reached:
+            leader_digests, leaders = ref_groups[0]
+            others = sorted(c.node_name for c in candidates if c.node_name not in leaders)
+        waiting = (
+            f"{len(reported)} of {len(reference)} reference nodes reported"
+            + ("; they disagree" if contested else "")
+            if reference
+            else "name reference nodes in spec.recordedFrom, or approve digests by hand"
+        )
+
+    if reached:
+        new_spec = spec.model_copy(
+            update={
+                "digests": dict(sorted(leader_digests)),
+                "trusted": True,
+                "recorded_from": sorted(leaders),
+            }
+        )
+        suspects = tuple(others)
+        message = f"trusted: {len(leaders)} nodes agree"
+        if suspects:
+            message += f"; {len(suspects)} disagree and become suspect: {', '.join(suspects)}"
+        conditions = set_condition(
+            status.conditions, TRUSTED, "True", "QuorumReached", message, now
+        )
+        new_status = SDCBaselineStatus(
+            candidates=[],
+            agreeing_nodes=sorted(leaders),
+            disagreeing_nodes=list(suspects),
+            conditions=conditions,
+        )
+        return BaselineUpdate(new_spec, new_status, True, suspects, message)
+
+    reason = "Contested" if contested else "AwaitingQuorum"
+    conditions = set_condition(status.conditions, TRUSTED, "False", reason, waiting, now)
+    new_status = SDCBaselineStatus(
+        candidates=candidates,
+        agreeing_nodes=sorted(leaders),
+        disagreeing_nodes=others,
+        conditions=conditions,
+    )
+    return BaselineUpdate(spec, new_status, False, (), f"candidate from {node} recorded; {waiting}")

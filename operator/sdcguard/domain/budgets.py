@@ -1,0 +1,101 @@
+"""Per-pool budgets: how many tests run at once, and how many nodes sdcguard may hold.
+
+A pool is the set of a policy's nodes that share the value of ``budgets.poolLabel``
+(all of them when no label is set). "Held" (unavailable) means sdcguard keeps the
+node from work that could otherwise use it: it carries our testing or quarantine
+taint, or we cordoned it. Gated new nodes and retired nodes do not count: the
+first never served, the second never will, and counting them would stop all
+re-screening in a pool that grows or ages.
+
+Percentages round down, except that a non-zero percent always allows one node:
+with "10%" a pool of 5 nodes may still have one node screened at a time. Without
+that, small pools would never be re-screened and their qualifications would
+expire for good. Use 0 or "0%" to forbid holding nodes at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from sdcguard.api import Budgets
+
+
+@dataclass(frozen=True)
+class PoolUsage:
+    """What a pool has in use right now."""
+
+    pool: str = ""
+    nodes: int = 0
+    """Nodes of the policy in the pool (the base of a percent)."""
+    unavailable: int = 0
+    """Nodes sdcguard holds (testing, suspect-held, quarantined, repairing, verifying)."""
+    tests: int = 0
+    """Unfinished SDCTests."""
+
+    def reserve(self, *, takes_node: bool) -> PoolUsage:
+        """The usage after starting one more test (that also holds the node if ``takes_node``)."""
+        return replace(
+            self, tests=self.tests + 1, unavailable=self.unavailable + (1 if takes_node else 0)
+        )
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    """Whether a reservation fits, and if not, why (for the decision note)."""
+
+    allowed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PoolMember:
+    """One node's contribution to its pool's usage."""
+
+    pool: str
+    held: bool
+    testing: bool
+
+
+def allowed_unavailable(max_unavailable: int | str, nodes: int) -> int:
+    """Nodes of a pool of ``nodes`` that may be held, from a count or a percent (see module)."""
+    if isinstance(max_unavailable, int):
+        return max_unavailable
+    percent = int(max_unavailable.rstrip("%"))
+    if percent == 0 or nodes == 0:
+        return 0
+    return max(1, math.floor(nodes * percent / 100))
+
+
+def can_reserve(usage: PoolUsage, budgets: Budgets, *, takes_node: bool) -> BudgetCheck:
+    """Whether one more test fits ``usage``; ``takes_node`` when it also holds an available node."""
+    if usage.tests >= budgets.max_concurrent_tests:
+        return BudgetCheck(
+            False,
+            f"pool {usage.pool or '(all)'} already runs {usage.tests} tests "
+            f"(maxConcurrentTests {budgets.max_concurrent_tests})",
+        )
+    if takes_node:
+        limit = allowed_unavailable(budgets.max_unavailable, usage.nodes)
+        if usage.unavailable >= limit:
+            return BudgetCheck(
+                False,
+                f"pool {usage.pool or '(all)'} already has {usage.unavailable} of {usage.nodes} "
+                f"nodes held (maxUnavailable {budgets.max_unavailable} allows {limit})",
+            )
+    return BudgetCheck(True)
+
+
+def pool_usage(members: Iterable[PoolMember]) -> dict[str, PoolUsage]:
+    """Usage of every pool from its members."""
+    pools: dict[str, PoolUsage] = {}
+    for member in members:
+        usage = pools.get(member.pool, PoolUsage(pool=member.pool))
+        pools[member.pool] = PoolUsage(
+            pool=member.pool,
+            nodes=usage.nodes + 1,
+            unavailable=usage.unavailable + (1 if member.held else 0),
+            tests=usage.tests + (1 if member.testing else 0),
+        )
+    return pools

@@ -1,0 +1,674 @@
+"""``decide(observed, policy, now)``: the next state of one node, what to do, when to look again.
+
+One pass reads the observations in this order and fires the first event that applies:
+
+1. opt-out label (``sdcguard.dev/exclude=true``) and opting in again;
+2. requests by people (``sdcguard.dev/quarantine``, ``sdcguard.dev/release``);
+3. the outcome of the node's current test (with confirmation, see judging);
+4. a test someone else started on the node (adopted);
+5. the repair ticket (acknowledged, resolved, retire);
+6. a workload's suspicion (``sdcguard.dev/suspect``);
+7. the schedule: acceptance of new nodes, return from use after ``idleFor``, expiry
+   after ``maxQualificationAge``, re-tests of suspects and repairs, all within the
+   pool's budgets, never while a pending pod needs the node, never while paused, and
+   (for routine re-screening) never while the circuit breaker is open.
+
+With no event, the decision only keeps the node consistent with its state (label,
+and in Enforce mode the taints and cordon the state implies).
+
+Safety rules applied to every action: only taints recorded as ours are removed (the
+gate taint put on at registration is adopted, since it exists for sdcguard to
+remove); a node is uncordoned only if sdcguard cordoned it; autoscaler annotations
+are removed only if sdcguard set them; Observe mode drops every action that changes
+scheduling, deletes a node or reaches a repair system (see lifecycle.OBSERVE_SUPPRESSED)
+and keeps labels, annotations, tests and Events, so the state machine still runs.
+
+Adapters apply the actions in order: objects first (tests, tickets), the node patch
+(see nodepatch) last, so a crash in between repeats the same decision, and names
+derived from the node's ``sdcguard.dev/seq`` make the repeat create nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sdcguard.api import (
+    Mode,
+    RepairStrategy,
+    Resolution,
+    RetireAction,
+    ScreeningReason,
+    SDCPolicySpec,
+    Suite,
+    Verdict,
+    parse_duration,
+)
+from sdcguard.domain import keys
+from sdcguard.domain.budgets import PoolUsage, can_reserve, pool_usage
+from sdcguard.domain.judging import Outcome, assess, retry_time
+from sdcguard.domain.lifecycle import (
+    OBSERVE_SUPPRESSED,
+    TABLE,
+    Action,
+    AddTaint,
+    Annotate,
+    CloseTicket,
+    Cordon,
+    CreateTest,
+    CreateTicket,
+    Drain,
+    EmitEvent,
+    Event,
+    MarkQualified,
+    NodeState,
+    RaiseCycle,
+    RemoveTaint,
+    Retire,
+    SetAutoscalerAnnotations,
+    SetLabel,
+    SetTicketPhase,
+    TaintRole,
+    Uncordon,
+    transition,
+)
+from sdcguard.domain.observed import NodeFacts, Observed
+
+REQUEUE_AFTER_TRANSITION = 10.0
+REQUEUE_TEST_RUNNING = 60.0
+REQUEUE_WAITING = 120.0
+REQUEUE_MAX = 3600.0
+
+S = NodeState
+E = Event
+Changes = dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one node; the adapters apply ``actions`` and requeue."""
+
+    node: str
+    previous: NodeState | None
+    """The state label before (None: never seen)."""
+    state: NodeState
+    event: Event | None
+    actions: tuple[Action, ...]
+    suppressed: tuple[Action, ...] = ()
+    """Actions Observe mode dropped (for "would have" Events and logs)."""
+    requeue_after: float | None = None
+    """Seconds until the node should be decided again (None: only on change)."""
+    note: str = ""
+    """Why, in one line (logs, conditions)."""
+    starts_test: bool = False
+    takes_node: bool = False
+    """Whether the decision holds a node that was serving (counts against maxUnavailable)."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the node changes state."""
+        return self.event is not None and self.state != self.previous
+
+
+@dataclass
+class _Step:
+    """The event chosen (or none), and what it needs to be bound."""
+
+    event: Event | None
+    detail: str
+    changes: Changes = field(default_factory=dict)
+    requeue: float | None = None
+    suite: Suite | None = None
+    """Suite for CreateTest rows that leave it open."""
+    attempt: int = 1
+    evidence: tuple[str, ...] = ()
+
+
+def _taint_key(policy: SDCPolicySpec, role: TaintRole) -> str:
+    return {
+        TaintRole.GATE: policy.taints.gate,
+        TaintRole.TESTING: policy.taints.testing,
+        TaintRole.QUARANTINE: policy.taints.quarantine,
+    }[role]
+
+
+def _taint_effect(policy: SDCPolicySpec, role: TaintRole) -> str:
+    return policy.quarantine.taint_effect if role == TaintRole.QUARANTINE else "NoSchedule"
+
+
+def _seconds(duration: str) -> float:
+    return parse_duration(duration)
+
+
+def _covering_suite(policy: SDCPolicySpec, checks: frozenset[str]) -> Suite:
+    """The suite that re-tests every suspected check (requalification if it does)."""
+    for suite in (Suite.REQUALIFICATION, Suite.ACCEPTANCE, Suite.REPAIR_VERIFICATION):
+        if checks <= {c.name.value for c in policy.suites.checks(suite)}:
+            return suite
+    return Suite.REQUALIFICATION
+
+
+def _until(when: dt.datetime, now: dt.datetime) -> float:
+    return min(REQUEUE_MAX, max(1.0, (when - now).total_seconds()))
+
+
+class _Reader:
+    """The observations of one node, read against the policy at one instant."""
+
+    def __init__(self, observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> None:
+        self.obs = observed
+        self.node: NodeFacts = observed.node
+        self.policy = policy
+        self.now = now
+        self.state = observed.node.state or NodeState.UNQUALIFIED
+
+    # Gates -----------------------------------------------------------------------
+
+    def holding(self) -> bool:
+        """The node carries our testing taint already (no new reservation needed)."""
+        key = self.policy.taints.testing
+        return key in self.node.owned_taints and self.node.has_taint(key)
+
+    def blocked(self, *, takes_node: bool, routine: bool = False) -> str | None:
+        """Why a test cannot start now, or None when it can."""
+        node, obs = self.node, self.obs
+        if self.policy.paused:
+            return "policy paused: no new tests"
+        if not node.ready:
+            return "node not Ready"
+        if node.accelerators <= 0:
+            return "no allocatable accelerators yet"
+        if routine and obs.breaker_open:
+            return "circuit breaker open: routine screening stopped"
+        retry = node.retry_after
+        if retry is not None and retry > self.now:
+            return f"backing off after inconclusive results until {keys.format_time(retry)}"
+        if obs.test is not None and not obs.test.finished:
+            return f"test {obs.test.name} still running"
+        if takes_node and obs.pending_pod_needs_node:
+            return "a pending pod needs this node"
+        check = can_reserve(obs.usage, self.policy.budgets, takes_node=takes_node)
+        return None if check.allowed else check.reason
+
+    def next_attempt(self) -> int:
+        return min(100, self.node.inconclusive_count + 1)
+
+    # Steps -----------------------------------------------------------------------
+
+    def step(self) -> _Step:
+        for finder in (
+            self._exclusion,
+            self._requests,
+            self._outcome,
+            self._adoption,
+            self._ticket,
+            self._suspicion,
+            self._schedule,
+        ):
+            found = finder()
+            if found is not None:
+                return found
+        return _Step(None, f"{self.state}: nothing to do", requeue=REQUEUE_MAX)
+
+    def _exclusion(self) -> _Step | None:
+        if self.node.excluded:
+            if self.state == S.EXCLUDED:
+                return _Step(None, "excluded: sdcguard touches nothing")
+            return _Step(E.OPTED_OUT, f"label {keys.LABEL_EXCLUDE}=true", _forget_all())
+        if self.state == S.EXCLUDED:
+            return _Step(E.OPTED_IN, f"label {keys.LABEL_EXCLUDE} removed")
+        return None
+
+    def _requests(self) -> _Step | None:
+        for key, event in (
+            (keys.REQUEST_QUARANTINE, E.MANUAL_QUARANTINE),
+            (keys.REQUEST_RELEASE, E.MANUAL_RELEASE),
+        ):
+            if key not in self.node.annotations:
+                continue
+            why = self.node.annotations[key] or "no reason given"
+            if (self.state, event) not in TABLE:
+                return _Step(
+                    None,
+                    f"{key} ignored in state {self.state}",
+                    {key: None},
+                    requeue=REQUEUE_AFTER_TRANSITION,
+                )
+            changes: Changes = {key: None, **_forget_all()}
+            return _Step(event, f"{key}: {why}", changes, evidence=self.node.evidence)
+        return None
+
+    def _outcome(self) -> _Step | None:
+        if self.state not in (S.TESTING, S.SUSPECT, S.VERIFYING):
+            return None
+        test, current = self.obs.test, self.node.current_test
+        if current is None:
+            if self.state == S.TESTING:
+                return self._inconclusive("no test is recorded for this node")
+            return None
+        if test is None or test.name != current:
+            return self._inconclusive(f"SDCTest {current} is gone")
+        if not test.finished:
+            return _Step(
+                None, f"waiting for {test.name} ({test.phase})", requeue=REQUEUE_TEST_RUNNING
+            )
+
+        if self.state == S.VERIFYING:
+            return self._verification(test.verdict, test.name, test.message)
+        suspect = self.node.suspect_checks if self.state == S.SUSPECT else frozenset()
+        found = assess(test, suspect, self.policy.confirmation)
+        evidence = (
+            (*self.node.evidence, test.name) if test.verdict == Verdict.SDC else self.node.evidence
+        )
+        if found.outcome == Outcome.CLEARED:
+            return _Step(E.TEST_PASSED, found.message, {**_forget_test(), **_forget_suspicion()})
+        if found.outcome == Outcome.CONFIRMED:
+            if self.obs.breaker_open:
+                changes = {
+                    **_forget_test(),
+                    keys.SUSPECT_CHECKS: keys.join_list(found.suspect_checks),
+                    keys.EVIDENCE: keys.join_list(evidence),
+                    **self._retry_changes(self.node.inconclusive_count),
+                }
+                return _Step(
+                    E.QUARANTINE_HELD,
+                    f"{found.message}; quarantine held: circuit breaker open",
+                    changes,
+                )
+            changes = {**_forget_test(), **_forget_suspicion()}
+            return _Step(E.TEST_FAILED, found.message, changes, evidence=evidence)
+        if found.outcome == Outcome.NEEDS_RERUN:
+            rerun = test.attempt + 1 if test.reason == ScreeningReason.CONFIRMATION else 1
+            event = (
+                E.TEST_FAILED_UNCONFIRMED if test.verdict == Verdict.SDC else E.CONFIRMATION_PASSED
+            )
+            changes = {
+                **_forget_test(),
+                keys.SUSPECT_CHECKS: keys.join_list(found.suspect_checks),
+                keys.EVIDENCE: keys.join_list(evidence),
+            }
+            return _Step(event, found.message, changes, suite=test.suite, attempt=rerun)
+        if found.outcome == Outcome.FLAKY:
+            changes = {
+                **_forget_test(),
+                keys.SUSPECT_CHECKS: keys.join_list(found.suspect_checks),
+                keys.EVIDENCE: keys.join_list(evidence),
+                **self._retry_changes(self.node.inconclusive_count),
+            }
+            return _Step(E.FLAKY, found.message, changes)
+        return self._inconclusive(found.message)
+
+    def _verification(self, verdict: Verdict | None, name: str, message: str) -> _Step:
+        said = f"{name}: {message}" if message else name
+        if verdict == Verdict.PASS:
+            return _Step(E.VERIFICATION_PASSED, said, {**_forget_test(), **_forget_suspicion()})
+        if verdict == Verdict.SDC:
+            ticket = self.obs.ticket
+            cycle = ticket.cycle if ticket else 1
+            if cycle >= self.policy.repair.max_repair_cycles:
+                detail = f"{said}; repair cycle {cycle} of {self.policy.repair.max_repair_cycles}"
+                return _Step(
+                    E.REPAIR_CYCLES_EXCEEDED, detail, {**_forget_test(), **_forget_suspicion()}
+                )
+            return _Step(
+                E.VERIFICATION_FAILED,
+                f"{said}; repair cycle {cycle + 1} begins",
+                {**_forget_test(), **_forget_suspicion()},
+                evidence=(name,),
+            )
+        return self._inconclusive(said)
+
+    def _retry_changes(self, count: int) -> Changes:
+        base = _seconds(self.policy.triggers.inconclusive_backoff)
+        return {
+            keys.INCONCLUSIVE: str(count),
+            keys.RETRY_AFTER: keys.format_time(retry_time(self.now, base, max(1, count))),
+        }
+
+    def _inconclusive(self, why: str) -> _Step:
+        count = self.node.inconclusive_count + 1
+        changes = {**_forget_test(), **self._retry_changes(count)}
+        if self.state == S.TESTING:
+            event = E.TEST_INCONCLUSIVE if self.node.qualified_at else E.ACCEPTANCE_INCONCLUSIVE
+        else:
+            event = E.TEST_INCONCLUSIVE
+        return _Step(event, f"{why} (inconclusive #{count})", changes)
+
+    def _adoption(self) -> _Step | None:
+        test = self.obs.test
+        if (
+            self.state in (S.UNQUALIFIED, S.QUALIFIED, S.SUSPECT)
+            and test is not None
+            and not test.finished
+            and test.name != self.node.current_test
+        ):
+            return _Step(E.TEST_STARTED, f"adopted {test.name}", {keys.CURRENT_TEST: test.name})
+        return None
+
+    def _ticket(self) -> _Step | None:
+        ticket = self.obs.ticket
+        if self.state not in (S.QUARANTINED, S.REPAIRING) or ticket is None:
+            return None
+        if ticket.resolution == Resolution.RETIRE:
+            return _Step(E.TICKET_RETIRE, f"ticket {ticket.name} resolved Retire", _forget_all())
+        if ticket.resolution is not None:
+            blocked = self.blocked(takes_node=False)
+            if blocked:
+                return _Step(None, f"verification waits: {blocked}", requeue=REQUEUE_WAITING)
+            return _Step(
+                E.TICKET_RESOLVED,
+                f"ticket {ticket.name} resolved {ticket.resolution}; verifying",
+                {keys.INCONCLUSIVE: None, keys.RETRY_AFTER: None},
+            )
+        if self.state == S.QUARANTINED and ticket.acknowledged:
+            if self.policy.repair.strategy == RepairStrategy.REPLACE:
+                if self.obs.breaker_open:
+                    return _Step(
+                        None, "replacement waits: circuit breaker open", requeue=REQUEUE_WAITING
+                    )
+                return _Step(E.REPLACE_DUE, f"ticket {ticket.name} acknowledged")
+            return _Step(E.REPAIR_STARTED, f"ticket {ticket.name} acknowledged")
+        return None
+
+    def _suspicion(self) -> _Step | None:
+        key = keys.REQUEST_SUSPECT
+        if key not in self.node.annotations or self.state == S.TESTING:
+            return None  # a running test answers first; the request waits for it
+        why = self.node.annotations[key] or "no reason given"
+        if self.state == S.QUALIFIED and self.policy.triggers.on_suspect:
+            return _Step(E.SUSPECTED, why, {key: None})
+        ignored = (
+            "triggers.onSuspect is off" if self.state == S.QUALIFIED else f"node is {self.state}"
+        )
+        return _Step(
+            None, f"{key} ignored: {ignored}", {key: None}, requeue=REQUEUE_AFTER_TRANSITION
+        )
+
+    def _schedule(self) -> _Step | None:
+        return {
+            S.UNQUALIFIED: self._join,
+            S.QUALIFIED: self._requalify,
+            S.SUSPECT: self._retest_suspect,
+            S.VERIFYING: self._retest_repair,
+        }.get(self.state, lambda: None)()
+
+    def _start(self, event: Event, detail: str, *, suite: Suite | None = None) -> _Step:
+        return _Step(event, detail, suite=suite, attempt=self.next_attempt())
+
+    def _join(self) -> _Step | None:
+        if not self.policy.triggers.on_join:
+            return _Step(E.ADMITTED, "acceptance disabled")
+        first_sight = self.node.state is None
+        registered_gated = self.node.has_taint(self.policy.taints.gate)
+        if first_sight and self.obs.idle_since is None and not registered_gated:
+            # Installing sdcguard on a busy fleet must not gate nodes that already serve:
+            # they count as qualified long ago and are screened in their first idle window.
+            return _Step(E.ADMITTED, "already running workloads when first seen")
+        if self.obs.idle_since is None:
+            return _Step(
+                None, "gated; waiting for accelerator pods to leave", requeue=REQUEUE_WAITING
+            )
+        blocked = self.blocked(takes_node=False)
+        if blocked:
+            return _Step(None, f"gated; acceptance waits: {blocked}", requeue=self._wait_requeue())
+        return self._start(E.JOINED, "started; the node stays gated until it passes")
+
+    def _requalify(self) -> _Step | None:
+        triggers, idle_since = self.policy.triggers, self.obs.idle_since
+        qualified_at = self.node.qualified_at
+        due: list[tuple[dt.datetime, Event, str]] = []
+        if triggers.max_qualification_age != "0":
+            age = dt.timedelta(seconds=_seconds(triggers.max_qualification_age))
+            expires = qualified_at + age if qualified_at else self.now
+            due.append((expires, E.EXPIRY_DUE, "qualification expired"))
+        used = idle_since is not None and (qualified_at is None or idle_since > qualified_at)
+        if triggers.on_return_from_use.enabled and used and idle_since is not None:
+            idle_for = dt.timedelta(seconds=_seconds(triggers.on_return_from_use.idle_for))
+            due.append(
+                (idle_since + idle_for, E.IDLE_DUE, f"idle since {keys.format_time(idle_since)}")
+            )
+        if not due:
+            return _Step(None, "qualified; no re-screening configured", requeue=REQUEUE_MAX)
+        when, event, why = min(due, key=lambda d: d[0])
+        if when > self.now:
+            return _Step(
+                None,
+                f"qualified; next screening {keys.format_time(when)}",
+                requeue=_until(when, self.now),
+            )
+        if idle_since is None:
+            return _Step(None, f"{why}; waiting for an idle window", requeue=REQUEUE_MAX)
+        blocked = self.blocked(takes_node=True, routine=True)
+        if blocked:
+            return _Step(None, f"{why}; waits: {blocked}", requeue=self._wait_requeue())
+        return self._start(event, why)
+
+    def _retest_suspect(self) -> _Step | None:
+        if self.obs.idle_since is None and not self.holding():
+            return _Step(None, "suspect; waiting for an idle window", requeue=REQUEUE_WAITING)
+        blocked = self.blocked(takes_node=not self.holding())
+        if blocked:
+            return _Step(None, f"suspect; re-test waits: {blocked}", requeue=self._wait_requeue())
+        suite = _covering_suite(self.policy, self.node.suspect_checks)
+        checks = ", ".join(sorted(self.node.suspect_checks)) or "reported by a workload"
+        return self._start(E.RETEST_DUE, f"re-testing ({checks})", suite=suite)
+
+    def _retest_repair(self) -> _Step | None:
+        if self.obs.ticket is None:
+            return _Step(None, "verifying, but the ticket is gone", requeue=REQUEUE_WAITING)
+        blocked = self.blocked(takes_node=False)
+        if blocked:
+            return _Step(None, f"verification waits: {blocked}", requeue=self._wait_requeue())
+        return self._start(E.RETEST_DUE, "verifying the repair again")
+
+    def _wait_requeue(self) -> float:
+        retry = self.node.retry_after
+        if retry is not None and retry > self.now:
+            return _until(retry, self.now)
+        return REQUEUE_WAITING
+
+
+def _forget_test() -> Changes:
+    return {keys.CURRENT_TEST: None, keys.INCONCLUSIVE: None, keys.RETRY_AFTER: None}
+
+
+def _forget_suspicion() -> Changes:
+    return {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None}
+
+
+def _forget_all() -> Changes:
+    return {**_forget_test(), **_forget_suspicion()}
+
+
+class _Binder:
+    """Turns table rows into concrete actions for one node (see module docstring)."""
+
+    def __init__(self, reader: _Reader, step: _Step, target: NodeState) -> None:
+        self.r = reader
+        self.step = step
+        self.target = target
+        self.seq = reader.node.seq
+        self.changes: Changes = dict(step.changes)
+
+    def _name(self) -> str:
+        self.seq += 1
+        node = self.r.node
+        suffix = f"-{node.uid[:5]}-{self.seq}" if node.uid else f"-{self.seq}"
+        self.changes[keys.SEQ] = str(self.seq)
+        return node.name[: 253 - len(suffix)] + suffix
+
+    def bind(self, action: Action) -> Action | None:
+        r, node, policy = self.r, self.r.node, self.r.policy
+        ticket = r.obs.ticket
+        match action:
+            case AddTaint(role=role):
+                key = _taint_key(policy, role)
+                if node.has_taint(key) and (key in node.owned_taints or role != TaintRole.GATE):
+                    return None  # ours already, or someone else's that we do not adopt
+                return AddTaint(role, key, _taint_effect(policy, role))
+            case RemoveTaint(role=role):
+                key = _taint_key(policy, role)
+                return RemoveTaint(role, key) if key in node.owned_taints else None
+            case Cordon():
+                wanted = (
+                    policy.repair.retire_action == RetireAction.CORDON
+                    if self.target == S.RETIRED
+                    else policy.quarantine.cordon
+                )
+                return action if wanted and not node.unschedulable else None
+            case Uncordon():
+                return action if node.cordoned_by_us else None
+            case Drain():
+                return action if policy.quarantine.drain else None
+            case SetAutoscalerAnnotations(on=True):
+                in_place = policy.repair.strategy == RepairStrategy.IN_PLACE
+                missing = any(k not in node.annotations for k in keys.AUTOSCALER_ANNOTATIONS)
+                return action if in_place and missing else None
+            case SetAutoscalerAnnotations(on=False):
+                return action if node.owned_annotations else None
+            case CreateTest(suite=suite, reason=reason):
+                name = self._name()
+                self.changes[keys.CURRENT_TEST] = name
+                return CreateTest(
+                    suite=suite or self.step.suite or Suite.REQUALIFICATION,
+                    reason=reason,
+                    name=name,
+                    attempt=self.step.attempt,
+                    ticket=ticket.name if ticket else None,
+                )
+            case CreateTicket():
+                if ticket is not None:
+                    return None
+                evidence = self.step.evidence or node.evidence
+                return CreateTicket(self._name(), evidence, self.step.detail)
+            case SetTicketPhase(phase=phase):
+                return SetTicketPhase(phase, ticket.name, self.step.detail) if ticket else None
+            case CloseTicket():
+                return CloseTicket(ticket.name, self.step.detail) if ticket else None
+            case RaiseCycle():
+                failed = self.step.evidence[0] if self.step.evidence else ""
+                return RaiseCycle(ticket.name, failed) if ticket else None
+            case Retire():
+                delete = policy.repair.retire_action == RetireAction.DELETE
+                return Retire(ticket.name if ticket else "", delete_node=delete)
+            case MarkQualified():
+                return MarkQualified(r.now, r.obs.test.fingerprint if r.obs.test else "")
+            case EmitEvent(reason=reason, message=message, warning=warning):
+                text = message.format(node=node.name, detail=self.step.detail)
+                return EmitEvent(reason, text, warning)
+            case _:
+                return action
+
+
+def _heal(reader: _Reader) -> list[Action]:
+    """Actions that make the node match its state (Enforce only; adds, never removes)."""
+    policy, node, state = reader.policy, reader.node, reader.state
+    roles: list[TaintRole] = []
+    actions: list[Action] = []
+    gated = policy.triggers.on_join and node.qualified_at is None
+    if state == S.UNQUALIFIED and gated:
+        roles.append(TaintRole.GATE)
+    elif state == S.TESTING:
+        roles += [TaintRole.GATE, TaintRole.TESTING] if gated else [TaintRole.TESTING]
+    elif state in (S.QUARANTINED, S.REPAIRING, S.VERIFYING, S.RETIRED):
+        roles.append(TaintRole.QUARANTINE)
+        actions.append(Cordon())
+        if state == S.QUARANTINED and reader.obs.ticket is None:
+            actions.append(CreateTicket())
+    return [AddTaint(role) for role in roles] + actions
+
+
+def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decision:
+    """The next state of ``observed.node``, the actions that get it there, and when to look again.
+
+    Pure: reads only its arguments. Raises IllegalTransition only on a bug (an event
+    chosen for a state that has no row for it).
+    """
+    reader = _Reader(observed, policy, now)
+    node, state = observed.node, reader.state
+    step = reader.step()
+    if step.event is None:
+        target = state
+        template: list[Action] = [] if policy.mode == Mode.OBSERVE else _heal(reader)
+        requeue = step.requeue
+    else:
+        row = transition(state, step.event)
+        target = row.target
+        template = list(row.actions)
+        requeue = REQUEUE_AFTER_TRANSITION
+    binder = _Binder(reader, step, target)
+    bound = [a for a in (binder.bind(t) for t in template) if a is not None]
+    if node.state != target and not any(isinstance(a, SetLabel) for a in bound):
+        bound.insert(0, SetLabel(target))
+    if node.state != target:
+        binder.changes[keys.STATE_SINCE] = keys.format_time(now)
+    if step.event is not None and keys.CURRENT_TEST not in binder.changes:
+        binder.changes[keys.CURRENT_TEST] = (
+            None  # leaving a test behind: its outcome no longer counts
+        )
+    changes = tuple(
+        (k, v) for k, v in sorted(binder.changes.items()) if node.annotations.get(k) != v
+    )
+    if changes:
+        bound.append(Annotate(changes))
+
+    suppressed: tuple[Action, ...] = ()
+    if policy.mode == Mode.OBSERVE:
+        suppressed = tuple(a for a in bound if isinstance(a, OBSERVE_SUPPRESSED))
+        bound = [a for a in bound if not isinstance(a, OBSERVE_SUPPRESSED)]
+    starts_test = any(isinstance(a, CreateTest) for a in bound)
+    takes_node = node.qualified_at is not None and any(
+        isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound
+    )
+    return Decision(
+        node=node.name,
+        previous=node.state,
+        state=target,
+        event=step.event,
+        actions=tuple(bound),
+        suppressed=suppressed,
+        requeue_after=requeue,
+        note=step.detail,
+        starts_test=starts_test,
+        takes_node=takes_node,
+    )
+
+
+_PRIORITY = {
+    S.VERIFYING: 0,
+    S.QUARANTINED: 0,
+    S.REPAIRING: 0,
+    S.UNQUALIFIED: 1,
+    S.SUSPECT: 2,
+    S.TESTING: 3,
+    S.QUALIFIED: 4,
+}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _priority(observed: Observed) -> tuple[int, dt.datetime, str]:
+    state = observed.node.state or S.UNQUALIFIED
+    return (_PRIORITY.get(state, 5), observed.node.qualified_at or _EPOCH, observed.node.name)
+
+
+def decide_all(
+    observations: Iterable[Observed], policy: SDCPolicySpec, now: dt.datetime
+) -> list[Decision]:
+    """Decide every node of a policy in one pass, so budgets hold across nodes.
+
+    Pool usage is computed from all observations, then each decision that starts a
+    test reserves its share before the next node is decided. Repairs and new nodes
+    go first, then suspects, then the longest-qualified nodes.
+    """
+    ordered = sorted(observations, key=_priority)
+    pools = pool_usage(o.pool_member() for o in ordered)
+    decisions = []
+    for observed in ordered:
+        usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
+        decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
+        if decision.starts_test:
+            pools[observed.node.pool] = usage.reserve(takes_node=decision.takes_node)
+        decisions.append(decision)
+    return decisions

@@ -1,0 +1,430 @@
+"""Judging: from a probe Pod's end to a test verdict, and from verdicts to confirmation.
+
+Verdicts (one per test):
+
+- **SDC**: some check computed a wrong answer: the probe found devices disagreeing, a
+  replay differing, or an exact collective sum off (check verdict "fail"), or the
+  check's digest differs from a *trusted* baseline for the *same* fingerprint.
+- **Crash** (the Pod failed: signal, OOM, exit status other than 0/1/2) and **Timeout**
+  (the Job's deadline passed) are faults of another kind; they never quarantine.
+- **Inconclusive**: anything that is not evidence either way: no result, a result cut
+  short or of an unknown schema version, a "pass" without digests, a fingerprint other
+  than the baseline's, no trusted baseline yet, an expected check missing, a result
+  that contradicts the exit status.
+- **Pass**: every expected check ran and matched its trusted baseline.
+
+Precedence: SDC evidence from any check wins over everything (a Pod that computed
+wrong answers and then crashed still computed wrong answers); then Timeout, Crash,
+Inconclusive; Pass only when nothing else applies. Garbage never passes and never
+raises.
+
+Check depth, lightest first: compute < collective < memory < golden. Depth measures
+how much of the path a training job takes the check exercises; golden (a small
+training run compared with golden values) is deepest, as in the study it is the
+check that exposed every SDC node. A verdict's headline is its deepest failing (or
+inconclusive) check. A failed check is cleared only by a later pass *of that same
+check*: a passing check of another kind exercises other hardware paths, so in
+particular a lighter passing check never clears a failed deeper one.
+
+Confirmation (:func:`assess`): a first SDC verdict makes the node Suspect and runs the
+same suite again, up to ``confirmation.reruns`` times; one re-run that fails again
+(on the same check, when ``requireSameCheck``) confirms and quarantines. If every
+re-run passes, the node is *Flaky*: it stays Suspect and held (intermittent SDC is
+common, so one clean run does not acquit it) and is screened again after the
+inconclusive back-off; a pass then clears it, another failure confirms.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from sdcguard.api import (
+    CheckStatus,
+    CheckVerdict,
+    Confirmation,
+    ScreeningReason,
+    SDCBaselineSpec,
+    SDCTestPhase,
+    Verdict,
+)
+from sdcguard.domain.observed import TestFacts
+from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, parse_result
+
+CHECK_DEPTH: Mapping[str, int] = {"compute": 1, "collective": 2, "memory": 3, "golden": 4}
+"""Depth of each check (see module docstring); unknown checks are lightest."""
+VALID_EXIT_CODES = (0, 1, 2)
+MAX_REASON = 1024
+
+
+def depth(check: str) -> int:
+    """The depth of ``check`` (0 for checks this operator does not know)."""
+    return CHECK_DEPTH.get(check, 0)
+
+
+def clears(failed: Collection[str], passed: Collection[str]) -> bool:
+    """Whether passing ``passed`` clears the earlier failure of every check in ``failed``."""
+    return set(failed) <= set(passed)
+
+
+@dataclass(frozen=True)
+class PodEnd:
+    """How the probe Pod ended, as the adapter read it from the Pod status."""
+
+    message: str | None
+    """The container's termination message (the probe's result document)."""
+    exit_code: int | None
+    timed_out: bool = False
+    """The Job's activeDeadlineSeconds passed."""
+    crashed: bool = False
+    """Killed (OOM, eviction, signal) or failed to start."""
+    detail: str = ""
+    """The kubelet's reason, e.g. OOMKilled or DeadlineExceeded."""
+
+
+@dataclass(frozen=True)
+class CheckJudgement:
+    """One check, judged."""
+
+    name: str
+    verdict: CheckVerdict
+    reason: str
+    digest: str | None = None
+    metrics: Mapping[str, str] = field(default_factory=dict)
+    odd_device: int | None = None
+    first_divergent_step: int | None = None
+    first_divergent_submodule: str | None = None
+    baseline: str = "absent"
+
+    def to_status(self) -> CheckStatus:
+        """The SDCTest status entry."""
+        return CheckStatus.model_validate(
+            {
+                "name": self.name[:64],
+                "verdict": self.verdict,
+                "reason": self.reason[:MAX_REASON],
+                "digest": self.digest,
+                "metrics": {k[:64]: v[:256] for k, v in list(self.metrics.items())[:64]},
+                "odd_device": self.odd_device,
+                "first_divergent_step": self.first_divergent_step,
+                "first_divergent_submodule": (self.first_divergent_submodule or None)
+                and self.first_divergent_submodule[:256],
+                "baseline": self.baseline,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdict of one test, with what supports it."""
+
+    verdict: Verdict
+    reason: str
+    """One CamelCase word (SDCDetected, DigestMismatch, ResultTruncated, ...)."""
+    message: str
+    checks: tuple[CheckJudgement, ...] = ()
+    fingerprint: Fingerprint | None = None
+    injected: bool = False
+    """The probe ran with fault injection (a test or benchmark, not a real screening)."""
+
+    @property
+    def phase(self) -> SDCTestPhase:
+        """The SDCTest phase for this verdict."""
+        if self.verdict == Verdict.PASS:
+            return SDCTestPhase.PASSED
+        if self.verdict == Verdict.INCONCLUSIVE:
+            return SDCTestPhase.INCONCLUSIVE
+        return SDCTestPhase.FAILED
+
+    @property
+    def failed_checks(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.checks if c.verdict == CheckVerdict.SDC)
+
+    @property
+    def passed_checks(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.checks if c.verdict == CheckVerdict.PASS)
+
+    @property
+    def digests(self) -> dict[str, str]:
+        """Digests of the checks that found no SDC: what a baseline candidate records."""
+        return {
+            c.name: c.digest
+            for c in self.checks
+            if c.digest is not None and c.verdict != CheckVerdict.SDC
+        }
+
+    def check_statuses(self) -> list[CheckStatus]:
+        """The per-check entries of the SDCTest status."""
+        return [c.to_status() for c in self.checks]
+
+
+def _metric(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _classify(reason: str) -> str:
+    text = reason.lower()
+    if "empty termination message" in text:
+        return "ResultMissing"
+    if "truncated" in text:
+        return "ResultTruncated"
+    if "schema_version" in text:
+        return "UnknownSchema"
+    return "InvalidResult"
+
+
+def _read(message: str | None) -> tuple[ProbeResult | None, str, str]:
+    """The parsed result, or None with (reason, message) saying why not."""
+    if message is None or not message.strip():
+        return None, "ResultMissing", "the probe wrote no result (termination message empty)"
+    try:
+        return parse_result(message), "", ""
+    except Exception as exc:  # any malformed text is "no result", never a crash
+        reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+        return None, _classify(str(reason)), f"unusable probe result: {reason}"[:MAX_REASON]
+
+
+def _judge_check(
+    name: str, check: CheckResult, fingerprint: Fingerprint | None, baseline: SDCBaselineSpec | None
+) -> CheckJudgement:
+    base = CheckJudgement(
+        name,
+        CheckVerdict.INCONCLUSIVE,
+        "",
+        digest=check.digest,
+        metrics={k: _metric(v) for k, v in check.metrics.items() if v is not None},
+        odd_device=check.odd_device,
+        first_divergent_step=check.first_divergent_step,
+        first_divergent_submodule=check.first_divergent_submodule,
+        baseline=check.baseline,
+    )
+
+    def judged(
+        verdict: CheckVerdict, reason: str, compared: str = check.baseline
+    ) -> CheckJudgement:
+        return replace(base, verdict=verdict, reason=reason, baseline=compared)
+
+    said = f": {check.reason}" if check.reason else ""
+    if check.baseline == "fingerprint-mismatch":
+        # Digests from other hardware or software say nothing about this node.
+        return judged(
+            CheckVerdict.INCONCLUSIVE,
+            f"FingerprintMismatch: the probe's baseline is for other hardware or software{said}",
+        )
+    if check.verdict == "fail":
+        where = f" on device {check.odd_device}" if check.odd_device is not None else ""
+        step = check.first_divergent_step
+        since = f" from step {step}" if step is not None else ""
+        return judged(CheckVerdict.SDC, f"SDCDetected: wrong results{where}{since}{said}")
+    if check.digest is None:
+        what = "passed without a digest" if check.verdict == "pass" else "was inconclusive"
+        return judged(CheckVerdict.INCONCLUSIVE, f"NoDigest: the check {what}{said}")
+    golden = (
+        baseline.digests.get(name)
+        if baseline is not None
+        and baseline.trusted
+        and fingerprint is not None
+        and baseline.fingerprint.hash == fingerprint.hash
+        else None
+    )
+    if golden is not None:
+        # The operator's trusted baseline is authoritative: a digest covers everything
+        # the check computed, so equal means right and different means wrong.
+        if golden == check.digest:
+            return judged(CheckVerdict.PASS, "Match: equals the trusted baseline", "match")
+        return judged(
+            CheckVerdict.SDC,
+            f"DigestMismatch: differs from the trusted baseline {golden[:12]}",
+            "mismatch",
+        )
+    if check.verdict == "pass" and check.baseline == "match":
+        return judged(CheckVerdict.PASS, "Match: equals the probe's baseline")
+    if check.verdict == "pass" or check.baseline == "absent":
+        return judged(
+            CheckVerdict.INCONCLUSIVE,
+            "BaselineAbsent: no trusted baseline for this fingerprint yet",
+            "absent",
+        )
+    return judged(CheckVerdict.INCONCLUSIVE, f"ProbeInconclusive{said}")
+
+
+def _headline(checks: list[CheckJudgement]) -> CheckJudgement:
+    return max(checks, key=lambda c: (depth(c.name), c.name))
+
+
+def judge_result(
+    end: PodEnd,
+    expected_checks: Collection[str],
+    baselines: Mapping[str, SDCBaselineSpec] | None = None,
+) -> Judgement:
+    """Judge how a probe Pod ended (see the module docstring for the rules).
+
+    ``expected_checks`` are the checks of the test's suite; ``baselines`` maps
+    fingerprint hashes to SDCBaseline specs (only a trusted one for the result's
+    own fingerprint is used). Never raises for any input text.
+    """
+    result, problem, problem_message = _read(end.message)
+    fingerprint = result.fingerprint if result else None
+    baseline = (baselines or {}).get(fingerprint.hash) if fingerprint else None
+    checks = (
+        [_judge_check(n, c, fingerprint, baseline) for n, c in sorted(result.checks.items())]
+        if result
+        else []
+    )
+    injected = bool(result and result.injection.enabled)
+    note = (
+        f" (fault injection on: {result.injection.count} corruptions)"
+        if result and injected
+        else ""
+    )
+
+    def judged(verdict: Verdict, reason: str, message: str) -> Judgement:
+        return Judgement(
+            verdict, reason, (message + note)[:MAX_REASON], tuple(checks), fingerprint, injected
+        )
+
+    sdc = [c for c in checks if c.verdict == CheckVerdict.SDC]
+    if sdc:
+        head = _headline(sdc)
+        names = ", ".join(c.name for c in sorted(sdc, key=lambda c: -depth(c.name)))
+        reason = (
+            "DigestMismatch"
+            if all(c.baseline == "mismatch" and c.reason.startswith("Digest") for c in sdc)
+            else "SDCDetected"
+        )
+        ended = ""
+        if end.timed_out or end.crashed:
+            ended = f" (then the Pod {'timed out' if end.timed_out else 'crashed'})"
+        return judged(Verdict.SDC, reason, f"SDC in {names}: {head.name}: {head.reason}{ended}")
+    if end.timed_out:
+        return judged(
+            Verdict.TIMEOUT, "TimedOut", f"the probe Job ran past its deadline {end.detail}".strip()
+        )
+    if end.crashed or (end.exit_code is not None and end.exit_code not in VALID_EXIT_CODES):
+        what = end.detail or f"exit status {end.exit_code}"
+        return judged(
+            Verdict.CRASH,
+            "Crashed",
+            f"the probe crashed ({what}); {problem_message or 'no SDC evidence'}",
+        )
+    if result is None:
+        return judged(Verdict.INCONCLUSIVE, problem, problem_message)
+    if end.exit_code is not None and end.exit_code != result.exit_code():
+        return judged(
+            Verdict.INCONCLUSIVE,
+            "Inconsistent",
+            f"exit status {end.exit_code} contradicts the result's verdict {result.verdict!r}",
+        )
+    if result.verdict == "fail":
+        return judged(
+            Verdict.INCONCLUSIVE, "Inconsistent", "the probe reported 'fail' but no check failed"
+        )
+    inconclusive = [c for c in checks if c.verdict == CheckVerdict.INCONCLUSIVE]
+    if inconclusive:
+        head = _headline(inconclusive)
+        code = head.reason.split(":", 1)[0]
+        return judged(Verdict.INCONCLUSIVE, code, f"{head.name}: {head.reason}")
+    missing = sorted(set(expected_checks) - {c.name for c in checks})
+    if missing:
+        cut = " (the result was truncated)" if result.truncated else ""
+        return judged(
+            Verdict.INCONCLUSIVE, "CheckMissing", f"no result for {', '.join(missing)}{cut}"
+        )
+    if not checks:
+        said = f": {result.reason}" if result.reason else ""
+        return judged(Verdict.INCONCLUSIVE, "ProbeInconclusive", f"no check ran{said}")
+    # Every check matched a trusted baseline: a top-level "inconclusive" from a probe
+    # that had no baseline to compare with does not take that away.
+    names = ", ".join(c.name for c in checks)
+    return judged(Verdict.PASS, "Passed", f"{names} matched their baseline")
+
+
+class Outcome(StrEnum):
+    """What a finished test means for a node, given its suspicion."""
+
+    CLEARED = "Cleared"
+    CONFIRMED = "Confirmed"
+    NEEDS_RERUN = "NeedsRerun"
+    FLAKY = "Flaky"
+    INCONCLUSIVE = "Inconclusive"
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The outcome, the suspicion that remains, and a sentence for Events."""
+
+    outcome: Outcome
+    suspect_checks: frozenset[str]
+    message: str
+
+
+def assess(
+    test: TestFacts, suspect_checks: frozenset[str], confirmation: Confirmation
+) -> Assessment:
+    """Apply the confirmation policy to a finished test (see the module docstring).
+
+    ``suspect_checks``: checks that failed earlier and are not yet cleared (empty when
+    the node is not under suspicion, or was reported by a workload).
+    """
+    said = f" ({test.message})" if test.message else ""
+    reruns_done = test.attempt if test.reason == ScreeningReason.CONFIRMATION else 0
+    reruns_left = confirmation.reruns - reruns_done
+    if test.verdict == Verdict.SDC:
+        failed = test.failed_checks or frozenset({"unknown"})
+        if not suspect_checks:
+            if confirmation.reruns == 0:
+                return Assessment(Outcome.CONFIRMED, failed, f"SDC in {test.name}{said}")
+            return Assessment(Outcome.NEEDS_RERUN, failed, f"SDC in {test.name}{said}")
+        if not confirmation.require_same_check or failed & suspect_checks:
+            return Assessment(
+                Outcome.CONFIRMED,
+                suspect_checks | failed,
+                f"SDC confirmed by {test.name}{said}",
+            )
+        again = Outcome.NEEDS_RERUN if reruns_left > 0 else Outcome.FLAKY
+        return Assessment(
+            again,
+            suspect_checks | failed,
+            f"{test.name} failed {', '.join(sorted(failed))}, not the suspected "
+            f"{', '.join(sorted(suspect_checks))}{said}",
+        )
+    if test.verdict == Verdict.PASS:
+        if not clears(suspect_checks, test.passed_checks):
+            missing = ", ".join(sorted(suspect_checks - test.passed_checks))
+            return Assessment(
+                Outcome.INCONCLUSIVE,
+                suspect_checks,
+                f"{test.name} passed but did not run the suspected {missing}",
+            )
+        if suspect_checks and test.reason == ScreeningReason.CONFIRMATION:
+            if reruns_left > 0:
+                return Assessment(
+                    Outcome.NEEDS_RERUN,
+                    suspect_checks,
+                    f"re-run {test.name} passed; {reruns_left} more to go",
+                )
+            return Assessment(
+                Outcome.FLAKY,
+                suspect_checks,
+                f"all {confirmation.reruns} re-runs passed after SDC in "
+                f"{', '.join(sorted(suspect_checks))}",
+            )
+        return Assessment(Outcome.CLEARED, frozenset(), f"{test.name} passed{said}")
+    verdict = test.verdict.value if test.verdict else test.phase.value
+    return Assessment(Outcome.INCONCLUSIVE, suspect_checks, f"{test.name}: {verdict}{said}")
+
+
+def backoff_seconds(base_seconds: float, inconclusive_count: int) -> float:
+    """Wait after the ``inconclusive_count``-th inconclusive result in a row: doubling, at most
+    16 times the base."""
+    factor: int = min(16, 2 ** max(0, inconclusive_count - 1))
+    return base_seconds * factor
+
+
+def retry_time(now: dt.datetime, base_seconds: float, inconclusive_count: int) -> dt.datetime:
+    """When to screen again after an inconclusive result."""
+    return now + dt.timedelta(seconds=backoff_seconds(base_seconds, inconclusive_count))

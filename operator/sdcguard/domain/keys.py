@@ -1,0 +1,83 @@
+"""Labels and annotations sdcguard reads and writes on Nodes and policies.
+
+Set by sdcguard (bookkeeping, so that a restart loses nothing):
+
+- label ``sdcguard.dev/state``: the lifecycle state (``kubectl get nodes -L sdcguard.dev/state``)
+- ``sdcguard.dev/owned-taints``: comma-separated taint keys sdcguard added (only these are removed)
+- ``sdcguard.dev/cordoned-by-us``: "true" when sdcguard cordoned the node (only then it uncordons)
+- ``sdcguard.dev/owned-annotations``: autoscaler annotations sdcguard set (only these are removed)
+- ``sdcguard.dev/qualified-at``, ``sdcguard.dev/fingerprint``: the last qualification
+- ``sdcguard.dev/state-since``: when the node entered its state
+- ``sdcguard.dev/test``: the SDCTest whose outcome the node waits for
+- ``sdcguard.dev/seq``: counter that makes SDCTest and RepairTicket names unique and repeatable
+- ``sdcguard.dev/suspect-checks``, ``sdcguard.dev/evidence``: the failed checks and SDCTests
+  behind a suspicion
+- ``sdcguard.dev/inconclusive``, ``sdcguard.dev/retry-after``: back-off after inconclusive results
+
+Set by people and workloads (sdcguard acts, then removes the annotation):
+
+- ``sdcguard.dev/suspect=<why>``: re-screen this node before it takes more work
+- ``sdcguard.dev/quarantine=<why>``: quarantine now
+- ``sdcguard.dev/release=<why>``: return to service without a test (ticket closed)
+- label ``sdcguard.dev/exclude=true``: opt out; sdcguard removes its own taints and touches
+  nothing else until the label is removed
+- on an SDCPolicy, ``sdcguard.dev/reset-breaker=<new value>``: close the circuit breaker
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+PREFIX = "sdcguard.dev/"
+LABEL_STATE = PREFIX + "state"
+LABEL_EXCLUDE = PREFIX + "exclude"
+
+OWNED_TAINTS = PREFIX + "owned-taints"
+CORDONED_BY_US = PREFIX + "cordoned-by-us"
+OWNED_ANNOTATIONS = PREFIX + "owned-annotations"
+QUALIFIED_AT = PREFIX + "qualified-at"
+FINGERPRINT = PREFIX + "fingerprint"
+STATE_SINCE = PREFIX + "state-since"
+CURRENT_TEST = PREFIX + "test"
+SEQ = PREFIX + "seq"
+SUSPECT_CHECKS = PREFIX + "suspect-checks"
+EVIDENCE = PREFIX + "evidence"
+INCONCLUSIVE = PREFIX + "inconclusive"
+RETRY_AFTER = PREFIX + "retry-after"
+
+REQUEST_SUSPECT = PREFIX + "suspect"
+REQUEST_QUARANTINE = PREFIX + "quarantine"
+REQUEST_RELEASE = PREFIX + "release"
+RESET_BREAKER = PREFIX + "reset-breaker"
+
+CA_SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+AUTOSCALER_ANNOTATIONS = (CA_SCALE_DOWN_DISABLED, KARPENTER_DO_NOT_DISRUPT)
+
+
+def format_time(value: dt.datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes times."""
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    """An RFC 3339 time, or None for a missing or unreadable value (never raises)."""
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def split_list(value: str | None) -> tuple[str, ...]:
+    """Items of a comma-separated annotation, in order, without blanks or repeats."""
+    items = (item.strip() for item in (value or "").split(","))
+    return tuple(dict.fromkeys(item for item in items if item))
+
+
+def join_list(items: tuple[str, ...] | list[str] | frozenset[str]) -> str | None:
+    """The annotation value for ``items``; None (remove the annotation) when empty."""
+    ordered = sorted(items) if isinstance(items, frozenset) else list(dict.fromkeys(items))
+    return ",".join(ordered) or None

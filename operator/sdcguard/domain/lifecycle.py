@@ -1,0 +1,587 @@
+"""The node lifecycle: states, events, actions, and the one table of allowed transitions.
+
+::
+
+                 Joined                TestPassed
+    Unqualified ───────▶ Testing ──────────────────────▶ Qualified ◀──────────────┐
+        ▲   ◀─────────────┘ │ │  AcceptanceInconclusive    │  ▲  │ IdleDue,       │
+        │                   │ │  TestInconclusive ─────────┘  │  │ ExpiryDue      │
+        │ OptedIn           │ │                               │  ▼                │
+     Excluded               │ └─TestFailedUnconfirmed──▶ Suspect ◀── Suspected    │
+    (from any state:        │       (re-run to confirm)   │  │ TestPassed ────────┤
+     OptedOut)              │ TestFailed                  │  │                    │
+                            ▼                             │  │ TestFailed         │
+                       Quarantined ◀──────────────────────┘  ▼                    │
+                         │   ▲  ◀─────────────── (confirmed SDC)                  │
+           RepairStarted │   │ VerificationFailed                                 │
+                         ▼   │ (cycle + 1)                                        │
+                      Repairing ──TicketResolved──▶ Verifying ──VerificationPassed┘
+                                                        │
+                              RepairCyclesExceeded,     ▼
+                              TicketRetire          Retired
+
+Rows name taints by role (gate, testing, quarantine) and tests and tickets without
+names; ``decide`` binds them to the policy's keys, the node, and the objects
+involved. A (state, event) pair that is not a row raises :class:`IllegalTransition`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sdcguard.api import ScreeningReason, Suite, TicketPhase
+
+
+class NodeState(StrEnum):
+    """A node's place in the lifecycle; the value is the ``sdcguard.dev/state`` label."""
+
+    UNQUALIFIED = "Unqualified"
+    TESTING = "Testing"
+    QUALIFIED = "Qualified"
+    SUSPECT = "Suspect"
+    QUARANTINED = "Quarantined"
+    REPAIRING = "Repairing"
+    VERIFYING = "Verifying"
+    RETIRED = "Retired"
+    EXCLUDED = "Excluded"
+
+
+class Event(StrEnum):
+    """What happened to a node, as ``decide`` reads it from the observations."""
+
+    JOINED = "Joined"
+    """A gated node can take its acceptance test now."""
+    ADMITTED = "Admitted"
+    """A node is admitted without acceptance: triggers.onJoin is off, or it already ran
+    workloads when sdcguard first saw it. It is screened in its first idle window."""
+    TEST_STARTED = "TestStarted"
+    """Someone else started a test on the node (kubectl sdc test): adopt it."""
+    TEST_PASSED = "TestPassed"
+    TEST_FAILED = "TestFailed"
+    """A confirmed SDC verdict (or the first one, when no re-runs are configured)."""
+    TEST_FAILED_UNCONFIRMED = "TestFailedUnconfirmed"
+    """An SDC verdict that a re-run must confirm before quarantine."""
+    CONFIRMATION_PASSED = "ConfirmationPassed"
+    """A confirmation re-run passed and more re-runs are configured."""
+    FLAKY = "Flaky"
+    """Every confirmation re-run passed after an SDC verdict: still suspect."""
+    QUARANTINE_HELD = "QuarantineHeld"
+    """A confirmed failure while the circuit breaker is open."""
+    TEST_INCONCLUSIVE = "TestInconclusive"
+    ACCEPTANCE_INCONCLUSIVE = "AcceptanceInconclusive"
+    """A never-qualified node's test was inconclusive: back to the gate."""
+    IDLE_DUE = "IdleDue"
+    EXPIRY_DUE = "ExpiryDue"
+    SUSPECTED = "Suspected"
+    RETEST_DUE = "RetestDue"
+    REPAIR_STARTED = "RepairStarted"
+    REPLACE_DUE = "ReplaceDue"
+    TICKET_RESOLVED = "TicketResolved"
+    """The ticket's resolution is Repaired, Replaced or FalseAlarm."""
+    TICKET_RETIRE = "TicketRetire"
+    """The ticket's resolution is Retire."""
+    VERIFICATION_PASSED = "VerificationPassed"
+    VERIFICATION_FAILED = "VerificationFailed"
+    REPAIR_CYCLES_EXCEEDED = "RepairCyclesExceeded"
+    OPTED_OUT = "OptedOut"
+    OPTED_IN = "OptedIn"
+    MANUAL_QUARANTINE = "ManualQuarantine"
+    MANUAL_RELEASE = "ManualRelease"
+
+
+class TaintRole(StrEnum):
+    """Which of the policy's three taint keys an action means."""
+
+    GATE = "gate"
+    TESTING = "testing"
+    QUARANTINE = "quarantine"
+
+
+# Actions: what the adapters apply. Fields left empty in the table are bound by decide().
+
+
+@dataclass(frozen=True)
+class AddTaint:
+    """Add a taint and record it as ours (``sdcguard.dev/owned-taints``).
+
+    A gate taint already on the node (put there at registration) is adopted: it
+    exists for sdcguard to remove.
+    """
+
+    role: TaintRole
+    key: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class RemoveTaint:
+    """Remove a taint, only if it is recorded as ours."""
+
+    role: TaintRole
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """Mark the node unschedulable and record that we did (``sdcguard.dev/cordoned-by-us``)."""
+
+
+@dataclass(frozen=True)
+class Uncordon:
+    """Mark the node schedulable again; only ever emitted when we cordoned it."""
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Evict the node's pods (respecting PodDisruptionBudgets); only when the policy says so."""
+
+
+@dataclass(frozen=True)
+class SetLabel:
+    """Set the ``sdcguard.dev/state`` label."""
+
+    state: NodeState
+
+
+@dataclass(frozen=True)
+class Annotate:
+    """Set (or, with None, remove) sdcguard's bookkeeping annotations on the node."""
+
+    changes: tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class MarkQualified:
+    """Record the qualification time and the fingerprint it was earned under."""
+
+    at: dt.datetime | None = None
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class RevokeQualification:
+    """Forget the qualification: a released node is screened again in its next idle window."""
+
+
+@dataclass(frozen=True)
+class SetAutoscalerAnnotations:
+    """Ask Cluster Autoscaler and Karpenter to keep (on) or stop keeping (off) the node.
+
+    Off removes only the annotations sdcguard set.
+    """
+
+    on: bool
+
+
+@dataclass(frozen=True)
+class DeleteNode:
+    """Delete the Node (replace strategy, or retirement by deletion)."""
+
+
+@dataclass(frozen=True)
+class CreateTest:
+    """Create an SDCTest. ``suite`` None: the suite of the test whose outcome led here."""
+
+    suite: Suite | None
+    reason: ScreeningReason
+    name: str = ""
+    attempt: int = 1
+    ticket: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateTicket:
+    """Open a RepairTicket (its sinks are notified by the ticket adapter)."""
+
+    name: str = ""
+    evidence: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class SetTicketPhase:
+    """Move the ticket to ``phase`` and add a history entry."""
+
+    phase: TicketPhase
+    name: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CloseTicket:
+    """Close the ticket: the node passed verification or was released."""
+
+    name: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RaiseCycle:
+    """A repair failed verification: add ``test`` to the evidence, raise the cycle, clear the
+    resolution, reopen. Idempotent: a test already in the evidence raises nothing."""
+
+    name: str = ""
+    test: str = ""
+
+
+@dataclass(frozen=True)
+class Retire:
+    """Mark the ticket Retired; delete the Node when the policy's retireAction is Delete."""
+
+    name: str = ""
+    delete_node: bool = False
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    """A Kubernetes Event on the Node. ``message`` may use {node} and {detail}."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+Action = (
+    AddTaint
+    | RemoveTaint
+    | Cordon
+    | Uncordon
+    | Drain
+    | SetLabel
+    | Annotate
+    | MarkQualified
+    | RevokeQualification
+    | SetAutoscalerAnnotations
+    | DeleteNode
+    | CreateTest
+    | CreateTicket
+    | SetTicketPhase
+    | CloseTicket
+    | RaiseCycle
+    | Retire
+    | EmitEvent
+)
+
+NODE_MUTATIONS: tuple[type, ...] = (
+    AddTaint,
+    RemoveTaint,
+    Cordon,
+    Uncordon,
+    Drain,
+    SetAutoscalerAnnotations,
+    DeleteNode,
+)
+"""Actions that change how the node is scheduled, or whether it exists."""
+TICKET_ACTIONS: tuple[type, ...] = (CreateTicket, SetTicketPhase, CloseTicket, RaiseCycle, Retire)
+"""Actions that open, move or close repair tickets (and so reach repair systems)."""
+OBSERVE_SUPPRESSED: tuple[type, ...] = NODE_MUTATIONS + TICKET_ACTIONS
+"""What Observe mode does not do. It still labels, annotates, tests and emits Events."""
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the table."""
+
+    source: NodeState
+    event: Event
+    target: NodeState
+    actions: tuple[Action, ...]
+
+
+class IllegalTransition(Exception):
+    """``event`` is not allowed in ``state``: a bug, surfaced as a condition and a metric."""
+
+    def __init__(self, state: NodeState, event: Event) -> None:
+        super().__init__(f"no transition from {state} on {event}")
+        self.state = state
+        self.event = event
+
+
+def _row(source: NodeState, event: Event, target: NodeState, *actions: Action) -> Transition:
+    label = (SetLabel(target),) if target != source else ()
+    return Transition(source, event, target, (*label, *actions))
+
+
+S = NodeState
+E = Event
+GATE, TESTING, QUARANTINE = TaintRole.GATE, TaintRole.TESTING, TaintRole.QUARANTINE
+
+QUARANTINE_ACTIONS: tuple[Action, ...] = (
+    RemoveTaint(TESTING),
+    AddTaint(QUARANTINE),
+    Cordon(),
+    Drain(),
+    RevokeQualification(),
+    CreateTicket(),
+    SetAutoscalerAnnotations(on=True),
+)
+RELEASE_ACTIONS: tuple[Action, ...] = (
+    RemoveTaint(GATE),
+    RemoveTaint(TESTING),
+    RemoveTaint(QUARANTINE),
+    Uncordon(),
+    SetAutoscalerAnnotations(on=False),
+)
+QUALIFY_ACTIONS: tuple[Action, ...] = (
+    RemoveTaint(GATE),
+    RemoveTaint(TESTING),
+    MarkQualified(),
+    EmitEvent("Qualified", "{node} passed its screening: {detail}"),
+)
+RETIRE_ACTIONS: tuple[Action, ...] = (
+    Cordon(),
+    Retire(),
+    EmitEvent("Retired", "{node} is retired: {detail}", warning=True),
+)
+CONFIRM = CreateTest(None, ScreeningReason.CONFIRMATION)
+VERIFY = CreateTest(Suite.REPAIR_VERIFICATION, ScreeningReason.REPAIR_VERIFICATION)
+
+
+def _manual(
+    source: NodeState, *, quarantine: bool = True, release: bool = True
+) -> list[Transition]:
+    rows = [
+        _row(
+            source,
+            E.OPTED_OUT,
+            S.EXCLUDED,
+            *RELEASE_ACTIONS,
+            EmitEvent("Excluded", "{node} opted out (sdcguard.dev/exclude=true): {detail}"),
+        )
+    ]
+    if quarantine:
+        rows.append(
+            _row(
+                source,
+                E.MANUAL_QUARANTINE,
+                S.QUARANTINED,
+                *QUARANTINE_ACTIONS,
+                EmitEvent("Quarantined", "{node} quarantined by request: {detail}", warning=True),
+            )
+        )
+    if release:
+        rows.append(
+            _row(
+                source,
+                E.MANUAL_RELEASE,
+                S.QUALIFIED,
+                *RELEASE_ACTIONS,
+                CloseTicket(),
+                EmitEvent("Released", "{node} released by request: {detail}"),
+            )
+        )
+    return rows
+
+
+TRANSITIONS: tuple[Transition, ...] = (
+    # Joining: gated until the acceptance suite passes.
+    _row(
+        S.UNQUALIFIED,
+        E.JOINED,
+        S.TESTING,
+        AddTaint(GATE),
+        AddTaint(TESTING),
+        CreateTest(Suite.ACCEPTANCE, ScreeningReason.JOIN),
+        EmitEvent("TestStarted", "{node}: acceptance test {detail}"),
+    ),
+    _row(
+        S.UNQUALIFIED,
+        E.ADMITTED,
+        S.QUALIFIED,
+        RemoveTaint(GATE),
+        EmitEvent("Admitted", "{node} admitted without acceptance ({detail}); screened when idle"),
+    ),
+    _row(S.UNQUALIFIED, E.TEST_STARTED, S.TESTING, AddTaint(TESTING)),
+    *_manual(S.UNQUALIFIED),
+    # Testing: the outcome decides.
+    _row(S.TESTING, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
+    _row(
+        S.TESTING,
+        E.TEST_FAILED_UNCONFIRMED,
+        S.SUSPECT,
+        CONFIRM,
+        EmitEvent("SDCSuspected", "{node}: {detail}; re-running to confirm", warning=True),
+    ),
+    _row(
+        S.TESTING,
+        E.TEST_FAILED,
+        S.QUARANTINED,
+        *QUARANTINE_ACTIONS,
+        EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
+    ),
+    _row(
+        S.TESTING,
+        E.QUARANTINE_HELD,
+        S.SUSPECT,
+        EmitEvent("QuarantineHeld", "{node}: {detail}", warning=True),
+    ),
+    _row(
+        S.TESTING,
+        E.TEST_INCONCLUSIVE,
+        S.QUALIFIED,
+        RemoveTaint(TESTING),
+        EmitEvent("Inconclusive", "{node}: {detail}; released, screened again later"),
+    ),
+    _row(
+        S.TESTING,
+        E.ACCEPTANCE_INCONCLUSIVE,
+        S.UNQUALIFIED,
+        RemoveTaint(TESTING),
+        EmitEvent("Inconclusive", "{node}: {detail}; still gated, screened again later"),
+    ),
+    *_manual(S.TESTING),
+    # Qualified: screened again after use, on expiry, or when suspected.
+    _row(
+        S.QUALIFIED,
+        E.IDLE_DUE,
+        S.TESTING,
+        AddTaint(TESTING),
+        CreateTest(Suite.REQUALIFICATION, ScreeningReason.RETURN_FROM_USE),
+        EmitEvent("TestStarted", "{node} returned from use: {detail}"),
+    ),
+    _row(
+        S.QUALIFIED,
+        E.EXPIRY_DUE,
+        S.TESTING,
+        AddTaint(TESTING),
+        CreateTest(Suite.REQUALIFICATION, ScreeningReason.EXPIRY),
+        EmitEvent("TestStarted", "{node}'s qualification expired: {detail}"),
+    ),
+    _row(S.QUALIFIED, E.TEST_STARTED, S.TESTING, AddTaint(TESTING)),
+    _row(
+        S.QUALIFIED,
+        E.SUSPECTED,
+        S.SUSPECT,
+        EmitEvent("Suspected", "{node} reported suspect: {detail}", warning=True),
+    ),
+    *_manual(S.QUALIFIED, release=False),
+    # Suspect: confirm, clear, or keep holding.
+    _row(S.SUSPECT, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
+    _row(
+        S.SUSPECT,
+        E.TEST_FAILED,
+        S.QUARANTINED,
+        *QUARANTINE_ACTIONS,
+        EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
+    ),
+    _row(
+        S.SUSPECT,
+        E.TEST_FAILED_UNCONFIRMED,
+        S.SUSPECT,
+        CONFIRM,
+        EmitEvent("SDCSuspected", "{node}: {detail}; re-running to confirm", warning=True),
+    ),
+    _row(S.SUSPECT, E.CONFIRMATION_PASSED, S.SUSPECT, CONFIRM),
+    _row(
+        S.SUSPECT,
+        E.FLAKY,
+        S.SUSPECT,
+        EmitEvent("Flaky", "{node}: {detail}; held and screened again later", warning=True),
+    ),
+    _row(
+        S.SUSPECT,
+        E.QUARANTINE_HELD,
+        S.SUSPECT,
+        EmitEvent("QuarantineHeld", "{node}: {detail}", warning=True),
+    ),
+    _row(
+        S.SUSPECT,
+        E.TEST_INCONCLUSIVE,
+        S.SUSPECT,
+        EmitEvent("Inconclusive", "{node}: {detail}; screened again later"),
+    ),
+    _row(
+        S.SUSPECT,
+        E.RETEST_DUE,
+        S.SUSPECT,
+        AddTaint(TESTING),
+        CreateTest(Suite.REQUALIFICATION, ScreeningReason.SUSPECT),
+        EmitEvent("TestStarted", "{node} is suspect: {detail}"),
+    ),
+    _row(S.SUSPECT, E.TEST_STARTED, S.SUSPECT, AddTaint(TESTING)),
+    *_manual(S.SUSPECT),
+    # Quarantined and repairing: the ticket drives.
+    _row(
+        S.QUARANTINED,
+        E.REPAIR_STARTED,
+        S.REPAIRING,
+        SetTicketPhase(TicketPhase.IN_REPAIR),
+        EmitEvent("RepairStarted", "{node}: {detail}"),
+    ),
+    _row(
+        S.QUARANTINED,
+        E.REPLACE_DUE,
+        S.REPAIRING,
+        SetTicketPhase(TicketPhase.IN_REPAIR),
+        DeleteNode(),
+        EmitEvent("Replacing", "{node} is deleted for replacement: {detail}"),
+    ),
+    _row(
+        S.QUARANTINED,
+        E.TICKET_RESOLVED,
+        S.VERIFYING,
+        SetTicketPhase(TicketPhase.VERIFYING),
+        VERIFY,
+        EmitEvent("Verifying", "{node}: {detail}"),
+    ),
+    _row(S.QUARANTINED, E.TICKET_RETIRE, S.RETIRED, *RETIRE_ACTIONS),
+    *_manual(S.QUARANTINED, quarantine=False),
+    _row(
+        S.REPAIRING,
+        E.TICKET_RESOLVED,
+        S.VERIFYING,
+        SetTicketPhase(TicketPhase.VERIFYING),
+        VERIFY,
+        EmitEvent("Verifying", "{node}: {detail}"),
+    ),
+    _row(S.REPAIRING, E.TICKET_RETIRE, S.RETIRED, *RETIRE_ACTIONS),
+    *_manual(S.REPAIRING, quarantine=False),
+    # Verifying: the stricter suite decides whether the repair worked.
+    _row(
+        S.VERIFYING,
+        E.VERIFICATION_PASSED,
+        S.QUALIFIED,
+        *RELEASE_ACTIONS,
+        CloseTicket(),
+        MarkQualified(),
+        EmitEvent("Qualified", "{node} passed repair verification: {detail}"),
+    ),
+    _row(
+        S.VERIFYING,
+        E.VERIFICATION_FAILED,
+        S.QUARANTINED,
+        RaiseCycle(),
+        EmitEvent("RepairFailed", "{node} failed repair verification: {detail}", warning=True),
+    ),
+    _row(S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED, S.RETIRED, *RETIRE_ACTIONS),
+    _row(
+        S.VERIFYING,
+        E.TEST_INCONCLUSIVE,
+        S.VERIFYING,
+        EmitEvent("Inconclusive", "{node}: {detail}; verification runs again later"),
+    ),
+    _row(S.VERIFYING, E.RETEST_DUE, S.VERIFYING, VERIFY),
+    *_manual(S.VERIFYING, quarantine=False),
+    # Retired and excluded: only a person brings them back.
+    *_manual(S.RETIRED, quarantine=False),
+    _row(
+        S.EXCLUDED,
+        E.OPTED_IN,
+        S.UNQUALIFIED,
+        RevokeQualification(),
+        EmitEvent("OptedIn", "{node} opted in again: gated until it passes acceptance"),
+    ),
+)
+
+TABLE: Mapping[tuple[NodeState, Event], Transition] = {(t.source, t.event): t for t in TRANSITIONS}
+
+
+def transition(state: NodeState, event: Event) -> Transition:
+    """The row for ``event`` in ``state``; raises :class:`IllegalTransition` if there is none."""
+    row = TABLE.get((state, event))
+    if row is None:
+        raise IllegalTransition(state, event)
+    return row

@@ -1,0 +1,245 @@
+"""What the adapters observed about one node: plain, immutable facts for ``decide``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdcguard.api import (
+    CheckVerdict,
+    RepairTicket,
+    Resolution,
+    ScreeningReason,
+    SDCTest,
+    SDCTestPhase,
+    Suite,
+    TicketPhase,
+    Verdict,
+)
+from sdcguard.domain import keys
+from sdcguard.domain.budgets import PoolMember, PoolUsage
+from sdcguard.domain.lifecycle import NodeState
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A Node taint."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+
+def _quantity(value: object) -> int:
+    # Extended resources are whole numbers; anything else counts as none.
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """The parts of a Node that matter to the lifecycle."""
+
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    accelerators: int = 0
+    """Allocatable devices of the policy's accelerator resources."""
+    pool: str = ""
+    """Value of the policy's pool label ("" without one)."""
+
+    @classmethod
+    def from_body(
+        cls, body: Mapping[str, Any], accelerators: Sequence[str], pool_label: str | None = None
+    ) -> NodeFacts:
+        """Facts from a Node as the API returns it (a dict, e.g. a Kopf body)."""
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        status = body.get("status") or {}
+        labels = dict(meta.get("labels") or {})
+        allocatable = status.get("allocatable") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        return cls(
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid") or ""),
+            labels=labels,
+            annotations=dict(meta.get("annotations") or {}),
+            taints=tuple(
+                Taint(str(t.get("key", "")), str(t.get("effect", "")), str(t.get("value") or ""))
+                for t in spec.get("taints") or []
+            ),
+            unschedulable=bool(spec.get("unschedulable")),
+            ready=ready,
+            accelerators=sum(_quantity(allocatable.get(name, 0)) for name in accelerators),
+            pool=labels.get(pool_label, "") if pool_label else "",
+        )
+
+    @property
+    def state(self) -> NodeState | None:
+        """The state label, or None for a node never seen (or a label someone mangled)."""
+        try:
+            return NodeState(self.labels.get(keys.LABEL_STATE, ""))
+        except ValueError:
+            return None
+
+    @property
+    def excluded(self) -> bool:
+        return self.labels.get(keys.LABEL_EXCLUDE) == "true"
+
+    @property
+    def owned_taints(self) -> frozenset[str]:
+        return frozenset(keys.split_list(self.annotations.get(keys.OWNED_TAINTS)))
+
+    @property
+    def owned_annotations(self) -> frozenset[str]:
+        return frozenset(keys.split_list(self.annotations.get(keys.OWNED_ANNOTATIONS)))
+
+    @property
+    def cordoned_by_us(self) -> bool:
+        return self.annotations.get(keys.CORDONED_BY_US) == "true"
+
+    @property
+    def qualified_at(self) -> dt.datetime | None:
+        return keys.parse_time(self.annotations.get(keys.QUALIFIED_AT))
+
+    @property
+    def current_test(self) -> str | None:
+        return self.annotations.get(keys.CURRENT_TEST) or None
+
+    @property
+    def suspect_checks(self) -> frozenset[str]:
+        return frozenset(keys.split_list(self.annotations.get(keys.SUSPECT_CHECKS)))
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        return keys.split_list(self.annotations.get(keys.EVIDENCE))
+
+    @property
+    def inconclusive_count(self) -> int:
+        value = self.annotations.get(keys.INCONCLUSIVE, "0")
+        return int(value) if value.isdigit() else 0
+
+    @property
+    def retry_after(self) -> dt.datetime | None:
+        return keys.parse_time(self.annotations.get(keys.RETRY_AFTER))
+
+    @property
+    def seq(self) -> int:
+        value = self.annotations.get(keys.SEQ, "0")
+        return int(value) if value.isdigit() else 0
+
+    def has_taint(self, key: str) -> bool:
+        return any(t.key == key for t in self.taints)
+
+
+@dataclass(frozen=True)
+class TestFacts:
+    """The node's current SDCTest: the one named by ``sdcguard.dev/test``, else the newest
+    unfinished one (a test someone else started)."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str
+    suite: Suite
+    reason: ScreeningReason
+    attempt: int = 1
+    phase: SDCTestPhase = SDCTestPhase.PENDING
+    verdict: Verdict | None = None
+    message: str = ""
+    failed_checks: frozenset[str] = frozenset()
+    passed_checks: frozenset[str] = frozenset()
+    fingerprint: str = ""
+    completed_at: dt.datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase.finished
+
+    @classmethod
+    def from_api(cls, test: SDCTest) -> TestFacts:
+        """Facts from an SDCTest object."""
+        status = test.status
+        checks = status.checks if status else []
+        return cls(
+            name=test.metadata.name,
+            suite=test.spec.suite,
+            reason=test.spec.reason,
+            attempt=test.spec.attempt,
+            phase=status.phase if status else SDCTestPhase.PENDING,
+            verdict=status.verdict if status else None,
+            message=status.message if status else "",
+            failed_checks=frozenset(c.name for c in checks if c.verdict == CheckVerdict.SDC),
+            passed_checks=frozenset(c.name for c in checks if c.verdict == CheckVerdict.PASS),
+            fingerprint=(status.fingerprint_hash or "") if status else "",
+            completed_at=status.completion_time if status else None,
+        )
+
+
+@dataclass(frozen=True)
+class TicketFacts:
+    """The node's open RepairTicket."""
+
+    name: str
+    phase: TicketPhase = TicketPhase.OPEN
+    resolution: Resolution | None = None
+    cycle: int = 1
+    acknowledged: bool = False
+    """The repair side took it (set spec.external or acknowledged a notification)."""
+
+    @classmethod
+    def from_api(cls, ticket: RepairTicket) -> TicketFacts:
+        """Facts from a RepairTicket object."""
+        status = ticket.status
+        phase = status.phase if status else TicketPhase.OPEN
+        return cls(
+            name=ticket.metadata.name,
+            phase=phase,
+            resolution=ticket.spec.resolution,
+            cycle=status.cycle if status else 1,
+            acknowledged=ticket.spec.external is not None
+            or phase in (TicketPhase.ACKNOWLEDGED, TicketPhase.IN_REPAIR),
+        )
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything ``decide`` needs about one node, read by the adapters in one pass."""
+
+    node: NodeFacts
+    test: TestFacts | None = None
+    ticket: TicketFacts | None = None
+    idle_since: dt.datetime | None = None
+    """Since when no pod (other than DaemonSets and our probes) uses accelerators;
+    None while one does."""
+    pending_pod_needs_node: bool = False
+    """A pending pod could run only on this node (or nodes like it): screening yields."""
+    usage: PoolUsage = field(default_factory=PoolUsage)
+    """The node's pool, before this node's decision."""
+    breaker_open: bool = False
+    """The policy's circuit breaker is open: no new quarantines."""
+
+    def pool_member(self) -> PoolMember:
+        """This node's contribution to its pool's usage (see budgets for what "held" means)."""
+        state = self.node.state
+        if state in (NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING):
+            held = True
+        elif state in (NodeState.TESTING, NodeState.SUSPECT):
+            # Held only if it had been serving and carries one of our taints now.
+            held = self.node.qualified_at is not None and any(
+                self.node.has_taint(k) for k in self.node.owned_taints
+            )
+        else:
+            held = False
+        testing = self.test is not None and not self.test.finished
+        return PoolMember(pool=self.node.pool, held=held, testing=testing)
