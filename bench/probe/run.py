@@ -46,12 +46,16 @@ def _children_cpu() -> float:
 def measure(device: str, budget: float, cpu_devices: int, checks: list[str]) -> dict[str, Any]:
     """One probe run: verdict, total wall/CPU, per-check wall (slowest device) and CPU (sum)."""
     cpu0, wall0 = _children_cpu(), time.perf_counter()
-    run = run_probe(RunOptions(device=device, budget=budget, cpu_devices=cpu_devices, checks=checks))
+    run = run_probe(
+        RunOptions(device=device, budget=budget, cpu_devices=cpu_devices, checks=checks)
+    )
     wall, cpu = time.perf_counter() - wall0, _children_cpu() - cpu0
     per_check: dict[str, Any] = {}
     worker_walls = []
     for name in checks:
-        traces = [r.checks[name] for r in run.reports.values() if r is not None and name in r.checks]
+        traces = [
+            r.checks[name] for r in run.reports.values() if r is not None and name in r.checks
+        ]
         per_check[name] = {
             "wall_s": round(max((t.wall_s for t in traces), default=0.0), 3),
             "cpu_s": round(sum(t.cpu_s for t in traces), 3),
@@ -90,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     checks = args.checks.split(",")
     runs = []
     for budget in (float(b) for b in args.budgets.split(",")):
-        trials = [measure(args.device, budget, args.cpu_devices, checks) for _ in range(args.repeat)]
+        trials = [
+            measure(args.device, budget, args.cpu_devices, checks) for _ in range(args.repeat)
+        ]
         best = sorted(trials, key=lambda t: t["wall_s"])[len(trials) // 2]
         best["wall_s_all"] = [t["wall_s"] for t in trials]
         best["wall_s_median"] = statistics.median(best["wall_s_all"])
@@ -103,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     doc = {
         "benchmark": "probe",
-        "command": "python -m bench.probe.run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.probe.run "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {
             "cpus": os.cpu_count(),
             "cpu_model": _cpu_model(),

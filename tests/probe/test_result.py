@@ -26,7 +26,10 @@ ascii_text = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x
 check_names = st.from_regex(r"[a-z0-9][a-z0-9_.-]{0,63}", fullmatch=True)
 any_text = st.text(max_size=400)  # reasons may hold anything, including non-ASCII
 metric_values = st.one_of(
-    st.none(), st.integers(-(10**9), 10**9), st.floats(allow_nan=False, allow_infinity=False), any_text
+    st.none(),
+    st.integers(-(10**9), 10**9),
+    st.floats(allow_nan=False, allow_infinity=False),
+    any_text,
 )
 
 
@@ -80,9 +83,7 @@ def check_results(draw: st.DrawFn, verdict: str | None = None) -> dict[str, Any]
 def results(draw: st.DrawFn, max_checks: int = 300) -> ProbeResult:
     verdict = draw(st.sampled_from(["pass", "fail", "inconclusive"]))
     names = draw(st.lists(check_names, min_size=1, max_size=max_checks, unique=True))
-    checks = {
-        n: draw(check_results("pass" if verdict == "pass" else None)) for n in names
-    }
+    checks = {n: draw(check_results("pass" if verdict == "pass" else None)) for n in names}
     return ProbeResult.model_validate(
         {
             "verdict": verdict,
@@ -92,7 +93,9 @@ def results(draw: st.DrawFn, max_checks: int = 300) -> ProbeResult:
             "injection": {
                 "enabled": draw(st.booleans()),
                 "count": draw(st.integers(0, 10**9)),
-                "by_site": draw(st.dictionaries(st.text(max_size=60), st.integers(0, 10**6), max_size=40)),
+                "by_site": draw(
+                    st.dictionaries(st.text(max_size=60), st.integers(0, 10**6), max_size=40)
+                ),
             },
             "duration_s": draw(st.floats(0, 1e6)),
         }
@@ -130,7 +133,9 @@ def test_result_and_package_root_import_neither_torch_nor_numpy() -> None:
         "bad = [m for m in ('torch', 'numpy') if m in sys.modules]; "
         "assert not bad, bad"
     )
-    proc = subprocess.run([sys.executable, "-c", code], env=probe_env(), capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=probe_env(), capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -142,7 +147,11 @@ def test_valid_document_round_trips() -> None:
     assert parse_result(encode_for_termination(result)) == result
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(results())
 def test_termination_message_always_fits_and_keeps_what_matters(result: ProbeResult) -> None:
     encoded = encode_for_termination(result)
@@ -237,7 +246,9 @@ def test_invalid_documents_name_the_problem(mutate: Any, needle: str) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 63).flatmap(lambda n: st.text(alphabet=HEX + "xyzABC", min_size=n, max_size=n)))
+@given(
+    st.integers(1, 63).flatmap(lambda n: st.text(alphabet=HEX + "xyzABC", min_size=n, max_size=n))
+)
 def test_digest_of_wrong_length_is_rejected(digest: str) -> None:
     doc = _valid_doc()
     doc["checks"]["golden"]["digest"] = digest
@@ -252,7 +263,12 @@ def test_empty_message_explains_itself() -> None:
 
 def test_fingerprint_hash_covers_every_field() -> None:
     base = _fingerprint()
-    for field, value in [("threads", 2), ("torch_xla", "2.9.0"), ("config_hash", "x"), ("device_count", 3)]:
+    for field, value in [
+        ("threads", 2),
+        ("torch_xla", "2.9.0"),
+        ("config_hash", "x"),
+        ("device_count", 3),
+    ]:
         assert _fingerprint(**{field: value}).hash != base.hash, field
     assert base.hash == base.expected_hash() and len(base.hash) == 64
 

@@ -1,0 +1,195 @@
+"""The probe end to end, as a Pod runs it: CPU replicas in separate processes.
+
+Every run here uses a small budget (FAST) so the whole file takes well under a
+minute on two cores; the timing of full-size runs lives in bench/probe.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sdcprobe.result import parse_result
+from tests.probe.conftest import FAST, run_cli, write_faults
+
+RUN = ["run", "--device", "cpu", *FAST]
+
+
+def test_healthy_run_passes_reproducibly_and_replicas_agree(tmp_path: Path) -> None:
+    first = run_cli(RUN, tmp_path)
+    second = run_cli(RUN, tmp_path)
+    for run in (first, second):
+        assert run.rc == 0, run.stderr[-3000:]
+        doc = run.doc
+        assert doc["verdict"] == "pass" and doc["fingerprint"]["device_count"] == 2
+        for name in ("compute", "collective", "golden"):
+            check = run.check(name)
+            assert check["verdict"] == "pass" and "2 devices agree" in check["reason"]
+            assert check["baseline"] == "absent"
+        assert "no baseline" in run.check("golden")["reason"]
+        assert run.termination is not None and len(run.termination.encode()) <= 4096
+        assert parse_result(run.termination).verdict == "pass"
+        assert doc["injection"] == {"enabled": False, "count": 0, "by_site": {}}
+    digests = [{n: c["digest"] for n, c in r.doc["checks"].items()} for r in (first, second)]
+    assert digests[0] == digests[1]
+    assert first.doc["fingerprint"] == second.doc["fingerprint"]
+    # The CPU run measures something real: ABFT residuals of healthy GEMMs are reported.
+    assert 0 < first.check("compute")["metrics"]["abft_ratio_float32"] < 1
+
+
+def test_baseline_document_and_matching_run(tmp_path: Path, healthy_baseline: Path) -> None:
+    baseline = json.loads(healthy_baseline.read_text())
+    assert baseline["kind"] == "sdcprobe.baseline" and baseline["schema_version"] == 1
+    assert set(baseline["digests"]) == {"compute", "collective", "golden"}
+    assert len(baseline["step_digests"]["golden"]) > 10
+    fp = run_cli(["fingerprint", "--device", "cpu", *FAST], tmp_path)
+    assert fp.rc == 0 and json.loads(fp.stdout) == baseline["fingerprint"]
+    run = run_cli([*RUN, "--checks", "golden", "--baseline", str(healthy_baseline)], tmp_path)
+    assert run.rc == 0, run.stderr[-3000:]
+    assert run.check("golden")["baseline"] == "match"
+
+
+def test_fault_spec_without_permission_is_refused(tmp_path: Path) -> None:
+    spec = write_faults(tmp_path, {"site": "matmul", "rate": 1e-3})
+    run = run_cli([*RUN, "--faults", spec], tmp_path)
+    assert run.rc == 2
+    assert "--allow-fault-injection" in run.stderr
+    assert run.doc["verdict"] == "inconclusive" and "allow-fault-injection" in run.doc["reason"]
+    assert run.termination is not None and "allow-fault-injection" in run.termination
+    via_env = run_cli(RUN, tmp_path, env={"SDCPROBE_FAULTS": '{"faults": [{"site": "param"}]}'})
+    assert via_env.rc == 2 and "SDCPROBE_FAULTS" in via_env.stderr
+
+
+def test_invalid_fault_spec_and_bad_arguments_exit_2(tmp_path: Path) -> None:
+    spec = write_faults(tmp_path, {"site": "attention.everything", "rate": 1e-3})
+    run = run_cli([*RUN, "--faults", spec, "--allow-fault-injection"], tmp_path)
+    assert run.rc == 2 and "faults.0.site" in run.stderr
+    assert run_cli([*RUN, "--checks", "compute,vibes"], tmp_path).rc == 2
+    assert run_cli([*RUN, "--budget", "-3"], tmp_path).rc == 2
+    bad_baseline = tmp_path / "bad.json"
+    bad_baseline.write_text('{"kind": "sdcprobe.baseline"')
+    run = run_cli([*RUN, "--baseline", str(bad_baseline)], tmp_path)
+    assert run.rc == 2 and "baseline" in run.doc["reason"]
+
+
+def test_attention_output_mismatches_at_the_observed_rate(
+    tmp_path: Path, healthy_baseline: Path
+) -> None:
+    # The worst node of the study: 2.89e-2 of attention output elements differ.
+    spec = write_faults(
+        tmp_path, {"site": "attention.output", "rate": 2.89e-2, "bits": "lo-mant", "mode": "flip"}
+    )
+    args = [*RUN, "--faults", spec, "--allow-fault-injection", "--baseline", str(healthy_baseline)]
+    run = run_cli(args, tmp_path)
+    assert run.rc == 1, run.stderr[-3000:]
+    golden = run.check("golden")
+    assert golden["verdict"] == "fail" and golden["baseline"] == "mismatch"
+    assert golden["first_divergent_step"] == 0
+    assert golden["first_divergent_submodule"] == "layers.0.attention.output"
+    assert (
+        run.doc["injection"]["enabled"] and run.doc["injection"]["by_site"]["attention.output"] > 0
+    )
+    assert run.check("compute")["verdict"] == "pass"  # the compute check has no attention
+
+
+def test_rare_exponent_flips_in_ffn_down_are_caught(tmp_path: Path) -> None:
+    spec = write_faults(
+        tmp_path, {"site": "ffn.down", "rate": 1e-5, "bits": [26, 27], "mode": "flip"}
+    )
+    run = run_cli(
+        [*RUN, "--checks", "golden", "--faults", spec, "--allow-fault-injection"], tmp_path
+    )
+    assert run.doc["injection"]["count"] > 0, "the fault must actually fire for this proof"
+    assert run.rc == 1, run.stderr[-3000:]
+    golden = run.check("golden")
+    assert golden["verdict"] == "fail" and golden["first_divergent_submodule"].endswith("ffn.down")
+
+
+def test_small_relative_errors_in_matmul_are_caught(tmp_path: Path) -> None:
+    spec = write_faults(
+        tmp_path, {"site": "matmul", "rate": 1e-3, "mode": "scale", "scale": [1e-5, 1e-3]}
+    )
+    run = run_cli([*RUN, "--faults", spec, "--allow-fault-injection"], tmp_path)
+    assert run.rc == 1, run.stderr[-3000:]
+    assert run.check("compute")["verdict"] == "fail"  # replay differs: the error is transient
+    assert run.check("golden")["verdict"] == "fail"  # every GEMM of the model is hooked too
+    assert run.check("collective")["verdict"] == "pass"
+    assert "replay" in run.check("compute")["reason"]
+
+
+def test_late_onset_is_located(tmp_path: Path) -> None:
+    # Some nodes in the study were clean until late in training.
+    steps = 24
+    onset = steps * 3 // 4
+    spec = write_faults(tmp_path, {"site": "ffn.up", "rate": 1e-2, "onset_step": onset})
+    args = [
+        *RUN,
+        "--checks",
+        "golden",
+        "--steps",
+        str(steps),
+        "--faults",
+        spec,
+        "--allow-fault-injection",
+    ]
+    run = run_cli(args, tmp_path)
+    assert run.rc == 1, run.stderr[-3000:]
+    golden = run.check("golden")
+    assert golden["first_divergent_step"] == onset
+    assert golden["first_divergent_submodule"] == "layers.0.ffn.up"
+
+
+def test_fault_on_one_device_names_it(tmp_path: Path) -> None:
+    spec = write_faults(tmp_path, {"site": "*", "rate": 1e-3, "bits": "hi-mant", "device": 1})
+    run = run_cli([*RUN, "--faults", spec, "--allow-fault-injection"], tmp_path)
+    assert run.rc == 1, run.stderr[-3000:]
+    for name in ("compute", "golden"):
+        check = run.check(name)
+        assert check["verdict"] == "fail" and check["odd_device"] == 1, check
+    assert run.check("collective")["odd_device"] == 1
+
+
+def test_deterministic_defect_on_every_device_needs_the_baseline(
+    tmp_path: Path, healthy_baseline: Path
+) -> None:
+    # Data-triggered and repeatable: same bits on every device and on replay.
+    fault = {
+        "site": "ffn.down",
+        "rate": 1.0,
+        "operand_mask": {"bits": 6, "value": 9},
+        "bits": [20, 20],
+    }
+    spec = write_faults(tmp_path, fault)
+    args = [*RUN, "--checks", "golden", "--faults", spec, "--allow-fault-injection"]
+    blind = run_cli(args, tmp_path)
+    assert blind.doc["injection"]["count"] > 0
+    assert blind.rc == 0 and blind.check("golden")["baseline"] == "absent"
+    seen = run_cli([*args, "--baseline", str(healthy_baseline)], tmp_path)
+    assert seen.rc == 1, seen.stderr[-3000:]
+    golden = seen.check("golden")
+    assert golden["baseline"] == "mismatch" and golden["first_divergent_step"] == 0
+    assert golden["odd_device"] is None  # every device is wrong alike
+
+
+def test_baseline_under_another_fingerprint_is_inconclusive(
+    tmp_path: Path, healthy_baseline: Path
+) -> None:
+    # Recorded with two threads per device, run with one: same node, other bits.
+    small = ["--device", "cpu", *FAST, "--steps", "6", "--checks", "golden"]
+    recorded = run_cli(["baseline", *small, "--threads", "2"], tmp_path)
+    assert recorded.rc == 0, recorded.stderr[-3000:]
+    other = tmp_path / "other-threads.json"
+    other.write_text(recorded.stdout)
+    spec = write_faults(tmp_path, {"site": "attention.output", "rate": 1e-2})
+    args = ["run", *small, "--baseline", str(other), "--faults", spec, "--allow-fault-injection"]
+    run = run_cli(args, tmp_path)
+    # The fault is found (devices replay differently), yet a wrong baseline makes
+    # the whole run inconclusive: never an SDC verdict from incomparable digests.
+    assert run.rc == 2, run.stderr[-3000:]
+    assert run.doc["verdict"] == "inconclusive"
+    assert "threads: 2 in baseline, 1 here" in run.doc["reason"]
+    assert run.check("golden")["baseline"] == "fingerprint-mismatch"
+    # The baseline can also come from the environment, as the operator passes it.
+    env = {"SDCPROBE_BASELINE": healthy_baseline.read_text()}
+    again = run_cli(["run", *small], tmp_path, env=env)
+    assert again.rc == 2 and "config_hash" in again.doc["reason"]
