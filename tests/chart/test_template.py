@@ -1,0 +1,539 @@
+"""The chart rendered offline: lint, schema, security settings, RBAC, map-to-list values,
+and agreement with the API models, the generated CRDs and the operator's metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from sdcguard.api import RESOURCES, SDCPolicy, SDCPolicySpec
+from sdcguard.api.crdgen import crd_manifest
+from sdcguard.metrics import Metrics
+from tests.chart.helm import CHART, ROOT, find, find_all, render, render_error, run_helm
+
+NS = "sdcguard-system"
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    return render(
+        {"metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}
+    )
+
+
+def policy_spec(values: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = find(render(values), "SDCPolicy")["spec"]
+    return spec
+
+
+# ---------------------------------------------------------------- lint, CRDs
+
+
+def test_helm_lint_is_clean() -> None:
+    proc = run_helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    chart_crds = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert chart_crds == sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert chart_crds == sorted(f"{r.crd_name}.yaml" for r in RESOURCES)
+    for name in chart_crds:
+        assert (CHART / "crds" / name).read_text() == (ROOT / "crds" / name).read_text(), (
+            f"charts/sdcguard/crds/{name} differs from crds/{name}; regenerate both with "
+            "`python -m sdcguard.api.crdgen --out crds --chart charts/sdcguard`"
+        )
+
+
+# ---------------------------------------------------------------- deployment
+
+
+def test_deployment_runs_one_hardened_replica(docs: list[dict[str, Any]]) -> None:
+    dep = find(docs, "Deployment")
+    assert dep["metadata"]["namespace"] == NS
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert "--liveness=http://0.0.0.0:8081/healthz" in container["args"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["SDCGUARD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["SDCGUARD_METRICS_PORT"] == "8080"
+    assert env["SDCGUARD_DEFAULT_PROBE_IMAGE"] == "ghcr.io/sdcguard/sdcprobe:0.1.0"
+    assert env["SDCGUARD_PROBE_PRIORITY_CLASS"] == find(docs, "PriorityClass")["metadata"]["name"]
+    assert pod["serviceAccountName"] == find(docs, "ServiceAccount")["metadata"]["name"]
+
+
+def test_operator_settings_accept_the_rendered_environment(docs: list[dict[str, Any]]) -> None:
+    from sdcguard.settings import Settings
+
+    (container,) = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    fields = {f"SDCGUARD_{name.upper()}" for name in Settings.model_fields}
+    assert set(env) <= fields, f"unknown settings: {set(env) - fields}"
+    settings = Settings(**{k.removeprefix("SDCGUARD_").lower(): v for k, v in env.items()})
+    assert settings.metrics_port == 8080 and settings.log_format == "json"
+
+
+def test_probe_priority_class_never_preempts(docs: list[dict[str, Any]]) -> None:
+    pc = find(docs, "PriorityClass")
+    assert pc["preemptionPolicy"] == "Never" and pc["globalDefault"] is False
+
+
+def test_image_digest_and_extra_env_and_tolerations_maps() -> None:
+    docs = render(
+        {
+            "image": {"digest": "sha256:" + "a" * 64},
+            "operator": {
+                "extraEnv": {
+                    "HTTPS_PROXY": {"value": "http://proxy:3128"},
+                    "TOKEN": {"valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                    "DROPPED": {"value": "x", "enabled": False},
+                }
+            },
+            "tolerations": {
+                "CriticalAddonsOnly": {"operator": "Exists"},
+                "dedicated": {"operator": "Equal", "value": "infra", "effect": "NoSchedule"},
+                "gone": {"operator": "Exists", "enabled": False},
+            },
+            "imagePullSecrets": {"regcred": {}},
+        }
+    )
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/sdcguard/sdcguard@sha256:" + "a" * 64
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HTTPS_PROXY"]["value"] == "http://proxy:3128"
+    assert env["TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "s", "key": "k"}}
+    assert "DROPPED" not in env
+    assert pod["tolerations"] == [
+        {"key": "CriticalAddonsOnly", "operator": "Exists"},
+        {"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "infra"},
+    ]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+# ---------------------------------------------------------------- RBAC
+
+
+def _rules(docs: list[dict[str, Any]], kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (d["metadata"].get("namespace", ""), rule)
+        for d in find_all(docs, kind)
+        for rule in d.get("rules", [])
+    ]
+
+
+def test_rbac_has_no_wildcards_and_no_cluster_wide_secrets(docs: list[dict[str, Any]]) -> None:
+    for kind in ("ClusterRole", "Role"):
+        for _, rule in _rules(docs, kind):
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], f"wildcard in {kind} rule {rule}"
+    for _, rule in _rules(docs, "ClusterRole"):
+        assert "secrets" not in rule["resources"], "ClusterRole grants Secrets"
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+    secret_rules = [(ns, r) for ns, r in _rules(docs, "Role") if "secrets" in r["resources"]]
+    assert secret_rules == [(NS, {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})]
+    job_rules = [(ns, r) for ns, r in _rules(docs, "Role") if "jobs" in r["resources"]]
+    assert [ns for ns, _ in job_rules] == [NS]
+    assert all("jobs" not in r["resources"] for _, r in _rules(docs, "ClusterRole"))
+    # No peering (standalone operator), no pod deletion.
+    for _, rule in _rules(docs, "ClusterRole") + _rules(docs, "Role"):
+        assert "kopf.dev" not in rule["apiGroups"]
+        if "pods" in rule["resources"]:
+            assert rule["verbs"] == ["list", "watch"]
+
+
+def test_every_rbac_rule_is_commented() -> None:
+    lines = (CHART / "templates" / "rbac.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("- apiGroups:"):
+            previous = next(
+                text.strip() for text in reversed(lines[:i]) if text.strip() and "{{" not in text
+            )
+            preceding = "\n".join(lines[max(0, i - 12) : i])
+            assert previous.startswith("#") or re.search(r"^#", preceding, re.M), (
+                f"rbac.yaml:{i + 1}: explain the rule in a comment (framework or application)"
+            )
+            assert "framework" in preceding or "application" in preceding, (
+                f"rbac.yaml:{i + 1}: say whether the rule is for the framework or the application"
+            )
+
+
+def test_events_roles_cover_default_and_own_namespace(docs: list[dict[str, Any]]) -> None:
+    event_rules = [(ns, r) for ns, r in _rules(docs, "Role") if "events" in r["resources"]]
+    assert sorted(ns for ns, _ in event_rules) == ["default", NS]
+    for _, rule in event_rules:
+        assert rule["apiGroups"] == ["", "events.k8s.io"] and rule["verbs"] == ["create", "patch"]
+    bindings = find_all(docs, "RoleBinding")
+    assert {b["metadata"]["namespace"] for b in bindings} == {"default", NS}
+    for b in bindings + find_all(docs, "ClusterRoleBinding"):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "sdcguard", "namespace": NS}]
+
+
+def test_node_delete_only_when_needed(docs: list[dict[str, Any]]) -> None:
+    def node_verbs(d: list[dict[str, Any]]) -> set[str]:
+        return {
+            v for _, r in _rules(d, "ClusterRole") if "nodes" in r["resources"] for v in r["verbs"]
+        }
+
+    assert "delete" not in node_verbs(docs)
+    assert "delete" in node_verbs(render({"policy": {"repair": {"strategy": "Replace"}}}))
+    assert "delete" in node_verbs(render({"policy": {"repair": {"retireAction": "Delete"}}}))
+    assert "delete" in node_verbs(render({"rbac": {"allowNodeDelete": True}}))
+    no_eviction = render({"rbac": {"allowEviction": False}})
+    assert all("pods/eviction" not in r["resources"] for _, r in _rules(no_eviction, "ClusterRole"))
+
+
+def test_rbac_can_be_left_to_the_user() -> None:
+    docs = render({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "mine"}})
+    assert not find_all(docs, "ClusterRole") and not find_all(docs, "Role")
+    assert not find_all(docs, "ServiceAccount")
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "mine"
+
+
+# ---------------------------------------------------------------- the default SDCPolicy
+
+
+def test_default_policy_equals_the_api_defaults(docs: list[dict[str, Any]]) -> None:
+    policy = SDCPolicy.model_validate(find(docs, "SDCPolicy"))
+    assert policy.metadata.name == "default"
+    # values.yaml mirrors the API's defaults: installing the chart changes nothing
+    # compared with `kubectl create` of an empty SDCPolicy.
+    # accelerators is a set (x-kubernetes-list-type: set); the chart lists it sorted.
+    defaults = SDCPolicySpec()
+    assert policy.spec.model_copy(update={"accelerators": sorted(defaults.accelerators)}) == (
+        defaults.model_copy(update={"accelerators": sorted(defaults.accelerators)})
+    )
+
+
+def test_checks_map_becomes_a_list_and_one_override_keeps_the_rest() -> None:
+    spec = policy_spec(
+        {
+            "policy": {
+                "suites": {
+                    "acceptance": {
+                        "checks": {
+                            "golden": {"enabled": False},
+                            "memory": {"enabled": True, "params": {"passes": 2}},
+                            "compute": {"timeoutSeconds": 900},
+                        }
+                    }
+                }
+            }
+        }
+    )
+    assert spec["suites"]["acceptance"] == [
+        {"name": "compute", "timeoutSeconds": 900},
+        {"name": "collective", "timeoutSeconds": 600},
+        {"name": "memory", "params": {"passes": 2}, "timeoutSeconds": 600},
+    ]
+    assert [c["name"] for c in spec["suites"]["requalification"]] == [
+        "compute",
+        "collective",
+        "golden",
+    ]
+    SDCPolicySpec.model_validate(spec)
+
+
+def test_a_suite_without_checks_is_refused() -> None:
+    off = {"enabled": False}
+    err = render_error(
+        {
+            "policy": {
+                "suites": {
+                    "requalification": {
+                        "checks": {"compute": off, "collective": off, "golden": off, "memory": off}
+                    }
+                }
+            }
+        }
+    )
+    assert "policy.suites.requalification.checks: every check is disabled" in err
+
+
+def test_ticket_sinks_map_becomes_a_list() -> None:
+    spec = policy_spec(
+        {
+            "policy": {
+                "repair": {
+                    "ticketSinks": {
+                        "ops-webhook": {
+                            "type": "webhook",
+                            "url": "https://hooks.example/sdc",
+                            "secretRef": {"name": "sdcguard-webhook", "key": "hmac"},
+                        },
+                        "jira": {
+                            "type": "jira",
+                            "url": "https://example.atlassian.net/?project=OPS",
+                            "secretRef": {"name": "jira"},
+                        },
+                        "old": {"type": "webhook", "url": "https://old", "enabled": False},
+                    }
+                }
+            }
+        }
+    )
+    assert spec["repair"]["ticketSinks"] == [
+        {
+            "secretRef": {"key": "token", "name": "jira", "namespace": NS},
+            "type": "jira",
+            "url": "https://example.atlassian.net/?project=OPS",
+        },
+        {
+            "secretRef": {"key": "hmac", "name": "sdcguard-webhook", "namespace": NS},
+            "type": "webhook",
+            "url": "https://hooks.example/sdc",
+        },
+    ]
+    SDCPolicySpec.model_validate(spec)
+
+
+def test_ticket_sink_secret_outside_the_release_namespace_is_refused() -> None:
+    err = render_error(
+        {
+            "policy": {
+                "repair": {
+                    "ticketSinks": {
+                        "hook": {
+                            "type": "webhook",
+                            "url": "https://hooks.example",
+                            "secretRef": {"name": "s", "namespace": "kube-system"},
+                        }
+                    }
+                }
+            }
+        }
+    )
+    assert "may read Secrets only in its own namespace" in err
+    err = render_error(
+        {"policy": {"repair": {"ticketSinks": {"j": {"type": "jira", "url": "https://x"}}}}}
+    )
+    assert "policy.repair.ticketSinks.j.secretRef: required for type jira" in err
+
+
+def test_accelerators_map_and_other_overrides() -> None:
+    spec = policy_spec(
+        {
+            "policy": {
+                "mode": "Observe",
+                "accelerators": {"amd.com/gpu": False, "example.com/npu": True},
+                "nodeSelector": {"matchLabels": {"pool": "training"}},
+                "budgets": {"maxUnavailable": 3, "poolLabel": "node.kubernetes.io/instance-type"},
+                "probe": {"resources": {"requests": {"cpu": "4", "memory": "16Gi"}}},
+            }
+        }
+    )
+    assert spec["mode"] == "Observe"
+    assert spec["accelerators"] == [
+        "aws.amazon.com/neuron",
+        "example.com/npu",
+        "google.com/tpu",
+        "nvidia.com/gpu",
+    ]
+    assert spec["nodeSelector"] == {"matchLabels": {"pool": "training"}}
+    assert spec["budgets"]["maxUnavailable"] == 3
+    assert spec["budgets"]["poolLabel"] == "node.kubernetes.io/instance-type"
+    assert spec["probe"]["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}
+    SDCPolicySpec.model_validate(spec)
+
+
+def test_policy_can_be_left_out() -> None:
+    assert not find_all(render({"policy": {"create": False}}), "SDCPolicy")
+
+
+# ---------------------------------------------------------------- values schema
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicas": 2}, "Additional property replicas is not allowed"),
+        ({"policy": {"mdoe": "Observe"}}, "policy: Additional property mdoe is not allowed"),
+        (
+            {"policy": {"suites": {"acceptance": {"checks": {"gpu-burn": {}}}}}},
+            "Additional property gpu-burn is not allowed",
+        ),
+        (
+            {"policy": {"repair": {"ticketSinks": {"x": {"type": "email", "url": "https://x"}}}}},
+            "policy.repair.ticketSinks.x.type",
+        ),
+        ({"policy": {"mode": "Audit"}}, 'policy.mode must be one of the following: "Observe"'),
+        ({"policy": {"budgets": {"maxUnavailable": "110%"}}}, "policy.budgets.maxUnavailable"),
+        ({"policy": {"triggers": {"onReturnFromUse": {"idleFor": "30 min"}}}}, "idleFor"),
+        ({"operator": {"logLevel": "trace"}}, "operator.logLevel"),
+        ({"tolerations": {"x": {"operator": "Exists", "effect": "Never"}}}, "effect"),
+    ],
+)
+def test_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None:
+    err = render_error(values)
+    assert "values don't meet the specifications of the schema" in err
+    assert message in err
+
+
+def _objects(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    if node.get("type") == "object" and "properties" in node:
+        found.append((path, node))
+    for name, sub in node.get("properties", {}).items():
+        found += _objects(sub, f"{path}.{name}")
+    if isinstance(node.get("additionalProperties"), dict):
+        found += _objects(node["additionalProperties"], f"{path}.*")
+    return found
+
+
+def test_schema_closes_every_object() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    for path, node in _objects(schema):
+        assert node.get("additionalProperties") is False, f"{path or '.'} accepts unknown keys"
+
+
+def test_values_file_and_schema_agree() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if isinstance(value, dict) and "properties" in node:
+            for key, sub in value.items():
+                assert key in node["properties"], f"values.yaml {path}.{key} is not in the schema"
+                walk(sub, node["properties"][key], f"{path}.{key}")
+
+    walk(values, schema, "")
+
+
+def _crd_spec() -> dict[str, Any]:
+    crd = crd_manifest(next(r for r in RESOURCES if r.kind == "SDCPolicy"))
+    spec: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"
+    ]
+    return spec
+
+
+def test_policy_values_cover_every_policy_field() -> None:
+    """A new SDCPolicy field fails here until the chart exposes it (or lists it as API-only)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["policy"]
+    # Fields whose values layout differs from the API (lists as maps).
+    as_map = {"suites", "accelerators", "repair.ticketSinks"}
+
+    def walk(crd: dict[str, Any], values: dict[str, Any], path: str) -> None:
+        for name, sub in crd.get("properties", {}).items():
+            dotted = f"{path}{name}"
+            assert name in values.get("properties", {}), (
+                f"SDCPolicy spec.{dotted} has no chart value policy.{dotted}"
+            )
+            vsub = values["properties"][name]
+            if dotted in as_map:
+                continue
+            if "enum" in sub:
+                assert vsub.get("enum") == sub["enum"], f"policy.{dotted}: enum differs from API"
+            for bound in ("minimum", "maximum"):
+                if bound in sub:
+                    assert vsub.get(bound) == sub[bound], f"policy.{dotted}: {bound} differs"
+            if sub.get("type") == "object" and "properties" in sub:
+                walk(sub, vsub, dotted + ".")
+
+    walk(_crd_spec(), schema, "")
+    check = _crd_spec()["properties"]["suites"]["properties"]["acceptance"]["items"]
+    vcheck = schema["properties"]["suites"]["properties"]["acceptance"]["properties"]["checks"]
+    assert set(vcheck["properties"]) == set(check["properties"]["name"]["enum"])
+    for field in ("timeoutSeconds", "params"):
+        assert field in vcheck["properties"]["compute"]["properties"]
+
+
+# ---------------------------------------------------------------- monitoring
+
+
+def _metric_names() -> set[str]:
+    registry = CollectorRegistry()
+    Metrics(registry=registry)
+    names: set[str] = set()
+    for family in registry.collect():
+        names.add(family.name)
+        for sample in family.samples:
+            names.add(sample.name)
+    # Histograms export _bucket/_sum/_count; counters _total even before any sample.
+    for family in registry.collect():
+        if family.type == "histogram":
+            names |= {f"{family.name}_{s}" for s in ("bucket", "sum", "count")}
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+    return names
+
+
+def _referenced(text: str) -> set[str]:
+    return set(re.findall(r"\bsdcguard_[a-z_]+\b", text))
+
+
+def test_alerts_use_real_metrics(docs: list[dict[str, Any]]) -> None:
+    rule = find(docs, "PrometheusRule")
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {
+        "SdcguardCircuitBreakerOpen",
+        "SdcguardNodesQuarantined",
+        "SdcguardTestsInconclusive",
+        "SdcguardRepairTicketOverSLA",
+    } <= set(alerts)
+    names = _metric_names()
+    for name, alert in alerts.items():
+        used = _referenced(alert["expr"])
+        assert used and used <= names, f"{name} uses unknown metrics {used - names}"
+        assert alert["labels"]["severity"] in {"warning", "critical"}
+        assert alert["annotations"]["summary"]
+    assert "> 259200" in alerts["SdcguardRepairTicketOverSLA"]["expr"]  # 72h default SLA
+    sla = find(
+        render({"metrics": {"prometheusRule": {"enabled": True, "ticketSlaHours": 24}}}),
+        "PrometheusRule",
+    )
+    assert "> 86400" in json.dumps(sla)
+
+
+def test_service_monitor_scrapes_the_metrics_service(docs: list[dict[str, Any]]) -> None:
+    sm = find(docs, "ServiceMonitor")
+    svc = find(docs, "Service")
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert svc["spec"]["selector"].items() <= (
+        find(docs, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert not find_all(render(), "ServiceMonitor") and not find_all(render(), "PrometheusRule")
+
+
+def test_dashboard_configmap(docs: list[dict[str, Any]]) -> None:
+    cm = find(docs, "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["sdcguard.json"])
+    assert dashboard["uid"] == "sdcguard-overview" and dashboard["panels"]
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    used = _referenced(exprs)
+    assert used <= _metric_names(), f"dashboard uses unknown metrics {used - _metric_names()}"
+    # Every family the operator exports is on the dashboard somewhere.
+    families = {f.name for f in _families()}
+    assert all(any(u.startswith(f) for u in used) for f in families), families - {
+        f for f in families if any(u.startswith(f) for u in used)
+    }
+
+
+def _families() -> list[Any]:
+    registry = CollectorRegistry()
+    Metrics(registry=registry)
+    return list(registry.collect())
