@@ -1,0 +1,246 @@
+"""The chart on the local control plane: install, RBAC as the operator sees it, upgrade,
+refused values, uninstall. There is no kubelet, so the operator Pod never runs: these
+tests check the objects, which is what helm and the API server decide."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.chart.helm import CHART, run_helm
+from tests.cluster.localcluster import LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str
+    policy: str
+    service_account: str
+    env: dict[str, str]
+    install_output: str
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return {"policy": {"name": self.policy}}
+
+
+@pytest.fixture(scope="module")
+def release(cluster: LocalCluster) -> Iterator[Release]:
+    suffix = uuid.uuid4().hex[:6]
+    rel = Release(
+        name=f"sdcguard-{suffix}",
+        namespace=f"sdc-chart-{suffix}",
+        policy=f"chart-{suffix}",
+        service_account=f"sdcguard-{suffix}",  # the release name holds the chart name
+        env=cluster.env(),
+        install_output="",
+    )
+    proc = run_helm(
+        "install",
+        rel.name,
+        str(CHART),
+        "--namespace",
+        rel.namespace,
+        "--create-namespace",
+        env=rel.env,
+        values=rel.values,
+    )
+    rel.install_output = proc.stdout
+    yield rel
+    run_helm("uninstall", rel.name, "--namespace", rel.namespace, env=rel.env, check=False)
+    subprocess.run(
+        ["kubectl", "delete", "namespace", rel.namespace, "--wait=false", "--ignore-not-found"],
+        env=rel.env,
+        capture_output=True,
+        check=False,
+    )
+
+
+def _policy(api_client: client.ApiClient, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api_client).get_cluster_custom_object(
+        "sdcguard.dev", "v1alpha1", "sdcpolicies", name
+    )
+    return obj
+
+
+def test_install_creates_the_operator_and_its_policy(
+    release: Release, api_client: client.ApiClient
+) -> None:
+    apps = client.AppsV1Api(api_client)
+    dep = apps.read_namespaced_deployment(release.name, release.namespace)
+    assert dep.spec.replicas == 1 and dep.spec.strategy.type == "Recreate"
+    core = client.CoreV1Api(api_client)
+    core.read_namespaced_service_account(release.service_account, release.namespace)
+    policy = _policy(api_client, release.policy)
+    assert policy["spec"]["mode"] == "Enforce"
+    assert [c["name"] for c in policy["spec"]["suites"]["acceptance"]] == [
+        "compute",
+        "collective",
+        "golden",
+    ]
+    ext = client.ApiextensionsV1Api(api_client)
+    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
+        crd = ext.read_custom_resource_definition(f"{plural}.sdcguard.dev")
+        established = {c.type: c.status for c in crd.status.conditions}
+        assert established.get("Established") == "True"
+    client.SchedulingV1Api(api_client).read_priority_class(f"{release.name}-probe")
+
+
+def test_notes_say_what_to_do_next(release: Release) -> None:
+    notes = release.install_output
+    for hint in (
+        "kubectl get sdcguard",
+        "kubectl sdc status",
+        "kubectl label node NODE sdcguard.dev/exclude=true",
+        "--startup-taint=sdcguard.dev/unqualified",
+        "https://github.com/sdcguard/sdcguard",
+    ):
+        assert hint in notes, f"NOTES.txt lacks {hint!r}:\n{notes}"
+
+
+# (verb, resource, namespace or "*" for all namespaces or "" for cluster-scoped)
+ALLOWED = [
+    ("get", "nodes", ""),
+    ("list", "nodes", ""),
+    ("watch", "nodes", ""),
+    ("patch", "nodes", ""),
+    ("list", "pods", "*"),
+    ("watch", "pods", "*"),
+    ("create", "pods/eviction", "team-a"),
+    ("create", "jobs.batch", "{ns}"),
+    ("get", "jobs.batch", "{ns}"),
+    ("watch", "jobs.batch", "{ns}"),
+    ("delete", "jobs.batch", "{ns}"),
+    ("get", "secrets", "{ns}"),
+    ("create", "events", "default"),
+    ("patch", "events", "{ns}"),
+    ("create", "events.events.k8s.io", "default"),
+    ("create", "sdctests.sdcguard.dev", ""),
+    ("delete", "sdctests.sdcguard.dev", ""),
+    ("update", "sdctests.sdcguard.dev/status", ""),
+    ("patch", "repairtickets.sdcguard.dev/status", ""),
+    ("patch", "sdcpolicies.sdcguard.dev/status", ""),
+    ("create", "sdcbaselines.sdcguard.dev", ""),
+    ("watch", "repairtickets.sdcguard.dev", ""),
+    ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("watch", "namespaces", ""),
+]
+DENIED = [
+    ("get", "secrets", "*"),
+    ("get", "secrets", "default"),
+    ("get", "secrets", "kube-system"),
+    ("list", "secrets", "{ns}"),
+    ("watch", "secrets", "{ns}"),
+    ("create", "jobs.batch", "default"),
+    ("create", "jobs.batch", "*"),
+    ("delete", "pods", "{ns}"),
+    ("delete", "pods", "*"),
+    ("create", "pods", "{ns}"),
+    ("patch", "pods", "*"),
+    ("delete", "nodes", ""),
+    ("create", "nodes", ""),
+    ("create", "events", "kube-system"),
+    ("patch", "deployments.apps", "{ns}"),
+    ("update", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("get", "clusterkopfpeerings.kopf.dev", ""),
+    ("patch", "kopfpeerings.kopf.dev", "{ns}"),
+    ("create", "clusterroles.rbac.authorization.k8s.io", ""),
+    ("impersonate", "serviceaccounts", "*"),
+]
+
+
+def _can_i(release: Release, verb: str, resource: str, namespace: str) -> bool:
+    resource, _, sub = resource.partition("/")
+    argv = ["kubectl", "auth", "can-i", verb, resource]
+    if sub:
+        argv.append(f"--subresource={sub}")
+    if namespace == "*":
+        argv.append("--all-namespaces")
+    elif namespace:
+        argv += ["--namespace", namespace.format(ns=release.namespace)]
+    argv.append(f"--as=system:serviceaccount:{release.namespace}:{release.service_account}")
+    proc = subprocess.run(argv, env=release.env, capture_output=True, text=True, check=False)
+    assert proc.stdout.strip() in {"yes", "no"}, proc.stderr
+    return proc.stdout.strip() == "yes"
+
+
+def test_operator_can_do_what_it_needs(release: Release) -> None:
+    refused = [rule for rule in ALLOWED if not _can_i(release, *rule)]
+    assert not refused, f"the operator's ServiceAccount may not: {refused}"
+
+
+def test_operator_cannot_do_more(release: Release) -> None:
+    granted = [rule for rule in DENIED if _can_i(release, *rule)]
+    assert not granted, f"the operator's ServiceAccount may, but should not: {granted}"
+
+
+def test_invalid_values_fail_install_with_the_schema_message(release: Release) -> None:
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    proc = run_helm(
+        "install",
+        name,
+        str(CHART),
+        "--namespace",
+        release.namespace,
+        env=release.env,
+        values={"policy": {"mode": "Audit", "name": name}},
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert 'policy.mode must be one of the following: "Observe", "Enforce"' in proc.stderr
+    listed = run_helm("list", "--namespace", release.namespace, "-q", env=release.env)
+    assert name not in listed.stdout.split()
+
+
+def test_upgrade_changes_the_policy(release: Release, api_client: client.ApiClient) -> None:
+    values = release.values
+    values["policy"].update(
+        {
+            "mode": "Observe",
+            "suites": {"acceptance": {"checks": {"golden": {"enabled": False}}}},
+            "budgets": {"maxUnavailable": 2},
+        }
+    )
+    run_helm(
+        "upgrade",
+        release.name,
+        str(CHART),
+        "--namespace",
+        release.namespace,
+        env=release.env,
+        values=values,
+    )
+    spec = _policy(api_client, release.policy)["spec"]
+    assert spec["mode"] == "Observe"
+    assert [c["name"] for c in spec["suites"]["acceptance"]] == ["compute", "collective"]
+    assert spec["budgets"]["maxUnavailable"] == 2
+
+
+def test_uninstall_removes_everything_but_the_crds(
+    release: Release, api_client: client.ApiClient
+) -> None:
+    run_helm("uninstall", release.name, "--namespace", release.namespace, env=release.env)
+    with pytest.raises(ApiException) as gone:
+        _policy(api_client, release.policy)
+    assert gone.value.status == 404
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    with pytest.raises(ApiException):
+        rbac.read_cluster_role(f"{release.name}-operator")
+    with pytest.raises(ApiException):
+        rbac.read_namespaced_role(f"{release.name}-events", "default")
+    assert not _can_i(release, "patch", "nodes", "")
+    # CRDs stay (helm never deletes them): the resources people created survive.
+    client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
+        "sdcpolicies.sdcguard.dev"
+    )
