@@ -28,7 +28,7 @@ from sdcguard.sim.nodes import Heartbeats
 from sdcguard.sim.repair import RepairShop
 from sdcguard.sim.state import FleetSnapshot, FleetState
 from sdcguard.sim.timers import Timers
-from sdcguard.sim.workloads import CustomerWorkloads
+from sdcguard.sim.workloads import WORKLOAD_LABEL, CustomerWorkloads
 
 log = structlog.get_logger("sdcguard.sim")
 
@@ -184,13 +184,21 @@ class Simulator:
         log.info("sim.stopped", fleet=self.fleet.name, cleanup=cleanup)
 
     def cleanup(self) -> None:
-        """Delete the fleet's pods (grace 0: no kubelet is left), leases and nodes."""
+        """Delete the fleet's pods (grace 0: no kubelet is left), leases and nodes,
+        and the customer pods it created that are still waiting for a node."""
         names = set(self.state.names)
         pods = [
             p
             for p in self.kube.list_pods(field_selector="spec.nodeName!=")
             if (p.get("spec") or {}).get("nodeName") in names
         ]
+        # Customer pods the generator made that never got a node go too.
+        with contextlib.suppress(Exception):
+            pods += self.kube.list_pods(
+                self.fleet.workloads.namespace,
+                label_selector=f"{WORKLOAD_LABEL}={self.fleet.name}",
+                field_selector="spec.nodeName=",
+            )
         for pod in pods:
             meta = pod["metadata"]
             with contextlib.suppress(Exception):
