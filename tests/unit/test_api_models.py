@@ -11,11 +11,13 @@ from pydantic import ValidationError
 from sdcguard.api import (
     RepairTicketSpec,
     Resolution,
+    ScreeningReason,
     SDCBaselineSpec,
     SDCPolicy,
     SDCPolicySpec,
     SDCTest,
     SDCTestSpec,
+    Suite,
     check_test_update,
     check_ticket_update,
     find_condition,
@@ -104,12 +106,19 @@ def test_cross_field_rules() -> None:
 
 def test_repair_verification_test_needs_ticket() -> None:
     with pytest.raises(ValidationError, match="needs ticketRef"):
-        SDCTestSpec(node_name="n1", policy_ref="p", reason="RepairVerification", suite="acceptance")
+        SDCTestSpec.model_validate(
+            {
+                "nodeName": "n1",
+                "policyRef": "p",
+                "reason": "RepairVerification",
+                "suite": "acceptance",
+            }
+        )
     spec = SDCTestSpec(
         node_name="n1",
         policy_ref="p",
-        reason="RepairVerification",
-        suite="repairVerification",
+        reason=ScreeningReason.REPAIR_VERIFICATION,
+        suite=Suite.REPAIR_VERIFICATION,
         ticket_ref="n1-1",
     )
     with pytest.raises(ValueError, match="immutable"):

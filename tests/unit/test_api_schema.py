@@ -27,7 +27,8 @@ def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def _schema(resource: Resource) -> dict[str, Any]:
-    return crd_manifest(resource)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema: dict[str, Any] = crd_manifest(resource)["spec"]["versions"][0]["schema"]
+    return schema["openAPIV3Schema"]  # type: ignore[no-any-return]
 
 
 def _properties(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

@@ -1,0 +1,232 @@
+"""The transition table, row by row, and everything outside it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from sdcguard.api import ScreeningReason, Suite, TicketPhase
+from sdcguard.domain.lifecycle import (
+    TABLE,
+    TRANSITIONS,
+    AddTaint,
+    CloseTicket,
+    Cordon,
+    CreateTest,
+    CreateTicket,
+    DeleteNode,
+    Drain,
+    EmitEvent,
+    Event,
+    IllegalTransition,
+    MarkQualified,
+    NodeState,
+    RaiseCycle,
+    RemoveTaint,
+    Retire,
+    RevokeQualification,
+    SetAutoscalerAnnotations,
+    SetLabel,
+    SetTicketPhase,
+    TaintRole,
+    Uncordon,
+    transition,
+)
+
+S, E = NodeState, Event
+GATE, TESTING, QUARANTINE = TaintRole.GATE, TaintRole.TESTING, TaintRole.QUARANTINE
+
+QUARANTINE_EFFECTS = {
+    "-testing",
+    "+quarantine",
+    "Cordon",
+    "Drain",
+    "RevokeQualification",
+    "CreateTicket",
+    "Autoscaler:on",
+}
+RELEASE_EFFECTS = {"-gate", "-testing", "-quarantine", "Uncordon", "Autoscaler:off"}
+QUALIFY_EFFECTS = {"-gate", "-testing", "MarkQualified"}
+
+
+def _confirm() -> str:
+    return "Test:same/Confirmation"
+
+
+# (source, event) -> (target, effects other than the label and Events), written out by hand
+# so that any change to the table is a deliberate change here too.
+EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
+    (S.UNQUALIFIED, E.JOINED): (S.TESTING, {"+gate", "+testing", "Test:acceptance/Join"}),
+    (S.UNQUALIFIED, E.ADMITTED): (S.QUALIFIED, {"-gate"}),
+    (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"+testing"}),
+    (S.TESTING, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
+    (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, {_confirm()}),
+    (S.TESTING, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
+    (S.TESTING, E.QUARANTINE_HELD): (S.SUSPECT, set()),
+    (S.TESTING, E.TEST_INCONCLUSIVE): (S.QUALIFIED, {"-testing"}),
+    (S.TESTING, E.ACCEPTANCE_INCONCLUSIVE): (S.UNQUALIFIED, {"-testing"}),
+    (S.QUALIFIED, E.IDLE_DUE): (S.TESTING, {"+testing", "Test:requalification/ReturnFromUse"}),
+    (S.QUALIFIED, E.EXPIRY_DUE): (S.TESTING, {"+testing", "Test:requalification/Expiry"}),
+    (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"+testing"}),
+    (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, set()),
+    (S.SUSPECT, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
+    (S.SUSPECT, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
+    (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, {_confirm()}),
+    (S.SUSPECT, E.CONFIRMATION_PASSED): (S.SUSPECT, {_confirm()}),
+    (S.SUSPECT, E.FLAKY): (S.SUSPECT, set()),
+    (S.SUSPECT, E.QUARANTINE_HELD): (S.SUSPECT, set()),
+    (S.SUSPECT, E.TEST_INCONCLUSIVE): (S.SUSPECT, set()),
+    (S.SUSPECT, E.RETEST_DUE): (S.SUSPECT, {"+testing", "Test:requalification/Suspect"}),
+    (S.SUSPECT, E.TEST_STARTED): (S.SUSPECT, {"+testing"}),
+    (S.QUARANTINED, E.REPAIR_STARTED): (S.REPAIRING, {"Ticket:InRepair"}),
+    (S.QUARANTINED, E.REPLACE_DUE): (S.REPAIRING, {"Ticket:InRepair", "DeleteNode"}),
+    (S.QUARANTINED, E.TICKET_RESOLVED): (
+        S.VERIFYING,
+        {"Ticket:Verifying", "Test:repairVerification/RepairVerification"},
+    ),
+    (S.QUARANTINED, E.TICKET_RETIRE): (S.RETIRED, {"Cordon", "Retire"}),
+    (S.REPAIRING, E.TICKET_RESOLVED): (
+        S.VERIFYING,
+        {"Ticket:Verifying", "Test:repairVerification/RepairVerification"},
+    ),
+    (S.REPAIRING, E.TICKET_RETIRE): (S.RETIRED, {"Cordon", "Retire"}),
+    (S.VERIFYING, E.VERIFICATION_PASSED): (
+        S.QUALIFIED,
+        RELEASE_EFFECTS | {"CloseTicket", "MarkQualified"},
+    ),
+    (S.VERIFYING, E.VERIFICATION_FAILED): (S.QUARANTINED, {"RaiseCycle"}),
+    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (S.RETIRED, {"Cordon", "Retire"}),
+    (S.VERIFYING, E.TEST_INCONCLUSIVE): (S.VERIFYING, set()),
+    (S.VERIFYING, E.RETEST_DUE): (
+        S.VERIFYING,
+        {"Test:repairVerification/RepairVerification"},
+    ),
+    (S.EXCLUDED, E.OPTED_IN): (S.UNQUALIFIED, {"RevokeQualification"}),
+}
+for _state in (
+    S.UNQUALIFIED,
+    S.TESTING,
+    S.QUALIFIED,
+    S.SUSPECT,
+    S.QUARANTINED,
+    S.REPAIRING,
+    S.VERIFYING,
+    S.RETIRED,
+):
+    EXPECTED[(_state, E.OPTED_OUT)] = (S.EXCLUDED, RELEASE_EFFECTS)
+for _state in (S.UNQUALIFIED, S.TESTING, S.QUALIFIED, S.SUSPECT):
+    EXPECTED[(_state, E.MANUAL_QUARANTINE)] = (S.QUARANTINED, QUARANTINE_EFFECTS)
+for _state in (
+    S.UNQUALIFIED,
+    S.TESTING,
+    S.SUSPECT,
+    S.QUARANTINED,
+    S.REPAIRING,
+    S.VERIFYING,
+    S.RETIRED,
+):
+    EXPECTED[(_state, E.MANUAL_RELEASE)] = (S.QUALIFIED, RELEASE_EFFECTS | {"CloseTicket"})
+
+
+def _effect(action: object) -> str | None:
+    match action:
+        case AddTaint(role=role):
+            return f"+{role}"
+        case RemoveTaint(role=role):
+            return f"-{role}"
+        case CreateTest(suite=suite, reason=reason):
+            return f"Test:{suite or 'same'}/{reason}"
+        case SetTicketPhase(phase=phase):
+            return f"Ticket:{phase}"
+        case SetAutoscalerAnnotations(on=on):
+            return f"Autoscaler:{'on' if on else 'off'}"
+        case SetLabel() | EmitEvent():
+            return None
+        case (
+            Cordon()
+            | Uncordon()
+            | Drain()
+            | DeleteNode()
+            | MarkQualified()
+            | RevokeQualification()
+            | CreateTicket()
+            | CloseTicket()
+            | RaiseCycle()
+            | Retire()
+        ):
+            return type(action).__name__
+    raise AssertionError(f"unexpected action {action!r}")
+
+
+def test_table_is_exactly_the_expected_rows() -> None:
+    assert len(TABLE) == len(TRANSITIONS), "duplicate (state, event) rows"
+    assert set(TABLE) == set(EXPECTED)
+
+
+@pytest.mark.parametrize(("source", "event"), sorted(EXPECTED), ids=lambda v: str(v))
+def test_row(source: NodeState, event: Event) -> None:
+    target, effects = EXPECTED[(source, event)]
+    row = transition(source, event)
+    assert row.target == target
+    assert {e for e in map(_effect, row.actions) if e} == effects
+    labels = [a for a in row.actions if isinstance(a, SetLabel)]
+    assert labels == ([SetLabel(target)] if target != source else [])
+    events = [a for a in row.actions if isinstance(a, EmitEvent)]
+    if target != source and source != S.EXCLUDED:
+        assert events or event in (E.TEST_STARTED, E.CONFIRMATION_PASSED), "tell the user"
+
+
+UNLISTED = [
+    (state, event)
+    for state, event in itertools.product(NodeState, Event)
+    if (state, event) not in EXPECTED
+]
+
+
+@pytest.mark.parametrize(("state", "event"), UNLISTED, ids=lambda v: str(v))
+def test_everything_else_is_illegal(state: NodeState, event: Event) -> None:
+    with pytest.raises(IllegalTransition) as info:
+        transition(state, event)
+    assert info.value.state == state and info.value.event == event
+    assert str(state) in str(info.value)
+
+
+def test_quarantine_never_removes_the_quarantine_taint_and_release_never_adds_one() -> None:
+    for row in TRANSITIONS:
+        adds = {a.role for a in row.actions if isinstance(a, AddTaint)}
+        removes = {a.role for a in row.actions if isinstance(a, RemoveTaint)}
+        assert not adds & removes, row
+        if row.target in (S.QUARANTINED, S.RETIRED) and row.source not in (
+            S.QUARANTINED,
+            S.REPAIRING,
+            S.VERIFYING,
+        ):
+            assert QUARANTINE in adds or row.target == S.RETIRED, row
+        if row.target == S.QUALIFIED:
+            assert not adds, row
+
+
+def test_every_state_but_excluded_can_opt_out() -> None:
+    for state in NodeState:
+        if state != S.EXCLUDED:
+            assert transition(state, E.OPTED_OUT).target == S.EXCLUDED
+
+
+def test_confirmation_reruns_use_the_suite_of_the_failed_test() -> None:
+    rerun = next(
+        a
+        for a in TABLE[(S.TESTING, E.TEST_FAILED_UNCONFIRMED)].actions
+        if isinstance(a, CreateTest)
+    )
+    assert rerun.suite is None and rerun.reason == ScreeningReason.CONFIRMATION
+    verify = next(
+        a for a in TABLE[(S.QUARANTINED, E.TICKET_RESOLVED)].actions if isinstance(a, CreateTest)
+    )
+    assert verify.suite == Suite.REPAIR_VERIFICATION
+    phase = next(
+        a
+        for a in TABLE[(S.QUARANTINED, E.TICKET_RESOLVED)].actions
+        if isinstance(a, SetTicketPhase)
+    )
+    assert phase.phase == TicketPhase.VERIFYING
