@@ -1,0 +1,46 @@
+"""torch-xla on PJRT CPU: the golden check is deterministic under XLA too.
+
+This runs in CI (torch-xla is a probe dependency); it is not skipped when the
+package is present, and fails loudly when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.probe.conftest import run_cli
+
+XLA = [
+    "--device",
+    "xla",
+    "--cpu-devices",
+    "1",
+    "--budget",
+    "6",
+    "--steps",
+    "8",
+    "--checks",
+    "golden",
+]
+
+
+@pytest.mark.xla
+def test_xla_golden_runs_are_bitwise_identical(tmp_path: Path) -> None:
+    env = {"PJRT_DEVICE": "CPU"}
+    recorded = run_cli(["baseline", *XLA], tmp_path, env=env)
+    assert recorded.rc == 0, recorded.stderr[-3000:]
+    baseline = json.loads(recorded.stdout)
+    assert baseline["fingerprint"]["backend"] == "xla"
+    assert baseline["fingerprint"]["runtime"] == "pjrt-cpu"
+    path = tmp_path / "xla-baseline.json"
+    path.write_text(recorded.stdout)
+
+    run = run_cli(["run", *XLA, "--baseline", str(path)], tmp_path, env=env)
+    assert run.rc == 0, run.stderr[-3000:]
+    golden = run.check("golden")
+    assert golden["verdict"] == "pass" and golden["baseline"] == "match"
+    assert golden["digest"] == baseline["digests"]["golden"]
+    assert golden["metrics"]["loss_last"] < golden["metrics"]["loss_first"]
