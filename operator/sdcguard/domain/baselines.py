@@ -149,8 +149,11 @@ def record_candidate(
         contested = len(ref_groups) > 1
         reached = bool(reference) and len(reported) == len(reference) and not contested
         if reached:
-            leader_digests, leaders = ref_groups[0]
-            others = sorted(c.node_name for c in candidates if c.node_name not in leaders)
+            leader_digests = ref_groups[0][0]
+            leaders = [
+                c.node_name for c in candidates if frozenset(c.digests.items()) == leader_digests
+            ]
+            others = sorted(set(c.node_name for c in candidates) - set(leaders))
         waiting = (
             f"{len(reported)} of {len(reference)} reference nodes reported"
             + ("; they disagree" if contested else "")
@@ -163,7 +166,9 @@ def record_candidate(
             update={
                 "digests": dict(sorted(leader_digests)),
                 "trusted": True,
-                "recorded_from": sorted(leaders),
+                "recorded_from": sorted(leaders)
+                if settings.mode == BaselineMode.CONSENSUS
+                else spec.recorded_from,
             }
         )
         suspects = tuple(others)

@@ -619,7 +619,8 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         suppressed = tuple(a for a in bound if isinstance(a, OBSERVE_SUPPRESSED))
         bound = [a for a in bound if not isinstance(a, OBSERVE_SUPPRESSED)]
     starts_test = any(isinstance(a, CreateTest) for a in bound)
-    takes_node = node.qualified_at is not None and any(
+    # Only a node that was serving counts against maxUnavailable when we reserve it.
+    takes_node = state in (S.QUALIFIED, S.SUSPECT) and any(
         isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound
     )
     return Decision(

@@ -319,15 +319,15 @@ def judge_result(
             "Inconsistent",
             f"exit status {end.exit_code} contradicts the result's verdict {result.verdict!r}",
         )
-    if result.verdict == "fail":
-        return judged(
-            Verdict.INCONCLUSIVE, "Inconsistent", "the probe reported 'fail' but no check failed"
-        )
     inconclusive = [c for c in checks if c.verdict == CheckVerdict.INCONCLUSIVE]
     if inconclusive:
         head = _headline(inconclusive)
         code = head.reason.split(":", 1)[0]
         return judged(Verdict.INCONCLUSIVE, code, f"{head.name}: {head.reason}")
+    if result.verdict == "fail":
+        return judged(
+            Verdict.INCONCLUSIVE, "Inconsistent", "the probe reported 'fail' but no check failed"
+        )
     missing = sorted(set(expected_checks) - {c.name for c in checks})
     if missing:
         cut = " (the result was truncated)" if result.truncated else ""

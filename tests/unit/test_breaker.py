@@ -1,0 +1,82 @@
+"""The circuit breaker: trips on a storm, stays open until reset, rebuilt from samples."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdcguard.api import BreakerState, CircuitBreaker
+from sdcguard.domain.breaker import (
+    Reset,
+    Sample,
+    breaker_status,
+    evaluate,
+    observe_reset,
+    prune,
+    samples_from_status,
+)
+from tests.unit.factories import NOW
+
+CONFIG = CircuitBreaker(window="1h", min_samples=5, max_failure_fraction=0.5)
+MIN = dt.timedelta(minutes=1)
+
+
+def samples(*failed: bool, start: dt.datetime = NOW - 30 * MIN) -> list[Sample]:
+    return [Sample(start + i * MIN, f, f"n{i}", f"t{i}") for i, f in enumerate(failed)]
+
+
+def test_three_of_five_failing_trips() -> None:
+    view = evaluate(samples(True, False, True, False, True), CONFIG, NOW)
+    assert view.open and view.tripped_at == NOW - 26 * MIN
+    assert view.explain().startswith("3 of 5 screenings failed in the last 1h (limit 50%)")
+    assert "sdcguard.dev/reset-breaker" in view.explain()
+
+
+def test_half_is_not_more_than_half() -> None:
+    view = evaluate(samples(True, False, True, False, False, False), CONFIG, NOW)
+    assert not view.open
+    assert view.explain() == "2 of 6 screenings failed in the last 1h (limit 50%)"
+
+
+def test_too_few_samples_never_trip() -> None:
+    view = evaluate(samples(True, True, True, True), CONFIG, NOW)
+    assert not view.open
+    assert "at least 5 screenings" in view.explain()
+
+
+def test_failures_spread_beyond_the_window_do_not_trip() -> None:
+    spread = [Sample(NOW - i * 40 * MIN, i % 2 == 0) for i in range(6)]
+    assert not evaluate(spread, CONFIG, NOW).open
+
+
+def test_open_breaker_stays_open_until_reset() -> None:
+    storm = samples(True, True, True, True, True, start=NOW - 5 * dt.timedelta(hours=1))
+    assert evaluate(storm, CONFIG, NOW).open, "latched: a person looks before quarantines resume"
+    reset = observe_reset("2025-06-01-oncall", Reset(None, None), NOW)
+    assert reset == Reset("2025-06-01-oncall", NOW)
+    assert not evaluate(storm, CONFIG, NOW, reset.at).open
+    assert observe_reset("2025-06-01-oncall", reset, NOW + MIN) == reset, "same value: no new reset"
+    assert observe_reset(None, reset, NOW + MIN) == reset
+
+
+def test_status_round_trip_rebuilds_the_same_state() -> None:
+    recorded = samples(True, False, True, False, True)
+    view = evaluate(recorded, CONFIG, NOW)
+    kept = prune(recorded, CONFIG, NOW)
+    status = breaker_status(view, kept, Reset(None, None))
+    assert status.state == BreakerState.OPEN and status.window_failures == 3
+    assert evaluate(samples_from_status(status), CONFIG, NOW) == view
+
+
+times = st.integers(min_value=0, max_value=6 * 60).map(lambda m: NOW - m * MIN)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(times, st.booleans()), max_size=40))
+def test_pruning_never_changes_the_state(raw: list[tuple[dt.datetime, bool]]) -> None:
+    recorded = [Sample(at, failed) for at, failed in raw]
+    kept = prune(recorded, CONFIG, NOW)
+    assert evaluate(kept, CONFIG, NOW) == evaluate(recorded, CONFIG, NOW)
+    assert all(s.at > NOW - 2 * dt.timedelta(hours=6) for s in kept)

@@ -1,0 +1,115 @@
+"""Budgets per pool, and that a whole pass of decisions never exceeds them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdcguard.api import Budgets
+from sdcguard.domain import keys
+from sdcguard.domain.budgets import (
+    PoolMember,
+    PoolUsage,
+    allowed_unavailable,
+    can_reserve,
+    pool_usage,
+)
+from sdcguard.domain.decide import decide_all
+from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.observed import Observed, Taint
+from tests.unit.factories import HOUR, NOW, node, policy, sdctest
+
+
+@pytest.mark.parametrize(
+    ("value", "nodes", "allowed"),
+    [
+        (3, 100, 3),
+        (0, 100, 0),
+        ("10%", 100, 10),
+        ("10%", 25, 2),
+        ("10%", 5, 1),
+        ("0%", 50, 0),
+        ("100%", 7, 7),
+        ("50%", 0, 0),
+    ],
+)
+def test_allowed_unavailable(value: int | str, nodes: int, allowed: int) -> None:
+    assert allowed_unavailable(value, nodes) == allowed
+
+
+def test_can_reserve_says_why_not() -> None:
+    budgets = Budgets(max_concurrent_tests=2, max_unavailable="10%")
+    assert can_reserve(PoolUsage("a100", 20, 1, 1), budgets, takes_node=True).allowed
+    full = can_reserve(PoolUsage("a100", 20, 2, 1), budgets, takes_node=True)
+    assert not full.allowed and "pool a100 already has 2 of 20 nodes held" in full.reason
+    assert can_reserve(PoolUsage("a100", 20, 2, 1), budgets, takes_node=False).allowed
+    busy = can_reserve(PoolUsage("a100", 20, 0, 2), budgets, takes_node=False)
+    assert not busy.allowed and "maxConcurrentTests 2" in busy.reason
+
+
+def test_pool_usage_counts_per_pool() -> None:
+    pools = pool_usage(
+        [PoolMember("a", True, True), PoolMember("a", False, False), PoolMember("b", True, False)]
+    )
+    assert pools == {"a": PoolUsage("a", 2, 1, 1), "b": PoolUsage("b", 1, 1, 0)}
+
+
+def _qualified(name: str, pool: str) -> Observed:
+    n = node(name, state=NodeState.QUALIFIED, qualified_at=NOW - 500 * HOUR, pool=pool)
+    return Observed(node=n, idle_since=NOW - HOUR)
+
+
+def test_a_pass_over_an_expired_fleet_respects_every_budget() -> None:
+    p = policy(budgets={"maxConcurrentTests": 3, "maxUnavailable": "10%", "poolLabel": "pool"})
+    fleet = [_qualified(f"a{i}", "a") for i in range(20)] + [
+        _qualified(f"b{i}", "b") for i in range(4)
+    ]
+    decisions = decide_all(fleet, p, NOW)
+    started = [d.node for d in decisions if d.starts_test]
+    assert sum(n.startswith("a") for n in started) == 2, "10% of 20"
+    assert sum(n.startswith("b") for n in started) == 1, "a non-zero percent allows one"
+
+
+states = st.sampled_from(list(NodeState))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(states, st.booleans(), st.booleans(), st.sampled_from(["a", "b"])), max_size=25
+    ),
+    st.integers(min_value=1, max_value=4),
+    st.sampled_from([0, 1, 2, "0%", "10%", "30%", "100%"]),
+)
+def test_budgets_are_never_exceeded(
+    raw: list[tuple[NodeState, bool, bool, str]], max_tests: int, max_unavailable: int | str
+) -> None:
+    p = policy(budgets={"maxConcurrentTests": max_tests, "maxUnavailable": max_unavailable})
+    fleet = []
+    for i, (state, held, running, pool) in enumerate(raw):
+        annotations = {keys.OWNED_TAINTS: "sdcguard.dev/testing"} if held else {}
+        taints = (Taint("sdcguard.dev/testing", "NoSchedule"),) if held else ()
+        test = sdctest(f"t{i}") if running else None
+        if running:
+            annotations[keys.CURRENT_TEST] = f"t{i}"
+        n = node(
+            f"n{i}",
+            state=state,
+            annotations=annotations,
+            taints=taints,
+            qualified_at=NOW - 500 * HOUR,
+            pool=pool,
+        )
+        fleet.append(Observed(node=n, test=test, idle_since=NOW - 10 * HOUR))
+    before = pool_usage(o.pool_member() for o in fleet)
+    decisions = decide_all(fleet, p, NOW)
+    for pool, usage in before.items():
+        members = {o.node.name for o in fleet if o.node.pool == pool}
+        started = [d for d in decisions if d.starts_test and d.node in members]
+        taken = sum(d.takes_node for d in started)
+        if started:
+            assert usage.tests + len(started) <= max_tests
+        if taken:
+            limit = allowed_unavailable(max_unavailable, usage.nodes)
+            assert usage.unavailable + taken <= limit

@@ -1,0 +1,262 @@
+"""judge_result(): what a probe Pod's end means; assess(): what a verdict means for a node."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdcguard.api import (
+    CheckVerdict,
+    Confirmation,
+    ScreeningReason,
+    SDCBaselineSpec,
+    SDCTestPhase,
+    Verdict,
+)
+from sdcguard.domain.judging import (
+    Outcome,
+    PodEnd,
+    assess,
+    backoff_seconds,
+    clears,
+    depth,
+    judge_result,
+)
+from tests.unit.factories import CHECKS, check, digest, fingerprint, result, sdctest, text
+
+FP = fingerprint()
+
+
+def trusted(**digests: str) -> dict[str, SDCBaselineSpec]:
+    values = digests or {c: digest("good") for c in CHECKS}
+    spec = SDCBaselineSpec.model_validate(
+        {"fingerprint": {"hash": FP["hash"]}, "digests": values, "trusted": True}
+    )
+    return {FP["hash"]: spec}
+
+
+def judge(doc: dict[str, Any] | str | None, exit_code: int | None = None, **kw: Any) -> Any:
+    message = text(doc) if isinstance(doc, dict) else doc
+    if exit_code is None and isinstance(doc, dict):
+        exit_code = {"pass": 0, "fail": 1, "inconclusive": 2}[doc["verdict"]]
+    baselines = kw.pop("baselines", trusted())
+    return judge_result(PodEnd(message, exit_code, **kw), CHECKS, baselines)
+
+
+def test_pass_against_a_trusted_baseline() -> None:
+    j = judge(result("pass", {c: check(baseline="match") for c in CHECKS}))
+    assert (j.verdict, j.reason, j.phase) == (Verdict.PASS, "Passed", SDCTestPhase.PASSED)
+    assert j.passed_checks == frozenset(CHECKS)
+    assert [s.baseline for s in j.check_statuses()] == ["match"] * 3
+
+
+def test_probe_inconclusive_only_for_lack_of_a_baseline_passes_when_ours_matches() -> None:
+    j = judge(result("inconclusive", {c: check("inconclusive") for c in CHECKS}))
+    assert j.verdict == Verdict.PASS
+
+
+def test_without_a_trusted_baseline_nothing_passes_and_nothing_is_sdc() -> None:
+    doc = result("pass", {c: check() for c in CHECKS})
+    j = judge(doc, baselines={})
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "BaselineAbsent")
+    assert j.digests == {c: digest("good") for c in CHECKS}, "recorded as a candidate"
+    untrusted = trusted()
+    untrusted[FP["hash"]] = untrusted[FP["hash"]].model_copy(update={"trusted": False})
+    assert judge(doc, baselines=untrusted).verdict == Verdict.INCONCLUSIVE
+
+
+def test_digest_mismatch_against_the_trusted_baseline_is_sdc() -> None:
+    checks = {c: check() for c in CHECKS} | {"golden": check(value="bad")}
+    j = judge(result("pass", checks))
+    assert (j.verdict, j.reason, j.phase) == (Verdict.SDC, "DigestMismatch", SDCTestPhase.FAILED)
+    assert j.failed_checks == frozenset({"golden"})
+    golden = next(s for s in j.check_statuses() if s.name == "golden")
+    assert (golden.verdict, golden.baseline) == (CheckVerdict.SDC, "mismatch")
+    assert "golden" not in j.digests
+
+
+def test_probe_found_sdc_names_the_device_and_step() -> None:
+    bad = check(
+        "fail",
+        value="bad",
+        odd_device=3,
+        first_divergent_step=450,
+        first_divergent_submodule="layers.0.attn",
+        reason="device 3 differs from 0,1,2",
+        metrics={"mismatch_fraction": 0.0289, "steps": 500},
+    )
+    j = judge(result("fail", {"compute": check(), "collective": check(), "golden": bad}))
+    assert (j.verdict, j.reason) == (Verdict.SDC, "SDCDetected")
+    assert "device 3" in j.message and "step 450" in j.message
+    golden = next(s for s in j.check_statuses() if s.name == "golden")
+    assert golden.odd_device == 3 and golden.first_divergent_submodule == "layers.0.attn"
+    assert golden.metrics == {"mismatch_fraction": "0.0289", "steps": "500"}
+
+
+def test_fingerprint_mismatch_is_never_sdc() -> None:
+    doc = result("fail", {c: check("fail", baseline="fingerprint-mismatch") for c in CHECKS})
+    j = judge(doc)
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "FingerprintMismatch")
+
+
+def test_a_baseline_of_another_fingerprint_is_not_used() -> None:
+    other = fingerprint(driver="560.0")
+    doc = result("pass", {c: check(value="different") for c in CHECKS}, fingerprint=other)
+    j = judge(doc)
+    assert j.verdict == Verdict.INCONCLUSIVE and j.reason == "BaselineAbsent"
+
+
+def test_deeper_failure_wins_over_lighter_passes() -> None:
+    j = judge(result("fail", {"compute": check(), "collective": check(), "golden": check("fail")}))
+    assert j.verdict == Verdict.SDC
+    assert depth("compute") < depth("collective") < depth("memory") < depth("golden")
+    assert not clears({"golden"}, {"compute", "collective"})
+    assert clears({"golden"}, {"golden", "compute"})
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (None, "ResultMissing"),
+        ("", "ResultMissing"),
+        ("   \n", "ResultMissing"),
+        ('{"schema_version":1,"kind":"sdcprobe.result","verdict":"pa', "ResultTruncated"),
+        (text({**result("pass"), "schema_version": 2}), "UnknownSchema"),
+        ("not json at all", "InvalidResult"),
+        ("[1, 2, 3]", "InvalidResult"),
+        (text({**result("pass"), "kind": "something.else"}), "InvalidResult"),
+        ("1" * 5000, "InvalidResult"),
+        ("[" * 100000, "InvalidResult"),
+    ],
+)
+def test_unusable_results_are_inconclusive(message: str | None, reason: str) -> None:
+    for exit_code in (None, 0, 1, 2):
+        j = judge(message, exit_code)
+        assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, reason), exit_code
+
+
+def test_pass_without_digests_is_inconclusive() -> None:
+    doc = result("pass", {c: check(digest_value=None) for c in CHECKS})
+    j = judge(doc, 0)
+    assert j.verdict == Verdict.INCONCLUSIVE and "no digest" in j.message
+    doc = result("inconclusive", {c: check("inconclusive", digest_value=None) for c in CHECKS})
+    assert judge(doc).reason == "NoDigest"
+
+
+def test_missing_expected_check_is_inconclusive() -> None:
+    doc = result("pass", {"compute": check(), "golden": check()}, truncated=True)
+    j = judge(doc)
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "CheckMissing")
+    assert "collective" in j.message and "truncated" in j.message
+
+
+def test_crash_timeout_and_mismatch_are_different_verdicts() -> None:
+    good = result("pass", {c: check() for c in CHECKS})
+    assert judge(None, 137, crashed=True, detail="OOMKilled").verdict == Verdict.CRASH
+    assert judge(None, 139).verdict == Verdict.CRASH
+    assert judge(None, None, timed_out=True).verdict == Verdict.TIMEOUT
+    assert judge(good, 0, timed_out=True).verdict == Verdict.TIMEOUT
+    bad = result("fail", {"compute": check(), "collective": check(), "golden": check("fail")})
+    for kw in ({"crashed": True}, {"timed_out": True}):
+        j = judge(bad, 1, **kw)
+        assert j.verdict == Verdict.SDC, "wrong answers stay wrong answers"
+        assert "then the Pod" in j.message
+
+
+def test_exit_status_contradicting_the_result_is_inconclusive() -> None:
+    good = result("pass", {c: check() for c in CHECKS})
+    j = judge(good, 1)
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "Inconsistent")
+
+
+def test_fault_injection_is_noted() -> None:
+    doc = result(
+        "fail",
+        {"compute": check(), "collective": check(), "golden": check("fail")},
+        injection={"enabled": True, "count": 12, "by_site": {"matmul": 12}},
+    )
+    j = judge(doc)
+    assert j.injected and "fault injection" in j.message
+
+
+# Garbage never passes and never raises -------------------------------------------
+
+EXIT_CODES = st.sampled_from([None, 0, 1, 2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(message=st.text(max_size=5000), exit_code=EXIT_CODES)
+def test_garbage_text_is_always_inconclusive(message: str, exit_code: int | None) -> None:
+    j = judge_result(PodEnd(message, exit_code), CHECKS, trusted())
+    assert j.verdict == Verdict.INCONCLUSIVE
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), exit_code=EXIT_CODES)
+def test_cut_or_damaged_results_never_pass(data: st.DataObject, exit_code: int | None) -> None:
+    good = text(result("pass", {c: check() for c in CHECKS}))
+    cut = data.draw(st.integers(min_value=0, max_value=len(good) - 1))
+    damaged = good[:cut]
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(min_value=0, max_value=len(good) - 1))
+        damaged = good[:at] + data.draw(st.characters()) + good[at + 1 :]
+    j = judge_result(PodEnd(damaged, exit_code), CHECKS, trusted())
+    assert j.verdict != Verdict.PASS or damaged == good
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    doc=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6)
+        ),
+        max_leaves=30,
+    ),
+    exit_code=EXIT_CODES,
+)
+def test_arbitrary_json_is_inconclusive(doc: object, exit_code: int | None) -> None:
+    j = judge_result(PodEnd(json.dumps(doc), exit_code), CHECKS, trusted())
+    assert j.verdict == Verdict.INCONCLUSIVE
+
+
+# Confirmation ---------------------------------------------------------------------
+
+ONE_RERUN = Confirmation(reruns=1, require_same_check=True)
+
+
+def test_first_sdc_needs_a_rerun_unless_none_are_configured() -> None:
+    first = sdctest("t1", verdict=Verdict.SDC, failed=("golden",))
+    found = assess(first, frozenset(), ONE_RERUN)
+    assert found.outcome == Outcome.NEEDS_RERUN and found.suspect_checks == {"golden"}
+    assert assess(first, frozenset(), Confirmation(reruns=0)).outcome == Outcome.CONFIRMED
+
+
+def test_rerun_outcomes() -> None:
+    suspect = frozenset({"golden"})
+    fail = sdctest(
+        "c1", reason=ScreeningReason.CONFIRMATION, verdict=Verdict.SDC, failed=("golden",)
+    )
+    assert assess(fail, suspect, ONE_RERUN).outcome == Outcome.CONFIRMED
+    other = sdctest(
+        "c1", reason=ScreeningReason.CONFIRMATION, verdict=Verdict.SDC, failed=("compute",)
+    )
+    assert assess(other, suspect, ONE_RERUN).outcome == Outcome.FLAKY
+    assert assess(other, suspect, Confirmation(reruns=1, require_same_check=False)).outcome == (
+        Outcome.CONFIRMED
+    )
+    passed = sdctest("c1", reason=ScreeningReason.CONFIRMATION, verdict=Verdict.PASS)
+    assert assess(passed, suspect, ONE_RERUN).outcome == Outcome.FLAKY
+    assert assess(passed, suspect, Confirmation(reruns=2)).outcome == Outcome.NEEDS_RERUN
+    later = sdctest("s1", reason=ScreeningReason.SUSPECT, verdict=Verdict.PASS)
+    assert assess(later, suspect, ONE_RERUN).outcome == Outcome.CLEARED
+    crash = sdctest("c1", reason=ScreeningReason.CONFIRMATION, verdict=Verdict.CRASH)
+    assert assess(crash, suspect, ONE_RERUN).outcome == Outcome.INCONCLUSIVE
+
+
+def test_backoff_doubles_up_to_sixteen_times() -> None:
+    assert [backoff_seconds(600, n) for n in (1, 2, 3, 5, 9)] == [600, 1200, 2400, 9600, 9600]
