@@ -76,9 +76,10 @@ def setup_backend(name: BackendName, index: int, threads: int) -> Backend:
     """Configure this process for deterministic execution on device ``index`` of ``name``."""
     apply_determinism_env()
     torch.set_num_threads(threads)
-    # warn_only: a few CPU ops have no deterministic variant flagged; a warning in
-    # the log beats aborting the screening, and the replay comparison still runs.
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # Strict: an op without a deterministic implementation raises, which makes
+    # the check inconclusive. Warning instead would let it run and its run-to-run
+    # noise would read as SDC on replay: a false quarantine.
+    torch.use_deterministic_algorithms(True)
     if name == "cpu":
         return Backend(name, index, torch.device("cpu"), threads)
     if name == "cuda":

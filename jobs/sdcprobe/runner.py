@@ -87,6 +87,9 @@ def _worker_env(threads: int) -> dict[str, str]:
     # One intra-op thread pool size everywhere: OpenMP/MKL read these at load.
     env["OMP_NUM_THREADS"] = str(threads)
     env["MKL_NUM_THREADS"] = str(threads)
+    # CPU replicas talk over gloo on this host only; do not depend on the Pod's
+    # hostname resolving to a reachable interface.
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 
