@@ -1,0 +1,200 @@
+"""Kubernetes I/O: the only place that sends requests.
+
+Every mutating call goes through :class:`KubeWriter`, which counts writes by
+kind (a metric and a per-pass counter), honours ``dry_run``, and turns a
+409 Conflict on create into "already there" so a restart never duplicates.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sdcguard.metrics import Metrics
+
+GROUP = "sdcguard.dev"
+VERSION = "v1alpha1"
+log = structlog.get_logger("sdcguard.kube")
+
+
+def make_api_client() -> client.ApiClient:
+    """In-cluster credentials inside a Pod, else the kubeconfig (KUBECONFIG or ~/.kube)."""
+    import os
+
+    from kubernetes import config
+
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+    return api
+
+
+@dataclass
+class KubeWriter:
+    """All writes the operator makes, counted and dry-run aware."""
+
+    api: client.ApiClient
+    metrics: Metrics
+    dry_run: bool = False
+    writes: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def _count(self, kind: str) -> bool:
+        """Record one write; returns False in dry-run (caller must not send)."""
+        self.writes[kind] += 1
+        self.metrics.api_writes.labels(kind=kind).inc()
+        if self.dry_run:
+            log.info("dry-run: skipped write", kind=kind)
+            return False
+        return True
+
+    # Nodes ---------------------------------------------------------------
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        """Merge-patch a Node. Include ``metadata.resourceVersion`` in the patch
+        when replacing lists (taints): the server then rejects a stale write
+        with 409 instead of dropping someone else's taint."""
+        if self._count("node-patch"):
+            self.core.patch_node(name, patch)
+
+    def delete_node(self, name: str) -> None:
+        if self._count("node-delete"):
+            try:
+                self.core.delete_node(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    # Jobs ------------------------------------------------------------------
+
+    def create_job(self, manifest: dict[str, Any]) -> bool:
+        """Create a Job; returns False when it already exists (409)."""
+        if not self._count("job-create"):
+            return True
+        try:
+            self.batch.create_namespaced_job(
+                manifest["metadata"]["namespace"],
+                manifest,  # type: ignore[arg-type]  # a dict body is accepted as is
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        if self._count("job-delete"):
+            try:
+                self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    # Custom resources -------------------------------------------------------
+
+    def create_custom(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a cluster-scoped custom object; None when the name is taken."""
+        if not self._count(f"{plural}-create"):
+            return body
+        try:
+            created = self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return created if isinstance(created, dict) else body
+
+    def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> None:
+        if self._count(f"{plural}-status"):
+            self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, plural, name, {"status": status}
+            )
+
+    def patch_custom(self, plural: str, name: str, patch: dict[str, Any]) -> None:
+        if self._count(f"{plural}-patch"):
+            self.custom.patch_cluster_custom_object(GROUP, VERSION, plural, name, patch)
+
+    # Events ----------------------------------------------------------------
+
+    def event(
+        self,
+        *,
+        kind: str,
+        name: str,
+        uid: str | None,
+        reason: str,
+        message: str,
+        now: dt.datetime,
+        warning: bool = False,
+        api_version: str = "v1",
+        namespace: str = "default",
+    ) -> None:
+        """A core/v1 Event about an object, as ``kubectl describe`` shows them."""
+        if not self._count("event"):
+            return
+        stamp = now.astimezone(dt.UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                name=f"{name}.{uuid.uuid4().hex[:12]}", namespace=namespace
+            ),
+            involved_object=client.V1ObjectReference(
+                kind=kind, name=name, uid=uid, api_version=api_version
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component="sdcguard"),
+            reporting_component="sdcguard.dev/operator",
+            reporting_instance="sdcguard",
+            first_timestamp=stamp,
+            last_timestamp=stamp,
+            count=1,
+        )
+        try:
+            self.core.create_namespaced_event(namespace, body)
+        except ApiException as exc:  # an Event is never worth failing a transition
+            log.warning("event not recorded", reason=reason, name=name, status=exc.status)
+
+    def evict_pods_on_node(self, node: str, skip_namespaces: tuple[str, ...] = ()) -> int:
+        """Evict the node's workload pods (not DaemonSet or mirror pods) through the
+        Eviction API, so PodDisruptionBudgets are respected. Returns pods asked to leave."""
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        asked = 0
+        for pod in pods:
+            meta, status = pod.metadata, pod.status
+            if meta is None or not meta.name or not meta.namespace:
+                continue
+            owners = meta.owner_references or []
+            if any(o.kind == "DaemonSet" for o in owners) or meta.namespace in skip_namespaces:
+                continue
+            if "kubernetes.io/config.mirror" in (meta.annotations or {}):
+                continue
+            if status is not None and status.phase in ("Succeeded", "Failed"):
+                continue
+            if not self._count("pod-eviction"):
+                continue
+            try:
+                self.core.create_namespaced_pod_eviction(
+                    meta.name,
+                    meta.namespace,
+                    client.V1Eviction(
+                        metadata=client.V1ObjectMeta(name=meta.name, namespace=meta.namespace)
+                    ),
+                )
+                asked += 1
+            except ApiException as exc:  # 429: a PDB says not now; the next pass retries
+                if exc.status not in (404, 429):
+                    raise
+        return asked

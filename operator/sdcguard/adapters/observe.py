@@ -1,0 +1,231 @@
+"""Small immutable snapshots of watched objects, kept in Kopf's in-memory indexes.
+
+A 5,000-node fleet means 5,000 Node bodies; keeping a few fields of each
+instead of the whole body keeps the operator's memory flat, and these
+snapshots are what the reconciler turns into domain observations.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_LABEL
+
+OUR_PREFIX = "sdcguard.dev/"
+
+
+def _parse_quantity(value: Any) -> int:
+    """Integer extended-resource counts (``"8"``); anything else counts as 0."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    if not value:
+        return None
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+KEPT_FOREIGN_ANNOTATIONS = (
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+    "karpenter.sh/do-not-disrupt",
+)
+
+
+def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a Node that sdcguard reads, in the Node's own shape.
+
+    ``NodeFacts.from_body`` reads the result exactly as it reads a full Node.
+    """
+    meta = body.get("metadata", {}) or {}
+    spec = body.get("spec", {}) or {}
+    status = body.get("status", {}) or {}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k.startswith(OUR_PREFIX) or k in KEPT_FOREIGN_ANNOTATIONS
+    }
+    return {
+        "metadata": {
+            "name": meta.get("name", ""),
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": annotations,
+        },
+        "spec": {
+            "taints": [dict(t) for t in spec.get("taints") or []],
+            "unschedulable": bool(spec.get("unschedulable", False)),
+            "providerID": spec.get("providerID", ""),
+        },
+        "status": {
+            "allocatable": dict(status.get("allocatable") or {}),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in status.get("conditions") or []
+                if c.get("type") == "Ready"
+            ],
+            "nodeInfo": {"systemUUID": (status.get("nodeInfo") or {}).get("systemUUID", "")},
+        },
+    }
+
+
+def _requests(pod_spec: Mapping[str, Any], resources: Iterable[str]) -> dict[str, int]:
+    wanted = set(resources)
+    total: dict[str, int] = {}
+    for container in pod_spec.get("containers", []) or []:
+        res = container.get("resources") or {}
+        merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        for name, value in merged.items():
+            if name in wanted:
+                total[name] = total.get(name, 0) + _parse_quantity(value)
+    return {k: v for k, v in total.items() if v > 0}
+
+
+def _is_daemonset_pod(meta: Mapping[str, Any]) -> bool:
+    return any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+
+
+def is_probe_pod(meta: Mapping[str, Any]) -> bool:
+    return (meta.get("labels") or {}).get(COMPONENT_LABEL) == COMPONENT
+
+
+@dataclass(frozen=True)
+class PodUse:
+    """A workload pod that holds accelerators on a node."""
+
+    namespace: str
+    name: str
+    node_name: str
+
+
+def pod_use(body: Mapping[str, Any], resources: Iterable[str]) -> PodUse | None:
+    """A running/starting non-DaemonSet, non-probe pod using accelerators, else None."""
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    node = spec.get("nodeName")
+    if not node or (status or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    if _is_daemonset_pod(meta) or is_probe_pod(meta) or not _requests(spec, resources):
+        return None
+    return PodUse(namespace=meta.get("namespace", ""), name=meta.get("name", ""), node_name=node)
+
+
+@dataclass(frozen=True)
+class PendingDemand:
+    """An unscheduled pod asking for accelerators: idle capacity it may need."""
+
+    namespace: str
+    name: str
+    resources: Mapping[str, int]
+    node_selector: Mapping[str, str]
+
+
+def pending_demand(body: Mapping[str, Any], resources: Iterable[str]) -> PendingDemand | None:
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    if spec.get("nodeName") or (status or {}).get("phase") != "Pending" or is_probe_pod(meta):
+        return None
+    wanted = _requests(spec, resources)
+    if not wanted:
+        return None
+    return PendingDemand(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        resources=wanted,
+        node_selector=dict(spec.get("nodeSelector") or {}),
+    )
+
+
+@dataclass(frozen=True)
+class ProbePod:
+    """The probe Pod of one SDCTest, as far as its outcome goes."""
+
+    test_name: str
+    name: str
+    node_name: str
+    phase: str
+    exit_code: int | None
+    termination_message: str | None
+    terminated_reason: str
+    pod_reason: str
+    started: dt.datetime | None
+    finished: dt.datetime | None
+    deleted: bool
+
+
+def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    if not is_probe_pod(meta):
+        return None
+    test = (meta.get("labels") or {}).get(TEST_LABEL)
+    if not test:
+        return None
+    status = status or {}
+    exit_code = message = None
+    term_reason = ""
+    finished = None
+    started = parse_time(status.get("startTime"))
+    for cs in status.get("containerStatuses", []) or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            exit_code = term.get("exitCode")
+            message = term.get("message")
+            term_reason = term.get("reason", "") or ""
+            finished = parse_time(term.get("finishedAt"))
+    return ProbePod(
+        test_name=test,
+        name=meta.get("name", ""),
+        node_name=spec.get("nodeName", "") or "",
+        phase=status.get("phase", "Pending") or "Pending",
+        exit_code=exit_code,
+        termination_message=message,
+        terminated_reason=term_reason,
+        pod_reason=status.get("reason", "") or "",
+        started=started,
+        finished=finished,
+        deleted=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """The probe Job of one SDCTest: whether the Job controller gave up on it."""
+
+    test_name: str
+    name: str
+    failed_reason: str | None
+    complete: bool
+    created: dt.datetime | None
+
+
+def probe_job(body: Mapping[str, Any]) -> ProbeJob | None:
+    meta, status = body.get("metadata", {}), body.get("status", {}) or {}
+    test = (meta.get("labels") or {}).get(TEST_LABEL)
+    if not test or not is_probe_pod(meta):
+        return None
+    failed_reason = None
+    complete = False
+    for cond in status.get("conditions", []) or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Failed":
+            failed_reason = cond.get("reason") or "Failed"
+        elif cond.get("type") == "Complete":
+            complete = True
+    return ProbeJob(
+        test_name=test,
+        name=meta.get("name", ""),
+        failed_reason=failed_reason,
+        complete=complete,
+        created=parse_time(meta.get("creationTimestamp")),
+    )

@@ -1,0 +1,236 @@
+"""Every Kopf registration of the operator, kept thin.
+
+Nodes, Pods and Jobs are only *indexed* (in memory, no bookkeeping written
+to them): a node with nothing to do costs zero writes. Each index event
+marks the fleet dirty; one daemon per SDCPolicy then runs a reconcile pass
+(debounced), and a periodic resync catches anything time-driven (idle
+windows, expiry, back-off). All decisions are made by ``sdcguard.domain``
+inside the pass; this module only wires events to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from typing import Any
+
+import kopf
+import structlog
+
+from sdcguard.adapters import observe
+from sdcguard.adapters.kube import KubeWriter, make_api_client
+from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.api.policy import DEFAULT_ACCELERATORS
+from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL
+from sdcguard.logs import configure_logging
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings, load_settings
+
+GROUP, VERSION = "sdcguard.dev", "v1alpha1"
+log = structlog.get_logger("sdcguard")
+
+
+class Runtime:
+    """Process-wide state shared by the handlers (one operator per process)."""
+
+    settings: Settings
+    metrics: Metrics
+    reconciler: Reconciler
+    wakeups: list[asyncio.Event]
+    last_busy: dict[str, dt.datetime]
+    started: dt.datetime
+    accelerators: tuple[str, ...] = DEFAULT_ACCELERATORS
+
+
+RT = Runtime()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _poke() -> None:
+    """Wake every policy loop: something they may act on changed."""
+    for wakeup in getattr(RT, "wakeups", ()):
+        wakeup.set()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    RT.settings = load_settings()
+    configure_logging(RT.settings.log_format, RT.settings.log_level)
+    RT.metrics = Metrics()
+    if RT.settings.metrics_port:
+        RT.metrics.serve(RT.settings.metrics_port)
+    api = make_api_client()
+    writer = KubeWriter(api=api, metrics=RT.metrics, dry_run=RT.settings.dry_run)
+    RT.reconciler = Reconciler(writer=writer, settings=RT.settings, metrics=RT.metrics)
+    RT.wakeups = []
+    RT.last_busy = {}
+    RT.started = _now()
+    # We post our own Events on transitions; Kopf's per-handler events are noise.
+    settings.posting.enabled = False
+    settings.posting.level = logging.WARNING
+    # One replica with the Recreate strategy: no peering objects needed.
+    settings.peering.standalone = True
+    settings.peering.mandatory = False
+    # Progress and diff-base bookkeeping only ever lands on our own resources:
+    # Nodes, Pods and Jobs have index/event handlers only, which store nothing.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = RT.settings.api_timeout_seconds * 3
+    settings.batching.error_delays = [1, 2, 5, 10, 20]
+    log.info("operator starting", namespace=RT.settings.namespace, dry_run=RT.settings.dry_run)
+
+
+# Indexes ------------------------------------------------------------------
+
+
+@kopf.index("", "v1", "nodes")
+def nodes_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+    _poke()
+    return {name: observe.trim_node(body)}
+
+
+@kopf.index("", "v1", "pods")
+def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse] | None:
+    """Workload pods holding accelerators, by node: such a node is not idle."""
+    use = observe.pod_use(body, RT.accelerators)
+    return {use.node_name: use} if use else None
+
+
+@kopf.on.event("", "v1", "pods")
+def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
+    """Remember when a workload stopped using a node's accelerators: "idle for" counts
+    from then. Event handlers store nothing on the Pod."""
+    node = (body.get("spec") or {}).get("nodeName")
+    if not node or observe.is_probe_pod(body.get("metadata", {})):
+        return
+    ended = type == "DELETED" or (body.get("status") or {}).get("phase") in (
+        "Succeeded",
+        "Failed",
+    )
+    if ended and observe.pod_use({**body, "status": {"phase": "Running"}}, RT.accelerators):
+        RT.last_busy[node] = _now()
+        _poke()
+    elif type in ("ADDED", "MODIFIED") and observe.pod_use(body, RT.accelerators):
+        _poke()
+
+
+@kopf.index("", "v1", "pods")
+def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand] | None:
+    demand = observe.pending_demand(body, RT.accelerators)
+    return {"pending": demand} if demand else None
+
+
+@kopf.index("", "v1", "pods", labels={COMPONENT_LABEL: COMPONENT})
+def probe_pods_index(body: kopf.Body, **_: Any) -> dict[str, observe.ProbePod] | None:
+    pod = observe.probe_pod(body)
+    _poke()
+    return {pod.test_name: pod} if pod else None
+
+
+@kopf.index("batch", "v1", "jobs", labels={COMPONENT_LABEL: COMPONENT})
+def probe_jobs_index(body: kopf.Body, **_: Any) -> dict[str, observe.ProbeJob] | None:
+    job = observe.probe_job(body)
+    _poke()
+    return {job.test_name: job} if job else None
+
+
+@kopf.index(GROUP, VERSION, "sdctests")
+def tests_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
+    _poke()
+    return {str(spec.get("nodeName", "")): dict(body)}
+
+
+@kopf.index(GROUP, VERSION, "repairtickets")
+def tickets_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
+    _poke()
+    return {str(spec.get("nodeName", "")): dict(body)}
+
+
+@kopf.index(GROUP, VERSION, "sdcbaselines")
+def baselines_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
+    _poke()
+    return {name: dict(body)}
+
+
+# The reconcile loop ----------------------------------------------------------
+
+
+INDEX_NAMES = (
+    "nodes_index",
+    "busy_index",
+    "demand_index",
+    "probe_pods_index",
+    "probe_jobs_index",
+    "tests_index",
+    "tickets_index",
+    "baselines_index",
+)
+
+
+def _view(indexes: dict[str, kopf.Index[str, Any]]) -> FleetView:
+    """A consistent copy of the indexes for one pass (they change while it runs)."""
+
+    def first(store: kopf.Store[Any]) -> Any:
+        return next(iter(store))
+
+    def all_of(name: str) -> dict[str, list[Any]]:
+        return {k: list(v) for k, v in indexes[name].items()}
+
+    return FleetView(
+        nodes={k: first(v) for k, v in indexes["nodes_index"].items()},
+        busy=all_of("busy_index"),
+        pending=list(indexes["demand_index"].get("pending", [])),
+        probe_pods=all_of("probe_pods_index"),
+        probe_jobs={k: first(v) for k, v in indexes["probe_jobs_index"].items()},
+        tests=all_of("tests_index"),
+        tickets=all_of("tickets_index"),
+        baselines={k: first(v) for k, v in indexes["baselines_index"].items()},
+        last_busy=dict(RT.last_busy),
+        operator_started=RT.started,
+    )
+
+
+async def _pass(name: str, body: kopf.Body, indexes: dict[str, kopf.Index[str, Any]]) -> float:
+    """One reconcile pass; returns seconds until the next time-driven look."""
+    view = _view(indexes)
+    try:
+        wake_in = await asyncio.to_thread(RT.reconciler.run_pass, dict(body), view, _now())
+    except Exception:  # a failed pass is retried; level-triggered, nothing is lost
+        log.exception("reconcile pass failed", policy=name)
+        return 2.0
+    return min(RT.settings.resync_seconds, max(0.5, wake_in))
+
+
+@kopf.daemon(GROUP, VERSION, "sdcpolicies", cancellation_timeout=10)
+async def policy_loop(
+    name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any
+) -> None:
+    """Reconcile the policy's nodes whenever something changed, and every resync period."""
+    indexes = {key: kwargs[key] for key in INDEX_NAMES}
+    settings = RT.settings
+    wakeup = asyncio.Event()
+    RT.wakeups.append(wakeup)
+    next_resync = 0.0
+    try:
+        while not stopped:
+            try:
+                timeout = max(0.0, next_resync - time.monotonic())
+                await asyncio.wait_for(wakeup.wait(), timeout=timeout)
+            except TimeoutError:
+                pass
+            if stopped:
+                break
+            await asyncio.sleep(settings.debounce_seconds)  # batch a burst of events
+            wakeup.clear()
+            next_resync = time.monotonic() + await _pass(name, body, indexes)
+    finally:
+        RT.wakeups.remove(wakeup)
