@@ -138,10 +138,6 @@ def _taint_effect(policy: SDCPolicySpec, role: TaintRole) -> str:
     return policy.quarantine.taint_effect if role == TaintRole.QUARANTINE else "NoSchedule"
 
 
-def _seconds(duration: str) -> float:
-    return parse_duration(duration)
-
-
 def _covering_suite(policy: SDCPolicySpec, checks: frozenset[str]) -> Suite:
     """The suite that re-tests every suspected check (requalification if it does)."""
     for suite in (Suite.REQUALIFICATION, Suite.ACCEPTANCE, Suite.REPAIR_VERIFICATION):
@@ -266,17 +262,9 @@ class _Reader:
             return _Step(E.TEST_PASSED, found.message, {**_forget_test(), **_forget_suspicion()})
         if found.outcome == Outcome.CONFIRMED:
             if self.obs.breaker_open:
-                changes = {
-                    **_forget_test(),
-                    keys.SUSPECT_CHECKS: keys.join_list(found.suspect_checks),
-                    keys.EVIDENCE: keys.join_list(evidence),
-                    **self._retry_changes(self.node.inconclusive_count),
-                }
-                return _Step(
-                    E.QUARANTINE_HELD,
-                    f"{found.message}; quarantine held: circuit breaker open",
-                    changes,
-                )
+                held = self._suspicion_kept(found.suspect_checks, evidence, back_off=True)
+                detail = f"{found.message}; quarantine held: circuit breaker open"
+                return _Step(E.QUARANTINE_HELD, detail, held)
             changes = {**_forget_test(), **_forget_suspicion()}
             return _Step(E.TEST_FAILED, found.message, changes, evidence=evidence)
         if found.outcome == Outcome.NEEDS_RERUN:
@@ -284,20 +272,11 @@ class _Reader:
             event = (
                 E.TEST_FAILED_UNCONFIRMED if test.verdict == Verdict.SDC else E.CONFIRMATION_PASSED
             )
-            changes = {
-                **_forget_test(),
-                keys.SUSPECT_CHECKS: keys.join_list(found.suspect_checks),
-                keys.EVIDENCE: keys.join_list(evidence),
-            }
-            return _Step(event, found.message, changes, suite=test.suite, attempt=rerun)
+            kept = self._suspicion_kept(found.suspect_checks, evidence, back_off=False)
+            return _Step(event, found.message, kept, suite=test.suite, attempt=rerun)
         if found.outcome == Outcome.FLAKY:
-            changes = {
-                **_forget_test(),
-                keys.SUSPECT_CHECKS: keys.join_list(found.suspect_checks),
-                keys.EVIDENCE: keys.join_list(evidence),
-                **self._retry_changes(self.node.inconclusive_count),
-            }
-            return _Step(E.FLAKY, found.message, changes)
+            kept = self._suspicion_kept(found.suspect_checks, evidence, back_off=True)
+            return _Step(E.FLAKY, found.message, kept)
         return self._inconclusive(found.message)
 
     def _verification(self, verdict: Verdict | None, name: str, message: str) -> _Step:
@@ -321,11 +300,24 @@ class _Reader:
         return self._inconclusive(said)
 
     def _retry_changes(self, count: int) -> Changes:
-        base = _seconds(self.policy.triggers.inconclusive_backoff)
+        base = parse_duration(self.policy.triggers.inconclusive_backoff)
         return {
-            keys.INCONCLUSIVE: str(count),
+            keys.INCONCLUSIVE: str(count) if count else None,
             keys.RETRY_AFTER: keys.format_time(retry_time(self.now, base, max(1, count))),
         }
+
+    def _suspicion_kept(
+        self, checks: frozenset[str], evidence: tuple[str, ...], *, back_off: bool
+    ) -> Changes:
+        """Bookkeeping for a node that stays under suspicion after its test."""
+        changes: Changes = {
+            **_forget_test(),
+            keys.SUSPECT_CHECKS: keys.join_list(checks),
+            keys.EVIDENCE: keys.join_list(evidence),
+        }
+        if back_off:
+            changes.update(self._retry_changes(self.node.inconclusive_count))
+        return changes
 
     def _inconclusive(self, why: str) -> _Step:
         count = self.node.inconclusive_count + 1
@@ -420,12 +412,12 @@ class _Reader:
         qualified_at = self.node.qualified_at
         due: list[tuple[dt.datetime, Event, str]] = []
         if triggers.max_qualification_age != "0":
-            age = dt.timedelta(seconds=_seconds(triggers.max_qualification_age))
+            age = dt.timedelta(seconds=parse_duration(triggers.max_qualification_age))
             expires = qualified_at + age if qualified_at else self.now
             due.append((expires, E.EXPIRY_DUE, "qualification expired"))
         used = idle_since is not None and (qualified_at is None or idle_since > qualified_at)
         if triggers.on_return_from_use.enabled and used and idle_since is not None:
-            idle_for = dt.timedelta(seconds=_seconds(triggers.on_return_from_use.idle_for))
+            idle_for = dt.timedelta(seconds=parse_duration(triggers.on_return_from_use.idle_for))
             due.append(
                 (idle_since + idle_for, E.IDLE_DUE, f"idle since {keys.format_time(idle_since)}")
             )

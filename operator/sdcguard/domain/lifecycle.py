@@ -2,23 +2,17 @@
 
 ::
 
-                 Joined                TestPassed
-    Unqualified ───────▶ Testing ──────────────────────▶ Qualified ◀──────────────┐
-        ▲   ◀─────────────┘ │ │  AcceptanceInconclusive    │  ▲  │ IdleDue,       │
-        │                   │ │  TestInconclusive ─────────┘  │  │ ExpiryDue      │
-        │ OptedIn           │ │                               │  ▼                │
-     Excluded               │ └─TestFailedUnconfirmed──▶ Suspect ◀── Suspected    │
-    (from any state:        │       (re-run to confirm)   │  │ TestPassed ────────┤
-     OptedOut)              │ TestFailed                  │  │                    │
-                            ▼                             │  │ TestFailed         │
-                       Quarantined ◀──────────────────────┘  ▼                    │
-                         │   ▲  ◀─────────────── (confirmed SDC)                  │
-           RepairStarted │   │ VerificationFailed                                 │
-                         ▼   │ (cycle + 1)                                        │
-                      Repairing ──TicketResolved──▶ Verifying ──VerificationPassed┘
-                                                        │
-                              RepairCyclesExceeded,     ▼
-                              TicketRetire          Retired
+    Unqualified ──Joined──▶ Testing ──TestPassed──▶ Qualified ──IdleDue, ExpiryDue──▶ Testing
+    Testing ──AcceptanceInconclusive──▶ Unqualified     (never qualified: still gated)
+    Testing ──TestInconclusive──▶ Qualified             (released, screened again later)
+    Testing ──TestFailedUnconfirmed, QuarantineHeld──▶ Suspect ◀──Suspected── Qualified
+    Suspect ──(re-runs, Flaky, RetestDue)──▶ Suspect ──TestPassed──▶ Qualified
+    Testing, Suspect ──TestFailed──▶ Quarantined ──RepairStarted, ReplaceDue──▶ Repairing
+    Quarantined, Repairing ──TicketResolved──▶ Verifying ──VerificationPassed──▶ Qualified
+    Verifying ──VerificationFailed──▶ Quarantined       (repair cycle + 1)
+    Quarantined, Repairing ──TicketRetire──▶ Retired ◀──RepairCyclesExceeded── Verifying
+    any state ──OptedOut──▶ Excluded ──OptedIn──▶ Unqualified
+    (most states) ──ManualQuarantine──▶ Quarantined, ──ManualRelease──▶ Qualified
 
 Rows name taints by role (gate, testing, quarantine) and tests and tickets without
 names; ``decide`` binds them to the policy's keys, the node, and the objects
