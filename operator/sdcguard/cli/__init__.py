@@ -1,0 +1,16 @@
+"""``kubectl sdc``: the sdcguard kubectl plugin (console script ``kubectl-sdc``).
+
+::
+
+    kubectl sdc status                       fleet by state and pool, breakers, open tickets
+    kubectl sdc test NODE [--suite S]        screen a node now (an SDCTest, reason Manual)
+    kubectl sdc quarantine NODE --reason R   ask the operator to quarantine a node
+    kubectl sdc release NODE --reason R      ask the operator to return a node to service
+    kubectl sdc repaired TICKET --note N     record the repair side's resolution
+    kubectl sdc history NODE                 tests, tickets and events of a node, by time
+    kubectl sdc baselines                    golden-value baselines per fingerprint
+"""
+
+from sdcguard.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,732 @@
+"""The plugin's subcommands. Each reads or writes through :mod:`sdcguard.cli.kube` and returns
+an :class:`~sdcguard.cli.output.Result`; deciding what to show is kept apart from the I/O
+(``summarize_fleet``, ``history_entries``, ``select_policy``) so it is testable on plain dicts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from sdcguard.api import (
+    PLURAL_BASELINES,
+    PLURAL_POLICIES,
+    PLURAL_TESTS,
+    PLURAL_TICKETS,
+    Resolution,
+    ScreeningReason,
+    SDCPolicy,
+    SDCTest,
+    SDCTestSpec,
+    Suite,
+    TicketPhase,
+    to_body,
+)
+from sdcguard.cli.kube import (
+    CliError,
+    Connection,
+    call,
+    get_custom,
+    get_node,
+    list_custom,
+    list_nodes,
+    patch_custom,
+    whoami,
+)
+from sdcguard.cli.output import Result, Table, age, cell, format_time, parse_time
+from sdcguard.domain import keys
+from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.observed import NodeFacts
+
+PLUGIN = "kubectl-sdc"
+
+# The manual-action contract on Nodes. The operator acts on ``sdcguard.dev/quarantine`` or
+# ``sdcguard.dev/release`` (value: the reason) and removes it; the ``request*`` annotations
+# stay behind as the record of the last request: what, why, who, and a unique id that ties
+# the annotation to the audit Event.
+REQUEST = keys.PREFIX + "request"
+REQUEST_REASON = keys.PREFIX + "request-reason"
+REQUEST_BY = keys.PREFIX + "request-by"
+REQUEST_ID = keys.PREFIX + "request-id"
+ACTION_ANNOTATIONS = {"quarantine": keys.REQUEST_QUARANTINE, "release": keys.REQUEST_RELEASE}
+EVENT_REASONS = {
+    "quarantine": "ManualQuarantineRequested",
+    "release": "ManualReleaseRequested",
+}
+TEST_NODE_LABEL = keys.PREFIX + "node"
+REQUESTED_BY = keys.PREFIX + "requested-by"
+RESOLVED_BY = keys.PREFIX + "resolved-by"
+STATE_ORDER = [s.value for s in NodeState]
+CLOSED_PHASES = {TicketPhase.CLOSED.value, TicketPhase.RETIRED.value}
+NO_POOL = "-"
+NO_POLICY = "-"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
+# --------------------------------------------------------------------------- policies
+
+
+def _policies(items: Iterable[Mapping[str, Any]]) -> list[SDCPolicy]:
+    """Parsed policies; one that does not parse is skipped (the operator reports it)."""
+    parsed = []
+    for item in items:
+        try:
+            parsed.append(SDCPolicy.model_validate(item))
+        except ValidationError:
+            continue
+    return parsed
+
+
+def _facts(node: Mapping[str, Any], policy: SDCPolicy) -> NodeFacts:
+    return NodeFacts.from_body(node, policy.spec.accelerators, policy.spec.budgets.pool_label)
+
+
+def policy_selects(policy: SDCPolicy, node: Mapping[str, Any]) -> bool:
+    """Whether ``policy`` covers ``node``: all its matchLabels, and an accelerator (or the
+    policy simulates devices on the CPU)."""
+    labels = _meta(node).get("labels") or {}
+    wanted = policy.spec.node_selector.match_labels
+    if any(labels.get(k) != v for k, v in wanted.items()):
+        return False
+    return _facts(node, policy).accelerators > 0 or policy.spec.probe.cpu_devices > 0
+
+
+def select_policy(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDCPolicy | None:
+    """The policy that covers ``node``: the most specific selector wins (most matchLabels).
+
+    Raises CliError when two equally specific policies cover the node.
+    """
+    matching = [p for p in policies if policy_selects(p, node)]
+    if not matching:
+        return None
+    best = max(len(p.spec.node_selector.match_labels) for p in matching)
+    top = sorted(
+        p.metadata.name for p in matching if len(p.spec.node_selector.match_labels) == best
+    )
+    if len(top) > 1:
+        raise CliError(
+            f"node {_name(node)} is covered by policies {', '.join(top)}; choose one with --policy"
+        )
+    return next(p for p in matching if p.metadata.name == top[0])
+
+
+# --------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    """Nodes by policy, pool and state."""
+
+    pools: list[dict[str, Any]]
+    states: dict[str, int]
+    nodes: int
+
+
+def _state_sort_key(state: str) -> tuple[int, str]:
+    return (STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER), state)
+
+
+def summarize_fleet(
+    nodes: Iterable[Mapping[str, Any]], policies: Sequence[SDCPolicy]
+) -> FleetSummary:
+    """Count nodes per (policy, pool, state). Nodes without a state label that no policy covers
+    are not part of the fleet; a covered node without a label is "New" (not seen yet)."""
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    totals: Counter[str] = Counter()
+    for node in nodes:
+        labels = _meta(node).get("labels") or {}
+        state = labels.get(keys.LABEL_STATE)
+        try:
+            policy = select_policy(policies, node)
+        except CliError:
+            policy = None
+        if state is None and policy is None:
+            continue
+        state = state or "New"
+        pool = NO_POOL
+        if policy is not None and policy.spec.budgets.pool_label:
+            pool = labels.get(policy.spec.budgets.pool_label) or NO_POOL
+        key = (policy.metadata.name if policy else NO_POLICY, pool)
+        counts.setdefault(key, Counter())[state] += 1
+        totals[state] += 1
+    pools = [
+        {
+            "policy": policy_name,
+            "pool": pool,
+            "nodes": sum(states.values()),
+            "states": dict(sorted(states.items(), key=lambda kv: _state_sort_key(kv[0]))),
+        }
+        for (policy_name, pool), states in sorted(counts.items())
+    ]
+    ordered = dict(sorted(totals.items(), key=lambda kv: _state_sort_key(kv[0])))
+    return FleetSummary(pools=pools, states=ordered, nodes=sum(totals.values()))
+
+
+def _ticket_row(ticket: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]:
+    spec = ticket.get("spec") or {}
+    status = ticket.get("status") or {}
+    opened = parse_time(status.get("openedAt")) or parse_time(
+        _meta(ticket).get("creationTimestamp")
+    )
+    external = spec.get("external") or {}
+    return {
+        "name": _name(ticket),
+        "node": spec.get("nodeName"),
+        "phase": status.get("phase", TicketPhase.OPEN.value),
+        "cycle": status.get("cycle", 1),
+        "resolution": spec.get("resolution"),
+        "openedAt": format_time(opened),
+        "ageSeconds": int((now - opened).total_seconds()) if opened else None,
+        "external": (f"{external.get('system')}:{external.get('id')}" if external else None),
+        "delivered": (status.get("notification") or {}).get("delivered"),
+    }
+
+
+def status(conn: Connection) -> Result:
+    """Fleet by state and pool, each policy's mode and breaker, and the open tickets."""
+    now = _now()
+    raw_policies = list_custom(conn, PLURAL_POLICIES)
+    policies = _policies(raw_policies)
+    summary = summarize_fleet(list_nodes(conn), policies)
+    tickets = [
+        _ticket_row(t, now)
+        for t in list_custom(conn, PLURAL_TICKETS)
+        if (t.get("status") or {}).get("phase", TicketPhase.OPEN.value) not in CLOSED_PHASES
+    ]
+    tickets.sort(key=lambda t: t["openedAt"] or "")
+    policy_rows: list[dict[str, Any]] = []
+    for p in sorted(policies, key=lambda p: p.metadata.name):
+        breaker = p.status.breaker if p.status else None
+        policy_rows.append(
+            {
+                "name": p.metadata.name,
+                "mode": p.spec.mode.value,
+                "paused": p.spec.paused,
+                "breaker": {
+                    "state": breaker.state.value if breaker else "Closed",
+                    "reason": breaker.reason if breaker else "",
+                    "trippedAt": format_time(breaker.tripped_at) if breaker else None,
+                    "windowSamples": breaker.window_samples if breaker else 0,
+                    "windowFailures": breaker.window_failures if breaker else 0,
+                },
+            }
+        )
+    data = {
+        "policies": policy_rows,
+        "nodes": summary.nodes,
+        "states": summary.states,
+        "pools": summary.pools,
+        "openTickets": tickets,
+    }
+    columns = [s for s in [*STATE_ORDER, "New"] if s in summary.states]
+    columns += sorted(s for s in summary.states if s not in columns)
+    tables = [
+        Table(
+            ["policy", "mode", "paused", "breaker", "window", "reason"],
+            [
+                [
+                    p["name"],
+                    p["mode"],
+                    cell(p["paused"]),
+                    p["breaker"]["state"],
+                    f"{p['breaker']['windowFailures']}/{p['breaker']['windowSamples']} failed",
+                    cell(p["breaker"]["reason"]),
+                ]
+                for p in policy_rows
+            ],
+            empty="No SDCPolicy: nothing is screened. Create one (kubectl explain sdcpolicy.spec) "
+            "or install the chart with policy.create=true.",
+        ),
+        Table(
+            ["policy", "pool", "nodes", *columns],
+            [
+                [
+                    row["policy"],
+                    row["pool"],
+                    str(row["nodes"]),
+                    *[str(row["states"].get(s, 0)) for s in columns],
+                ]
+                for row in summary.pools
+            ],
+            empty="No accelerator nodes found.",
+        ),
+        Table(
+            ["ticket", "node", "phase", "cycle", "age", "external", "notified"],
+            [
+                [
+                    t["name"],
+                    cell(t["node"]),
+                    t["phase"],
+                    str(t["cycle"]),
+                    age(parse_time(t["openedAt"]), now),
+                    cell(t["external"]),
+                    cell(t["delivered"]),
+                ]
+                for t in tickets
+            ],
+            title="Open repair tickets:",
+            empty="No open repair tickets.",
+        ),
+    ]
+    return Result(data=data, tables=tables)
+
+
+# --------------------------------------------------------------------------- test
+
+
+def start_test(conn: Connection, node_name: str, suite: Suite, policy_name: str | None) -> Result:
+    """Create an SDCTest (reason Manual) for ``node_name``."""
+    node = get_node(conn, node_name)
+    if policy_name:
+        policy = SDCPolicy.model_validate(get_custom(conn, PLURAL_POLICIES, policy_name))
+        if not policy_selects(policy, node):
+            raise CliError(
+                f"policy {policy_name} does not cover node {node_name} (its nodeSelector or "
+                "accelerators do not match); pick another with --policy"
+            )
+    else:
+        chosen = select_policy(_policies(list_custom(conn, PLURAL_POLICIES)), node)
+        if chosen is None:
+            raise CliError(
+                f"no SDCPolicy covers node {node_name}; pass --policy NAME, or label the node to "
+                "match a policy's nodeSelector (kubectl get sdcpolicies -o yaml)"
+            )
+        policy = chosen
+    labels = _meta(node).get("labels") or {}
+    if labels.get(keys.LABEL_EXCLUDE) == "true":
+        raise CliError(
+            f"node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); remove the label first: "
+            f"kubectl label node {node_name} {keys.LABEL_EXCLUDE}-"
+        )
+    who = whoami(conn)
+    test = SDCTest(
+        spec=SDCTestSpec(
+            node_name=node_name,
+            policy_ref=policy.metadata.name,
+            suite=suite,
+            reason=ScreeningReason.MANUAL,
+        )
+    )
+    body = to_body(test)
+    body["metadata"] = {
+        "generateName": f"{node_name[:40].rstrip('-.')}-manual-",
+        # Label values stop at 63 characters; longer node names are found by spec.nodeName.
+        "labels": {TEST_NODE_LABEL: node_name} if len(node_name) <= 63 else {},
+        "annotations": {REQUESTED_BY: who},
+    }
+    created: dict[str, Any] = call(
+        conn,
+        conn.custom.create_cluster_custom_object,
+        "sdcguard.dev",
+        "v1alpha1",
+        PLURAL_TESTS,
+        body,
+        plural=PLURAL_TESTS,
+    )
+    name = _name(created)
+    return Result(
+        data=created,
+        lines=[
+            f"sdctest/{name} created: {suite.value} suite on node {node_name} "
+            f"(policy {policy.metadata.name}, reason Manual).",
+            f"Follow it: kubectl get sdctest {name} -w",
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- quarantine, release
+
+
+def request_annotations(
+    action: str, reason: str, by: str, request_id: str
+) -> dict[str, str | None]:
+    """The node annotations of one manual request (None removes an annotation).
+
+    A request also withdraws a pending opposite request, so the last word counts.
+    """
+    other = "release" if action == "quarantine" else "quarantine"
+    return {
+        ACTION_ANNOTATIONS[action]: reason,
+        ACTION_ANNOTATIONS[other]: None,
+        REQUEST: action,
+        REQUEST_REASON: reason,
+        REQUEST_BY: by,
+        REQUEST_ID: request_id,
+    }
+
+
+def _audit_event(
+    node: Mapping[str, Any], action: str, message: str, request_id: str, now: dt.datetime
+) -> dict[str, Any]:
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    micro = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    name = _name(node)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name[:200]}.{request_id[:8]}", "namespace": "default"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": name,
+            "uid": _meta(node).get("uid"),
+        },
+        "reason": EVENT_REASONS[action],
+        "message": message,
+        "type": "Warning" if action == "quarantine" else "Normal",
+        "action": action.capitalize(),
+        "source": {"component": PLUGIN},
+        "reportingComponent": PLUGIN,
+        "reportingInstance": socket.gethostname()[:128],
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "eventTime": micro,
+        "count": 1,
+    }
+
+
+def request_action(conn: Connection, action: str, node_name: str, reason: str) -> Result:
+    """Annotate ``node_name`` with a quarantine or release request and record an Event."""
+    reason = " ".join(reason.split())
+    if not reason:
+        raise CliError(f"--reason must say why the node should be {action}d, for the audit trail")
+    node = get_node(conn, node_name)
+    labels = _meta(node).get("labels") or {}
+    warnings = []
+    if labels.get(keys.LABEL_EXCLUDE) == "true":
+        warnings.append(
+            f"warning: node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); the operator "
+            "ignores the request until the label is removed"
+        )
+    who = whoami(conn)
+    request_id = str(uuid.uuid4())
+    now = _now()
+    annotations = request_annotations(action, reason, who, request_id)
+    call(
+        conn,
+        conn.core.patch_node,
+        node_name,
+        {"metadata": {"annotations": annotations}},
+        plural="nodes",
+        name=node_name,
+        _content_type="application/merge-patch+json",
+    )
+    message = f"{who} requested {action} of node {node_name}: {reason} (request {request_id})"
+    event_name: str | None = None
+    try:
+        created = call(
+            conn,
+            conn.core.create_namespaced_event,
+            "default",
+            _audit_event(node, action, message, request_id, now),
+            plural="events",
+        )
+        event_name = _name(created)
+    except CliError as exc:
+        warnings.append(
+            f"warning: the request is recorded on the node, but the Event was not: {exc}"
+        )
+    state = labels.get(keys.LABEL_STATE)
+    data = {
+        "node": node_name,
+        "request": action,
+        "reason": reason,
+        "by": who,
+        "requestId": request_id,
+        "event": event_name,
+        "stateBefore": state,
+    }
+    return Result(
+        data=data,
+        lines=[
+            *warnings,
+            f"node/{node_name}: {action} requested by {who} (request {request_id}); "
+            "the operator acts on it shortly.",
+            f"Watch it: kubectl get node {node_name} -L {keys.LABEL_STATE} -w",
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- repaired
+
+
+def resolve_ticket(conn: Connection, ticket_name: str, resolution: Resolution, note: str) -> Result:
+    """Record the repair side's answer on a RepairTicket."""
+    note = note.strip()
+    if not note:
+        raise CliError("--note must say what was done (it goes into the ticket's history)")
+    ticket = get_custom(conn, PLURAL_TICKETS, ticket_name)
+    phase = (ticket.get("status") or {}).get("phase", TicketPhase.OPEN.value)
+    if phase in CLOSED_PHASES:
+        raise CliError(f"repairticket {ticket_name} is already {phase}; nothing to resolve")
+    who = whoami(conn)
+    patched = patch_custom(
+        conn,
+        PLURAL_TICKETS,
+        ticket_name,
+        {
+            "metadata": {"annotations": {RESOLVED_BY: who}},
+            "spec": {"resolution": resolution.value, "resolutionNote": note},
+        },
+    )
+    node = (patched.get("spec") or {}).get("nodeName")
+    next_step = (
+        "the node will be retired."
+        if resolution == Resolution.RETIRE
+        else "the operator verifies the node with the repairVerification suite next."
+    )
+    return Result(
+        data=patched,
+        lines=[
+            f"repairticket/{ticket_name} resolved as {resolution.value} by {who}; {next_step}",
+            f"Follow it: kubectl sdc history {node}" if node else "",
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- history
+
+
+def _checks_summary(checks: Sequence[Mapping[str, Any]]) -> str:
+    parts = []
+    for check in checks:
+        text = f"{check.get('name')}={check.get('verdict')}"
+        extra = []
+        if check.get("oddDevice") is not None:
+            extra.append(f"device {check['oddDevice']}")
+        if check.get("firstDivergentStep") is not None:
+            extra.append(f"step {check['firstDivergentStep']}")
+        if extra:
+            text += f"({', '.join(extra)})"
+        parts.append(text)
+    return " ".join(parts)
+
+
+def history_entries(
+    tests: Iterable[Mapping[str, Any]],
+    tickets: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """One time-ordered list of what happened to a node (oldest first)."""
+    entries: list[dict[str, Any]] = []
+    for test in tests:
+        spec, st = test.get("spec") or {}, test.get("status") or {}
+        created = parse_time(_meta(test).get("creationTimestamp"))
+        finished = parse_time(st.get("completionTime"))
+        detail = f"{spec.get('suite')} ({spec.get('reason')}): {st.get('phase', 'Pending')}"
+        if st.get("verdict"):
+            detail += f", verdict {st['verdict']}"
+        if st.get("reason"):
+            detail += f" [{st['reason']}]"
+        checks = _checks_summary(st.get("checks") or [])
+        if checks:
+            detail += f"; {checks}"
+        entries.append(
+            {
+                "time": format_time(finished or parse_time(st.get("startTime")) or created),
+                "kind": "SDCTest",
+                "name": _name(test),
+                "detail": detail,
+                "phase": st.get("phase", "Pending"),
+                "verdict": st.get("verdict"),
+                "suite": spec.get("suite"),
+                "reason": spec.get("reason"),
+                "startTime": st.get("startTime"),
+                "completionTime": st.get("completionTime"),
+            }
+        )
+    for ticket in tickets:
+        spec, st = ticket.get("spec") or {}, ticket.get("status") or {}
+        history = st.get("history") or []
+        if not history:
+            history = [
+                {
+                    "time": st.get("openedAt") or _meta(ticket).get("creationTimestamp"),
+                    "phase": st.get("phase", TicketPhase.OPEN.value),
+                    "message": "opened",
+                }
+            ]
+        for step in history:
+            detail = f"{step.get('phase')} (cycle {st.get('cycle', 1)})"
+            if step.get("message"):
+                detail += f": {step['message']}"
+            entries.append(
+                {
+                    "time": format_time(parse_time(step.get("time"))),
+                    "kind": "RepairTicket",
+                    "name": _name(ticket),
+                    "detail": detail,
+                    "phase": step.get("phase"),
+                    "resolution": spec.get("resolution"),
+                }
+            )
+    for event in events:
+        when = (
+            parse_time(event.get("eventTime"))
+            or parse_time(event.get("lastTimestamp"))
+            or parse_time(event.get("firstTimestamp"))
+            or parse_time(_meta(event).get("creationTimestamp"))
+        )
+        involved = event.get("involvedObject") or {}
+        count = event.get("count") or 1
+        entries.append(
+            {
+                "time": format_time(when),
+                "kind": "Event",
+                "name": f"{involved.get('kind')}/{involved.get('name')}",
+                "detail": f"{event.get('type', 'Normal')} {event.get('reason')}: "
+                f"{event.get('message', '')}" + (f" (x{count})" if count > 1 else ""),
+                "type": event.get("type"),
+                "reason": event.get("reason"),
+                "message": event.get("message"),
+            }
+        )
+    entries.sort(key=lambda e: (e["time"] or "", e["kind"], e["name"]))
+    return entries
+
+
+def history(conn: Connection, node_name: str, limit: int) -> Result:
+    """SDCTests, RepairTickets and Events of one node, oldest first."""
+    node: Mapping[str, Any] | None
+    try:
+        node = get_node(conn, node_name)
+    except CliError as exc:
+        if "not found" not in str(exc):
+            raise
+        node = None
+    tests = [
+        t
+        for t in list_custom(conn, PLURAL_TESTS)
+        if (t.get("spec") or {}).get("nodeName") == node_name
+    ]
+    tickets = [
+        t
+        for t in list_custom(conn, PLURAL_TICKETS)
+        if (t.get("spec") or {}).get("nodeName") == node_name
+    ]
+    if node is None and not tests and not tickets:
+        raise CliError(f"node {node_name} not found; list nodes with kubectl get nodes")
+    names = {("Node", node_name)}
+    names |= {("SDCTest", _name(t)) for t in tests}
+    names |= {("RepairTicket", _name(t)) for t in tickets}
+    node_events = (
+        call(
+            conn,
+            conn.core.list_event_for_all_namespaces,
+            field_selector=f"involvedObject.kind=Node,involvedObject.name={node_name}",
+            plural="events",
+        ).get("items")
+        or []
+    )
+    # Events about cluster-scoped sdcguard objects are kept in the default namespace.
+    object_events = [
+        e
+        for e in call(conn, conn.core.list_namespaced_event, "default", plural="events").get(
+            "items"
+        )
+        or []
+        if (
+            (e.get("involvedObject") or {}).get("kind"),
+            (e.get("involvedObject") or {}).get("name"),
+        )
+        in names - {("Node", node_name)}
+    ]
+    entries = history_entries(tests, tickets, [*node_events, *object_events])
+    if limit > 0:
+        entries = entries[-limit:]
+    meta = _meta(node) if node else {}
+    annotations = meta.get("annotations") or {}
+    data = {
+        "node": node_name,
+        "exists": node is not None,
+        "state": (meta.get("labels") or {}).get(keys.LABEL_STATE),
+        "qualifiedAt": annotations.get(keys.QUALIFIED_AT),
+        "fingerprint": annotations.get(keys.FINGERPRINT),
+        "entries": entries,
+    }
+    header = (
+        f"Node {node_name}: state {cell(data['state'])}, qualified at "
+        f"{cell(data['qualifiedAt'])}, fingerprint {cell(data['fingerprint'])}"
+        if node is not None
+        else f"Node {node_name} no longer exists; its records:"
+    )
+    table = Table(
+        ["time", "kind", "name", "detail"],
+        [[cell(e["time"]), e["kind"], e["name"], e["detail"]] for e in entries],
+        title=header,
+        empty=header + "\nNo tests, tickets or events recorded.",
+    )
+    return Result(data=data, tables=[table])
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def baselines(conn: Connection) -> Result:
+    """Golden-value baselines: fingerprint, source, trust, and the nodes behind them."""
+    now = _now()
+    rows: list[dict[str, Any]] = []
+    for item in sorted(list_custom(conn, PLURAL_BASELINES), key=_name):
+        spec, st = item.get("spec") or {}, item.get("status") or {}
+        fp = spec.get("fingerprint") or {}
+        agreeing = list(st.get("agreeingNodes") or [])
+        rows.append(
+            {
+                "name": _name(item),
+                "fingerprint": fp.get("shortHash") or str(fp.get("hash", ""))[:12],
+                "hash": fp.get("hash"),
+                "deviceModel": fp.get("deviceModel"),
+                "backend": fp.get("backend"),
+                "driver": fp.get("driver"),
+                "source": spec.get("source"),
+                "trusted": bool(spec.get("trusted", False)),
+                "checks": sorted((spec.get("digests") or {}).keys()),
+                "nodes": agreeing,
+                "recordedFrom": list(spec.get("recordedFrom") or []),
+                "disagreeingNodes": list(st.get("disagreeingNodes") or []),
+                "candidates": len(st.get("candidates") or []),
+                "createdAt": _meta(item).get("creationTimestamp"),
+            }
+        )
+
+    def nodes_cell(row: Mapping[str, Any]) -> str:
+        nodes = row["nodes"] or row["recordedFrom"]
+        shown = ",".join(nodes[:3]) + (f",+{len(nodes) - 3}" if len(nodes) > 3 else "")
+        return f"{len(nodes)} ({shown})" if nodes else "0"
+
+    table = Table(
+        ["name", "fingerprint", "device", "source", "trusted", "checks", "nodes", "age"],
+        [
+            [
+                r["name"],
+                cell(r["fingerprint"]),
+                cell(r["deviceModel"]),
+                cell(r["source"]),
+                cell(r["trusted"]),
+                cell(",".join(r["checks"])),
+                nodes_cell(r),
+                age(parse_time(r["createdAt"]), now),
+            ]
+            for r in rows
+        ],
+        empty="No SDCBaselines yet: they appear when the first nodes of a fingerprint are tested.",
+    )
+    return Result(data=rows, tables=[table])

@@ -1,0 +1,137 @@
+"""Argument parsing and dispatch for ``kubectl sdc``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from sdcguard.api import Resolution, Suite
+from sdcguard.cli import commands
+from sdcguard.cli.kube import CliError, connect
+from sdcguard.cli.output import FORMATS, Result, emit
+
+EPILOG = """\
+Manual requests are node annotations the operator acts on; every request is also
+recorded as an Event on the Node (kubectl describe node NODE).
+Docs: https://github.com/sdcguard/sdcguard/tree/main/charts/sdcguard#kubectl-plugin
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: global connection/output flags and one subparser per command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
+    )
+    common.add_argument("--context", help="kubeconfig context (default: the current one)")
+    common.add_argument(
+        "-o", "--output", choices=FORMATS, default="table", help="output format (default: table)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="kubectl sdc",
+        description="Inspect and steer sdcguard, the silent-data-corruption screening operator.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser(
+        "status",
+        parents=[common],
+        help="fleet summary by state and pool, circuit breakers, open tickets",
+    )
+
+    test = sub.add_parser(
+        "test", parents=[common], help="screen a node now (creates an SDCTest, reason Manual)"
+    )
+    test.add_argument("node", metavar="NODE")
+    test.add_argument(
+        "--suite",
+        choices=[s.value for s in Suite],
+        default=Suite.REQUALIFICATION.value,
+        help="checks to run (default: requalification)",
+    )
+    test.add_argument("--policy", help="SDCPolicy to use (default: the one covering the node)")
+
+    for action, text in (
+        ("quarantine", "ask the operator to quarantine a node (taint, cordon, ticket)"),
+        ("release", "ask the operator to return a quarantined node to service"),
+    ):
+        p = sub.add_parser(action, parents=[common], help=text)
+        p.add_argument("node", metavar="NODE")
+        p.add_argument("--reason", required=True, help="why (kept on the node and in an Event)")
+
+    repaired = sub.add_parser(
+        "repaired", parents=[common], help="record the repair side's resolution of a RepairTicket"
+    )
+    repaired.add_argument("ticket", metavar="TICKET")
+    repaired.add_argument("--note", required=True, help="what was done")
+    repaired.add_argument(
+        "--resolution",
+        choices=[r.value for r in Resolution],
+        default=Resolution.REPAIRED.value,
+        help="Repaired, Replaced, FalseAlarm (all verified before return) or Retire "
+        "(default: Repaired)",
+    )
+
+    hist = sub.add_parser(
+        "history", parents=[common], help="a node's tests, tickets and events, by time"
+    )
+    hist.add_argument("node", metavar="NODE")
+    hist.add_argument(
+        "--limit", type=int, default=0, help="show only the latest N entries (default: all)"
+    )
+
+    sub.add_parser(
+        "baselines", parents=[common], help="golden-value baselines per hardware fingerprint"
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> Result:
+    """Execute the parsed command."""
+    conn = connect(args.kubeconfig, args.context)
+    if args.command == "status":
+        return commands.status(conn)
+    if args.command == "test":
+        return commands.start_test(conn, args.node, Suite(args.suite), args.policy)
+    if args.command in ("quarantine", "release"):
+        return commands.request_action(conn, args.command, args.node, args.reason)
+    if args.command == "repaired":
+        return commands.resolve_ticket(conn, args.ticket, Resolution(args.resolution), args.note)
+    if args.command == "history":
+        return commands.history(conn, args.node, args.limit)
+    if args.command == "baselines":
+        return commands.baselines(conn)
+    raise CliError(f"unknown command {args.command}")  # argparse prevents this
+
+
+def main(
+    argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Entry point of ``kubectl-sdc``; returns the exit status (0 ok, 1 failed, 2 usage)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    args = build_parser().parse_args(argv)
+    try:
+        result = run(args)
+    except CliError as exc:
+        err.write(f"error: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        err.write("interrupted\n")
+        return 130
+    if args.output == "table":
+        warnings = [line for line in result.lines if line.startswith("warning:")]
+        for line in warnings:
+            err.write(line + "\n")
+        result.lines = [line for line in result.lines if line and line not in warnings]
+    else:
+        for line in result.lines:
+            if line.startswith("warning:"):
+                err.write(line + "\n")
+    emit(result, args.output, out)
+    return 0

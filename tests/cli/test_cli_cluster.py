@@ -1,0 +1,467 @@
+"""kubectl sdc against the local control plane: every subcommand, as a person reads it
+(tables) and as a program reads it (-o json), plus the plugin mechanism of kubectl itself."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from sdcguard.cli import main
+from tests.cluster.localcluster import LocalCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "sdcguard.dev", "v1alpha1"
+pytestmark = pytest.mark.cluster
+
+
+@dataclass
+class Fleet:
+    """Objects this module created, with a unique suffix so other tests are not disturbed."""
+
+    suffix: str
+    kubeconfig: str
+    env: dict[str, str]
+    api: client.ApiClient
+    policy: str
+    healthy: str
+    sick: str
+    gone: str
+    ticket: str
+    baseline: str
+
+    def sdc(self, *args: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = main([*args, "--kubeconfig", self.kubeconfig], stdout=out, stderr=err)
+        return code, out.getvalue(), err.getvalue()
+
+    def sdc_json(self, *args: str) -> Any:
+        code, out, err = self.sdc(*args, "-o", "json")
+        assert code == 0, err
+        return json.loads(out)
+
+
+def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def _create_node(core: client.CoreV1Api, name: str, labels: dict[str, str], gpus: int) -> None:
+    core.create_node(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    )
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "capacity": {"nvidia.com/gpu": str(gpus)},
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+            }
+        },
+        _content_type="application/merge-patch+json",
+    )
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster: LocalCluster, api_client: client.ApiClient) -> Iterator[Fleet]:
+    env = cluster.env()
+    subprocess.run(
+        ["kubectl", "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            "kubectl",
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            str(ROOT / "crds"),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    s = uuid.uuid4().hex[:6]
+    f = Fleet(
+        suffix=s,
+        kubeconfig=str(cluster.kubeconfig),
+        env=env,
+        api=api_client,
+        policy=f"cli-{s}",
+        healthy=f"cli-{s}-gpu-1",
+        sick=f"cli-{s}-gpu-2",
+        gone=f"cli-{s}-gpu-0",
+        ticket=f"cli-{s}-gpu-2-1",
+        baseline=f"fp-cli{s}",
+    )
+    core = client.CoreV1Api(api_client)
+    custom = _custom(api_client)
+    pool_label = f"cli-test.sdcguard.dev/pool-{s}"
+    labels = {"cli-test.sdcguard.dev/run": s, pool_label: "h100"}
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "sdcpolicies",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SDCPolicy",
+            "metadata": {"name": f.policy},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"cli-test.sdcguard.dev/run": s}},
+                "budgets": {"poolLabel": pool_label},
+                "mode": "Observe",
+            },
+        },
+    )
+    _create_node(core, f.healthy, {**labels, "sdcguard.dev/state": "Qualified"}, 8)
+    _create_node(core, f.sick, {**labels, "sdcguard.dev/state": "Repairing"}, 8)
+    custom.patch_cluster_custom_object_status(
+        GROUP,
+        VERSION,
+        "sdcpolicies",
+        f.policy,
+        {
+            "status": {
+                "breaker": {
+                    "state": "Open",
+                    "reason": "3 of 5 screenings failed in the last 1h (limit 50%)",
+                    "windowSamples": 5,
+                    "windowFailures": 3,
+                }
+            }
+        },
+    )
+    # A failed test and its ticket for the sick node; a test for a node that is gone.
+    for test_name, node_name, status in (
+        (
+            f"{f.sick}-rq-1",
+            f.sick,
+            {
+                "phase": "Failed",
+                "verdict": "SDC",
+                "reason": "DigestMismatch",
+                "startTime": "2025-01-01T10:00:00Z",
+                "completionTime": "2025-01-01T10:20:00Z",
+                "checks": [
+                    {"name": "golden", "verdict": "SDC", "oddDevice": 5, "firstDivergentStep": 12}
+                ],
+            },
+        ),
+        (f"{f.gone}-acc-1", f.gone, {"phase": "Passed", "verdict": "Pass"}),
+    ):
+        custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "sdctests",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "SDCTest",
+                "metadata": {"name": test_name},
+                "spec": {
+                    "nodeName": node_name,
+                    "policyRef": f.policy,
+                    "suite": "requalification",
+                    "reason": "Expiry",
+                },
+            },
+        )
+        custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "sdctests", test_name, {"status": status}
+        )
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "repairtickets",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "RepairTicket",
+            "metadata": {"name": f.ticket},
+            "spec": {
+                "nodeName": f.sick,
+                "policyRef": f.policy,
+                "evidence": [f"{f.sick}-rq-1"],
+                "external": {"system": "jira", "id": "OPS-7"},
+            },
+        },
+    )
+    custom.patch_cluster_custom_object_status(
+        GROUP,
+        VERSION,
+        "repairtickets",
+        f.ticket,
+        {
+            "status": {
+                "phase": "InRepair",
+                "cycle": 1,
+                "openedAt": "2025-01-01T10:21:00Z",
+                "history": [
+                    {"time": "2025-01-01T10:21:00Z", "phase": "Open", "message": "quarantined"},
+                    {"time": "2025-01-01T11:00:00Z", "phase": "InRepair", "message": "handed over"},
+                ],
+            }
+        },
+    )
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "sdcbaselines",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SDCBaseline",
+            "metadata": {"name": f.baseline},
+            "spec": {
+                "fingerprint": {
+                    "hash": "ab" * 32,
+                    "backend": "cuda",
+                    "deviceModel": "NVIDIA H100",
+                    "deviceCount": 8,
+                },
+                "digests": {"golden": "cd" * 32, "compute": "ef" * 32},
+                "source": "Consensus",
+                "trusted": True,
+            },
+        },
+    )
+    custom.patch_cluster_custom_object_status(
+        GROUP,
+        VERSION,
+        "sdcbaselines",
+        f.baseline,
+        {"status": {"agreeingNodes": [f.healthy, f"{f.gone}", "n3", "n4"]}},
+    )
+    yield f
+    for plural, names in (
+        ("sdctests", None),
+        ("repairtickets", [f.ticket]),
+        ("sdcbaselines", [f.baseline]),
+        ("sdcpolicies", [f.policy]),
+    ):
+        if names is None:
+            items = custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+            names = [
+                i["metadata"]["name"] for i in items if i["metadata"]["name"].startswith(f"cli-{s}")
+            ]
+        for name in names:
+            custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+    for name in (f.healthy, f.sick):
+        core.delete_node(name)
+
+
+# ---------------------------------------------------------------- status
+
+
+def test_status_json(fleet: Fleet) -> None:
+    data = fleet.sdc_json("status")
+    (mine,) = [p for p in data["policies"] if p["name"] == fleet.policy]
+    assert mine["mode"] == "Observe"
+    assert mine["breaker"]["state"] == "Open"
+    assert "3 of 5" in mine["breaker"]["reason"]
+    (pool,) = [p for p in data["pools"] if p["policy"] == fleet.policy]
+    assert pool == {
+        "policy": fleet.policy,
+        "pool": "h100",
+        "nodes": 2,
+        "states": {"Qualified": 1, "Repairing": 1},
+    }
+    (ticket,) = [t for t in data["openTickets"] if t["name"] == fleet.ticket]
+    assert ticket["node"] == fleet.sick and ticket["phase"] == "InRepair"
+    assert ticket["external"] == "jira:OPS-7"
+
+
+def test_status_table(fleet: Fleet) -> None:
+    code, out, _ = fleet.sdc("status")
+    assert code == 0
+    assert "POLICY" in out and "BREAKER" in out
+    line = next(t for t in out.splitlines() if t.startswith(fleet.policy + " ") and "Observe" in t)
+    assert "Open" in line and "3/5 failed" in line
+    pool_line = next(t for t in out.splitlines() if t.startswith(fleet.policy) and "h100" in t)
+    assert pool_line.split()[:3] == [fleet.policy, "h100", "2"]
+    assert "Open repair tickets:" in out and fleet.ticket in out
+
+
+def test_status_yaml(fleet: Fleet) -> None:
+    code, out, _ = fleet.sdc("status", "-o", "yaml")
+    assert code == 0
+    assert any(p["name"] == fleet.policy for p in yaml.safe_load(out)["policies"])
+
+
+# ---------------------------------------------------------------- test
+
+
+def test_test_creates_a_manual_sdctest(fleet: Fleet) -> None:
+    created = fleet.sdc_json("test", fleet.healthy, "--suite", "acceptance")
+    name = created["metadata"]["name"]
+    assert name.startswith(f"{fleet.healthy}-manual-")
+    obj = _custom(fleet.api).get_cluster_custom_object(GROUP, VERSION, "sdctests", name)
+    assert obj["spec"] == {
+        "nodeName": fleet.healthy,
+        "policyRef": fleet.policy,
+        "suite": "acceptance",
+        "reason": "Manual",
+        "attempt": 1,
+    }
+    assert obj["metadata"]["labels"]["sdcguard.dev/node"] == fleet.healthy
+    assert obj["metadata"]["annotations"]["sdcguard.dev/requested-by"] == "admin"
+    code, out, _ = fleet.sdc("test", fleet.healthy, "--policy", fleet.policy)
+    assert code == 0 and "requalification suite" in out and "kubectl get sdctest" in out
+
+
+def test_test_errors(fleet: Fleet) -> None:
+    code, _, err = fleet.sdc("test", f"cli-{fleet.suffix}-missing")
+    assert code == 1
+    assert err == (
+        f"error: node cli-{fleet.suffix}-missing not found; list nodes with kubectl get nodes\n"
+    )
+    code, _, err = fleet.sdc("test", fleet.healthy, "--policy", f"cli-{fleet.suffix}-nopolicy")
+    assert code == 1 and "sdcpolicy" in err and "not found" in err
+
+
+# ---------------------------------------------------------------- quarantine, release
+
+
+def _node(fleet: Fleet, name: str) -> client.V1Node:
+    return client.CoreV1Api(fleet.api).read_node(name)
+
+
+def _events(fleet: Fleet, name: str) -> list[client.CoreV1Event]:
+    return (
+        client.CoreV1Api(fleet.api)
+        .list_namespaced_event(
+            "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={name}"
+        )
+        .items
+    )
+
+
+def test_quarantine_and_release_write_the_contract_and_an_event(fleet: Fleet) -> None:
+    data = fleet.sdc_json("quarantine", fleet.healthy, "--reason", "loss spikes in job 1234")
+    assert data["by"] == "admin" and data["request"] == "quarantine"
+    ann = _node(fleet, fleet.healthy).metadata.annotations
+    assert ann["sdcguard.dev/request"] == "quarantine"
+    assert ann["sdcguard.dev/request-reason"] == "loss spikes in job 1234"
+    assert ann["sdcguard.dev/request-by"] == "admin"
+    assert ann["sdcguard.dev/request-id"] == data["requestId"]
+    assert ann["sdcguard.dev/quarantine"] == "loss spikes in job 1234"
+    (event,) = [e for e in _events(fleet, fleet.healthy) if e.reason == "ManualQuarantineRequested"]
+    assert data["requestId"] in event.message and event.type == "Warning"
+    assert event.involved_object.uid == _node(fleet, fleet.healthy).metadata.uid
+
+    code, out, _ = fleet.sdc("release", fleet.healthy, "--reason", "false alarm, job bug")
+    assert code == 0 and "release requested by admin" in out
+    ann = _node(fleet, fleet.healthy).metadata.annotations
+    assert ann["sdcguard.dev/request"] == "release"
+    assert ann["sdcguard.dev/release"] == "false alarm, job bug"
+    assert "sdcguard.dev/quarantine" not in ann
+    assert ann["sdcguard.dev/request-id"] != data["requestId"]
+    reasons = {e.reason for e in _events(fleet, fleet.healthy)}
+    assert {"ManualQuarantineRequested", "ManualReleaseRequested"} <= reasons
+
+
+def test_quarantine_of_a_missing_node(fleet: Fleet) -> None:
+    code, _, err = fleet.sdc("quarantine", "no-such-node-x", "--reason", "r")
+    assert code == 1 and "node no-such-node-x not found; list nodes with kubectl get nodes" in err
+
+
+# ---------------------------------------------------------------- repaired
+
+
+def test_repaired_sets_the_resolution(fleet: Fleet) -> None:
+    patched = fleet.sdc_json(
+        "repaired", fleet.ticket, "--note", "GPU 5 replaced", "--resolution", "Replaced"
+    )
+    assert patched["spec"]["resolution"] == "Replaced"
+    obj = _custom(fleet.api).get_cluster_custom_object(
+        GROUP, VERSION, "repairtickets", fleet.ticket
+    )
+    assert obj["spec"]["resolution"] == "Replaced"
+    assert obj["spec"]["resolutionNote"] == "GPU 5 replaced"
+    assert obj["metadata"]["annotations"]["sdcguard.dev/resolved-by"] == "admin"
+    code, _, err = fleet.sdc("repaired", "no-such-ticket", "--note", "x")
+    assert code == 1
+    assert err == (
+        "error: repairticket no-such-ticket not found; "
+        "list tickets with kubectl get repairtickets\n"
+    )
+
+
+# ---------------------------------------------------------------- history
+
+
+def test_history_json_is_sorted_and_complete(fleet: Fleet) -> None:
+    fleet.sdc("quarantine", fleet.sick, "--reason", "history check")
+    data = fleet.sdc_json("history", fleet.sick)
+    assert data["node"] == fleet.sick and data["exists"] and data["state"] == "Repairing"
+    entries = data["entries"]
+    times = [e["time"] for e in entries]
+    assert times == sorted(times)
+    kinds = [(e["kind"], e["name"]) for e in entries]
+    assert ("SDCTest", f"{fleet.sick}-rq-1") in kinds
+    assert kinds.count(("RepairTicket", fleet.ticket)) == 2
+    assert any(e["kind"] == "Event" and e["reason"] == "ManualQuarantineRequested" for e in entries)
+    test = next(e for e in entries if e["kind"] == "SDCTest")
+    assert test["verdict"] == "SDC" and test["time"] == "2025-01-01T10:20:00Z"
+    assert "golden=SDC(device 5, step 12)" in test["detail"]
+
+
+def test_history_table_and_a_deleted_node(fleet: Fleet) -> None:
+    code, out, _ = fleet.sdc("history", fleet.sick, "--limit", "2")
+    assert code == 0 and out.startswith(f"Node {fleet.sick}: state Repairing")
+    assert len(out.strip().splitlines()) == 4  # header line, column titles, 2 entries
+    code, out, _ = fleet.sdc("history", fleet.gone)
+    assert code == 0 and "no longer exists" in out and f"{fleet.gone}-acc-1" in out
+    code, _, err = fleet.sdc("history", f"cli-{fleet.suffix}-never")
+    assert code == 1 and "not found; list nodes with kubectl get nodes" in err
+
+
+# ---------------------------------------------------------------- baselines
+
+
+def test_baselines(fleet: Fleet) -> None:
+    (row,) = [b for b in fleet.sdc_json("baselines") if b["name"] == fleet.baseline]
+    assert row["fingerprint"] == "ab" * 6 and row["hash"] == "ab" * 32
+    assert row["source"] == "Consensus" and row["trusted"] is True
+    assert row["checks"] == ["compute", "golden"]
+    assert row["nodes"] == [fleet.healthy, fleet.gone, "n3", "n4"]
+    code, out, _ = fleet.sdc("baselines")
+    assert code == 0
+    line = next(t for t in out.splitlines() if t.startswith(fleet.baseline))
+    assert "NVIDIA H100" in line and "true" in line and "4 (" in line
+
+
+# ---------------------------------------------------------------- as a kubectl plugin
+
+
+def test_runs_as_a_kubectl_plugin(fleet: Fleet, tmp_path: Path) -> None:
+    plugin = tmp_path / "kubectl-sdc"
+    plugin.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m sdcguard.cli "$@"\n')
+    plugin.chmod(0o755)
+    env = dict(fleet.env)
+    env["PATH"] = os.pathsep.join([str(tmp_path), env["PATH"]])
+    env["PYTHONPATH"] = os.pathsep.join(str(ROOT / p) for p in ("operator", "jobs", "."))
+    listed = subprocess.run(
+        ["kubectl", "plugin", "list"], env=env, capture_output=True, text=True, check=False
+    )
+    assert str(plugin) in listed.stdout
+    proc = subprocess.run(
+        ["kubectl", "sdc", "baselines", "-o", "json"],  # KUBECONFIG comes from the environment
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert any(b["name"] == fleet.baseline for b in json.loads(proc.stdout))

@@ -1,0 +1,256 @@
+"""kubectl sdc without a cluster: policy choice, fleet summary, history order, the manual
+request contract, error messages and output formats."""
+
+from __future__ import annotations
+
+import io
+import json
+import tomllib
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from sdcguard.api import SDCPolicy
+from sdcguard.cli import commands, main
+from sdcguard.cli.kube import CRDS_MISSING, CliError, explain
+from sdcguard.cli.output import Result, Table, age, emit, render_table
+from sdcguard.domain import keys
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def node(name: str, labels: dict[str, str] | None = None, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if gpus else {}},
+    }
+
+
+def policy(name: str, match: dict[str, str] | None = None, pool: str | None = None) -> SDCPolicy:
+    return SDCPolicy.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": match or {}}, "budgets": {"poolLabel": pool}},
+        }
+    )
+
+
+def test_console_script_points_at_main() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, attr = scripts["kubectl-sdc"].partition(":")
+    assert getattr(import_module(module), attr) is main
+
+
+def test_most_specific_policy_covers_a_node() -> None:
+    everything, a100 = policy("all"), policy("a100", {"pool": "a100"})
+    n = node("n1", {"pool": "a100"})
+    assert commands.select_policy([everything, a100], n) is a100
+    assert commands.select_policy([everything, a100], node("n2")) is everything
+    assert commands.select_policy([a100], node("cpu-only", {"pool": "a100"}, gpus=0)) is None
+    with pytest.raises(CliError, match="covered by policies a100, b100; choose one with --policy"):
+        commands.select_policy([a100, policy("b100", {"pool": "a100"})], n)
+
+
+def test_fleet_summary_by_policy_pool_and_state() -> None:
+    policies = [policy("gpus", {"team": "ml"}, pool="node.kubernetes.io/instance-type")]
+    labels = {"team": "ml", "node.kubernetes.io/instance-type": "p5"}
+    nodes = [
+        node("a", {**labels, keys.LABEL_STATE: "Qualified"}),
+        node("b", {**labels, keys.LABEL_STATE: "Quarantined"}),
+        node("c", {**labels, keys.LABEL_STATE: "Qualified"}),
+        node("d", labels),  # covered, not labelled yet
+        node("e", {keys.LABEL_STATE: "Retired"}),  # labelled, no policy any more
+        node("f", {}),  # not part of the fleet
+    ]
+    summary = commands.summarize_fleet(nodes, policies)
+    assert summary.nodes == 5
+    assert summary.states == {"Qualified": 2, "Quarantined": 1, "Retired": 1, "New": 1}
+    assert summary.pools == [
+        {"policy": "-", "pool": "-", "nodes": 1, "states": {"Retired": 1}},
+        {
+            "policy": "gpus",
+            "pool": "p5",
+            "nodes": 4,
+            "states": {"Qualified": 2, "Quarantined": 1, "New": 1},
+        },
+    ]
+
+
+def test_request_annotations_follow_the_contract() -> None:
+    ann = commands.request_annotations("quarantine", "loss spikes", "alice", "id-1")
+    assert ann == {
+        keys.REQUEST_QUARANTINE: "loss spikes",
+        keys.REQUEST_RELEASE: None,  # a newer request withdraws the opposite one
+        "sdcguard.dev/request": "quarantine",
+        "sdcguard.dev/request-reason": "loss spikes",
+        "sdcguard.dev/request-by": "alice",
+        "sdcguard.dev/request-id": "id-1",
+    }
+    release = commands.request_annotations("release", "fixed", "bob", "id-2")
+    assert release[keys.REQUEST_RELEASE] == "fixed" and release[keys.REQUEST_QUARANTINE] is None
+
+
+def test_history_is_time_ordered_across_kinds() -> None:
+    tests = [
+        {
+            "metadata": {"name": "t2", "creationTimestamp": "2025-01-02T00:00:00Z"},
+            "spec": {"suite": "requalification", "reason": "Manual"},
+            "status": {
+                "phase": "Failed",
+                "verdict": "SDC",
+                "completionTime": "2025-01-02T00:10:00Z",
+                "checks": [{"name": "golden", "verdict": "SDC", "oddDevice": 3}],
+            },
+        },
+        {
+            "metadata": {"name": "t1", "creationTimestamp": "2025-01-01T00:00:00Z"},
+            "spec": {"suite": "acceptance", "reason": "Join"},
+        },
+    ]
+    tickets = [
+        {
+            "metadata": {"name": "k1"},
+            "spec": {"nodeName": "n"},
+            "status": {
+                "cycle": 1,
+                "history": [
+                    {"time": "2025-01-02T00:11:00Z", "phase": "Open", "message": "quarantined"},
+                    {"time": "2025-01-03T00:00:00Z", "phase": "InRepair"},
+                ],
+            },
+        }
+    ]
+    events = [
+        {
+            "metadata": {"creationTimestamp": "2025-01-02T00:05:00Z"},
+            "involvedObject": {"kind": "Node", "name": "n"},
+            "reason": "ManualQuarantineRequested",
+            "message": "alice asked",
+            "type": "Warning",
+            "lastTimestamp": "2025-01-02T00:05:00Z",
+        }
+    ]
+    entries = commands.history_entries(tests, tickets, events)
+    assert [(e["kind"], e["name"]) for e in entries] == [
+        ("SDCTest", "t1"),
+        ("Event", "Node/n"),
+        ("SDCTest", "t2"),
+        ("RepairTicket", "k1"),
+        ("RepairTicket", "k1"),
+    ]
+    assert "verdict SDC" in entries[2]["detail"] and "golden=SDC(device 3)" in entries[2]["detail"]
+
+
+def _api_exception(status: int, body: str) -> ApiException:
+    exc = ApiException(status=status, reason="x")
+    exc.body = body
+    return exc
+
+
+def test_errors_are_short_and_actionable() -> None:
+    missing = _api_exception(
+        404, json.dumps({"kind": "Status", "details": {"name": "gpu-9", "kind": "nodes"}})
+    )
+    assert str(explain(missing, "nodes", "gpu-9", "https://k")) == (
+        "node gpu-9 not found; list nodes with kubectl get nodes"
+    )
+    ticket = _api_exception(404, json.dumps({"details": {"name": "t", "kind": "repairtickets"}}))
+    assert "list tickets with kubectl get repairtickets" in str(
+        explain(ticket, "repairtickets", "t", "https://k")
+    )
+    no_crds = _api_exception(404, "404 page not found")
+    assert str(explain(no_crds, "sdcpolicies", None, "https://k")) == CRDS_MISSING
+    assert "helm install sdcguard charts/sdcguard" in CRDS_MISSING
+    forbidden = _api_exception(403, json.dumps({"message": 'nodes "x" is forbidden'}))
+    assert str(explain(forbidden, "nodes", "x", "https://k")).startswith("forbidden: nodes")
+    invalid = _api_exception(
+        422,
+        json.dumps({"details": {"causes": [{"message": "spec.resolution: Retire is final"}]}}),
+    )
+    assert "Retire is final" in str(explain(invalid, "repairtickets", "t", "https://k"))
+
+
+def test_missing_kubeconfig_is_explained(tmp_path: Path) -> None:
+    err = io.StringIO()
+    code = main(["status", "--kubeconfig", str(tmp_path / "nope")], stderr=err)
+    assert code == 1
+    assert (
+        err.getvalue()
+        == f"error: kubeconfig {tmp_path / 'nope'} does not exist; check --kubeconfig\n"
+    )
+
+
+def test_unreachable_server_is_explained(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    from urllib3.exceptions import MaxRetryError
+
+    from sdcguard.cli import kube
+
+    conn = kube.connect(str(kubeconfig), None)
+    assert conn.kubeconfig_user == "u" and conn.server == "http://127.0.0.1:1"
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise MaxRetryError(None, "/api/v1/nodes", ConnectionRefusedError(111, "refused"))  # type: ignore[arg-type]
+
+    with pytest.raises(CliError) as err:
+        kube.call(conn, refused, plural="nodes")
+    assert str(err.value).startswith("cannot reach the API server at http://127.0.0.1:1")
+    assert "kubectl cluster-info" in str(err.value)
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["quarantine", "gpu-1"])
+    assert exit_.value.code == 2
+    assert "--reason" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["test", "gpu-1", "--suite", "quick"])
+
+
+def test_table_json_and_yaml_output() -> None:
+    result = Result(
+        data={"a": 1},
+        tables=[Table(["name", "phase"], [["t-1", "Passed"], ["long-name", "Running"]])],
+        lines=["done."],
+    )
+    out = io.StringIO()
+    emit(result, "table", out)
+    assert out.getvalue() == (
+        "NAME        PHASE\nt-1         Passed\nlong-name   Running\n\ndone.\n"
+    )
+    out = io.StringIO()
+    emit(result, "json", out)
+    assert json.loads(out.getvalue()) == {"a": 1}
+    out = io.StringIO()
+    emit(result, "yaml", out)
+    assert yaml.safe_load(out.getvalue()) == {"a": 1}
+    assert render_table(Table(["x"], [], empty="nothing")) == "nothing"
+
+
+def test_age_like_kubectl() -> None:
+    import datetime as dt
+
+    now = dt.datetime(2025, 1, 10, tzinfo=dt.UTC)
+    assert [age(now - dt.timedelta(seconds=s), now) for s in (5, 600, 18000, 4 * 86400)] == [
+        "5s",
+        "10m",
+        "5h",
+        "4d",
+    ]
+    assert age(None, now) == "<unknown>"
