@@ -334,6 +334,31 @@ CONFIRM = CreateTest(None, ScreeningReason.CONFIRMATION)
 VERIFY = CreateTest(Suite.REPAIR_VERIFICATION, ScreeningReason.REPAIR_VERIFICATION)
 
 
+CONFIRMED_FAILURE: tuple[Action, ...] = (
+    *QUARANTINE_ACTIONS,
+    EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
+)
+RERUN: tuple[Action, ...] = (
+    CONFIRM,
+    EmitEvent("SDCSuspected", "{node}: {detail}; re-running to confirm", warning=True),
+)
+
+
+def _resolution(source: NodeState) -> list[Transition]:
+    """The repair side answered: verify the repair, or retire the node."""
+    return [
+        _row(
+            source,
+            E.TICKET_RESOLVED,
+            S.VERIFYING,
+            SetTicketPhase(TicketPhase.VERIFYING),
+            VERIFY,
+            EmitEvent("Verifying", "{node}: {detail}"),
+        ),
+        _row(source, E.TICKET_RETIRE, S.RETIRED, *RETIRE_ACTIONS),
+    ]
+
+
 def _manual(
     source: NodeState, *, quarantine: bool = True, release: bool = True
 ) -> list[Transition]:
@@ -392,20 +417,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_manual(S.UNQUALIFIED),
     # Testing: the outcome decides.
     _row(S.TESTING, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
-    _row(
-        S.TESTING,
-        E.TEST_FAILED_UNCONFIRMED,
-        S.SUSPECT,
-        CONFIRM,
-        EmitEvent("SDCSuspected", "{node}: {detail}; re-running to confirm", warning=True),
-    ),
-    _row(
-        S.TESTING,
-        E.TEST_FAILED,
-        S.QUARANTINED,
-        *QUARANTINE_ACTIONS,
-        EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
-    ),
+    _row(S.TESTING, E.TEST_FAILED_UNCONFIRMED, S.SUSPECT, *RERUN),
+    _row(S.TESTING, E.TEST_FAILED, S.QUARANTINED, *CONFIRMED_FAILURE),
     _row(
         S.TESTING,
         E.QUARANTINE_HELD,
@@ -454,20 +467,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_manual(S.QUALIFIED, release=False),
     # Suspect: confirm, clear, or keep holding.
     _row(S.SUSPECT, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
-    _row(
-        S.SUSPECT,
-        E.TEST_FAILED,
-        S.QUARANTINED,
-        *QUARANTINE_ACTIONS,
-        EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
-    ),
-    _row(
-        S.SUSPECT,
-        E.TEST_FAILED_UNCONFIRMED,
-        S.SUSPECT,
-        CONFIRM,
-        EmitEvent("SDCSuspected", "{node}: {detail}; re-running to confirm", warning=True),
-    ),
+    _row(S.SUSPECT, E.TEST_FAILED, S.QUARANTINED, *CONFIRMED_FAILURE),
+    _row(S.SUSPECT, E.TEST_FAILED_UNCONFIRMED, S.SUSPECT, *RERUN),
     _row(S.SUSPECT, E.CONFIRMATION_PASSED, S.SUSPECT, CONFIRM),
     _row(
         S.SUSPECT,
@@ -513,25 +514,9 @@ TRANSITIONS: tuple[Transition, ...] = (
         DeleteNode(),
         EmitEvent("Replacing", "{node} is deleted for replacement: {detail}"),
     ),
-    _row(
-        S.QUARANTINED,
-        E.TICKET_RESOLVED,
-        S.VERIFYING,
-        SetTicketPhase(TicketPhase.VERIFYING),
-        VERIFY,
-        EmitEvent("Verifying", "{node}: {detail}"),
-    ),
-    _row(S.QUARANTINED, E.TICKET_RETIRE, S.RETIRED, *RETIRE_ACTIONS),
+    *_resolution(S.QUARANTINED),
     *_manual(S.QUARANTINED, quarantine=False),
-    _row(
-        S.REPAIRING,
-        E.TICKET_RESOLVED,
-        S.VERIFYING,
-        SetTicketPhase(TicketPhase.VERIFYING),
-        VERIFY,
-        EmitEvent("Verifying", "{node}: {detail}"),
-    ),
-    _row(S.REPAIRING, E.TICKET_RETIRE, S.RETIRED, *RETIRE_ACTIONS),
+    *_resolution(S.REPAIRING),
     *_manual(S.REPAIRING, quarantine=False),
     # Verifying: the stricter suite decides whether the repair worked.
     _row(
