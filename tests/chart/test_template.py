@@ -537,3 +537,33 @@ def _families() -> list[Any]:
     registry = CollectorRegistry()
     Metrics(registry=registry)
     return list(registry.collect())
+
+
+def test_readme_documents_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def leaves(value: Any, path: str) -> list[str]:
+        if (
+            isinstance(value, dict)
+            and value
+            and not path.endswith(("accelerators", "requests", "limits"))
+        ):
+            return [p for k, v in value.items() for p in leaves(v, f"{path}.{k}" if path else k)]
+        return [path]
+
+    missing = [
+        p
+        for p in leaves(values, "")
+        if f"`{p}`" not in readme and not p.startswith("policy.suites.")
+    ]
+    assert not missing, f"charts/sdcguard/README.md lacks rows for {missing}"
+
+
+def test_readme_alert_and_metric_tables_match_the_chart(docs: list[dict[str, Any]]) -> None:
+    readme = (CHART / "README.md").read_text()
+    rule = find(docs, "PrometheusRule")
+    for alert in (r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]):
+        assert f"`{alert}`" in readme, f"README lacks alert {alert}"
+    for family in _families():
+        assert f"`{family.name}" in readme, f"README lacks metric {family.name}"
