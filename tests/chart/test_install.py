@@ -120,6 +120,7 @@ ALLOWED = [
     ("create", "jobs.batch", "{ns}"),
     ("get", "jobs.batch", "{ns}"),
     ("watch", "jobs.batch", "{ns}"),
+    ("list", "jobs.batch", "*"),  # Kopf's cluster-wide index of probe Jobs
     ("delete", "jobs.batch", "{ns}"),
     ("get", "secrets", "{ns}"),
     ("create", "events", "default"),
@@ -143,6 +144,8 @@ DENIED = [
     ("watch", "secrets", "{ns}"),
     ("create", "jobs.batch", "default"),
     ("create", "jobs.batch", "*"),
+    ("delete", "jobs.batch", "default"),
+    ("get", "jobs.batch", "default"),
     ("delete", "pods", "{ns}"),
     ("delete", "pods", "*"),
     ("create", "pods", "{ns}"),
