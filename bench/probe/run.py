@@ -1,6 +1,6 @@
 """How long the probe takes: per check wall and CPU seconds, per budget.
 
-    python -m bench.probe.run [--budgets 15,60] [--device cpu] [--cpu-devices 2]
+    python -m bench.probe.run [--budgets 15,60] [--devices cpu,xla] [--cpu-devices 2]
 
 Runs the real probe (worker processes and all) the way ``sdcprobe run`` does and
 writes ``bench/results/probe.json``: for every budget the total wall time, the
@@ -85,25 +85,33 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write the results file."""
     parser = argparse.ArgumentParser(prog="bench.probe.run", description=__doc__)
     parser.add_argument("--budgets", default="15,60", help="comma-separated budgets in seconds")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--devices", default="cpu,xla", help="backends to time (xla runs on PJRT CPU here)"
+    )
+    parser.add_argument("--xla-budgets", default="15", help="budgets for the xla backend")
     parser.add_argument("--cpu-devices", type=int, default=2)
     parser.add_argument("--checks", default="compute,collective,golden")
     parser.add_argument("--repeat", type=int, default=1, help="runs per budget (median reported)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    # torch-xla runs on the host CPU here unless the environment names a device.
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
     checks = args.checks.split(",")
     runs = []
-    for budget in (float(b) for b in args.budgets.split(",")):
-        trials = [
-            measure(args.device, budget, args.cpu_devices, checks) for _ in range(args.repeat)
-        ]
+    plan = [
+        (device, float(b))
+        for device in args.devices.split(",")
+        for b in (args.xla_budgets if device == "xla" else args.budgets).split(",")
+    ]
+    for device, budget in plan:
+        trials = [measure(device, budget, args.cpu_devices, checks) for _ in range(args.repeat)]
         best = sorted(trials, key=lambda t: t["wall_s"])[len(trials) // 2]
         best["wall_s_all"] = [t["wall_s"] for t in trials]
         best["wall_s_median"] = statistics.median(best["wall_s_all"])
         runs.append(best)
         per = ", ".join(f"{n} {c['wall_s']:.1f}s" for n, c in best["checks"].items())
         print(
-            f"budget {budget:g}s on {args.cpu_devices} {args.device} device(s): "
+            f"budget {budget:g}s on {args.cpu_devices} {device} device(s): "
             f"{best['verdict']} in {best['wall_s']:.1f}s wall, {best['cpu_s']:.1f}s CPU ({per})",
             file=sys.stderr,
         )
