@@ -230,20 +230,28 @@ def test_upgrade_changes_the_policy(release: Release, api_client: client.ApiClie
     assert spec["budgets"]["maxUnavailable"] == 2
 
 
-def test_uninstall_removes_everything_but_the_crds(
+def test_uninstall_removes_the_operator_and_keeps_policy_and_crds(
     release: Release, api_client: client.ApiClient
 ) -> None:
     run_helm("uninstall", release.name, "--namespace", release.namespace, env=release.env)
-    with pytest.raises(ApiException) as gone:
-        _policy(api_client, release.policy)
-    assert gone.value.status == 404
     rbac = client.RbacAuthorizationV1Api(api_client)
     with pytest.raises(ApiException):
         rbac.read_cluster_role(f"{release.name}-operator")
     with pytest.raises(ApiException):
         rbac.read_namespaced_role(f"{release.name}-events", "default")
+    with pytest.raises(ApiException):
+        client.AppsV1Api(api_client).read_namespaced_deployment(release.name, release.namespace)
     assert not _can_i(release, "patch", "nodes", "")
-    # CRDs stay (helm never deletes them): the resources people created survive.
+    # The policy is kept (helm.sh/resource-policy: keep): the operator's finalizer would
+    # leave it stuck Terminating once the operator is gone. CRDs stay too.
+    policy = _policy(api_client, release.policy)
+    assert policy["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
         "sdcpolicies.sdcguard.dev"
     )
+    client.CustomObjectsApi(api_client).delete_cluster_custom_object(
+        "sdcguard.dev", "v1alpha1", "sdcpolicies", release.policy
+    )
+    with pytest.raises(ApiException) as gone:
+        _policy(api_client, release.policy)
+    assert gone.value.status == 404

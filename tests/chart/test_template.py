@@ -359,6 +359,15 @@ def test_accelerators_map_and_other_overrides() -> None:
     SDCPolicySpec.model_validate(spec)
 
 
+def test_policy_survives_uninstall_unless_asked(docs: list[dict[str, Any]]) -> None:
+    annotations = find(docs, "SDCPolicy")["metadata"]["annotations"]
+    assert annotations == {"helm.sh/resource-policy": "keep"}
+    mine = find(
+        render({"policy": {"keepOnUninstall": False, "annotations": {"team": "ml"}}}), "SDCPolicy"
+    )
+    assert mine["metadata"]["annotations"] == {"team": "ml"}
+
+
 def test_policy_can_be_left_out() -> None:
     assert not find_all(render({"policy": {"create": False}}), "SDCPolicy")
 

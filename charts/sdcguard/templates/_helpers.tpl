@@ -113,3 +113,12 @@ memory). Arguments: (list checksMap suiteName).
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
+
+{{/* The enabled accelerator resources, comma-separated. */}}
+{{- define "sdcguard.enabledAccelerators" -}}
+{{- $out := list -}}
+{{- range $name, $on := .Values.policy.accelerators -}}
+{{- if $on -}}{{- $out = append $out $name -}}{{- end -}}
+{{- end -}}
+{{- $out | sortAlpha | join ", " -}}
+{{- end -}}
