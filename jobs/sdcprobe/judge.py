@@ -136,7 +136,7 @@ def judge_check(
             if len(findings) < 4:
                 at = f" at step {ev.step}" if ev.step is not None else ""
                 item = f" ({ev.item})" if ev.item else ""
-                findings.append(f"device {rank}: {ev.kind} {ev.detail}{at}{item}")
+                findings.append(f"device {rank}: {ev.detail}{at}{item}")
     if observers:
         # A bad chunk seen by everyone came from its sender; a bad result seen by
         # one rank is that rank's.
@@ -202,9 +202,8 @@ def judge_check(
         verdict = "pass"
         n = len(digests)
         agree = f"{n} devices agree" if n > 1 else "1 device"
-        reason = f"{agree}, replay identical, " + (
-            "matches baseline" if status == "match" else "no baseline for this check"
-        )
+        given = "matches the baseline" if status == "match" else "no baseline given"
+        reason = f"{agree}, no corruption seen, {given}"
     shown = reference or (digests[min(digests)] if digests else None)
     metrics = _merge_metrics(ok)
     metrics["devices"] = len(traces)

@@ -75,7 +75,10 @@ def run_collective(
         if wrong:
             evidence.append(
                 Evidence(
-                    kind="collective", step=step, item="allreduce", detail=f"{wrong} elements wrong"
+                    kind="collective",
+                    step=step,
+                    item="allreduce",
+                    detail=f"all-reduce result wrong in {wrong} elements",
                 )
             )
         items["allreduce"] = tensor_digest(got)[:STEP_DIGEST_CHARS]
@@ -97,7 +100,7 @@ def run_collective(
                         step=step,
                         item="allgather",
                         source=src,
-                        detail=f"{wrong} elements of rank {src}'s chunk wrong",
+                        detail=f"all-gather chunk from device {src} wrong in {wrong} elements",
                     )
                 )
         items["allgather"] = tensor_digest(torch.cat([backend.to_host(c) for c in gathered]))[
@@ -120,7 +123,7 @@ def run_collective(
                     step=step,
                     item="broadcast",
                     source=root,
-                    detail=f"{wrong} elements broadcast from rank {root} wrong",
+                    detail=f"broadcast from device {root} wrong in {wrong} elements",
                 )
             )
         items["broadcast"] = tensor_digest(got)[:STEP_DIGEST_CHARS]

@@ -69,7 +69,7 @@ def run_compute(cfg: ComputeConfig, seed: int, ins: Instrumentation) -> CheckTra
                         kind="replay",
                         step=step,
                         item=name,
-                        detail=f"{diff} elements differ on replay",
+                        detail=f"replay differs in {diff} elements",
                     )
                 )
             items[name] = first_digest[:STEP_DIGEST_CHARS]
@@ -82,7 +82,7 @@ def run_compute(cfg: ComputeConfig, seed: int, ins: Instrumentation) -> CheckTra
                     kind="abft",
                     step=r.step,
                     item=r.dtype,
-                    detail=f"{r.m}x{r.k}x{r.n} checksum residual {r.ratio:.3g}x tolerance",
+                    detail=f"ABFT residual {r.ratio:.3g}x tolerance ({r.m}x{r.k}x{r.n})",
                 )
             )
     metrics: dict[str, int | float | str | None] = {
