@@ -11,6 +11,7 @@ from sdcguard.api import BreakerState, CircuitBreaker
 from sdcguard.domain.breaker import (
     Reset,
     Sample,
+    advance,
     breaker_status,
     evaluate,
     observe_reset,
@@ -52,31 +53,61 @@ def test_failures_spread_beyond_the_window_do_not_trip() -> None:
 
 
 def test_open_breaker_stays_open_until_reset() -> None:
-    storm = samples(True, True, True, True, True, start=NOW - 5 * dt.timedelta(hours=1))
-    assert evaluate(storm, CONFIG, NOW).open, "latched: a person looks before quarantines resume"
+    storm = samples(True, True, True, True, True, start=NOW - 30 * MIN)
+    view, status = advance(None, CONFIG, NOW, new_samples=storm)
+    assert view.open and status.state == BreakerState.OPEN
+    later = NOW + 5 * dt.timedelta(hours=1)
+    view, status = advance(status, CONFIG, later)
+    assert view.open, "latched: a person looks before quarantines resume"
+    assert status.tripped_at == NOW - 26 * MIN and status.window_failures == 5
+    view, status = advance(status, CONFIG, later, reset_annotation="oncall-1")
+    assert not view.open and status.reset_marker == "oncall-1" and status.reset_at == later
+    assert status.samples == [], "samples before the reset no longer count"
+    view, status = advance(status, CONFIG, later + MIN, reset_annotation="oncall-1")
+    assert not view.open and status.reset_at == later, "same value: no new reset"
+
+
+def test_reset_marker() -> None:
     reset = observe_reset("2025-06-01-oncall", Reset(None, None), NOW)
     assert reset == Reset("2025-06-01-oncall", NOW)
-    assert not evaluate(storm, CONFIG, NOW, reset.at).open
-    assert observe_reset("2025-06-01-oncall", reset, NOW + MIN) == reset, "same value: no new reset"
+    assert observe_reset("2025-06-01-oncall", reset, NOW + MIN) == reset
     assert observe_reset(None, reset, NOW + MIN) == reset
 
 
 def test_status_round_trip_rebuilds_the_same_state() -> None:
     recorded = samples(True, False, True, False, True)
     view = evaluate(recorded, CONFIG, NOW)
-    kept = prune(recorded, CONFIG, NOW)
+    kept = prune(recorded, CONFIG, NOW, tripped_at=view.tripped_at)
     status = breaker_status(view, kept, Reset(None, None))
     assert status.state == BreakerState.OPEN and status.window_failures == 3
-    assert evaluate(samples_from_status(status), CONFIG, NOW) == view
+    assert evaluate(samples_from_status(status), CONFIG, NOW, tripped_at=status.tripped_at) == view
 
 
 times = st.integers(min_value=0, max_value=6 * 60).map(lambda m: NOW - m * MIN)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(times, st.booleans()), max_size=40))
 def test_pruning_never_changes_the_state(raw: list[tuple[dt.datetime, bool]]) -> None:
     recorded = [Sample(at, failed) for at, failed in raw]
-    kept = prune(recorded, CONFIG, NOW)
-    assert evaluate(kept, CONFIG, NOW) == evaluate(recorded, CONFIG, NOW)
-    assert all(s.at > NOW - 2 * dt.timedelta(hours=6) for s in kept)
+    view = evaluate(recorded, CONFIG, NOW)
+    kept = prune(recorded, CONFIG, NOW, tripped_at=view.tripped_at)
+    assert evaluate(kept, CONFIG, NOW) == view
+    assert all(s.at > NOW - 2 * dt.timedelta(hours=1) for s in kept)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300), st.booleans()), max_size=40))
+def test_stepping_through_time_latches_the_first_trip(raw: list[tuple[int, bool]]) -> None:
+    """Recording samples as they come, pass after pass, opens the breaker at the first
+    failure whose window trips, and it stays open."""
+    start = NOW - 300 * MIN
+    events = sorted((start + m * MIN, failed) for m, failed in raw)
+    status = None
+    first_trip = None
+    for at, failed in events:
+        view, status = advance(status, CONFIG, at, new_samples=[Sample(at, failed)])
+        if view.open and first_trip is None:
+            first_trip = view.tripped_at
+        assert view.open == (first_trip is not None)
+        assert view.tripped_at == first_trip

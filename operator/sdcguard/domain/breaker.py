@@ -12,9 +12,10 @@ acceptance of new (gated) nodes continue. The breaker stays open until a person
 resets it by annotating the policy ``sdcguard.dev/reset-breaker=<any new value>``;
 samples from before the reset are then ignored.
 
-The state is a pure function of (samples, config, now, reset time): the operator
-keeps the samples in the policy status (:func:`prune` keeps what the state needs), so
-a restart reconstructs the same state.
+The state is a pure function of (samples, config, now, reset time, time it tripped):
+the operator keeps the samples and ``trippedAt`` in the policy status (:func:`prune`
+keeps what the state needs), so a restart reconstructs the same state;
+:func:`advance` does the whole step from one status to the next.
 """
 
 from __future__ import annotations
@@ -108,15 +109,25 @@ def evaluate(
     config: CircuitBreaker,
     now: dt.datetime,
     reset_at: dt.datetime | None = None,
+    tripped_at: dt.datetime | None = None,
 ) -> BreakerView:
-    """The breaker at ``now``: open if any window since the last reset tripped it."""
+    """The breaker at ``now``.
+
+    Open if it tripped before (``tripped_at``, from the status) and was not reset since,
+    or if a window ending at a failure within the last ``window`` trips now. Windows
+    ending earlier are not re-checked: pruned samples could not answer for them.
+    """
     seconds = parse_duration(config.window)
     ordered = _relevant(samples, now, reset_at)
+    if tripped_at is not None and (reset_at is None or tripped_at > reset_at):
+        return _view(_window(ordered, tripped_at, seconds), config, tripped_at)
+    recent = now - dt.timedelta(seconds=seconds)
     for sample in ordered:
         # Only a failure can tip a window over the limit, so check windows ending at one.
-        window = _window(ordered, sample.at, seconds)
-        if sample.failed and _trips(window, config):
-            return _view(window, config, tripped_at=sample.at)
+        if sample.failed and sample.at > recent:
+            window = _window(ordered, sample.at, seconds)
+            if _trips(window, config):
+                return _view(window, config, tripped_at=sample.at)
     return _view(_window(ordered, now, seconds), config, tripped_at=None)
 
 
@@ -125,19 +136,19 @@ def prune(
     config: CircuitBreaker,
     now: dt.datetime,
     reset_at: dt.datetime | None = None,
+    tripped_at: dt.datetime | None = None,
 ) -> list[Sample]:
-    """The samples worth keeping: the current window, and while open the trip window too.
+    """The samples worth keeping: two windows back (every window :func:`evaluate` checks
+    ends within the last one), and while open the window that tripped it.
 
-    ``evaluate`` of the result equals ``evaluate`` of the input, as long as fewer than
+    ``evaluate`` of the result equals ``evaluate`` of the input, as long as no more than
     MAX_SAMPLES samples are needed (then the newest are kept).
     """
     seconds = parse_duration(config.window)
-    ordered = _relevant(samples, now, reset_at)
-    view = evaluate(ordered, config, now, reset_at)
-    since = now - dt.timedelta(seconds=seconds)
-    if view.tripped_at is not None:
-        since = min(since, view.tripped_at - dt.timedelta(seconds=seconds))
-    kept = [s for s in ordered if s.at > since]
+    since = now - dt.timedelta(seconds=2 * seconds)
+    if tripped_at is not None:
+        since = min(since, tripped_at - dt.timedelta(seconds=seconds))
+    kept = [s for s in _relevant(samples, now, reset_at) if s.at > since]
     return kept[-MAX_SAMPLES:]
 
 
@@ -176,3 +187,21 @@ def breaker_status(view: BreakerView, samples: Iterable[Sample], reset: Reset) -
         reset_marker=reset.marker,
         reset_at=reset.at,
     )
+
+
+def advance(
+    status: BreakerStatus | None,
+    config: CircuitBreaker,
+    now: dt.datetime,
+    reset_annotation: str | None = None,
+    new_samples: Iterable[Sample] = (),
+) -> tuple[BreakerView, BreakerStatus]:
+    """One step: the stored breaker plus new samples and the policy's reset annotation
+    give the breaker now and the status to store."""
+    status = status or BreakerStatus()
+    reset = observe_reset(reset_annotation, Reset(status.reset_marker, status.reset_at), now)
+    samples = [*samples_from_status(status), *new_samples]
+    tripped = status.tripped_at if status.state == BreakerState.OPEN else None
+    view = evaluate(samples, config, now, reset.at, tripped)
+    kept = prune(samples, config, now, reset.at, view.tripped_at)
+    return view, breaker_status(view, kept, reset)
