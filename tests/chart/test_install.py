@@ -4,18 +4,23 @@ tests check the objects, which is what helm and the API server decide."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.chart.helm import CHART, run_helm
-from tests.cluster.localcluster import LocalCluster
+from tests.chart.helm import CHART, ROOT, run_helm
+from tests.cluster.localcluster import LocalCluster, free_port, kubeconfig_text
 
 pytestmark = pytest.mark.cluster
 
@@ -28,6 +33,7 @@ class Release:
     service_account: str
     env: dict[str, str]
     install_output: str
+    cluster: LocalCluster
 
     @property
     def values(self) -> dict[str, Any]:
@@ -44,6 +50,7 @@ def release(cluster: LocalCluster) -> Iterator[Release]:
         service_account=f"sdcguard-{suffix}",  # the release name holds the chart name
         env=cluster.env(),
         install_output="",
+        cluster=cluster,
     )
     proc = run_helm(
         "install",
@@ -185,6 +192,99 @@ def test_operator_can_do_what_it_needs(release: Release) -> None:
 def test_operator_cannot_do_more(release: Release) -> None:
     granted = [rule for rule in DENIED if _can_i(release, *rule)]
     assert not granted, f"the operator's ServiceAccount may, but should not: {granted}"
+
+
+PERMISSION_ERRORS = ("Not enough permissions", "Forbidden", "forbidden", " 403")
+
+
+def test_operator_starts_under_the_chart_rbac(
+    release: Release, api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """The real operator (Kopf and all its watches) with the ServiceAccount's token, in dry-run
+    so it writes nothing but Kopf's own finalizers: no permission error in its log."""
+    token = subprocess.run(
+        ["kubectl", "create", "token", release.service_account, "-n", release.namespace],
+        env=release.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    kubeconfig = tmp_path / "operator-kubeconfig"
+    kubeconfig.write_text(
+        kubeconfig_text(release.cluster.server, release.cluster.ca_file, token, user="operator")
+    )
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("operator", "jobs", ".")),
+        "SDCGUARD_NAMESPACE": release.namespace,
+        "SDCGUARD_DRY_RUN": "true",
+        "SDCGUARD_METRICS_PORT": "0",
+        "SDCGUARD_LOG_FORMAT": "console",
+    }
+    log_path = tmp_path / "operator.log"
+    before = {
+        p["metadata"]["name"]
+        for p in client.CustomObjectsApi(api_client).list_cluster_custom_object(
+            "sdcguard.dev", "v1alpha1", "sdcpolicies"
+        )["items"]
+        if "kopf.zalando.org/KopfFinalizerMarker" in (p["metadata"].get("finalizers") or [])
+    }
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sdcguard",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--liveness",
+                f"http://127.0.0.1:{port}/healthz",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            alive = False
+            while time.monotonic() < deadline and proc.poll() is None and not alive:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                        alive = True
+                except OSError:
+                    time.sleep(0.5)
+            time.sleep(5)  # let every watch list its resources once
+            exited = proc.poll()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            _drop_kopf_finalizers(api_client, keep=before)
+    text = log_path.read_text(errors="replace")
+    assert exited is None, f"the operator exited early ({exited}):\n{text[-3000:]}"
+    assert alive, f"the liveness endpoint never answered:\n{text[-3000:]}"
+    problems = [line for line in text.splitlines() if any(e in line for e in PERMISSION_ERRORS)]
+    assert not problems, "permission errors under the chart's RBAC:\n" + "\n".join(problems[:20])
+
+
+def _drop_kopf_finalizers(api_client: client.ApiClient, keep: set[str]) -> None:
+    """Remove the finalizer the test's operator added, so other tests can delete policies."""
+    custom = client.CustomObjectsApi(api_client)
+    marker = "kopf.zalando.org/KopfFinalizerMarker"
+    for p in custom.list_cluster_custom_object("sdcguard.dev", "v1alpha1", "sdcpolicies")["items"]:
+        finalizers = p["metadata"].get("finalizers") or []
+        if marker in finalizers and p["metadata"]["name"] not in keep:
+            custom.patch_cluster_custom_object(
+                "sdcguard.dev",
+                "v1alpha1",
+                "sdcpolicies",
+                p["metadata"]["name"],
+                {"metadata": {"finalizers": [f for f in finalizers if f != marker] or None}},
+            )
 
 
 def test_invalid_values_fail_install_with_the_schema_message(release: Release) -> None:
