@@ -45,6 +45,7 @@ def _children_cpu() -> float:
 
 def measure(device: str, budget: float, cpu_devices: int, checks: list[str]) -> dict[str, Any]:
     """One probe run: verdict, total wall/CPU, per-check wall (slowest device) and CPU (sum)."""
+    load = os.getloadavg()[0]  # other work on the machine stretches wall time
     cpu0, wall0 = _children_cpu(), time.perf_counter()
     run = run_probe(
         RunOptions(device=device, budget=budget, cpu_devices=cpu_devices, checks=checks)
@@ -71,6 +72,7 @@ def measure(device: str, budget: float, cpu_devices: int, checks: list[str]) -> 
         "budget_s": budget,
         "cpu_devices": cpu_devices,
         "verdict": run.result.verdict,
+        "load_avg_1m_before": round(load, 2),
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         # Process start, imports and device setup: what the checks' own time does not cover.

@@ -297,7 +297,13 @@ def judge(
         reason = "; ".join(worker_errors + bad) or "no device reported"
     else:
         verdict = "pass"
-        given = "no baseline given" if baseline is None else "baseline matched"
+        absent = [n for n, c in results.items() if c.baseline != "match"]
+        if baseline is None:
+            given = "no baseline given"
+        elif absent:
+            given = f"baseline matched; it has no digest for {', '.join(absent)}"
+        else:
+            given = "baseline matched"
         reason = f"all checks pass on {len(reports)} device(s); {given}"
     if injection.enabled:
         reason += f" [fault injection on: {injection.count} elements corrupted]"
