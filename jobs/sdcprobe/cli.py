@@ -254,12 +254,19 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 def cmd_fingerprint(args: argparse.Namespace) -> int:
     """``sdcprobe fingerprint``: this node's fingerprint as JSON (in this process)."""
     from sdcprobe.backends import setup_backend
-    from sdcprobe.devices import apply_determinism_env, local_device_count, resolve_backend
+    from sdcprobe.devices import (
+        apply_determinism_env,
+        ensure_pjrt_device,
+        local_device_count,
+        resolve_backend,
+    )
     from sdcprobe.fingerprint import device_facts
     from sdcprobe.judge import build_fingerprint
 
     apply_determinism_env()
     backend_name = resolve_backend(args.device)
+    if backend_name == "xla":
+        ensure_pjrt_device()
     opts = _options(args)
     count = local_device_count(backend_name, args.cpu_devices)
     backend = setup_backend(backend_name, 0, args.threads)

@@ -43,6 +43,22 @@ def xla_on_host() -> bool:
     return os.environ.get("PJRT_DEVICE", "").upper() == "CPU"
 
 
+def ensure_pjrt_device() -> str:
+    """Set ``PJRT_DEVICE`` for torch-xla when the environment does not: Neuron or
+    TPU device files pick that runtime, otherwise PJRT runs on the CPU."""
+    current = os.environ.get("PJRT_DEVICE", "").strip()
+    if current:
+        return current.upper()
+    if Path("/dev/neuron0").exists():
+        chosen = "NEURON"
+    elif Path("/dev/accel0").exists() or Path("/dev/vfio/0").exists():
+        chosen = "TPU"
+    else:
+        chosen = "CPU"
+    os.environ["PJRT_DEVICE"] = chosen
+    return chosen
+
+
 def resolve_backend(requested: str) -> BackendName:
     """Turn ``auto`` into the backend this node has: an explicit ``PJRT_DEVICE``
     other than CPU means XLA; NVIDIA device files mean CUDA; Neuron or TPU device

@@ -22,7 +22,13 @@ from pathlib import Path
 
 import sdcprobe
 from sdcprobe.config import CHECK_NAMES, ProbeConfig, plan_config
-from sdcprobe.devices import BackendName, apply_determinism_env, local_device_count, resolve_backend
+from sdcprobe.devices import (
+    BackendName,
+    apply_determinism_env,
+    ensure_pjrt_device,
+    local_device_count,
+    resolve_backend,
+)
 from sdcprobe.faultspec import FaultSpec
 from sdcprobe.judge import judge
 from sdcprobe.result import Baseline, ProbeResult
@@ -131,6 +137,8 @@ def run_probe(opts: RunOptions) -> ProbeRun:
     """Run the checks on every local device and judge the outcome."""
     start = time.perf_counter()
     backend = resolve_backend(opts.device)
+    if backend == "xla":
+        ensure_pjrt_device()  # workers inherit it
     config = opts.config(backend)
     count = local_device_count(backend, opts.cpu_devices)
     workdir = tempfile.mkdtemp(prefix="sdcprobe-")
