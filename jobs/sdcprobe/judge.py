@@ -124,6 +124,7 @@ def judge_check(
     # 1. Direct evidence inside each device.
     observers: set[int] = set()
     sources: set[int] = set()
+    direct: list[str] = []
     for rank, trace in sorted(ok.items()):
         for ev in trace.evidence:
             where.note(ev.step, ev.item)
@@ -133,10 +134,15 @@ def judge_check(
                     sources.add(ev.source)
             else:
                 suspects.add(rank)
-            if len(findings) < 4:
-                at = f" at step {ev.step}" if ev.step is not None else ""
-                item = f" ({ev.item})" if ev.item else ""
-                findings.append(f"device {rank}: {ev.detail}{at}{item}")
+            at = f" at step {ev.step}" if ev.step is not None else ""
+            item = f" ({ev.item})" if ev.item else ""
+            line = f"device {rank}: {ev.detail}{at}{item}"
+            if line not in direct:
+                direct.append(line)
+    # The first few say what happened; the count says how much.
+    findings.extend(direct[:3])
+    if len(direct) > 3:
+        findings.append(f"{len(direct) - 3} more findings")
     if observers:
         # A bad chunk seen by everyone came from its sender; a bad result seen by
         # one rank is that rank's.
