@@ -257,7 +257,7 @@ class ProbeSpec(ApiModel):
     """CPU and memory for the probe container."""
     cpu_devices: int = Field(default=0, ge=0, le=64)
     """Simulated devices for the probe's cpu backend (nodes without accelerators, tests)."""
-    budget_seconds: int = Field(default=900, ge=30, le=86400)
+    budget_seconds: int = Field(default=900, ge=5, le=86400)
     """Time the probe plans its checks for; it reports inconclusive rather than overrun."""
     active_deadline_seconds: int = Field(default=1800, ge=60, le=172800)
     """Hard limit on the Job; when reached, the test's verdict is Timeout."""
