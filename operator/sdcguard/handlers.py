@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 import structlog
 
-from sdcguard.adapters import observe
+from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.reconciler import FleetView, Reconciler
 from sdcguard.api.policy import DEFAULT_ACCELERATORS
@@ -234,3 +234,13 @@ async def policy_loop(
             next_resync = time.monotonic() + await _pass(name, body, indexes)
     finally:
         RT.wakeups.remove(wakeup)
+
+
+@kopf.timer(GROUP, VERSION, "repairtickets", interval=15, initial_delay=1)
+def announce_ticket(body: kopf.Body, **_: Any) -> None:
+    """Deliver ticket events to the policy's sinks (webhook, Jira) until delivered.
+
+    A receiver that is down only delays the announcement: the quarantine has already
+    happened, and the retry is this timer's next tick.
+    """
+    ticket_sinks.announce(dict(body), RT.reconciler.writer, RT.metrics, _now())

@@ -35,6 +35,13 @@ def test_three_of_five_failing_trips() -> None:
     assert "sdcguard.dev/reset-breaker" in view.explain()
 
 
+def test_passes_that_complete_the_minimum_trip_it() -> None:
+    """Three failures first, then two passes: the fifth sample makes the window count."""
+    view = evaluate(samples(True, True, True, False, False), CONFIG, NOW)
+    assert view.open and view.tripped_at == NOW - 26 * MIN
+    assert view.explain().startswith("3 of 5 screenings failed")
+
+
 def test_half_is_not_more_than_half() -> None:
     view = evaluate(samples(True, False, True, False, False, False), CONFIG, NOW)
     assert not view.open

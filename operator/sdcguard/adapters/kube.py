@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from sdcguard.metrics import Metrics
 
 GROUP = "sdcguard.dev"
+FIELD_MANAGER = "sdcguard"
 VERSION = "v1alpha1"
 log = structlog.get_logger("sdcguard.kube")
 
@@ -67,7 +68,7 @@ class KubeWriter:
         when replacing lists (taints): the server then rejects a stale write
         with 409 instead of dropping someone else's taint."""
         if self._count("node-patch"):
-            self.core.patch_node(name, patch)
+            self.core.patch_node(name, patch, field_manager=FIELD_MANAGER)
 
     def delete_node(self, name: str) -> None:
         if self._count("node-delete"):
@@ -109,7 +110,7 @@ class KubeWriter:
         if not self._count(f"{plural}-create"):
             return body
         try:
-            created = self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+            created = self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body, field_manager=FIELD_MANAGER)
         except ApiException as exc:
             if exc.status == 409:
                 return None

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
+    Mode,
     RepairTicket,
     SDCBaseline,
     SDCBaselineSpec,
@@ -314,7 +315,14 @@ class Reconciler:
                 counts,
             )
         if status.phase in (SDCTestPhase.PENDING, SDCTestPhase.RESERVING):
-            reserved = node.has_taint(policy.spec.taints.testing) or policy.spec.mode == "Observe"
+            # Reserved: our testing taint (or the quarantine taint, for verification of a
+            # repaired node) keeps other work off. Observe mode reserves nothing.
+            taints = policy.spec.taints
+            reserved = (
+                node.has_taint(taints.testing)
+                or node.has_taint(taints.quarantine)
+                or policy.spec.mode == Mode.OBSERVE
+            )
             if not reserved:
                 if status.phase == SDCTestPhase.PENDING:
                     status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
@@ -687,7 +695,7 @@ class Reconciler:
                 node=node_name,
                 previous=decision.previous,
                 state=decision.state.value,
-                event=decision.event,
+                trigger=decision.event,
                 note=decision.note,
             )
         if delete_node:
@@ -817,19 +825,13 @@ class Reconciler:
         now: dt.datetime,
         extra: list[breaker_mod.Sample] | None = None,
     ) -> breaker_mod.BreakerView:
-        status = policy.status.breaker if policy.status else None
-        samples = breaker_mod.samples_from_status(status) if status else []
-        samples += extra or []
-        last = breaker_mod.Reset(
-            marker=status.reset_marker if status else None,
-            at=status.reset_at if status else None,
-        )
-        marker = policy.metadata.annotations.get(keys.RESET_BREAKER)
-        reset = breaker_mod.observe_reset(marker, last, now)
-        config = policy.spec.circuit_breaker
-        view = breaker_mod.evaluate(samples, config, now, reset.at)
-        self._breaker_state = breaker_mod.breaker_status(
-            view, breaker_mod.prune(samples, config, now, reset.at), reset
+        """The breaker now, from the stored status plus this pass's screenings."""
+        view, self._breaker_state = breaker_mod.advance(
+            policy.status.breaker if policy.status else None,
+            policy.spec.circuit_breaker,
+            now,
+            policy.metadata.annotations.get(keys.RESET_BREAKER),
+            extra or (),
         )
         return view
 

@@ -10,6 +10,7 @@ NODE_LABEL = "sdcguard.dev/node"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "sdcprobe"
 MANAGED_BY = "app.kubernetes.io/managed-by"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,10 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                 }
             }
         },
+        # Our own taints, and the cordon (a quarantined node is verified while cordoned).
         "tolerations": [
-            {"key": key, "operator": "Exists"} for key in sorted(set(req.tolerated_taint_keys))
+            {"key": key, "operator": "Exists"}
+            for key in sorted({*req.tolerated_taint_keys, UNSCHEDULABLE_TAINT})
         ],
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "fsGroup": 65532},
         "containers": [

@@ -114,7 +114,9 @@ def evaluate(
     """The breaker at ``now``.
 
     Open if it tripped before (``tripped_at``, from the status) and was not reset since,
-    or if a window ending at a failure within the last ``window`` trips now. Windows
+    or if a window ending at a screening within the last ``window`` trips now. A pass
+    can trip it too: it may bring the window up to ``minSamples`` while the failed share
+    is already over the limit (3 failures, then 2 passes, with minSamples 5). Windows
     ending earlier are not re-checked: pruned samples could not answer for them.
     """
     seconds = parse_duration(config.window)
@@ -123,8 +125,7 @@ def evaluate(
         return _view(_window(ordered, tripped_at, seconds), config, tripped_at)
     recent = now - dt.timedelta(seconds=seconds)
     for sample in ordered:
-        # Only a failure can tip a window over the limit, so check windows ending at one.
-        if sample.failed and sample.at > recent:
+        if sample.at > recent:
             window = _window(ordered, sample.at, seconds)
             if _trips(window, config):
                 return _view(window, config, tripped_at=sample.at)

@@ -1,0 +1,395 @@
+"""Helpers for operator tests against the real local control plane.
+
+- :class:`OperatorProcess` runs ``python -m sdcguard`` as a real process (so a
+  test can SIGKILL it) with the test cluster's kubeconfig.
+- :class:`ProbeKubelet` completes probe Pods bound to test nodes with probe
+  result documents built from the probe's own result models, per node: pass,
+  SDC, digest mismatch, garbage, truncated, or never. (The fleet simulator runs
+  the real probe; these tests are about the operator's decisions.)
+- Nodes are registered and kept Ready by the simulator's heartbeat loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sdcguard.api import baseline_name
+from sdcguard.sim.fleet import load_fleet
+from sdcguard.sim.kube import Kube
+from sdcguard.sim.nodes import Heartbeats
+from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, encode_for_termination
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "sdcguard-system"
+GROUP, VERSION = "sdcguard.dev", "v1alpha1"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
+    """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def apply_crds(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            current = ext.read_custom_resource_definition(body["metadata"]["name"])
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+    custom = client.CustomObjectsApi(api)
+    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
+        wait_for(
+            lambda p=plural: _served(custom, p), 30, f"CRD {plural} to be served"
+        )
+
+
+def _served(custom: client.CustomObjectsApi, plural: str) -> bool:
+    try:
+        custom.list_cluster_custom_object(GROUP, VERSION, plural, limit=1)
+    except ApiException:
+        return False
+    return True
+
+
+def ensure_namespace(api: client.ApiClient, name: str = NS) -> None:
+    with contextlib.suppress(ApiException):
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+        )
+
+
+# Probe results ----------------------------------------------------------------
+
+FINGERPRINT = Fingerprint.build(
+    backend="cpu",
+    device_model="test-cpu",
+    device_count=2,
+    driver=None,
+    runtime=None,
+    torch="2.9.0",
+    torch_xla=None,
+    cpu_isa="x86_64-avx2",
+    threads=1,
+    config_hash="test",
+)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+HEALTHY = {c: _digest(f"healthy-{c}") for c in ("compute", "collective", "golden", "memory")}
+
+
+def result_message(outcome: str, checks: tuple[str, ...] = ("compute", "collective", "golden")) -> tuple[int, str]:
+    """(exit code, termination message) of a probe run with ``outcome``."""
+    if outcome == "garbage":
+        return 0, "Segmentation fault (core dumped)"
+    if outcome == "empty":
+        return 0, ""
+    results: dict[str, CheckResult] = {}
+    for check in checks:
+        digest = HEALTHY[check]
+        if outcome == "mismatch" and check == "golden":
+            digest = _digest("corrupted")
+        if outcome == "sdc" and check == "golden":
+            results[check] = CheckResult(
+                verdict="fail",
+                reason="device 1 disagrees with device 0 from step 3",
+                digest=_digest("corrupted"),
+                odd_device=1,
+                first_divergent_step=3,
+                first_divergent_submodule="layers.0.attention.output",
+            )
+            continue
+        results[check] = CheckResult(verdict="pass", digest=digest)
+    verdict = "fail" if outcome == "sdc" else "pass"
+    result = ProbeResult(verdict=verdict, fingerprint=FINGERPRINT, checks=results, duration_s=1.0)
+    text = encode_for_termination(result)
+    if outcome == "truncated":
+        return 0, text[: len(text) // 2]
+    return (1 if outcome == "sdc" else 0), text
+
+
+class ProbeKubelet:
+    """Completes probe Pods bound to known nodes, as a kubelet would report them."""
+
+    def __init__(self, api: client.ApiClient, outcomes: dict[str, str]) -> None:
+        self.core = client.CoreV1Api(api)
+        self.outcomes = outcomes
+        """node -> pass | sdc | mismatch | garbage | empty | truncated | never."""
+        self.completed: list[tuple[str, str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ProbeKubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pods = self.core.list_namespaced_pod(
+                    NS, label_selector="app.kubernetes.io/component=sdcprobe"
+                ).items
+            except Exception:
+                time.sleep(0.5)
+                continue
+            for pod in pods:
+                node = pod.spec.node_name
+                if not node or node not in self.outcomes:
+                    continue
+                if pod.status.phase in ("Succeeded", "Failed"):
+                    continue
+                outcome = self.outcomes[node]
+                if outcome == "never":
+                    continue
+                self._complete(pod, outcome)
+            time.sleep(0.2)
+
+    def _complete(self, pod: client.V1Pod, outcome: str) -> None:
+        args = list(pod.spec.containers[0].args or [])
+        checks = tuple(args[args.index("--checks") + 1].split(",")) if "--checks" in args else ()
+        code, message = result_message(outcome, checks or ("compute", "collective", "golden"))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "startTime": now,
+            "containerStatuses": [
+                {
+                    "name": "sdcprobe",
+                    "image": pod.spec.containers[0].image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": "Completed" if code == 0 else "Error",
+                            "message": message,
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    },
+                }
+            ],
+        }
+        try:
+            self.core.patch_namespaced_pod_status(pod.metadata.name, NS, {"status": status})
+            self.completed.append((pod.spec.node_name, pod.metadata.name, outcome))
+        except ApiException:
+            pass
+
+
+# Nodes -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def gpu_nodes(
+    api: client.ApiClient,
+    names: list[str],
+    *,
+    case: str,
+    gated: bool = True,
+    pool: str = "test",
+) -> Iterator[Heartbeats]:
+    """Register H100-like nodes (8 GPUs), gated like kubelet --register-with-taints, and keep
+    them Ready until the block ends; then delete them."""
+    fleet = {
+        "name": "operator-test",
+        "defaults": {"taints": ["sdcguard.dev/unqualified:NoSchedule"] if gated else []},
+        "nodes": [
+            {
+                "name": n,
+                "instanceType": "p5.48xlarge",
+                "pool": pool,
+                "labels": {"sdcguard.test/case": case},
+            }
+            for n in names
+        ],
+        "workloads": {"enabled": False},
+        "repair": {"enabled": False},
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(fleet, fh)
+    try:
+        loaded = load_fleet(Path(fh.name))
+    finally:
+        os.unlink(fh.name)
+    beats = Heartbeats(Kube(api), loaded.nodes, interval=5.0)
+    beats.register_all()
+    beats.start()
+    try:
+        yield beats
+    finally:
+        beats.stop()
+        core = client.CoreV1Api(api)
+        for name in names:
+            with contextlib.suppress(ApiException):
+                core.delete_node(name)
+
+
+# The operator --------------------------------------------------------------------
+
+
+class OperatorProcess:
+    """``python -m sdcguard`` against the test cluster, as a real process."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, env: dict[str, str] | None = None):
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = dict(os.environ)
+        env.update(
+            {
+                "KUBECONFIG": str(self.kubeconfig),
+                "SDCGUARD_NAMESPACE": NS,
+                "SDCGUARD_METRICS_PORT": "0",
+                "SDCGUARD_LOG_FORMAT": "json",
+                "SDCGUARD_RESYNC_SECONDS": "5",
+                "SDCGUARD_DEFAULT_PROBE_IMAGE": "example.invalid/sdcprobe:test",
+                "PYTHONPATH": os.pathsep.join(
+                    [str(REPO / "operator"), str(REPO / "jobs"), env.get("PYTHONPATH", "")]
+                ),
+                **self.env,
+            }
+        )
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sdcguard", "--liveness", ""],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, as when a node dies under the operator."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+# Policies and reads ----------------------------------------------------------------
+
+
+def policy_body(name: str, **spec: Any) -> dict[str, Any]:
+    """A fast test policy: short budgets, one re-run to confirm, consensus of 2."""
+    base: dict[str, Any] = {
+        "nodeSelector": {"matchLabels": spec.pop("match_labels", {})},
+        "probe": {"budgetSeconds": 30, "activeDeadlineSeconds": 120, "cpuDevices": 2},
+        "budgets": {"maxConcurrentTests": 10, "maxUnavailable": "100%"},
+        "triggers": {
+            "onReturnFromUse": {"enabled": True, "idleFor": "5s"},
+            "inconclusiveBackoff": "5s",
+        },
+        "baseline": {"mode": "Consensus", "quorum": 2},
+        "confirmation": {"reruns": 1},
+        "repair": {"maxRepairCycles": 2},
+    }
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SDCPolicy",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+
+
+def trusted_baseline(api: client.ApiClient) -> None:
+    """An approved baseline for the test fingerprint (skips consensus where a test wants)."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SDCBaseline",
+        "metadata": {"name": baseline_name(FINGERPRINT.hash)},
+        "spec": {
+            "fingerprint": {"hash": FINGERPRINT.hash, "backend": "cpu", "deviceModel": "test-cpu",
+                            "deviceCount": 2},
+            "digests": HEALTHY,
+            "source": "Approved",
+            "trusted": True,
+        },
+    }
+    with contextlib.suppress(ApiException):
+        client.CustomObjectsApi(api).create_cluster_custom_object(
+            GROUP, VERSION, "sdcbaselines", body
+        )
+
+
+def node_state(api: client.ApiClient, name: str) -> str | None:
+    node = client.CoreV1Api(api).read_node(name)
+    return (node.metadata.labels or {}).get("sdcguard.dev/state")
+
+
+def list_custom(api: client.ApiClient, plural: str, node: str | None = None) -> list[dict[str, Any]]:
+    items = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+    return [i for i in items if node is None or i["spec"].get("nodeName") == node]
+
+
+def delete_all(api: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(api)
+    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
+        for item in custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(
+                    GROUP, VERSION, plural, item["metadata"]["name"]
+                )
+    batch = client.BatchV1Api(api)
+    with contextlib.suppress(ApiException):
+        batch.delete_collection_namespaced_job(NS, propagation_policy="Background")
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
+

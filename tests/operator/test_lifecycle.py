@@ -1,0 +1,318 @@
+"""The node lifecycle end to end: real API server, scheduler, Job controller, operator process.
+
+Probe Pods are completed by :class:`ProbeKubelet` with result documents built from
+the probe's own models; the e2e tests run the real probe through the simulator.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kubernetes import client
+
+from tests.operator.harness import (
+    GROUP,
+    NS,
+    VERSION,
+    ProbeKubelet,
+    gpu_nodes,
+    list_custom,
+    node_state,
+    policy_body,
+    trusted_baseline,
+    wait_for,
+)
+
+GATE, TESTING, QUARANTINE = (
+    "sdcguard.dev/unqualified",
+    "sdcguard.dev/testing",
+    "sdcguard.dev/quarantined",
+)
+
+
+def _case() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def _policy(api: client.ApiClient, case: str, **spec: Any) -> str:
+    name = f"p-{case}"
+    body = policy_body(name, match_labels={"sdcguard.test/case": case}, **spec)
+    client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, "sdcpolicies", body)
+    return name
+
+
+def _node(api: client.ApiClient, name: str) -> client.V1Node:
+    return client.CoreV1Api(api).read_node(name)
+
+
+def _taints(api: client.ApiClient, name: str) -> set[str]:
+    return {t.key for t in (_node(api, name).spec.taints or [])}
+
+
+def _events(api: client.ApiClient, node: str) -> list[str]:
+    items = client.CoreV1Api(api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node}"
+    ).items
+    return [e.reason for e in items]
+
+
+def test_join_acceptance_qualifies_and_removes_gate(api_client, operator) -> None:
+    case = _case()
+    nodes = [f"join-{case}-{i}" for i in range(2)]
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(
+        api_client, dict.fromkeys(nodes, "pass")
+    ):
+        _policy(api_client, case)
+        for n in nodes:
+            wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 60, f"{n} Qualified")
+            assert GATE not in _taints(api_client, n)
+            assert TESTING not in _taints(api_client, n)
+            assert not _node(api_client, n).spec.unschedulable
+            tests = list_custom(api_client, "sdctests", n)
+            assert [t["spec"]["reason"] for t in tests] == ["Join"]
+            assert tests[0]["status"]["phase"] == "Passed"
+            assert tests[0]["status"]["verdict"] == "Pass"
+            assert "Qualified" in _events(api_client, n)
+            annotations = _node(api_client, n).metadata.annotations or {}
+            assert "sdcguard.dev/qualified-at" in annotations
+            # Kopf keeps no bookkeeping on Nodes.
+            assert not [k for k in annotations if "kopf" in k]
+
+
+def test_consensus_establishes_baseline_then_qualifies(api_client, operator) -> None:
+    """No trusted baseline: the first screenings wait; two agreeing nodes make it trusted."""
+    case = _case()
+    custom = client.CustomObjectsApi(api_client)
+    for item in list_custom(api_client, "sdcbaselines"):
+        custom.delete_cluster_custom_object(GROUP, VERSION, "sdcbaselines", item["metadata"]["name"])
+    nodes = [f"cons-{case}-{i}" for i in range(3)]
+    outcomes = {nodes[0]: "pass", nodes[1]: "pass", nodes[2]: "mismatch"}
+    with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
+        _policy(api_client, case)
+        wait_for(
+            lambda: all(node_state(api_client, n) == "Qualified" for n in nodes[:2]),
+            90, "the agreeing nodes to qualify",
+        )
+        baselines = list_custom(api_client, "sdcbaselines")
+        assert len(baselines) == 1 and baselines[0]["spec"]["trusted"] is True
+        assert sorted(baselines[0]["spec"]["recordedFrom"]) == sorted(nodes[:2])
+        wait_for(
+            lambda: node_state(api_client, nodes[2]) in ("Quarantined", "Suspect"),
+            90, "the disagreeing node to be held",
+        )
+        assert GATE in _taints(api_client, nodes[2]) or QUARANTINE in _taints(api_client, nodes[2])
+
+
+def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, operator) -> None:
+    case = _case()
+    node = f"sick-{case}"
+    trusted_baseline(api_client)
+    outcomes = {node: "sdc"}
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
+        policy = _policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
+        n = _node(api_client, node)
+        assert QUARANTINE in _taints(api_client, node)
+        assert n.spec.unschedulable is True
+        assert n.metadata.annotations.get("sdcguard.dev/cordoned-by-us") == "true"
+        assert n.metadata.annotations.get("karpenter.sh/do-not-disrupt") == "true"
+        tests = sorted(list_custom(api_client, "sdctests", node), key=lambda t: t["metadata"]["name"])
+        assert [t["spec"]["reason"] for t in tests] == ["Join", "Confirmation"]
+        assert all(t["status"]["verdict"] == "SDC" for t in tests)
+        golden = next(c for c in tests[0]["status"]["checks"] if c["name"] == "golden")
+        assert golden["oddDevice"] == 1 and golden["firstDivergentStep"] == 3
+        tickets = list_custom(api_client, "repairtickets", node)
+        assert len(tickets) == 1
+        ticket = tickets[0]
+        assert ticket["status"]["phase"] == "Open"
+        assert set(ticket["spec"]["evidence"]) == {t["metadata"]["name"] for t in tests}
+        assert ticket["spec"]["policyRef"] == policy
+        assert {"Quarantined", "SDCSuspected"} <= set(_events(api_client, node))
+
+        # The repair side fixes the node and says so on the ticket.
+        outcomes[node] = "pass"
+        client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+            GROUP, VERSION, "repairtickets", ticket["metadata"]["name"],
+            {"spec": {"resolution": "Repaired", "resolutionNote": "GPU 1 reseated"}},
+        )
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "return to the pool")
+        n = _node(api_client, node)
+        assert not n.spec.unschedulable
+        assert _taints(api_client, node) & {GATE, TESTING, QUARANTINE} == set()
+        assert "karpenter.sh/do-not-disrupt" not in (n.metadata.annotations or {})
+        ticket = list_custom(api_client, "repairtickets", node)[0]
+        assert ticket["status"]["phase"] == "Closed"
+        phases = [h["phase"] for h in ticket["status"]["history"]]
+        assert phases[0] == "Open" and "Verifying" in phases and phases[-1] == "Closed"
+        reasons = [t["spec"]["reason"] for t in list_custom(api_client, "sdctests", node)]
+        assert "RepairVerification" in reasons
+
+
+def test_repeated_failures_retire_the_node(api_client, operator) -> None:
+    case = _case()
+    node = f"bad-{case}"
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "sdc"}):
+        _policy(api_client, case, repair={"maxRepairCycles": 2})
+        custom = client.CustomObjectsApi(api_client)
+        for cycle in (1, 2):
+            def repaired_ticket(cycle: int = cycle) -> dict[str, Any] | None:
+                tickets = list_custom(api_client, "repairtickets", node)
+                if not tickets or node_state(api_client, node) != "Quarantined":
+                    return None
+                t = tickets[0]
+                ok = (t.get("status") or {}).get("cycle") == cycle and not t["spec"].get("resolution")
+                return t if ok else None
+
+            ticket = wait_for(repaired_ticket, 90, f"quarantine, cycle {cycle}")
+            custom.patch_cluster_custom_object(
+                GROUP, VERSION, "repairtickets", ticket["metadata"]["name"],
+                {"spec": {"resolution": "Repaired"}},
+            )
+        wait_for(lambda: node_state(api_client, node) == "Retired", 90, "retirement")
+        assert _node(api_client, node).spec.unschedulable is True
+        tickets = list_custom(api_client, "repairtickets", node)
+        assert len(tickets) == 1 and tickets[0]["status"]["phase"] == "Retired"
+        assert "Retired" in _events(api_client, node)
+
+
+def test_idle_return_from_use_retests(api_client, operator) -> None:
+    case = _case()
+    node = f"idle-{case}"
+    trusted_baseline(api_client)
+    core = client.CoreV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        _policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
+        # A customer workload uses the GPUs, then leaves.
+        pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"train-{case}", namespace="default"),
+            spec=client.V1PodSpec(
+                node_name=node,
+                containers=[client.V1Container(
+                    name="train", image="example.invalid/train",
+                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
+                )],
+            ),
+        )
+        core.create_namespaced_pod("default", pod)
+        core.patch_namespaced_pod_status(f"train-{case}", "default", {"status": {"phase": "Running"}})
+        import time as _time
+
+        _time.sleep(3)
+        assert len(list_custom(api_client, "sdctests", node)) == 1, "tested while in use"
+        core.delete_namespaced_pod(f"train-{case}", "default", grace_period_seconds=0)
+        retest = wait_for(
+            lambda: [t for t in list_custom(api_client, "sdctests", node)
+                     if t["spec"]["reason"] == "ReturnFromUse"],
+            60, "a return-from-use screening",
+        )
+        assert retest[0]["spec"]["suite"] == "requalification"
+        wait_for(
+            lambda: node_state(api_client, node) == "Qualified"
+            and (list_custom(api_client, "sdctests", node)[-1].get("status") or {}).get("phase")
+            == "Passed",
+            60, "requalification",
+        )
+
+
+def test_budget_is_never_exceeded(api_client, operator) -> None:
+    case = _case()
+    nodes = [f"budget-{case}-{i}" for i in range(10)]
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(
+        api_client, dict.fromkeys(nodes, "pass")
+    ):
+        _policy(api_client, case, budgets={"maxConcurrentTests": 2, "maxUnavailable": "100%"})
+        peak = 0
+        import time as _time
+
+        deadline = _time.monotonic() + 150
+        while _time.monotonic() < deadline:
+            running = [
+                t for t in list_custom(api_client, "sdctests")
+                if t["spec"]["nodeName"] in nodes
+                and (t.get("status") or {}).get("phase") not in ("Passed", "Failed", "Inconclusive", "Cancelled")
+            ]
+            peak = max(peak, len(running))
+            assert len(running) <= 2, f"{len(running)} tests at once: {[t['metadata']['name'] for t in running]}"
+            if all(node_state(api_client, n) == "Qualified" for n in nodes):
+                break
+            _time.sleep(0.2)
+        assert all(node_state(api_client, n) == "Qualified" for n in nodes)
+        assert peak == 2
+
+
+def test_breaker_trips_when_three_of_five_fail(api_client, operator) -> None:
+    case = _case()
+    nodes = [f"brk-{case}-{i}" for i in range(5)]
+    trusted_baseline(api_client)
+    outcomes = {n: ("sdc" if i < 3 else "pass") for i, n in enumerate(nodes)}
+    with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
+        policy = _policy(
+            api_client, case,
+            confirmation={"reruns": 0},
+            circuitBreaker={"window": "1h", "minSamples": 5, "maxFailureFraction": 0.5},
+            budgets={"maxConcurrentTests": 1, "maxUnavailable": "100%"},
+        )
+        custom = client.CustomObjectsApi(api_client)
+
+        def breaker() -> dict[str, Any] | None:
+            status = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy).get("status") or {}
+            cond = next((c for c in status.get("conditions", []) if c["type"] == "BreakerOpen"), None)
+            return cond if cond and cond["status"] == "True" else None
+
+        cond = wait_for(breaker, 150, "the breaker to trip")
+        assert "3 of 5 screenings failed" in cond["message"]
+        states = [node_state(api_client, n) for n in nodes]
+        # Failures before the trip were quarantined; the breaker holds later ones.
+        assert states.count("Quarantined") <= 3
+        assert set(states) <= {"Quarantined", "Qualified", "Suspect", "Testing", "Unqualified"}
+
+
+def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:
+    case = _case()
+    nodes = [f"obs-{case}-{i}" for i in range(2)]
+    trusted_baseline(api_client)
+    outcomes = {nodes[0]: "pass", nodes[1]: "sdc"}
+    with gpu_nodes(api_client, nodes, case=case, gated=False), ProbeKubelet(api_client, outcomes):
+        _policy(api_client, case, mode="Observe", confirmation={"reruns": 0})
+        wait_for(
+            lambda: len([t for t in list_custom(api_client, "sdctests", nodes[1])
+                         if (t.get("status") or {}).get("verdict") == "SDC"]) >= 1,
+            90, "the SDC verdict to be recorded",
+        )
+        wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "verdict recorded")
+        for n in nodes:
+            node = _node(api_client, n)
+            assert not node.spec.taints, f"{n} got taints in Observe mode"
+            assert not node.spec.unschedulable
+        assert list_custom(api_client, "repairtickets", nodes[1]) == []
+
+
+def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> None:
+    case = _case()
+    node = f"kill-{case}"
+    trusted_baseline(api_client)
+    outcomes = {node: "never"}
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
+        _policy(api_client, case)
+        wait_for(
+            lambda: client.BatchV1Api(api_client).list_namespaced_job(
+                NS, label_selector=f"sdcguard.dev/node={node}").items,
+            60, "the probe Job",
+        )
+        operator.kill()
+        operator.start()
+        import time as _time
+
+        _time.sleep(5)
+        outcomes[node] = "pass"
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "the test to complete")
+        jobs = client.BatchV1Api(api_client).list_namespaced_job(
+            NS, label_selector=f"sdcguard.dev/node={node}").items
+        assert len(jobs) == 1
+        assert len(list_custom(api_client, "sdctests", node)) == 1
+        assert list_custom(api_client, "repairtickets", node) == []

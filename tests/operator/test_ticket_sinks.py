@@ -1,0 +1,92 @@
+"""A quarantine is announced to a signed webhook, at least once, even if it is down at first."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from kubernetes import client
+
+from sdcguard.adapters.notify import verify_signature
+from tests.operator.harness import (
+    GROUP,
+    NS,
+    VERSION,
+    ProbeKubelet,
+    gpu_nodes,
+    list_custom,
+    node_state,
+    policy_body,
+    trusted_baseline,
+    wait_for,
+)
+
+KEY = b"webhook-signing-key"
+
+
+class Receiver(BaseHTTPRequestHandler):
+    failures_left = 2
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server API)
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        type(self).received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        if type(self).failures_left > 0:
+            type(self).failures_left -= 1
+            self.send_response(500)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_quarantine_reaches_a_webhook_that_was_down(api_client, operator) -> None:
+    case = uuid.uuid4().hex[:6]
+    node = f"hook-{case}"
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(NS, client.V1Secret(
+        metadata=client.V1ObjectMeta(name=f"hook-{case}"),
+        data={"token": base64.b64encode(KEY).decode()},
+    ))
+    trusted_baseline(api_client)
+    try:
+        with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "sdc"}):
+            sink = {
+                "type": "webhook",
+                "url": f"http://127.0.0.1:{server.server_port}/sdc",
+                "secretRef": {"name": f"hook-{case}", "namespace": NS, "key": "token"},
+            }
+            body = policy_body(
+                f"p-{case}", match_labels={"sdcguard.test/case": case},
+                repair={"maxRepairCycles": 2, "ticketSinks": [sink]},
+            )
+            client.CustomObjectsApi(api_client).create_cluster_custom_object(
+                GROUP, VERSION, "sdcpolicies", body
+            )
+            wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
+            ticket = wait_for(
+                lambda: [t for t in list_custom(api_client, "repairtickets", node)
+                         if ((t.get("status") or {}).get("notification") or {}).get("delivered")],
+                90, "the webhook delivery to be recorded",
+            )[0]
+    finally:
+        server.shutdown()
+    note = ticket["status"]["notification"]
+    assert note["attempts"] >= 3  # two 500s, then 200
+    keys = {h["idempotency-key"] for h, _ in Receiver.received}
+    assert len(keys) == 1 and note["idempotencyKey"] in keys
+    headers, raw = Receiver.received[-1]
+    assert verify_signature(raw, KEY, headers["x-sdcguard-signature"])
+    payload = json.loads(raw)
+    assert payload["event"] == "ticket.opened"
+    assert payload["ticket"]["nodeName"] == node
+    assert payload["ticket"]["evidence"] == ticket["spec"]["evidence"]
