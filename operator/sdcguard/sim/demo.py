@@ -1,0 +1,514 @@
+"""``make demo`` / ``python -m sdcguard.sim.demo``: a simulated fleet through the whole lifecycle.
+
+One command, on a machine with nothing running:
+
+1. starts a local control plane (etcd, kube-apiserver, controller-manager, scheduler;
+   ``tests/cluster/localcluster.py``, binaries built once per machine and cached);
+2. renders the Helm chart (``helm template charts/sdcguard``) and applies its CRDs,
+   ServiceAccount, RBAC and probe PriorityClass; the operator Deployment is left out, as
+   nothing would run its Pod (:mod:`sdcguard.sim.demo_install`);
+3. starts the operator as a local process with a TokenRequest token of the chart's
+   ServiceAccount (the chart's permissions, no admin rights) and the chart's environment;
+4. creates a fast demo SDCPolicy (5 s probe budget, consensus of 3 for the baseline,
+   re-screening after 30 s idle) and starts the fleet simulator with ``fleets/demo.yaml``:
+   nine GPU and Trainium nodes, one with steady attention-output corruption (like the
+   study's 4.78e-3 node) and one that is sick only now and then; the simulated repair shop
+   resolves tickets after 20 s;
+5. shows every node's state, current test, last verdict and what it waits for, refreshed
+   in place on a terminal (plain lines otherwise), while the nodes join, are screened,
+   the sick one is confirmed and quarantined with a RepairTicket, repaired, verified and
+   returned to the pool;
+6. ends when the faulty node is back Qualified after its repair and every node is
+   Qualified (or after ``--timeout`` seconds, saying what it still waited for), prints a
+   summary and writes ``demo-out/summary.json``, ``demo-out/timeline.png`` (one row per
+   node coloured by state over time, a marker per test verdict) and the operator's and
+   simulator's logs.
+
+Everything it started stops when it ends, on Ctrl-C or SIGTERM; the control plane and the
+operator also die with it if it is killed outright (PR_SET_PDEATHSIG).
+
+Exit codes: 0 done, 1 the lifecycle did not complete in time, 2 set-up failed, 130
+interrupted.
+
+:func:`run_demo` is the core, for tests: it runs the same steps against any control
+plane (the e2e tests pass the session's cluster) and returns a :class:`DemoResult`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from sdcguard.sim.demo_install import (
+    GROUP,
+    VERSION,
+    ControlPlane,
+    DemoError,
+    Installation,
+    LocalOperator,
+    PolicySettings,
+    free_port,
+    install,
+    mint_token,
+    policy_body,
+    uninstall,
+    write_kubeconfig,
+)
+from sdcguard.sim.demo_report import (
+    Display,
+    NullDisplay,
+    PlainDisplay,
+    TerminalDisplay,
+    build_summary,
+    plot_timeline,
+    summary_lines,
+)
+from sdcguard.sim.demo_watch import (
+    PoolBudget,
+    Recorder,
+    RecorderView,
+    Reservation,
+    pending_goals,
+    summarize_events,
+)
+from sdcguard.sim.fleet import DEMO_FLEET, Fleet, FleetError, load_fleet
+from sdcguard.sim.kube import JsonDict, Kube
+from sdcguard.sim.simulator import SimOptions, Simulator
+
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """One demo run. The defaults are ``make demo``'s."""
+
+    fleet: Path = DEMO_FLEET
+    policy: str = "demo"
+    release: str = "sdcguard"
+    namespace: str = "sdcguard-system"
+    settings: PolicySettings = field(default_factory=PolicySettings)
+    repair_delay_seconds: float = 20.0
+    timeout_seconds: float = 300.0
+    """Limit on the lifecycle (after set-up)."""
+    max_parallel_probes: int | None = None
+    """Probes the simulator runs at once; default: the fleet file's, else the CPU count."""
+    workloads: bool | None = None
+    """Customer pods; default: the fleet file's ``workloads.enabled``."""
+    resync_seconds: float = 5.0
+    allow_rescreening: bool = False
+    """Count a node being re-screened after customer use as done (large fleets rarely
+    have every node Qualified at one instant)."""
+    out_dir: Path | None = Path("demo-out")
+    cleanup: bool = False
+    """Delete everything the run created (policy, tests, tickets, new baselines, nodes,
+    RBAC, namespace): for a shared control plane. The demo's own throwaway one needs none."""
+    poll_seconds: float = 1.0
+
+
+@dataclass
+class DemoResult:
+    """How a run ended, and everything it saw."""
+
+    ok: bool
+    outcome: str
+    summary: dict[str, Any]
+    view: RecorderView
+    budgets: dict[str, PoolBudget]
+    reservations: list[Reservation]
+    events: list[dict[str, Any]]
+    operator_log: Path
+    summary_path: Path | None = None
+    timeline_path: Path | None = None
+
+
+def _list(api: client.ApiClient, plural: str) -> list[JsonDict]:
+    return list(Kube(api).request("GET", f"/apis/{GROUP}/{VERSION}/{plural}").get("items") or [])
+
+
+def _get(api: client.ApiClient, plural: str, name: str) -> JsonDict:
+    return Kube(api).request("GET", f"/apis/{GROUP}/{VERSION}/{plural}/{name}")
+
+
+def _foreign_policies(api: client.ApiClient, fleet: Fleet, mine: str) -> list[str]:
+    """Other SDCPolicies that would also select the fleet's nodes (screening them twice)."""
+    clashes = []
+    for item in _list(api, "sdcpolicies"):
+        name = item["metadata"]["name"]
+        if name == mine:
+            continue
+        match = ((item.get("spec") or {}).get("nodeSelector") or {}).get("matchLabels") or {}
+        if any(all(n.labels.get(k) == v for k, v in match.items()) for n in fleet.nodes):
+            clashes.append(name)
+    return clashes
+
+
+def _delete_custom(api: client.ApiClient, plural: str, name: str) -> None:
+    """Delete one of our objects, dropping Kopf's finalizer when no operator is left to."""
+    custom = client.CustomObjectsApi(api)
+    with contextlib.suppress(ApiException):
+        custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+    with contextlib.suppress(ApiException):
+        obj = _get(api, plural, name)
+        finalizers = obj["metadata"].get("finalizers") or []
+        if KOPF_FINALIZER in finalizers:
+            kept = [f for f in finalizers if f != KOPF_FINALIZER]
+            custom.patch_cluster_custom_object(
+                GROUP, VERSION, plural, name, {"metadata": {"finalizers": kept or None}}
+            )
+
+
+def _baseline_names(api: client.ApiClient) -> set[str]:
+    return {i["metadata"]["name"] for i in _list(api, "sdcbaselines")}
+
+
+def _delete_policy(api: client.ApiClient, name: str, operator: LocalOperator | None) -> None:
+    """Delete the policy while the operator runs (its finalizer goes with the operator's
+    blessing); without a live operator, drop the finalizer."""
+    custom = client.CustomObjectsApi(api)
+    with contextlib.suppress(ApiException):
+        custom.delete_cluster_custom_object(GROUP, VERSION, "sdcpolicies", name)
+    deadline = time.monotonic() + (30 if operator is not None and operator.alive else 0)
+    while time.monotonic() < deadline:
+        try:
+            _get(api, "sdcpolicies", name)
+        except ApiException:
+            return
+        time.sleep(0.5)
+    _delete_custom(api, "sdcpolicies", name)
+
+
+def _remove_run_objects(
+    api: client.ApiClient, cfg: DemoConfig, fleet: Fleet, baselines_before: set[str]
+) -> None:
+    """Tests, tickets, probe Jobs and Pods, and the baselines this run created."""
+    names = {n.name for n in fleet.nodes}
+    for plural in ("sdctests", "repairtickets"):
+        with contextlib.suppress(ApiException):
+            for item in _list(api, plural):
+                spec = item.get("spec") or {}
+                if spec.get("policyRef") == cfg.policy or spec.get("nodeName") in names:
+                    _delete_custom(api, plural, item["metadata"]["name"])
+    with contextlib.suppress(ApiException):
+        for name in _baseline_names(api) - baselines_before:
+            _delete_custom(api, "sdcbaselines", name)
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        batch.delete_collection_namespaced_job(cfg.namespace, propagation_policy="Background")
+    with contextlib.suppress(ApiException):
+        # No kubelet will confirm a graceful deletion of a probe Pod: delete at once.
+        core.delete_collection_namespaced_pod(cfg.namespace, grace_period_seconds=0)
+
+
+def run_demo(
+    cp: ControlPlane,
+    cfg: DemoConfig,
+    *,
+    display: Display | None = None,
+    control_plane_seconds: float = 0.0,
+    stop: threading.Event | None = None,
+) -> DemoResult:
+    """Install, run the operator and the fleet, watch the lifecycle to its end, report.
+
+    ``cp`` is a started control plane (``LocalCluster``). Raises :class:`DemoError` when
+    set-up fails; a lifecycle that does not complete returns a result with ``ok`` False.
+    """
+    display = display or NullDisplay()
+    t_start = time.monotonic()
+    api = config.new_client_from_config(str(cp.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        fleet = load_fleet(cfg.fleet)
+    except FleetError as exc:
+        raise DemoError(str(exc)) from None
+    workdir = Path(tempfile.mkdtemp(prefix="sdcguard-demo-"))
+    out_dir = cfg.out_dir or workdir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    operator_log = out_dir / "operator.log"
+    operator_log.write_bytes(b"")
+    baselines_before: set[str] = set()
+    inst: Installation | None = None
+    operator: LocalOperator | None = None
+    sim: Simulator | None = None
+    recorder: Recorder | None = None
+    try:
+        display.note("installing the chart's CRDs, ServiceAccount and RBAC (helm template)")
+        inst = install(cp, api, release=cfg.release, namespace=cfg.namespace)
+        clashes = _foreign_policies(api, fleet, cfg.policy)
+        if clashes:
+            raise DemoError(
+                f"SDCPolicy {', '.join(clashes)} also selects the fleet's nodes; delete it "
+                "first (`kubectl delete sdcpolicy NAME` while an operator runs)"
+            )
+        baselines_before = _baseline_names(api)
+        token = mint_token(api, inst)
+        kubeconfig = write_kubeconfig(
+            workdir / "operator.kubeconfig",
+            cp,
+            token,
+            user=f"system:serviceaccount:{inst.namespace}:{inst.service_account}",
+        )
+        metrics_port = free_port()
+        env = {
+            **inst.operator_env,
+            "SDCGUARD_METRICS_PORT": str(metrics_port),
+            "SDCGUARD_RESYNC_SECONDS": str(cfg.resync_seconds),
+            "SDCGUARD_LOG_FORMAT": "json",
+        }
+        operator = LocalOperator(kubeconfig, env, operator_log)
+        display.note(
+            f"starting the operator as ServiceAccount {inst.namespace}/{inst.service_account} "
+            f"(metrics on http://127.0.0.1:{metrics_port}/metrics)"
+        )
+        operator.start()
+        client.CustomObjectsApi(api).create_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", policy_body(cfg.policy, fleet.name, cfg.settings)
+        )
+        sim = Simulator(
+            fleet,
+            api,
+            SimOptions(
+                max_parallel_probes=cfg.max_parallel_probes,
+                workloads=cfg.workloads,
+                repair_delay_seconds=cfg.repair_delay_seconds,
+                workdir=workdir / "sim",
+            ),
+        )
+        setup_seconds = control_plane_seconds + time.monotonic() - t_start
+        recorder = Recorder(
+            api,
+            fleet,
+            cfg.policy,
+            max_concurrent_tests=cfg.settings.max_concurrent_tests,
+            max_unavailable=cfg.settings.max_unavailable,
+            snapshot=sim.snapshot,
+        )
+        recorder.start()
+        display.note(f"registering {len(fleet.nodes)} simulated nodes (fleet {fleet.name})")
+        sim.start()
+        ok, outcome = _watch(recorder, cfg, display, operator, stop)
+        lifecycle_seconds = recorder.now()
+        view = recorder.view()
+        try:
+            events = summarize_events(api, view.nodes)
+        except Exception:
+            events = []
+        summary = build_summary(
+            view,
+            outcome=outcome,
+            ok=ok,
+            fleet=fleet.name,
+            policy=cfg.policy,
+            timings={
+                "controlPlaneSeconds": control_plane_seconds,
+                "setupSeconds": setup_seconds,
+                "lifecycleSeconds": lifecycle_seconds,
+            },
+            settings={
+                **asdict(cfg.settings),
+                "repairDelaySeconds": cfg.repair_delay_seconds,
+                "maxParallelProbes": sim.state.max_parallel_probes,
+                "timeoutSeconds": cfg.timeout_seconds,
+            },
+            events=events,
+            budgets=recorder.budgets,
+            reservations=recorder.reservations,
+        )
+        result = DemoResult(
+            ok=ok,
+            outcome=outcome,
+            summary=summary,
+            view=view,
+            budgets=recorder.budgets,
+            reservations=list(recorder.reservations),
+            events=events,
+            operator_log=operator_log,
+        )
+        if cfg.out_dir is not None:
+            result.summary_path = out_dir / "summary.json"
+            result.summary_path.write_text(json.dumps(summary, indent=1, default=str) + "\n")
+            result.timeline_path = plot_timeline(summary, out_dir / "timeline.png")
+        return result
+    finally:
+        display.close()
+        if recorder is not None:
+            recorder.stop()
+        if cfg.cleanup:
+            _delete_policy(api, cfg.policy, operator)
+        if operator is not None:
+            operator.stop()
+        if sim is not None:
+            sim.stop(cleanup=cfg.cleanup)
+        if cfg.cleanup:
+            _remove_run_objects(api, cfg, fleet, baselines_before)
+            if inst is not None:
+                uninstall(api, inst)
+        with contextlib.suppress(Exception):
+            api.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _watch(
+    recorder: Recorder,
+    cfg: DemoConfig,
+    display: Display,
+    operator: LocalOperator,
+    stop: threading.Event | None,
+) -> tuple[bool, str]:
+    """Poll and show until the lifecycle is complete, the time is up or someone stops us."""
+    deadline = time.monotonic() + cfg.timeout_seconds
+    try:
+        while True:
+            recorder.poll()
+            view = recorder.view()
+            pending = pending_goals(view, allow_rescreening=cfg.allow_rescreening)
+            display.update(view, pending)
+            if not pending:
+                repaired = [
+                    t.name for t in view.nodes.values() if t.first("Quarantined") is not None
+                ]
+                return True, (
+                    f"{', '.join(repaired) or 'no node'} quarantined, repaired and returned; "
+                    f"all {len(view.nodes)} nodes Qualified"
+                )
+            if not operator.alive:
+                return False, "the operator exited; see operator.log"
+            if stop is not None and stop.is_set():
+                return False, "stopped"
+            if time.monotonic() > deadline:
+                return False, (
+                    f"timed out after {cfg.timeout_seconds:.0f}s waiting for "
+                    + "; ".join(pending[:4])
+                )
+            time.sleep(cfg.poll_seconds)
+    except KeyboardInterrupt:
+        return False, "interrupted"
+
+
+# The command ------------------------------------------------------------------------------
+
+
+class _Signals:
+    """The first SIGINT/SIGTERM unwinds (clean-up runs); later ones only say so."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        print("sdcguard demo: cleaning up, one moment", file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sdcguard.sim.demo",
+        description="Run a simulated accelerator fleet through sdcguard's whole lifecycle on "
+        "a local control plane: acceptance, quarantine with a RepairTicket, repair, "
+        "verification and return to the pool.",
+    )
+    p.add_argument("--fleet", type=Path, default=DEMO_FLEET, help="fleet file (default: demo)")
+    p.add_argument("--out", type=Path, default=Path("demo-out"), help="where results go")
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds the lifecycle may take (300)"
+    )
+    p.add_argument("--repair-delay", type=float, default=20.0, help="repair shop delay (20 s)")
+    p.add_argument("--budget", type=int, default=5, help="probe budget in seconds (5)")
+    p.add_argument("--max-parallel-probes", type=int, help="default: the CPU count")
+    p.add_argument("--no-workloads", action="store_true", help="no customer pods")
+    p.add_argument("--plain", action="store_true", help="plain lines, even on a terminal")
+    return p
+
+
+def _log_to_file(path: Path) -> None:
+    """The simulator's structlog lines go to a file; the terminal belongs to the table."""
+    from sdcguard.logs import configure_logging
+
+    configure_logging("json", "info")
+    handler = logging.FileHandler(path, mode="w")
+    root = logging.getLogger()
+    handler.setFormatter(root.handlers[0].formatter)
+    root.handlers[:] = [handler]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(list(argv) if argv is not None else None)
+    signals = _Signals()
+    signals.install()
+    try:
+        localcluster = importlib.import_module("tests.cluster.localcluster")
+    except ImportError:
+        print(
+            "error: the demo needs the repository checkout (tests/cluster/localcluster.py); "
+            "run `make demo` from the repository root",
+            file=sys.stderr,
+        )
+        return 2
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    _log_to_file(out / "simulator.log")
+    cfg = DemoConfig(
+        fleet=args.fleet,
+        settings=PolicySettings(budget_seconds=args.budget),
+        repair_delay_seconds=args.repair_delay,
+        timeout_seconds=args.timeout,
+        max_parallel_probes=args.max_parallel_probes,
+        workloads=False if args.no_workloads else None,
+        out_dir=out,
+    )
+    title = f"sdcguard demo · fleet {args.fleet.stem} · policy {cfg.policy}"
+    tty = sys.stdout.isatty() and not args.plain
+    display: Display = (
+        TerminalDisplay(title, cfg.settings.quorum, cfg.repair_delay_seconds)
+        if tty
+        else PlainDisplay(title, cfg.settings.quorum, cfg.repair_delay_seconds)
+    )
+    print(
+        "sdcguard demo: starting a local control plane (the first run on a machine builds "
+        "the binaries; that takes a while)",
+        flush=True,
+    )
+    t0 = time.monotonic()
+    try:
+        with localcluster.LocalCluster() as cp:
+            result = run_demo(cp, cfg, display=display, control_plane_seconds=time.monotonic() - t0)
+            print("sdcguard demo: stopping the operator, the simulator and the control plane")
+    except KeyboardInterrupt:
+        print("\nsdcguard demo: interrupted; everything it started has stopped", file=sys.stderr)
+        return 130
+    except (DemoError, localcluster.ClusterError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in summary_lines(result.summary):
+        print(line)
+    print(
+        f"\nwrote {result.timeline_path}, {result.summary_path}, {result.operator_log} "
+        f"and {out / 'simulator.log'}"
+    )
+    if result.outcome == "interrupted":
+        return 130
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
