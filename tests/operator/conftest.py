@@ -20,7 +20,10 @@ def crds(api_client: client.ApiClient) -> None:
 
 @pytest.fixture(scope="module")
 def operator(
-    cluster: LocalCluster, crds: None, api_client: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+    cluster: LocalCluster,
+    crds: None,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     log = Path(tmp_path_factory.mktemp("operator")) / "operator.log"
     proc = OperatorProcess(cluster.kubeconfig, log).start()

@@ -65,9 +65,7 @@ def apply_crds(api: client.ApiClient) -> None:
             ext.replace_custom_resource_definition(body["metadata"]["name"], body)
     custom = client.CustomObjectsApi(api)
     for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
-        wait_for(
-            lambda p=plural: _served(custom, p), 30, f"CRD {plural} to be served"
-        )
+        wait_for(lambda p=plural: _served(custom, p), 30, f"CRD {plural} to be served")
 
 
 def _served(custom: client.CustomObjectsApi, plural: str) -> bool:
@@ -108,7 +106,9 @@ def _digest(text: str) -> str:
 HEALTHY = {c: _digest(f"healthy-{c}") for c in ("compute", "collective", "golden", "memory")}
 
 
-def result_message(outcome: str, checks: tuple[str, ...] = ("compute", "collective", "golden")) -> tuple[int, str]:
+def result_message(
+    outcome: str, checks: tuple[str, ...] = ("compute", "collective", "golden")
+) -> tuple[int, str]:
     """(exit code, termination message) of a probe run with ``outcome``."""
     if outcome == "garbage":
         return 0, "Segmentation fault (core dumped)"
@@ -355,16 +355,25 @@ def trusted_baseline(api: client.ApiClient) -> None:
         "kind": "SDCBaseline",
         "metadata": {"name": baseline_name(FINGERPRINT.hash)},
         "spec": {
-            "fingerprint": {"hash": FINGERPRINT.hash, "backend": "cpu", "deviceModel": "test-cpu",
-                            "deviceCount": 2},
+            "fingerprint": {
+                "hash": FINGERPRINT.hash,
+                "backend": "cpu",
+                "deviceModel": "test-cpu",
+                "deviceCount": 2,
+            },
             "digests": HEALTHY,
             "source": "Approved",
             "trusted": True,
         },
     }
-    with contextlib.suppress(ApiException):
-        client.CustomObjectsApi(api).create_cluster_custom_object(
-            GROUP, VERSION, "sdcbaselines", body
+    custom = client.CustomObjectsApi(api)
+    try:
+        custom.create_cluster_custom_object(GROUP, VERSION, "sdcbaselines", body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, "sdcbaselines", body["metadata"]["name"], {"spec": body["spec"]}
         )
 
 
@@ -373,7 +382,9 @@ def node_state(api: client.ApiClient, name: str) -> str | None:
     return (node.metadata.labels or {}).get("sdcguard.dev/state")
 
 
-def list_custom(api: client.ApiClient, plural: str, node: str | None = None) -> list[dict[str, Any]]:
+def list_custom(
+    api: client.ApiClient, plural: str, node: str | None = None
+) -> list[dict[str, Any]]:
     items = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural)["items"]
     return [i for i in items if node is None or i["spec"].get("nodeName") == node]
 
@@ -392,4 +403,3 @@ def delete_all(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     with contextlib.suppress(ApiException):
         core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
-

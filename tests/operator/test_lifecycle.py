@@ -51,9 +51,11 @@ def _taints(api: client.ApiClient, name: str) -> set[str]:
 
 
 def _events(api: client.ApiClient, node: str) -> list[str]:
-    items = client.CoreV1Api(api).list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={node}"
-    ).items
+    items = (
+        client.CoreV1Api(api)
+        .list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+        .items
+    )
     return [e.reason for e in items]
 
 
@@ -61,8 +63,9 @@ def test_join_acceptance_qualifies_and_removes_gate(api_client, operator) -> Non
     case = _case()
     nodes = [f"join-{case}-{i}" for i in range(2)]
     trusted_baseline(api_client)
-    with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(
-        api_client, dict.fromkeys(nodes, "pass")
+    with (
+        gpu_nodes(api_client, nodes, case=case),
+        ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
     ):
         _policy(api_client, case)
         for n in nodes:
@@ -86,21 +89,25 @@ def test_consensus_establishes_baseline_then_qualifies(api_client, operator) -> 
     case = _case()
     custom = client.CustomObjectsApi(api_client)
     for item in list_custom(api_client, "sdcbaselines"):
-        custom.delete_cluster_custom_object(GROUP, VERSION, "sdcbaselines", item["metadata"]["name"])
+        custom.delete_cluster_custom_object(
+            GROUP, VERSION, "sdcbaselines", item["metadata"]["name"]
+        )
     nodes = [f"cons-{case}-{i}" for i in range(3)]
     outcomes = {nodes[0]: "pass", nodes[1]: "pass", nodes[2]: "mismatch"}
     with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
         _policy(api_client, case)
         wait_for(
             lambda: all(node_state(api_client, n) == "Qualified" for n in nodes[:2]),
-            90, "the agreeing nodes to qualify",
+            90,
+            "the agreeing nodes to qualify",
         )
         baselines = list_custom(api_client, "sdcbaselines")
         assert len(baselines) == 1 and baselines[0]["spec"]["trusted"] is True
         assert sorted(baselines[0]["spec"]["recordedFrom"]) == sorted(nodes[:2])
         wait_for(
             lambda: node_state(api_client, nodes[2]) in ("Quarantined", "Suspect"),
-            90, "the disagreeing node to be held",
+            90,
+            "the disagreeing node to be held",
         )
         assert GATE in _taints(api_client, nodes[2]) or QUARANTINE in _taints(api_client, nodes[2])
 
@@ -118,7 +125,9 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
         assert n.spec.unschedulable is True
         assert n.metadata.annotations.get("sdcguard.dev/cordoned-by-us") == "true"
         assert n.metadata.annotations.get("karpenter.sh/do-not-disrupt") == "true"
-        tests = sorted(list_custom(api_client, "sdctests", node), key=lambda t: t["metadata"]["name"])
+        tests = sorted(
+            list_custom(api_client, "sdctests", node), key=lambda t: t["metadata"]["name"]
+        )
         assert [t["spec"]["reason"] for t in tests] == ["Join", "Confirmation"]
         assert all(t["status"]["verdict"] == "SDC" for t in tests)
         golden = next(c for c in tests[0]["status"]["checks"] if c["name"] == "golden")
@@ -134,7 +143,10 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
         # The repair side fixes the node and says so on the ticket.
         outcomes[node] = "pass"
         client.CustomObjectsApi(api_client).patch_cluster_custom_object(
-            GROUP, VERSION, "repairtickets", ticket["metadata"]["name"],
+            GROUP,
+            VERSION,
+            "repairtickets",
+            ticket["metadata"]["name"],
             {"spec": {"resolution": "Repaired", "resolutionNote": "GPU 1 reseated"}},
         )
         wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "return to the pool")
@@ -158,17 +170,23 @@ def test_repeated_failures_retire_the_node(api_client, operator) -> None:
         _policy(api_client, case, repair={"maxRepairCycles": 2})
         custom = client.CustomObjectsApi(api_client)
         for cycle in (1, 2):
+
             def repaired_ticket(cycle: int = cycle) -> dict[str, Any] | None:
                 tickets = list_custom(api_client, "repairtickets", node)
                 if not tickets or node_state(api_client, node) != "Quarantined":
                     return None
                 t = tickets[0]
-                ok = (t.get("status") or {}).get("cycle") == cycle and not t["spec"].get("resolution")
+                ok = (t.get("status") or {}).get("cycle") == cycle and not t["spec"].get(
+                    "resolution"
+                )
                 return t if ok else None
 
             ticket = wait_for(repaired_ticket, 90, f"quarantine, cycle {cycle}")
             custom.patch_cluster_custom_object(
-                GROUP, VERSION, "repairtickets", ticket["metadata"]["name"],
+                GROUP,
+                VERSION,
+                "repairtickets",
+                ticket["metadata"]["name"],
                 {"spec": {"resolution": "Repaired"}},
             )
         wait_for(lambda: node_state(api_client, node) == "Retired", 90, "retirement")
@@ -191,30 +209,42 @@ def test_idle_return_from_use_retests(api_client, operator) -> None:
             metadata=client.V1ObjectMeta(name=f"train-{case}", namespace="default"),
             spec=client.V1PodSpec(
                 node_name=node,
-                containers=[client.V1Container(
-                    name="train", image="example.invalid/train",
-                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
-                )],
+                containers=[
+                    client.V1Container(
+                        name="train",
+                        image="example.invalid/train",
+                        resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
+                    )
+                ],
             ),
         )
         core.create_namespaced_pod("default", pod)
-        core.patch_namespaced_pod_status(f"train-{case}", "default", {"status": {"phase": "Running"}})
+        core.patch_namespaced_pod_status(
+            f"train-{case}", "default", {"status": {"phase": "Running"}}
+        )
         import time as _time
 
         _time.sleep(3)
         assert len(list_custom(api_client, "sdctests", node)) == 1, "tested while in use"
         core.delete_namespaced_pod(f"train-{case}", "default", grace_period_seconds=0)
         retest = wait_for(
-            lambda: [t for t in list_custom(api_client, "sdctests", node)
-                     if t["spec"]["reason"] == "ReturnFromUse"],
-            60, "a return-from-use screening",
+            lambda: [
+                t
+                for t in list_custom(api_client, "sdctests", node)
+                if t["spec"]["reason"] == "ReturnFromUse"
+            ],
+            60,
+            "a return-from-use screening",
         )
         assert retest[0]["spec"]["suite"] == "requalification"
         wait_for(
-            lambda: node_state(api_client, node) == "Qualified"
-            and (list_custom(api_client, "sdctests", node)[-1].get("status") or {}).get("phase")
-            == "Passed",
-            60, "requalification",
+            lambda: (
+                node_state(api_client, node) == "Qualified"
+                and (list_custom(api_client, "sdctests", node)[-1].get("status") or {}).get("phase")
+                == "Passed"
+            ),
+            60,
+            "requalification",
         )
 
 
@@ -222,8 +252,9 @@ def test_budget_is_never_exceeded(api_client, operator) -> None:
     case = _case()
     nodes = [f"budget-{case}-{i}" for i in range(10)]
     trusted_baseline(api_client)
-    with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(
-        api_client, dict.fromkeys(nodes, "pass")
+    with (
+        gpu_nodes(api_client, nodes, case=case),
+        ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
     ):
         _policy(api_client, case, budgets={"maxConcurrentTests": 2, "maxUnavailable": "100%"})
         peak = 0
@@ -232,12 +263,16 @@ def test_budget_is_never_exceeded(api_client, operator) -> None:
         deadline = _time.monotonic() + 150
         while _time.monotonic() < deadline:
             running = [
-                t for t in list_custom(api_client, "sdctests")
+                t
+                for t in list_custom(api_client, "sdctests")
                 if t["spec"]["nodeName"] in nodes
-                and (t.get("status") or {}).get("phase") not in ("Passed", "Failed", "Inconclusive", "Cancelled")
+                and (t.get("status") or {}).get("phase")
+                not in ("Passed", "Failed", "Inconclusive", "Cancelled")
             ]
             peak = max(peak, len(running))
-            assert len(running) <= 2, f"{len(running)} tests at once: {[t['metadata']['name'] for t in running]}"
+            assert len(running) <= 2, (
+                f"{len(running)} tests at once: {[t['metadata']['name'] for t in running]}"
+            )
             if all(node_state(api_client, n) == "Qualified" for n in nodes):
                 break
             _time.sleep(0.2)
@@ -252,7 +287,8 @@ def test_breaker_trips_when_three_of_five_fail(api_client, operator) -> None:
     outcomes = {n: ("sdc" if i < 3 else "pass") for i, n in enumerate(nodes)}
     with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
         policy = _policy(
-            api_client, case,
+            api_client,
+            case,
             confirmation={"reruns": 0},
             circuitBreaker={"window": "1h", "minSamples": 5, "maxFailureFraction": 0.5},
             budgets={"maxConcurrentTests": 1, "maxUnavailable": "100%"},
@@ -260,8 +296,15 @@ def test_breaker_trips_when_three_of_five_fail(api_client, operator) -> None:
         custom = client.CustomObjectsApi(api_client)
 
         def breaker() -> dict[str, Any] | None:
-            status = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy).get("status") or {}
-            cond = next((c for c in status.get("conditions", []) if c["type"] == "BreakerOpen"), None)
+            status = (
+                custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy).get(
+                    "status"
+                )
+                or {}
+            )
+            cond = next(
+                (c for c in status.get("conditions", []) if c["type"] == "BreakerOpen"), None
+            )
             return cond if cond and cond["status"] == "True" else None
 
         cond = wait_for(breaker, 150, "the breaker to trip")
@@ -280,9 +323,18 @@ def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:
     with gpu_nodes(api_client, nodes, case=case, gated=False), ProbeKubelet(api_client, outcomes):
         _policy(api_client, case, mode="Observe", confirmation={"reruns": 0})
         wait_for(
-            lambda: len([t for t in list_custom(api_client, "sdctests", nodes[1])
-                         if (t.get("status") or {}).get("verdict") == "SDC"]) >= 1,
-            90, "the SDC verdict to be recorded",
+            lambda: (
+                len(
+                    [
+                        t
+                        for t in list_custom(api_client, "sdctests", nodes[1])
+                        if (t.get("status") or {}).get("verdict") == "SDC"
+                    ]
+                )
+                >= 1
+            ),
+            90,
+            "the SDC verdict to be recorded",
         )
         wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "verdict recorded")
         for n in nodes:
@@ -300,9 +352,13 @@ def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> No
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
         _policy(api_client, case)
         wait_for(
-            lambda: client.BatchV1Api(api_client).list_namespaced_job(
-                NS, label_selector=f"sdcguard.dev/node={node}").items,
-            60, "the probe Job",
+            lambda: (
+                client.BatchV1Api(api_client)
+                .list_namespaced_job(NS, label_selector=f"sdcguard.dev/node={node}")
+                .items
+            ),
+            60,
+            "the probe Job",
         )
         operator.kill()
         operator.start()
@@ -311,8 +367,11 @@ def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> No
         _time.sleep(5)
         outcomes[node] = "pass"
         wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "the test to complete")
-        jobs = client.BatchV1Api(api_client).list_namespaced_job(
-            NS, label_selector=f"sdcguard.dev/node={node}").items
+        jobs = (
+            client.BatchV1Api(api_client)
+            .list_namespaced_job(NS, label_selector=f"sdcguard.dev/node={node}")
+            .items
+        )
         assert len(jobs) == 1
         assert len(list_custom(api_client, "sdctests", node)) == 1
         assert list_custom(api_client, "repairtickets", node) == []

@@ -32,7 +32,7 @@ class Receiver(BaseHTTPRequestHandler):
     failures_left = 2
     received: list[tuple[dict[str, str], bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server API)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         type(self).received.append(({k.lower(): v for k, v in self.headers.items()}, body))
         if type(self).failures_left > 0:
@@ -53,10 +53,13 @@ def test_quarantine_reaches_a_webhook_that_was_down(api_client, operator) -> Non
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(NS, client.V1Secret(
-        metadata=client.V1ObjectMeta(name=f"hook-{case}"),
-        data={"token": base64.b64encode(KEY).decode()},
-    ))
+    core.create_namespaced_secret(
+        NS,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=f"hook-{case}"),
+            data={"token": base64.b64encode(KEY).decode()},
+        ),
+    )
     trusted_baseline(api_client)
     try:
         with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "sdc"}):
@@ -66,7 +69,8 @@ def test_quarantine_reaches_a_webhook_that_was_down(api_client, operator) -> Non
                 "secretRef": {"name": f"hook-{case}", "namespace": NS, "key": "token"},
             }
             body = policy_body(
-                f"p-{case}", match_labels={"sdcguard.test/case": case},
+                f"p-{case}",
+                match_labels={"sdcguard.test/case": case},
                 repair={"maxRepairCycles": 2, "ticketSinks": [sink]},
             )
             client.CustomObjectsApi(api_client).create_cluster_custom_object(
@@ -74,9 +78,13 @@ def test_quarantine_reaches_a_webhook_that_was_down(api_client, operator) -> Non
             )
             wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
             ticket = wait_for(
-                lambda: [t for t in list_custom(api_client, "repairtickets", node)
-                         if ((t.get("status") or {}).get("notification") or {}).get("delivered")],
-                90, "the webhook delivery to be recorded",
+                lambda: [
+                    t
+                    for t in list_custom(api_client, "repairtickets", node)
+                    if ((t.get("status") or {}).get("notification") or {}).get("delivered")
+                ],
+                90,
+                "the webhook delivery to be recorded",
             )[0]
     finally:
         server.shutdown()

@@ -93,6 +93,23 @@ def test_trusted_baselines_compare_and_never_move() -> None:
     assert update.status.disagreeing_nodes == []
 
 
+def test_a_check_added_later_joins_a_trusted_baseline_by_consensus() -> None:
+    """Repair verification runs memory, which acceptance did not: its digest is gathered
+    from agreeing nodes and added; the digests already trusted never move."""
+    spec = SDCBaselineSpec(fingerprint=FP, digests=GOOD, trusted=True)
+    with_memory = {**GOOD, "memory": digest("mem")}
+    update = record(spec, None, "n1", with_memory)
+    assert not update.became_trusted and "memory: 1 of 3 nodes agree" in update.message
+    update = record(update.spec, update.status, "n2", with_memory)
+    update = record(update.spec, update.status, "n3", ODD | {"memory": digest("mem")})
+    assert not update.became_trusted and update.suspects == ("n3",), (
+        "a disagreeing node adds nothing"
+    )
+    update = record(update.spec, update.status, "n4", with_memory)
+    assert update.became_trusted and update.spec.digests == with_memory
+    assert update.status.candidates == []
+
+
 def test_recorded_mode_trusts_the_named_reference_nodes() -> None:
     recorded = BaselineSettings(mode=BaselineMode.RECORDED, quorum=1)
     update = record(None, None, "n1", GOOD, recorded)

@@ -110,7 +110,9 @@ class KubeWriter:
         if not self._count(f"{plural}-create"):
             return body
         try:
-            created = self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body, field_manager=FIELD_MANAGER)
+            created = self.custom.create_cluster_custom_object(
+                GROUP, VERSION, plural, body, field_manager=FIELD_MANAGER
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return None

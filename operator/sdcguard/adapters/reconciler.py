@@ -207,7 +207,11 @@ class Reconciler:
         ):
             return judgement
         current = known.get(fp.hash)
-        if current is not None and current.trusted:
+        if (
+            current is not None
+            and current.trusted
+            and all(check in current.digests for check in judgement.digests)
+        ):
             return judgement
         trusted = self._record_candidate(policy, test, judgement, view, now)
         if trusted is not None:

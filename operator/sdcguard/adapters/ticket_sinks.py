@@ -36,9 +36,7 @@ def _secret(core: client.CoreV1Api, sink: TicketSink) -> bytes | None:
     return base64.b64decode(data)
 
 
-def announce(
-    body: dict[str, Any], writer: KubeWriter, metrics: Metrics, now: dt.datetime
-) -> str:
+def announce(body: dict[str, Any], writer: KubeWriter, metrics: Metrics, now: dt.datetime) -> str:
     """Deliver the ticket's current event to every sink of its policy, if not yet done.
 
     Returns what happened, for the log: "no-sinks", "up-to-date", "delivered",

@@ -109,22 +109,7 @@ def record_candidate(
     status = status or SDCBaselineStatus()
 
     if spec.trusted:
-        outcome = compare(digests, spec)
-        agrees = all(v == "match" for v in outcome.values())
-        agreeing = [n for n in status.agreeing_nodes if n != node] + ([node] if agrees else [])
-        disagreeing = [n for n in status.disagreeing_nodes if n != node] + (
-            [] if agrees else [node]
-        )
-        new_status = status.model_copy(
-            update={
-                "candidates": [],
-                "agreeing_nodes": sorted(agreeing),
-                "disagreeing_nodes": sorted(disagreeing),
-            }
-        )
-        differs = ", ".join(c for c, v in outcome.items() if v != "match")
-        message = f"{node} agrees" if agrees else f"{node} differs in {differs}"
-        return BaselineUpdate(spec, new_status, False, () if agrees else (node,), message)
+        return _against_trusted(spec, status, node, test, digests, settings, now)
 
     entry = Candidate(node_name=node, digests=dict(digests), test_name=test, recorded_at=now)
     candidates = [c for c in status.candidates if c.node_name != node] + [entry]
@@ -195,3 +180,52 @@ def record_candidate(
         conditions=conditions,
     )
     return BaselineUpdate(spec, new_status, False, (), f"candidate from {node} recorded; {waiting}")
+
+
+def _against_trusted(
+    spec: SDCBaselineSpec,
+    status: SDCBaselineStatus,
+    node: str,
+    test: str,
+    digests: Mapping[str, str],
+    settings: BaselineSettings,
+    now: dt.datetime,
+) -> BaselineUpdate:
+    """Compare with a trusted baseline; checks it has no digest for yet (a check added to a
+    suite later, e.g. memory in repair verification) are gathered by consensus the same way
+    a new fingerprint is, and added once ``quorum`` agreeing nodes reported them. Digests the
+    baseline has are never changed."""
+    known = {c: d for c, d in digests.items() if c in spec.digests}
+    missing = {c: d for c, d in digests.items() if c not in spec.digests}
+    outcome = compare(known, spec)
+    agrees = all(v == "match" for v in outcome.values())
+    agreeing = [n for n in status.agreeing_nodes if n != node] + ([node] if agrees else [])
+    disagreeing = [n for n in status.disagreeing_nodes if n != node] + ([] if agrees else [node])
+    candidates = [c for c in status.candidates if c.node_name != node]
+    new_spec = spec
+    extended = False
+    note = ""
+    if missing and agrees:
+        entry = Candidate(node_name=node, digests=missing, test_name=test, recorded_at=now)
+        candidates = [*candidates, entry]
+        groups = _groups(candidates)
+        leader_digests, leaders = groups[0]
+        runner_up = len(groups[1][1]) if len(groups) > 1 else 0
+        if len(leaders) >= settings.quorum and len(leaders) > runner_up:
+            added = dict(sorted(leader_digests))
+            new_spec = spec.model_copy(update={"digests": {**spec.digests, **added}})
+            candidates, extended = [], True
+            note = f"; {', '.join(sorted(added))} added: {len(leaders)} nodes agree"
+        else:
+            waiting = f"{len(leaders)} of {settings.quorum} nodes agree"
+            note = f"; {', '.join(sorted(missing))}: {waiting}"
+    new_status = status.model_copy(
+        update={
+            "candidates": candidates,
+            "agreeing_nodes": sorted(agreeing),
+            "disagreeing_nodes": sorted(disagreeing),
+        }
+    )
+    differs = ", ".join(c for c, v in outcome.items() if v != "match")
+    message = (f"{node} agrees" if agrees else f"{node} differs in {differs}") + note
+    return BaselineUpdate(new_spec, new_status, extended, () if agrees else (node,), message)
