@@ -212,6 +212,9 @@ class LocalCluster:
     die_with_parent: bool = True
     apiserver_port: int | None = None
     extra_apiserver_args: list[str] = field(default_factory=list)
+    controllers: str = CONTROLLERS
+    """kube-controller-manager --controllers (benchmarks of huge simulated fleets drop
+    node-lifecycle-controller, which would mark nodes without heartbeats NotReady)."""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _own_state_dir: bool = False
 
@@ -322,7 +325,7 @@ class LocalCluster:
                 find_binary("kube-controller-manager", self.bin_dirs),
                 *common,
                 f"--secure-port={free_port()}",
-                f"--controllers={CONTROLLERS}",
+                f"--controllers={self.controllers}",
                 f"--root-ca-file={pki / 'ca.crt'}",
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 "--use-service-account-credentials=false",
