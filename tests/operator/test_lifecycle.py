@@ -375,3 +375,75 @@ def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> No
         assert len(jobs) == 1
         assert len(list_custom(api_client, "sdctests", node)) == 1
         assert list_custom(api_client, "repairtickets", node) == []
+
+
+def test_malformed_probe_result_is_inconclusive_and_releases_reservation(
+    api_client, operator
+) -> None:
+    case = _case()
+    nodes = {f"junk-{case}-{kind}": kind for kind in ("garbage", "truncated", "empty")}
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, list(nodes), case=case), ProbeKubelet(api_client, dict(nodes)):
+        _policy(api_client, case)
+        for node, kind in nodes.items():
+            test = wait_for(
+                lambda n=node: [
+                    t
+                    for t in list_custom(api_client, "sdctests", n)
+                    if (t.get("status") or {}).get("phase") == "Inconclusive"
+                ],
+                60,
+                f"{node} ({kind}) to be judged inconclusive",
+            )[0]
+            assert test["status"]["verdict"] == "Inconclusive"
+            assert test["status"]["reason"] in ("InvalidResult", "ResultTruncated", "ResultMissing")
+            assert test["status"]["message"]
+            # Not passed (still gated), not quarantined, and no longer reserved.
+            wait_for(lambda n=node: TESTING not in _taints(api_client, n), 30, "release")
+            assert node_state(api_client, node) in ("Unqualified", "Testing")
+            assert GATE in _taints(api_client, node)
+            assert QUARANTINE not in _taints(api_client, node)
+            assert list_custom(api_client, "repairtickets", node) == []
+
+
+def test_nodes_with_nothing_to_do_cost_zero_writes(api_client, operator) -> None:
+    """Kopf keeps no bookkeeping on Nodes, and a settled node is never written again."""
+    case = _case()
+    nodes = [f"quiet-{case}-{i}" for i in range(3)]
+    trusted_baseline(api_client)
+    core = client.CoreV1Api(api_client)
+    cpu_node = f"cpu-{case}"
+    core.create_node(
+        client.V1Node(
+            metadata=client.V1ObjectMeta(name=cpu_node, labels={"sdcguard.test/case": case})
+        )
+    )
+    try:
+        with (
+            gpu_nodes(api_client, nodes, case=case),
+            ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
+        ):
+            _policy(api_client, case)
+            for n in nodes:
+                wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 60, n)
+
+            def our_writes() -> dict[str, list[str]]:
+                out = {}
+                for n in [*nodes, cpu_node]:
+                    fields = core.read_node(n).metadata.managed_fields or []
+                    out[n] = sorted(
+                        f"{f.manager}@{f.time}" for f in fields if f.manager in ("sdcguard", "kopf")
+                    )
+                return out
+
+            import time as _time
+
+            _time.sleep(3)
+            before = our_writes()
+            _time.sleep(16)  # three resync periods of the test operator (5 s)
+            after = our_writes()
+            assert after == before, "a settled node was written to"
+            assert before[cpu_node] == [], "a node without accelerators was touched"
+            assert not any("kopf@" in w for ws in after.values() for w in ws)
+    finally:
+        core.delete_node(cpu_node)
