@@ -66,6 +66,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 0.95:
+        raise argparse.ArgumentTypeError(f"must be in (0, 0.95], got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of all subcommands."""
     parser = _Parser(
@@ -88,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--steps", type=_positive_int, default=None, help="golden training steps")
         p.add_argument(
             "--threads", type=_positive_int, default=1, help="intra-op threads per device worker"
+        )
+        p.add_argument(
+            "--memory-fraction",
+            type=_fraction,
+            default=None,
+            help="share of free accelerator memory the memory check fills (default 0.8)",
+        )
+        p.add_argument(
+            "--memory-mib",
+            type=_positive_int,
+            default=None,
+            help="MiB per device for the memory check instead (default 64 on CPU replicas)",
         )
 
     run = sub.add_parser("run", help="run the checks and report a verdict")
@@ -193,6 +212,8 @@ def _options(args: argparse.Namespace) -> RunOptions:
         seed=args.seed,
         steps=args.steps,
         threads=args.threads,
+        memory_fraction=args.memory_fraction,
+        memory_mib=args.memory_mib,
         timeout=getattr(args, "timeout", None),
     )
 

@@ -11,14 +11,24 @@ from __future__ import annotations
 import hashlib
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sdcprobe.devices import BackendName
+from sdcprobe.devices import BackendName, xla_on_host
 
 #: Bump when the way digests are computed changes: old baselines stop matching.
 DIGEST_VERSION = 1
 
-CHECK_NAMES: tuple[str, ...] = ("compute", "collective", "golden")
+#: Every check, in the order a run performs them.
+CHECK_NAMES: tuple[str, ...] = ("compute", "collective", "memory", "golden")
+
+#: The memory check's patterns, in the order they are written.
+MEMORY_PATTERNS: tuple[str, ...] = (
+    "walking-ones",
+    "walking-zeros",
+    "checkerboard",
+    "checkerboard-inverse",
+    "random",
+)
 
 
 class ComputeConfig(BaseModel):
@@ -37,6 +47,48 @@ class CollectiveConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     elements: int = Field(ge=1)
     rounds: int = Field(ge=1)
+
+
+class MemoryConfig(BaseModel):
+    """Fill device memory with known patterns, let them sit, read them back.
+
+    The share of memory tested is ``fraction`` of the free device memory,
+    capped at ``max_mib``, unless ``mib`` fixes it. The bytes actually tested
+    depend on what is free when the check starts, so they are reported but are
+    not part of the digest (two devices with different free memory must agree).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mib: int | None = Field(
+        default=None, ge=1, description="Fixed MiB per device; none = a share of free memory."
+    )
+    fraction: float = Field(
+        default=0.8, gt=0.0, le=0.95, description="Share of free device memory to fill."
+    )
+    max_mib: int = Field(ge=1, description="Upper bound from the budget, in MiB per device.")
+    fallback_mib: int = Field(
+        default=1024, ge=1, description="MiB per device where free memory cannot be read."
+    )
+    block_mib: int = Field(ge=1, description="Allocation and comparison unit, in MiB.")
+    row_words: int = Field(
+        default=1 << 14, ge=64, description="32-bit words per pattern row (the tile)."
+    )
+    patterns: tuple[str, ...] = MEMORY_PATTERNS
+    dwell_s: float = Field(ge=0.0, description="Seconds each pattern sits before read-back.")
+    listed_flips: int = Field(
+        default=16, ge=0, description="How many flips are listed with offset and bit."
+    )
+
+    @model_validator(mode="after")
+    def _known_patterns(self) -> MemoryConfig:
+        unknown = [p for p in self.patterns if p not in MEMORY_PATTERNS]
+        if unknown or not self.patterns:
+            raise ValueError(
+                f"unknown memory pattern(s) {unknown}; choose from {', '.join(MEMORY_PATTERNS)}"
+            )
+        if (self.block_mib << 18) % self.row_words:
+            raise ValueError(f"block_mib {self.block_mib} is not a whole number of rows")
+        return self
 
 
 class GoldenConfig(BaseModel):
@@ -68,6 +120,7 @@ class ProbeConfig(BaseModel):
     seed: int = 0
     compute: ComputeConfig
     collective: CollectiveConfig
+    memory: MemoryConfig
     golden: GoldenConfig
 
     def config_hash(self) -> str:
@@ -77,13 +130,23 @@ class ProbeConfig(BaseModel):
 
 
 def plan_config(
-    budget: float, backend: BackendName, steps: int | None = None, seed: int = 0
+    budget: float,
+    backend: BackendName,
+    steps: int | None = None,
+    seed: int = 0,
+    memory_fraction: float | None = None,
+    memory_mib: int | None = None,
 ) -> ProbeConfig:
     """Check sizes for a wall-clock ``budget`` in seconds on ``backend``.
 
     On the CPU the split is calibrated for one thread per device worker (see
     README.md for measured timings); accelerators get larger problems in the
     same budget. The result depends only on the arguments.
+
+    The memory check fills ``memory_fraction`` (default 0.8) of free device
+    memory on accelerators, capped by the budget, and a fixed ``memory_mib``
+    (default 64) per CPU replica, where filling a share of host RAM would
+    endanger the node; an explicit ``memory_mib`` wins everywhere.
     """
     budget = max(float(budget), 3.0)
     # Seconds left for work after starting workers and importing torch.
@@ -109,8 +172,6 @@ def plan_config(
         coll_rounds = 5
         golden_steps = int(min(max(work * 0.5 / 0.05, 20), 1000))
     if backend == "xla":
-        from sdcprobe.devices import xla_on_host
-
         if xla_on_host():  # PJRT CPU: tests and CI
             sizes = {"float32": 128, "bfloat16": 128, "float16": 64, "float64": 128}
             rounds, elements, coll_rounds = 2, 1 << 16, 2
@@ -122,5 +183,36 @@ def plan_config(
         seed=seed,
         compute=ComputeConfig(sizes=sizes, rounds=rounds),
         collective=CollectiveConfig(elements=elements, rounds=coll_rounds),
+        memory=_plan_memory(budget, work, backend, memory_fraction, memory_mib),
         golden=golden,
+    )
+
+
+def _plan_memory(
+    budget: float,
+    work: float,
+    backend: BackendName,
+    fraction: float | None,
+    mib: int | None,
+) -> MemoryConfig:
+    on_host = backend == "cpu" or (backend == "xla" and xla_on_host())
+    if on_host:
+        # Calibrated on one core: ~0.2 s per 64 MiB for all five patterns.
+        return MemoryConfig(
+            mib=mib if mib is not None else 64,
+            fraction=fraction if fraction is not None else 0.8,
+            max_mib=4096,
+            block_mib=16,
+            dwell_s=0.05 if budget < 30 else 0.25,
+        )
+    # Accelerators: write, dwell and read back each pattern. With ~7 passes over
+    # the buffer per pattern and 5 patterns, 40 GiB/s of budget-share is a floor
+    # every current HBM device clears, so the cap only bites for short budgets.
+    share_s = work * 0.2
+    return MemoryConfig(
+        mib=mib,
+        fraction=fraction if fraction is not None else 0.8,
+        max_mib=max(int(share_s * 40 * 1024), 1024),
+        block_mib=256,
+        dwell_s=0.5 if budget >= 30 else 0.1,
     )

@@ -89,6 +89,31 @@ class _PassGradient(torch.autograd.Function):
         return grad, None
 
 
+def _sample_words(fault: Fault, gen: torch.Generator, n: int) -> torch.Tensor:
+    """Sorted flat indices of the words ``fault`` hits among ``n`` (host tensor).
+
+    Each eligible word is hit with probability ``rate``. Large buffers (device
+    memory runs to hundreds of GiB) draw the number of hits and then their
+    places, instead of one random number per word.
+    """
+    stride, offset = fault.lane_stride, fault.lane_offset
+    eligible = max((n - offset + stride - 1) // stride, 0)
+    if eligible == 0 or fault.rate == 0.0:
+        return torch.empty(0, dtype=torch.int64)
+    chunk = 1 << 22
+    if eligible <= chunk or fault.rate > 1e-2:
+        parts = [
+            (torch.rand(min(chunk, eligible - at), generator=gen) < fault.rate).nonzero() + at
+            for at in range(0, eligible, chunk)
+        ]
+        picked = torch.cat(parts).reshape(-1)
+    else:
+        count = torch.tensor([float(eligible)], dtype=torch.float64)
+        k = int(torch.binomial(count, torch.tensor([fault.rate], dtype=torch.float64), gen))
+        picked = torch.unique(torch.randint(eligible, (k,), generator=gen))
+    return picked * stride + offset
+
+
 #: An operand tensor aligned with the output, or a function that builds it on demand
 #: (only faults with an ``operand_mask`` need it).
 Operand = torch.Tensor | Callable[[], torch.Tensor] | None
@@ -220,6 +245,48 @@ class Injector:
             new = self.corrupt(view, labels)
             if new is not view:
                 tensor.copy_(new)
+
+    def corrupt_words(self, words: torch.Tensor, labels: tuple[str, ...] = ("memory",)) -> int:
+        """Flip bits of a buffer of 32-bit words in place (the ``memory`` site).
+
+        ``rate`` is the fraction of eligible words hit: ``lane_stride`` and
+        ``lane_offset`` select flat word indices, ``operand_mask`` tests the
+        word's low bits as written. A hit word gets one bit of the fault's class
+        flipped (fp32 numbering is the word's own numbering) or, with ``zero``,
+        is cleared. Only words that actually change are counted; returns how many.
+        """
+        if words.dtype != torch.int32:
+            raise TypeError(f"memory faults apply to int32 words, not {words.dtype}")
+        if not self.faults or not self.wants(labels):
+            return 0
+        flat = words.view(-1)
+        changed = 0
+        for i, fault in enumerate(self.faults):
+            if not (self._active[i] and fault.matches(labels)):
+                continue
+            gen = self._generators[i]
+            idx = _sample_words(fault, gen, flat.numel())
+            if idx.numel() == 0:
+                continue
+            values = flat[idx.to(flat.device)].to("cpu")
+            if fault.operand_mask is not None:
+                low = values.to(torch.int64) & ((1 << fault.operand_mask.bits) - 1)
+                keep = low == fault.operand_mask.value
+                idx, values = idx[keep], values[keep]
+            if fault.mode == "zero":
+                new = torch.zeros_like(values)
+            else:
+                lo, hi = fault.bit_range()
+                masks = _xor_masks(list(range(lo, hi + 1)), torch.float32)
+                new = values ^ masks[torch.randint(len(masks), (values.numel(),), generator=gen)]
+            diff = new != values
+            idx, new = idx[diff], new[diff]
+            if idx.numel() == 0:
+                continue
+            flat.index_put_((idx.to(flat.device),), new.to(flat.device))
+            self.counts[labels[0]] += int(idx.numel())
+            changed += int(idx.numel())
+        return changed
 
     def by_site(self) -> dict[str, int]:
         """Corrupted element counts per hook label."""

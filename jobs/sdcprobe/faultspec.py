@@ -33,6 +33,7 @@ SITES: tuple[str, ...] = (
     "optimizer",  # the parameter update before it is applied
     "param",  # a weight changes in memory between steps
     "allreduce",  # all-reduce outputs in the collective check
+    "memory",  # words of the memory check's buffer, between write and read-back
 )
 Site = Literal[
     "matmul",
@@ -49,6 +50,7 @@ Site = Literal[
     "optimizer",
     "param",
     "allreduce",
+    "memory",
     "*",
 ]
 BitClass = Literal["lo-mant", "hi-mant", "exp", "exp-hi", "sign"]
@@ -92,7 +94,7 @@ class Fault(BaseModel):
         default=1e-3,
         ge=0.0,
         le=1.0,
-        description="Fraction of eligible elements of each hit tensor.",
+        description="Fraction of eligible elements (words, for 'memory') of each hit tensor.",
     )
     bits: BitClass | tuple[int, int] = Field(
         default="lo-mant",
@@ -133,6 +135,11 @@ class Fault(BaseModel):
             raise ValueError(f"scale [{lo_s}, {hi_s}] must satisfy 0 <= lo <= hi")
         if self.end_step is not None and self.end_step < self.onset_step:
             raise ValueError(f"end_step {self.end_step} is before onset_step {self.onset_step}")
+        if self.site == "memory" and self.mode not in ("flip", "zero"):
+            raise ValueError(
+                f"mode {self.mode!r} does not apply to site 'memory' (raw 32-bit words): "
+                "use 'flip' or 'zero'"
+            )
         if self.lane_offset >= self.lane_stride:
             raise ValueError(
                 f"lane_offset {self.lane_offset} must be < lane_stride {self.lane_stride}"

@@ -91,6 +91,12 @@ class Instrumentation:
         if self.injector is not None:
             self.injector.corrupt_in_place(tensor, (label,))
 
+    def corrupt_words(self, words: torch.Tensor, label: str = "memory") -> int:
+        """Hook a buffer of int32 words at rest (flips in place); returns words changed."""
+        if self.injector is None:
+            return 0
+        return self.injector.corrupt_words(words, (label,))
+
     def record(self, name: str, tensor: torch.Tensor) -> None:
         """Keep ``tensor`` for this step's digests (hashed after the step's sync)."""
         if self.record_outputs:

@@ -38,6 +38,7 @@ from sdcprobe.trace import (
     WorkerReport,
     first_divergence,
     first_step_divergence,
+    site_of_item,
 )
 
 Metrics = dict[str, int | float | str | None]
@@ -213,6 +214,9 @@ def judge_check(
     shown = reference or (digests[min(digests)] if digests else None)
     metrics = _merge_metrics(ok)
     metrics["devices"] = len(traces)
+    site = site_of_item(name, where.item) if failed else None
+    if site is not None:
+        metrics["first_divergent_site"] = site
     if suspects:
         metrics["suspect_devices"] = _fmt(suspects)
     return CheckResult(
@@ -227,23 +231,39 @@ def judge_check(
     )
 
 
+#: Metrics added up over devices (memory flips), and the smallest over devices
+#: (what every device was at least tested with).
+_SUMMED_METRICS = frozenset({"flips", "flipped_words"})
+_MIN_METRICS = frozenset({"bytes_tested"})
+#: Per-device details, kept for every device that has them, prefixed with its index.
+_PER_DEVICE_METRICS = frozenset({"flip_bits", "flip_offsets"})
+
+
 def _merge_metrics(ok: dict[int, CheckTrace]) -> Metrics:
-    """The first device's metrics, with ABFT residuals as the worst over devices."""
+    """The first device's metrics, with ABFT residuals as the worst over devices,
+    memory flips summed, and flip locations kept per device."""
     if not ok:
         return {}
     ranks = sorted(ok)
-    merged: Metrics = dict(ok[ranks[0]].metrics)
+    merged: Metrics = {
+        k: v for k, v in ok[ranks[0]].metrics.items() if k not in _PER_DEVICE_METRICS
+    }
     for rank in ranks[1:]:
         for key, value in ok[rank].metrics.items():
             old = merged.get(key)
-            if (
-                key.startswith("abft_")
-                and isinstance(value, int | float)
-                and isinstance(old, int | float)
-            ):
-                merged[key] = max(old, value)
+            if isinstance(value, int | float) and isinstance(old, int | float):
+                if key.startswith("abft_"):
+                    merged[key] = max(old, value)
+                elif key in _SUMMED_METRICS:
+                    merged[key] = old + value
+                elif key in _MIN_METRICS:
+                    merged[key] = min(old, value)
             elif key.startswith("abft_") and isinstance(value, str):
                 merged[key] = value  # "inf"/"nan" beats any number
+    for key in sorted(_PER_DEVICE_METRICS):
+        parts = [f"device {r}: {ok[r].metrics[key]}" for r in ranks if ok[r].metrics.get(key)]
+        if parts:
+            merged[key] = "; ".join(parts)
     return merged
 
 

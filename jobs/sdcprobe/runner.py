@@ -58,13 +58,17 @@ class RunOptions:
     seed: int = 0
     steps: int | None = None
     threads: int = 1
+    memory_fraction: float | None = None
+    memory_mib: int | None = None
     faults: FaultSpec | None = None
     baseline: Baseline | None = None
     timeout: float | None = None
 
     def config(self, backend: BackendName) -> ProbeConfig:
         """Check parameters for this run."""
-        return plan_config(self.budget, backend, self.steps, self.seed)
+        return plan_config(
+            self.budget, backend, self.steps, self.seed, self.memory_fraction, self.memory_mib
+        )
 
     def deadline_s(self) -> float:
         """Hard limit for the workers: generous, because a slow node is not a sick one."""

@@ -15,7 +15,19 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdcprobe.faultspec import SITES
+
 STEP_DIGEST_CHARS = 16
+
+#: Golden trace items named differently from the fault site whose hook makes them.
+_GOLDEN_ITEM_SITES = {
+    "norm1": "norm",
+    "norm2": "norm",
+    "final_norm": "norm",
+    "ffn.activation": "activation",
+    "attention.context": "matmul",  # only the catch-all GEMM site reaches these two
+    "lm_head": "matmul",
+}
 
 Steps = list[dict[str, str]]
 
@@ -49,6 +61,33 @@ def first_divergence(a: Steps, b: Steps) -> tuple[int, str | None] | None:
     if len(a) != len(b):
         return min(len(a), len(b)), None
     return None
+
+
+def site_of_item(check: str, item: str | None) -> str | None:
+    """The fault-injection site class (one of ``faultspec.SITES``) whose hook
+    produced trace item ``item`` of ``check``; None when no site does.
+
+    Golden items carry layer prefixes and their own names: ``layers.0.norm1``
+    and ``final_norm`` are ``norm``, ``layers.1.ffn.activation`` is
+    ``activation``, ``grad.lm_head`` is ``grad.weight``, ``optimizer.<param>``
+    and ``param.<param>`` are ``optimizer`` and ``param``. ``loss`` and
+    ``grad_norm`` are computed from hooked values but not hooked themselves.
+    """
+    if item is None:
+        return None
+    if check == "compute":
+        return "matmul"
+    if check == "memory":
+        return "memory"
+    head, _, rest = item.partition(".")
+    if head == "grad":
+        site = "grad.weight"
+    elif head in ("optimizer", "param"):
+        site = head
+    else:
+        name = rest.partition(".")[2] if head == "layers" else item
+        site = _GOLDEN_ITEM_SITES.get(name, name)
+    return site if site in SITES else None
 
 
 def first_step_divergence(steps: Steps, baseline_steps: list[str]) -> int | None:

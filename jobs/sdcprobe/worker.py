@@ -87,6 +87,7 @@ def _run_check(
     from sdcprobe.checks.collective import init_group, run_collective
     from sdcprobe.checks.compute import run_compute
     from sdcprobe.checks.golden import golden_check
+    from sdcprobe.checks.memory import run_memory
     from sdcprobe.instrument import Instrumentation
 
     cfg = plan.config
@@ -97,6 +98,8 @@ def _run_check(
         return run_collective(
             cfg.collective, cfg.seed, Instrumentation(backend, injector), rank, world
         )
+    if check == "memory":
+        return run_memory(cfg.memory, cfg.seed, Instrumentation(backend, injector))
     if check == "golden":
         return golden_check(cfg.golden, backend, injector)
     raise ValueError(f"unknown check {check!r}")

@@ -1,0 +1,270 @@
+"""``memory``: write known patterns into device memory, let them sit, read them back.
+
+A share of the device's free memory (80% of free HBM by default on
+accelerators, a fixed 64 MiB per CPU replica) is filled, block by block, with
+each pattern in turn:
+
+* ``walking-ones``: word *i* holds ``1 << (i mod 32)``;
+* ``walking-zeros``: its complement;
+* ``checkerboard`` / ``checkerboard-inverse``: ``0x55555555`` and ``0xAAAAAAAA``
+  alternating from word to word, then swapped, so every bit holds both values;
+* ``random``: a seeded random row, XOR-ed with a key derived from the row's
+  index, so every row of the buffer holds different data and an address that
+  aliases another one shows up.
+
+After a dwell the buffer is compared with the pattern regenerated on the
+device, bit for bit. The expected content is known exactly, so any difference
+is corruption: no tolerance, no baseline needed. Flips are reported with their
+byte offset in the tested buffer and bit position in the 32-bit word.
+
+The digest covers the patterns and the configured sizes (and, if there were
+any, the flips), not the number of bytes tested: that depends on how much
+memory was free, which may differ between devices and runs that are healthy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from sdcprobe.backends import Backend
+from sdcprobe.config import MemoryConfig
+from sdcprobe.instrument import Instrumentation
+from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest
+
+WORD_BYTES = 4
+_MIB = 1 << 20
+_KEY_MULTIPLIER = 0x9E3779B1  # odd, so distinct rows get distinct keys (mod 2^32)
+#: How many examples of flips one evidence line quotes.
+_QUOTED = 3
+
+
+def _int32(values: torch.Tensor) -> torch.Tensor:
+    """Unsigned 32-bit values held in int64 -> the same bits as int32."""
+    return torch.where(values >= 1 << 31, values - (1 << 32), values).to(torch.int32)
+
+
+def pattern_row(name: str, seed: int, words: int) -> torch.Tensor:
+    """One row of pattern ``name`` as ``words`` int32 words, on the host."""
+    i = torch.arange(words, dtype=torch.int64)
+    if name in ("walking-ones", "walking-zeros"):
+        ones = torch.bitwise_left_shift(torch.ones_like(i), i % 32)
+        values = ones if name == "walking-ones" else 0xFFFFFFFF ^ ones
+    elif name in ("checkerboard", "checkerboard-inverse"):
+        even, odd = (0x55555555, 0xAAAAAAAA)[:: 1 if name == "checkerboard" else -1]
+        values = torch.where(i % 2 == 0, even, odd)
+    elif name == "random":
+        gen = torch.Generator().manual_seed(seed * 1_000_039 + 11)
+        values = torch.randint(0, 1 << 32, (words,), generator=gen, dtype=torch.int64)
+    else:
+        raise ValueError(f"unknown memory pattern {name!r}")
+    return _int32(values)
+
+
+def row_keys(name: str, first_row: int, rows: int) -> torch.Tensor | None:
+    """Per-row XOR keys of the rows ``[first_row, first_row + rows)`` (``random`` only)."""
+    if name != "random":
+        return None
+    r = torch.arange(first_row, first_row + rows, dtype=torch.int64)
+    return _int32((r * _KEY_MULTIPLIER) & 0xFFFFFFFF).reshape(rows, 1)
+
+
+def free_device_bytes(backend: Backend) -> int | None:
+    """Free memory of this worker's device in bytes; None where it cannot be read."""
+    try:
+        if backend.name == "cuda":
+            torch.cuda.empty_cache()  # blocks cached by earlier checks are free for us
+            free, _total = torch.cuda.mem_get_info(backend.device)
+            return int(free)
+        if backend.name == "xla":
+            import torch_xla.core.xla_model as xm
+
+            info = xm.get_memory_info(backend.device)
+            if "bytes_limit" in info:
+                return int(info["bytes_limit"]) - int(info["bytes_used"])
+            if "kb_free" in info:  # older torch-xla
+                return int(info["kb_free"]) * 1024
+    except Exception:  # a runtime without memory statistics: use the fallback size
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How much of this device one run tests, and in what blocks."""
+
+    bytes: int
+    block_bytes: int
+    blocks: int
+    rows_per_block: int
+    free_bytes: int | None
+
+
+def plan_memory(cfg: MemoryConfig, backend: Backend) -> MemoryPlan:
+    """Bytes to test on ``backend``'s device: fixed, or a share of what is free now."""
+    row_bytes = cfg.row_words * WORD_BYTES
+    free: int | None = None
+    if cfg.mib is not None:
+        want = cfg.mib * _MIB
+    else:
+        free = free_device_bytes(backend)
+        want = cfg.fallback_mib * _MIB if free is None else int(free * cfg.fraction)
+        want = min(want, cfg.max_mib * _MIB)
+    block = max(min(cfg.block_mib * _MIB, want) // row_bytes, 1) * row_bytes
+    blocks = max(want // block, 1)
+    return MemoryPlan(blocks * block, block, blocks, block // row_bytes, free)
+
+
+@dataclass
+class _Flips:
+    """Bit flips found so far, with a bounded list of where they were."""
+
+    limit: int
+    bits: int = 0
+    words: int = 0
+    by_bit: Counter[int] = field(default_factory=Counter)
+    listed: list[tuple[str, int, int]] = field(default_factory=list)  # (pattern, offset, bit)
+
+
+def _expected(row: torch.Tensor, keys: torch.Tensor | None, rows: int) -> torch.Tensor:
+    block = row.expand(rows, row.numel())
+    return (block ^ keys) if keys is not None else block.clone()
+
+
+def _describe(
+    diff: torch.Tensor, base_offset: int, pattern: str, flips: _Flips
+) -> tuple[int, int, list[tuple[int, int]]]:
+    """Count and locate the flipped bits in one block's XOR difference.
+
+    Returns (words, bits, examples) for this block; ``flips`` is updated.
+    """
+    flat = diff.reshape(-1)
+    idx = flat.nonzero().reshape(-1).to("cpu")
+    values = flat[idx.to(flat.device)].to("cpu").to(torch.int64) & 0xFFFFFFFF
+    bits_here = 0
+    examples: list[tuple[int, int]] = []
+    for bit in range(32):
+        set_bit = (values >> bit) & 1
+        n = int(set_bit.sum())
+        if n:
+            flips.by_bit[bit] += n
+            bits_here += n
+    for word, value in zip(idx.tolist(), values.tolist(), strict=True):
+        for bit in range(32):
+            if value >> bit & 1:
+                where = (base_offset + word * WORD_BYTES, bit)
+                if len(examples) < _QUOTED:
+                    examples.append(where)
+                if len(flips.listed) < flips.limit:
+                    flips.listed.append((pattern, *where))
+        if len(examples) >= _QUOTED and len(flips.listed) >= flips.limit:
+            break
+    flips.words += int(idx.numel())
+    flips.bits += bits_here
+    return int(idx.numel()), bits_here, examples
+
+
+def _pattern_digest(cfg: MemoryConfig, name: str, row: torch.Tensor) -> hashlib._Hash:
+    h = hashlib.sha256(f"memory:{name}:{cfg.row_words}:{cfg.block_mib}:".encode())
+    h.update(row.numpy().tobytes())
+    return h
+
+
+def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace:
+    """Run the memory check on ``ins.backend``'s device (every pattern once)."""
+    backend = ins.backend
+    start, cpu0 = time.perf_counter(), time.process_time()
+    plan = plan_memory(cfg, backend)
+    flips = _Flips(limit=cfg.listed_flips)
+    steps: list[dict[str, str]] = []
+    evidence: list[Evidence] = []
+    write_s = read_s = 0.0
+    rows = plan.rows_per_block
+    for step, name in enumerate(cfg.patterns):
+        ins.set_step(step)
+        row_host = pattern_row(name, seed, cfg.row_words)
+        row = row_host.to(backend.device)
+        keys = [row_keys(name, b * rows, rows) for b in range(plan.blocks)]
+        keys_dev = [k.to(backend.device) if k is not None else None for k in keys]
+
+        t0 = time.perf_counter()
+        blocks: list[torch.Tensor] = []
+        for b in range(plan.blocks):
+            try:
+                blocks.append(_expected(row, keys_dev[b], rows))
+            except torch.OutOfMemoryError:
+                # Something else took memory after we looked: test what we got.
+                if not blocks:
+                    raise
+                plan = replace(plan, blocks=len(blocks), bytes=len(blocks) * plan.block_bytes)
+                torch.cuda.empty_cache()
+                break
+            backend.step_boundary()  # XLA: materialise each block before the next
+        backend.sync()
+        write_s += time.perf_counter() - t0
+        if cfg.dwell_s > 0:
+            time.sleep(cfg.dwell_s)
+        for block in blocks:  # the fault site: bits flip while the data sits in memory
+            ins.corrupt_words(block)
+
+        t0 = time.perf_counter()
+        counts: list[torch.Tensor] = []
+        for b, block in enumerate(blocks):
+            counts.append(torch.count_nonzero(block != _expected(row, keys_dev[b], rows)))
+            backend.step_boundary()
+        wrong = backend.to_host(torch.stack(counts)).tolist()
+        read_s += time.perf_counter() - t0
+
+        digest = _pattern_digest(cfg, name, row_host)
+        bad = [b for b, n in enumerate(wrong) if n]
+        if bad:
+            words = bits = 0
+            examples: list[tuple[int, int]] = []
+            for b in bad:
+                diff = blocks[b] ^ _expected(row, keys_dev[b], rows)
+                w, n, ex = _describe(diff, b * plan.block_bytes, name, flips)
+                words, bits = words + w, bits + n
+                examples.extend(ex[: _QUOTED - len(examples)])
+            digest.update(f"|flips:{words}:{bits}:{examples}".encode())
+            quoted = ", ".join(f"byte 0x{off:x} bit {bit}" for off, bit in examples)
+            evidence.append(
+                Evidence(
+                    kind="memory",
+                    step=step,
+                    item=name,
+                    detail=f"{bits} bit flip(s) in {words} word(s) read back ({quoted})",
+                )
+            )
+        steps.append({name: digest.hexdigest()[:STEP_DIGEST_CHARS]})
+        del blocks
+    if backend.name == "cuda":
+        torch.cuda.empty_cache()  # give the memory back to the checks that follow
+
+    passes = len(cfg.patterns) * plan.bytes
+    metrics: dict[str, int | float | str | None] = {
+        "bytes_tested": plan.bytes,
+        "free_bytes": plan.free_bytes,
+        "patterns": len(cfg.patterns),
+        "dwell_s": cfg.dwell_s,
+        "write_gbps": round(passes / write_s / 1e9, 3) if write_s > 0 else None,
+        "read_gbps": round(passes / read_s / 1e9, 3) if read_s > 0 else None,
+        "flips": flips.bits,
+        "flipped_words": flips.words,
+    }
+    if flips.bits:
+        metrics["flip_bits"] = ",".join(f"{b}:{n}" for b, n in sorted(flips.by_bit.items()))
+        metrics["flip_offsets"] = " ".join(
+            f"{pattern}@0x{off:x}:{bit}" for pattern, off, bit in flips.listed
+        )
+    return CheckTrace(
+        digest=trace_digest(steps),
+        steps=steps,
+        evidence=evidence,
+        metrics=metrics,
+        wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - cpu0,
+    )
