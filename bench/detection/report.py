@@ -14,6 +14,7 @@ from bench.detection.detectors import (
     LABELS,
     Thresholds,
     first_alarm,
+    names_site,
     peak,
     wilson,
 )
@@ -104,6 +105,7 @@ def summarize_fault(
         "sites": profile.sites(ctx),
         "example_faults": profile.faults(ctx, 0),
         "trials": n,
+        "reused": sum(o.reused for o in outs),
         "activated": len(act),
         "masked": sum(o.masked for o in act),
         "masking_rate": _rate(sum(o.masked for o in act), len(act)),
@@ -111,6 +113,10 @@ def summarize_fault(
         "first_hit_step_median": _median([o.hit_steps[0] for o in act]),
         "golden_verdicts": dict(sorted(Counter(o.verdict for o in outs).items())),
         "golden_site_named": _rate(sum(o.site_named for o in golden_hits), len(golden_hits)),
+        "trace_site_named": _rate(
+            sum(names_site(o.trace_item, profile.sites(ctx)) for o in golden_hits),
+            len(golden_hits),
+        ),
         "golden_first_items": dict(
             Counter(o.first_item or "?" for o in golden_hits).most_common(4)
         ),
@@ -299,6 +305,14 @@ def markdown(doc: Doc) -> str:
             f"| {r['id']} | {r['first_hit_step_median']} | "
             + " | ".join("-" if t is None else f"{t:g}" for t in ttd)
             + f" | {_cell(r['golden_site_named'])} | {items or '-'} |"
+        )
+    differ = [r for r in faults if r["golden_site_named"]["k"] != r["trace_site_named"]["k"]]
+    for r in differ:
+        lines.append(
+            f"\n{r['id']}: the judge names `{next(iter(r['golden_first_items']), '?')}`; the "
+            f"traces themselves first differ at the injected site in "
+            f"{_cell(r['trace_site_named'])} (the judge reports the item of the earliest "
+            "evidence, and a non-finite loss is evidence at the same step)."
         )
     lines += [
         "",

@@ -43,11 +43,13 @@ from bench.detection.trials import (
     Outcome,
     Reference,
     Setup,
+    ever_active,
     fingerprint,
     model_config,
     record_reference,
     run_calibration,
     run_trial,
+    stand_in,
 )
 from sdcprobe.config import GoldenConfig
 from sdcprobe.faultspec import SITES
@@ -78,12 +80,12 @@ class Plan:
 
 
 MODES: dict[str, Plan] = {
-    "quick": Plan(calibration_runs=30, trials_by_profile={"F6": 30, "H1": 5, "H2": 5}),
+    "quick": Plan(trials_by_profile={"F6": 120, "H1": 5, "H2": 5}),
     "full": Plan(
         calibration_runs=300,
         healthy_runs=3000,
         trials=100,
-        trials_by_profile={"F6": 400, "H1": 100, "H2": 100},
+        trials_by_profile={"F6": 1000, "H1": 100, "H2": 100},
     ),
 }
 
@@ -101,15 +103,23 @@ DEFINITIONS: dict[str, str] = {
     "bitwise from the baseline's (and device 0's). Device 0's trace is the recorded "
     "healthy trace: H0 shows that a healthy rerun reproduces it bit for bit. One pass, no "
     "replay (the probe also replays, which only adds evidence for transient faults)",
-    "ABFT bf16 / fp32": "row and column checksums of every GEMM of the run (the probe's "
+    "ABFT bf16 / fp32": "row and column checksums of every forward GEMM of the run (the probe's "
     "abft_residual, fp64 reference, after injection), in units of the rounding bound of a "
     "correct GEMM with bf16 / fp32 output. The fp32 threshold per GEMM kind is the largest "
     "healthy residual times (1 + headroom); the bf16 threshold is the largest residual of "
     "the same healthy GEMMs with outputs rounded to bf16 (the noise a bf16 checksum must "
-    "tolerate) times (1 + headroom), capped at the worst-case bound 1. ABFT sees GEMM "
-    "outputs only",
+    "tolerate) times (1 + headroom), capped at the worst-case bound 1. ABFT sees forward "
+    "GEMM outputs only: the probe hooks no backward GEMM, so gradient corruption (F4) and "
+    "non-GEMM sites reach it only through later GEMMs' outputs, and a checksum computed "
+    "from already corrupted inputs agrees with them",
     "loss / grad-norm z-score": "z = (x_t - mean) / std over the previous `window` steps; "
-    "alarm when z exceeds the largest healthy z times (1 + headroom), or x_t is not finite",
+    "alarm when z exceeds the largest healthy z times (1 + headroom), but at least 3 (a "
+    "loss that only falls has negative z on healthy runs), or when x_t is not finite",
+    "never-active trials": "a trial in which no fault is active in any step (F6 draws its "
+    "active steps; F5-after starts after the run) computes bit for bit the H0 rerun of its "
+    "model seed, so that run's outcome stands in for it instead of running again "
+    "(`reused` counts them); whether a fault is ever active comes from the injector's own "
+    "per-step draws, replayed without the model",
     "masked": "activated, yet the parameters after the last step are bitwise those of the "
     "healthy run: the corruption left no trace in the trained model",
     "time to detect": "steps from the first corrupted step to the detector's first alarm "
@@ -221,10 +231,15 @@ def run_benchmark(
             if profile.id in ("H0", "H1u"):
                 continue  # H0 ran above; H1u comes with H1
             n = plan.trials_for(profile)
+            run = [
+                i for i in range(n) if profile.kind != "fault" or ever_active(setup, profile.id, i)
+            ]
             results = _starmap(
-                pool, run_trial, ((setup, profile.id, i, refs[i % len(refs)]) for i in range(n))
+                pool, run_trial, ((setup, profile.id, i, refs[i % len(refs)]) for i in run)
             )
-            for outs in results:
+            by_trial = {outs[0].trial: outs for outs in results}
+            for i in range(n):
+                outs = by_trial.get(i) or [stand_in(outcomes["H0"][i % len(refs)], profile.id, i)]
                 for o in outs:
                     outcomes.setdefault(o.profile, []).append(o)
             for pid in ("H1", "H1u") if profile.id == "H1" else (profile.id,):

@@ -9,7 +9,7 @@ other detectors (thresholds are applied later, see :mod:`bench.detection.detecto
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from bench.detection.adapters import (
@@ -22,12 +22,13 @@ from bench.detection.detectors import Signals, gemm_kind, golden_verdict, names_
 from bench.detection.profiles import BY_ID, Context
 from sdcprobe.backends import setup_backend
 from sdcprobe.checks.golden import GoldenTrace, run_golden
-from sdcprobe.config import GoldenConfig, ProbeConfig, plan_config
-from sdcprobe.faultspec import FaultSpec
+from sdcprobe.config import GoldenConfig, plan_config
+from sdcprobe.faults import Injector
+from sdcprobe.faultspec import SITES, FaultSpec
 from sdcprobe.fingerprint import device_facts
 from sdcprobe.judge import build_fingerprint
 from sdcprobe.result import Baseline, CheckResult, Fingerprint
-from sdcprobe.trace import Steps
+from sdcprobe.trace import Steps, first_divergence
 
 #: The node every trial runs on: two devices, faults on device 1.
 DEVICES = 2
@@ -71,6 +72,43 @@ class Outcome:
     site_named: bool
     signals: Signals | None
     cpu_s: float
+    trace_item: str | None = None  # first divergent item of the raw trace comparison
+    reused: bool = False  # no fault was ever active: the H0 run of this seed stands in
+
+
+def fault_seed(profile_id: str, trial: int) -> int:
+    """Seed of trial ``trial``'s faults (distinct across profiles and trials)."""
+    return 1000 * (1 + list(BY_ID).index(profile_id)) + trial
+
+
+def _spec(setup: Setup, profile_id: str, trial: int) -> FaultSpec | None:
+    faults = BY_ID[profile_id].faults(setup.ctx, fault_seed(profile_id, trial))
+    return FaultSpec.model_validate({"faults": faults}) if faults else None
+
+
+def ever_active(setup: Setup, profile_id: str, trial: int) -> bool:
+    """Whether any of the trial's faults is active in some step of the run.
+
+    Replays the injector's own per-step draws without the model. Until a fault is
+    first active its generator serves only those draws, so the answer is exact: a
+    trial that is never active computes bit for bit the healthy rerun of its model
+    seed (H0), whose outcome then stands in for it (see :func:`stand_in`).
+    """
+    spec = _spec(setup, profile_id, trial)
+    if spec is None:
+        return False
+    injector = Injector(spec, FAULTY)
+    every_site = tuple(SITES)
+    for step in range(setup.model.steps):
+        injector.set_step(step)
+        if injector.wants(every_site):
+            return True
+    return False
+
+
+def stand_in(healthy: Outcome, profile_id: str, trial: int) -> Outcome:
+    """The H0 outcome of a seed, as the outcome of a never-active trial on that seed."""
+    return replace(healthy, profile=profile_id, trial=trial, reused=True)
 
 
 def model_config(setup: Setup, seed: int) -> GoldenConfig:
@@ -85,9 +123,9 @@ def _facts(threads: int) -> object:
 
 def fingerprint(cfg: GoldenConfig, threads: int = 1) -> Fingerprint:
     """The two-device CPU node's fingerprint for this golden configuration."""
-    base = plan_config(60, "cpu", steps=cfg.steps, seed=cfg.seed)
-    config = ProbeConfig(
-        seed=cfg.seed, compute=base.compute, collective=base.collective, golden=cfg
+    # The other checks' parameters as the CLI would plan them; the golden one is ours.
+    config = plan_config(60, "cpu", steps=cfg.steps, seed=cfg.seed).model_copy(
+        update={"golden": cfg}
     )
     facts = _facts(threads)
     return build_fingerprint([facts] * DEVICES, DEVICES, config)  # type: ignore[list-item]
@@ -130,20 +168,20 @@ def run_trial(setup: Setup, profile_id: str, trial: int, ref: Reference) -> list
     cfg = model_config(setup, ref.seed)
     fp = fingerprint(cfg)
     baseline = _baseline(ref.digest, ref.step_digests, fp)
-    fault_seed = 1000 * (1 + list(BY_ID).index(profile_id)) + trial
+    seed = fault_seed(profile_id, trial)
     cpu0 = time.process_time()
 
     if profile.kind == "reorder":
         # The probe enforces deterministic algorithms: the reordering kernel refuses to run.
         error = None
         try:
-            with golden_instrumentation(reordered_instrumentation("ffn.down", fault_seed, True)):
+            with golden_instrumentation(reordered_instrumentation("ffn.down", seed, True)):
                 run_golden(cfg, None, "cpu", device_index=FAULTY)
         except RuntimeError as exc:
             error = f"{type(exc).__name__}: {exc}"
         guarded = golden_verdict(None, ref.items, ref.digest, baseline, fp, error=error)
         # The training job (and a kernel that escapes the guard) runs it anyway.
-        with golden_instrumentation(reordered_instrumentation("ffn.down", fault_seed, False)):
+        with golden_instrumentation(reordered_instrumentation("ffn.down", seed, False)):
             trace = run_golden(cfg, None, "cpu", device_index=FAULTY, abft=True)
         cpu = time.process_time() - cpu0
         signals = Signals.from_trace(trace, setup.window)
@@ -158,8 +196,7 @@ def run_trial(setup: Setup, profile_id: str, trial: int, ref: Reference) -> list
         recorded = run_golden(cfg, None, "cpu", threads=2)
         baseline = _baseline(recorded.digest, recorded.step_digests(), other)
 
-    spec_faults = profile.faults(setup.ctx, fault_seed)
-    spec = FaultSpec.model_validate({"faults": spec_faults}) if spec_faults else None
+    spec = _spec(setup, profile_id, trial)
     injector = TrialInjector(spec, FAULTY, profile.exact_counts, cfg.n_layers)
     trace = run_golden(cfg, injector, "cpu", device_index=FAULTY, abft=True, threads=1)
     injector.finish()
@@ -176,6 +213,7 @@ def run_trial(setup: Setup, profile_id: str, trial: int, ref: Reference) -> list
             trace,
             injector,
             profile.sites(setup.ctx),
+            first_divergence(ref.items, trace.items),
         )
     ]
 
@@ -190,6 +228,7 @@ def _outcome(
     trace: GoldenTrace,
     injector: TrialInjector | None,
     sites: list[str] | None = None,
+    divergence: tuple[int, str | None] | None = None,
 ) -> Outcome:
     injected = sum(injector.counts.values()) if injector is not None else 0
     masked = injected > 0 and _params(trace.items) == _params(ref.items)
@@ -207,4 +246,5 @@ def _outcome(
         site_named=names_site(result.first_divergent_submodule, sites or []),
         signals=signals,
         cpu_s=cpu,
+        trace_item=divergence[1] if divergence else None,
     )
