@@ -155,6 +155,14 @@ def tickets_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[
     return {str(spec.get("nodeName", "")): dict(body)}
 
 
+@kopf.index(GROUP, VERSION, "sdcpolicies")
+def policies_index(name: str, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, str]]:
+    """Every policy's selector: one policy owns each node (domain.selection)."""
+    _poke()
+    selector = spec.get("nodeSelector") or {}
+    return {name: dict(selector.get("matchLabels") or {})}
+
+
 @kopf.index(GROUP, VERSION, "sdcbaselines")
 def baselines_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
     _poke()
@@ -173,6 +181,7 @@ INDEX_NAMES = (
     "tests_index",
     "tickets_index",
     "baselines_index",
+    "policies_index",
 )
 
 
@@ -196,6 +205,7 @@ def _view(indexes: dict[str, kopf.Index[str, Any]]) -> FleetView:
         baselines={k: first(v) for k, v in indexes["baselines_index"].items()},
         last_busy=dict(RT.last_busy),
         operator_started=RT.started,
+        policies={k: first(v) for k, v in indexes["policies_index"].items()},
     )
 
 

@@ -61,6 +61,7 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.nodepatch import plan_node_patch
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
+from sdcguard.domain.selection import owning_policy
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 
@@ -86,6 +87,8 @@ class FleetView:
     baselines: dict[str, dict[str, Any]]
     last_busy: dict[str, dt.datetime] = field(default_factory=dict)
     operator_started: dt.datetime | None = None
+    policies: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Every policy's name and selector matchLabels (one policy owns each node)."""
 
 
 def _rv(body: Mapping[str, Any]) -> str:
@@ -469,9 +472,10 @@ class Reconciler:
         breaker = self._breaker(policy, now)
 
         facts: dict[str, NodeFacts] = {}
+        selectors = {**view.policies, name: dict(spec.node_selector.match_labels)}
         for node_name, body in view.nodes.items():
             labels = body["metadata"].get("labels") or {}
-            if any(labels.get(k) != v for k, v in spec.node_selector.match_labels.items()):
+            if owning_policy(labels, selectors) != name:
                 continue
             node = NodeFacts.from_body(body, spec.accelerators, spec.budgets.pool_label)
             if node.accelerators <= 0 and node.state is None:
