@@ -39,6 +39,14 @@ NS = "sdcguard-system"
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
     """Poll until ``predicate()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -271,6 +279,11 @@ class OperatorProcess:
         self.log_path = log_path
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = _free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self) -> OperatorProcess:
         env = dict(os.environ)
@@ -278,7 +291,7 @@ class OperatorProcess:
             {
                 "KUBECONFIG": str(self.kubeconfig),
                 "SDCGUARD_NAMESPACE": NS,
-                "SDCGUARD_METRICS_PORT": "0",
+                "SDCGUARD_METRICS_PORT": str(self.metrics_port),
                 "SDCGUARD_LOG_FORMAT": "json",
                 "SDCGUARD_RESYNC_SECONDS": "5",
                 "SDCGUARD_DEFAULT_PROBE_IMAGE": "example.invalid/sdcprobe:test",

@@ -447,3 +447,44 @@ def test_nodes_with_nothing_to_do_cost_zero_writes(api_client, operator) -> None
             assert not any("kopf@" in w for ws in after.values() for w in ws)
     finally:
         core.delete_node(cpu_node)
+
+
+def test_metrics_tell_the_fleet_story(api_client, operator) -> None:
+    """After a quarantine, /metrics shows states, verdicts, quarantines and open tickets."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    case = _case()
+    nodes = [f"met-{case}-ok", f"met-{case}-bad"]
+    trusted_baseline(api_client)
+    with (
+        gpu_nodes(api_client, nodes, case=case),
+        ProbeKubelet(api_client, {nodes[0]: "pass", nodes[1]: "sdc"}),
+    ):
+        policy = _policy(api_client, case)
+        wait_for(lambda: node_state(api_client, nodes[1]) == "Quarantined", 90, "quarantine")
+        wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "qualification")
+
+        def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+            with urllib.request.urlopen(operator.metrics_url, timeout=5) as resp:
+                text = resp.read().decode()
+            return {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            }
+
+        def settled() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            m = scrape()
+            key = ("sdcguard_nodes", (("policy", policy), ("state", "Quarantined")))
+            return m if m.get(key) == 1 else None
+
+        m = wait_for(settled, 30, "the quarantine to show in /metrics")
+        assert m[("sdcguard_nodes", (("policy", policy), ("state", "Qualified")))] == 1
+        assert m[("sdcguard_quarantines_total", (("policy", policy),))] >= 1
+        assert m[("sdcguard_screenings_total", (("check", "golden"), ("verdict", "SDC")))] >= 2
+        assert m[("sdcguard_circuit_breaker_open", (("policy", policy),))] == 0
+        assert sum(v for (n, _), v in m.items() if n == "sdcguard_repair_tickets_open") >= 1
+        assert m[("sdcguard_reconcile_passes_total", ())] > 0
+        assert any(n == "sdcguard_probe_finish_to_quarantine_seconds_count" for n, _ in m)

@@ -45,6 +45,7 @@ from sdcguard.api import (
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
 from sdcguard.domain import breaker as breaker_mod
+from sdcguard.domain.budgets import pool_usage
 from sdcguard.domain.decide import Decision, decide_all
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.lifecycle import (
@@ -566,6 +567,7 @@ class Reconciler:
                 )
         self._write_policy_status(policy, breaker, states, now)
         self._export(name, states, breaker)
+        self._export_usage(name, observations, view, now)
         self.metrics.reconcile_passes.inc()
         counts.update({f"writes-{k}": v for k, v in self.writer.writes.items()})
         log.info("reconcile pass", policy=name, nodes=len(facts), **dict(sorted(counts.items())))
@@ -885,6 +887,43 @@ class Reconciler:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+
+    def _export_usage(
+        self, policy: str, observations: list[Observed], view: FleetView, now: dt.datetime
+    ) -> None:
+        """Budget in use per pool, and open tickets by age (for the SLA alert)."""
+        for pool, usage in pool_usage(o.pool_member() for o in observations).items():
+            label = pool or "default"
+            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="tests").set(
+                usage.tests
+            )
+            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="unavailable").set(
+                usage.unavailable
+            )
+        ages: list[float] = []
+        for bodies in view.tickets.values():
+            for body in bodies:
+                status = body.get("status") or {}
+                if status.get("phase") in (None, "Closed", "Retired"):
+                    continue
+                opened = observe.parse_time(status.get("openedAt"))
+                if opened is not None:
+                    ages.append((now - opened).total_seconds())
+        buckets = {"lt1h": 0, "1h-24h": 0, "1d-7d": 0, "gt7d": 0}
+        for age in ages:
+            key = (
+                "lt1h"
+                if age < 3600
+                else "1h-24h"
+                if age < 86400
+                else "1d-7d"
+                if age < 7 * 86400
+                else "gt7d"
+            )
+            buckets[key] += 1
+        for key, count in buckets.items():
+            self.metrics.tickets_open.labels(age=key).set(count)
+        self.metrics.oldest_ticket.set(max(ages, default=0.0))
 
     def _export(self, policy: str, states: Counter[str], breaker: breaker_mod.BreakerView) -> None:
         for state in NodeState:
