@@ -76,6 +76,8 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.observed import NodeFacts, Observed
 
+PROBE_TOLERATED_CORDON = "node.kubernetes.io/unschedulable"
+"""The cordon taint: probe Pods tolerate it so cordoned (quarantined) nodes can be verified."""
 REQUEUE_AFTER_TRANSITION = 10.0
 REQUEUE_TEST_RUNNING = 60.0
 REQUEUE_WAITING = 120.0
@@ -174,6 +176,9 @@ class _Reader:
             return "policy paused: no new tests"
         if not node.ready:
             return "node not Ready"
+        foreign = self.untolerated_taints()
+        if foreign:
+            return f"taint {foreign[0]} keeps probes off the node too"
         if node.accelerators <= 0:
             return "no allocatable accelerators yet"
         if routine and obs.breaker_open:
@@ -187,6 +192,18 @@ class _Reader:
             return "a pending pod needs this node"
         check = can_reserve(obs.usage, self.policy.budgets, takes_node=takes_node)
         return None if check.allowed else check.reason
+
+    def untolerated_taints(self) -> list[str]:
+        """Taints of others that repel probe Pods (they tolerate only sdcguard's own taints
+        and the cordon), so a test started now could never run."""
+        ours = {self.policy.taints.gate, self.policy.taints.testing, self.policy.taints.quarantine}
+        return sorted(
+            f"{t.key}:{t.effect}"
+            for t in self.node.taints
+            if t.effect in ("NoSchedule", "NoExecute")
+            and t.key not in ours
+            and t.key != PROBE_TOLERATED_CORDON
+        )
 
     def next_attempt(self) -> int:
         return min(100, self.node.inconclusive_count + 1)
