@@ -22,7 +22,7 @@ def test_healthy_run_passes_reproducibly_and_replicas_agree(tmp_path: Path) -> N
         assert run.rc == 0, run.stderr[-3000:]
         doc = run.doc
         assert doc["verdict"] == "pass" and doc["fingerprint"]["device_count"] == 2
-        for name in ("compute", "collective", "golden"):
+        for name in ("compute", "collective", "memory", "golden"):
             check = run.check(name)
             assert check["verdict"] == "pass" and "2 devices agree" in check["reason"]
             assert check["baseline"] == "absent"
@@ -35,12 +35,14 @@ def test_healthy_run_passes_reproducibly_and_replicas_agree(tmp_path: Path) -> N
     assert first.doc["fingerprint"] == second.doc["fingerprint"]
     # The CPU run measures something real: ABFT residuals of healthy GEMMs are reported.
     assert 0 < first.check("compute")["metrics"]["abft_ratio_float32"] < 1
+    memory = first.check("memory")["metrics"]
+    assert memory["bytes_tested"] == 64 << 20 and memory["flips"] == 0
 
 
 def test_baseline_document_and_matching_run(tmp_path: Path, healthy_baseline: Path) -> None:
     baseline = json.loads(healthy_baseline.read_text())
     assert baseline["kind"] == "sdcprobe.baseline" and baseline["schema_version"] == 1
-    assert set(baseline["digests"]) == {"compute", "collective", "golden"}
+    assert set(baseline["digests"]) == {"compute", "collective", "memory", "golden"}
     assert len(baseline["step_digests"]["golden"]) > 10
     fp = run_cli(["fingerprint", "--device", "cpu", *FAST], tmp_path)
     assert fp.rc == 0 and json.loads(fp.stdout) == baseline["fingerprint"]
@@ -66,6 +68,7 @@ def test_invalid_fault_spec_and_bad_arguments_exit_2(tmp_path: Path) -> None:
     assert run.rc == 2 and "faults.0.site" in run.stderr
     assert run_cli([*RUN, "--checks", "compute,vibes"], tmp_path).rc == 2
     assert run_cli([*RUN, "--budget", "-3"], tmp_path).rc == 2
+    assert run_cli([*RUN, "--memory-fraction", "1.5"], tmp_path).rc == 2
     bad_baseline = tmp_path / "bad.json"
     bad_baseline.write_text('{"kind": "sdcprobe.baseline"')
     run = run_cli([*RUN, "--baseline", str(bad_baseline)], tmp_path)
@@ -143,7 +146,7 @@ def test_fault_on_one_device_names_it(tmp_path: Path) -> None:
     spec = write_faults(tmp_path, {"site": "*", "rate": 1e-3, "bits": "hi-mant", "device": 1})
     run = run_cli([*RUN, "--faults", spec, "--allow-fault-injection"], tmp_path)
     assert run.rc == 1, run.stderr[-3000:]
-    for name in ("compute", "golden"):
+    for name in ("compute", "memory", "golden"):
         check = run.check(name)
         assert check["verdict"] == "fail" and check["odd_device"] == 1, check
     assert run.check("collective")["odd_device"] == 1

@@ -42,7 +42,7 @@ def test_every_documented_site_and_bit_class_is_accepted() -> None:
     sites = [
         "matmul", "attention.qkv", "attention.scores", "attention.softmax", "attention.output",
         "ffn.up", "ffn.down", "grad.weight", "allreduce", "norm", "optimizer", "param",
-        "activation", "embedding", "*",
+        "activation", "embedding", "memory", "*",
     ]  # fmt: skip
     for site in sites:
         for bits in ["lo-mant", "hi-mant", "exp", "exp-hi", "sign", [26, 27]]:
