@@ -45,7 +45,7 @@ def test_empty_policy_gets_safe_defaults() -> None:
     spec = _policy()
     assert spec.mode == "Enforce"
     assert spec.accelerators[0] == "nvidia.com/gpu"
-    assert [c.name for c in spec.suites.acceptance] == ["compute", "collective", "golden"]
+    assert [c.name for c in spec.suites.acceptance] == ["compute", "collective", "golden", "memory"]
     assert spec.taints.quarantine == "sdcguard.dev/quarantined"
     assert spec.confirmation.reruns == 1
     assert spec.budgets.max_unavailable == "10%"

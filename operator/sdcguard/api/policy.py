@@ -159,7 +159,9 @@ def _checks(*names: CheckName) -> list[CheckSpec]:
 
 
 def _acceptance() -> list[CheckSpec]:
-    return _checks(CheckName.COMPUTE, CheckName.COLLECTIVE, CheckName.GOLDEN)
+    # Memory too: a new node is idle anyway, and every node then contributes the memory
+    # digest to the fingerprint's baseline (repair verification needs it trusted).
+    return _checks(CheckName.COMPUTE, CheckName.COLLECTIVE, CheckName.GOLDEN, CheckName.MEMORY)
 
 
 def _requalification() -> list[CheckSpec]:
