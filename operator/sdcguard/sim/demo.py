@@ -66,10 +66,9 @@ from sdcguard.sim.demo_install import (
     PolicySettings,
     free_port,
     install,
-    mint_token,
     policy_body,
+    start_operator,
     uninstall,
-    write_kubeconfig,
 )
 from sdcguard.sim.demo_report import (
     Display,
@@ -159,7 +158,7 @@ def _foreign_policies(api: client.ApiClient, fleet: Fleet, mine: str) -> list[st
     return clashes
 
 
-def _delete_custom(api: client.ApiClient, plural: str, name: str) -> None:
+def delete_custom(api: client.ApiClient, plural: str, name: str) -> None:
     """Delete one of our objects, dropping Kopf's finalizer when no operator is left to."""
     custom = client.CustomObjectsApi(api)
     with contextlib.suppress(ApiException):
@@ -178,7 +177,7 @@ def _baseline_names(api: client.ApiClient) -> set[str]:
     return {i["metadata"]["name"] for i in _list(api, "sdcbaselines")}
 
 
-def _delete_policy(api: client.ApiClient, name: str, operator: LocalOperator | None) -> None:
+def delete_policy(api: client.ApiClient, name: str, operator: LocalOperator | None) -> None:
     """Delete the policy while the operator runs (its finalizer goes with the operator's
     blessing); without a live operator, drop the finalizer."""
     custom = client.CustomObjectsApi(api)
@@ -191,7 +190,7 @@ def _delete_policy(api: client.ApiClient, name: str, operator: LocalOperator | N
         except ApiException:
             return
         time.sleep(0.5)
-    _delete_custom(api, "sdcpolicies", name)
+    delete_custom(api, "sdcpolicies", name)
 
 
 def _remove_run_objects(
@@ -204,10 +203,10 @@ def _remove_run_objects(
             for item in _list(api, plural):
                 spec = item.get("spec") or {}
                 if spec.get("policyRef") == cfg.policy or spec.get("nodeName") in names:
-                    _delete_custom(api, plural, item["metadata"]["name"])
+                    delete_custom(api, plural, item["metadata"]["name"])
     with contextlib.suppress(ApiException):
         for name in _baseline_names(api) - baselines_before:
-            _delete_custom(api, "sdcbaselines", name)
+            delete_custom(api, "sdcbaselines", name)
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     with contextlib.suppress(ApiException):
         batch.delete_collection_namespaced_job(cfg.namespace, propagation_policy="Background")
@@ -256,26 +255,20 @@ def run_demo(
                 "first (`kubectl delete sdcpolicy NAME` while an operator runs)"
             )
         baselines_before = _baseline_names(api)
-        token = mint_token(api, inst)
-        kubeconfig = write_kubeconfig(
-            workdir / "operator.kubeconfig",
-            cp,
-            token,
-            user=f"system:serviceaccount:{inst.namespace}:{inst.service_account}",
-        )
         metrics_port = free_port()
-        env = {
-            **inst.operator_env,
-            "SDCGUARD_METRICS_PORT": str(metrics_port),
-            "SDCGUARD_RESYNC_SECONDS": str(cfg.resync_seconds),
-            "SDCGUARD_LOG_FORMAT": "json",
-        }
-        operator = LocalOperator(kubeconfig, env, operator_log)
         display.note(
             f"starting the operator as ServiceAccount {inst.namespace}/{inst.service_account} "
             f"(metrics on http://127.0.0.1:{metrics_port}/metrics)"
         )
-        operator.start()
+        operator = start_operator(
+            cp,
+            api,
+            inst,
+            workdir=workdir,
+            log_path=operator_log,
+            resync_seconds=cfg.resync_seconds,
+            metrics_port=metrics_port,
+        )
         client.CustomObjectsApi(api).create_cluster_custom_object(
             GROUP, VERSION, "sdcpolicies", policy_body(cfg.policy, fleet.name, cfg.settings)
         )
@@ -349,7 +342,7 @@ def run_demo(
         if recorder is not None:
             recorder.stop()
         if cfg.cleanup:
-            _delete_policy(api, cfg.policy, operator)
+            delete_policy(api, cfg.policy, operator)
         if operator is not None:
             operator.stop()
         if sim is not None:

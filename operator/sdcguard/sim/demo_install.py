@@ -357,6 +357,39 @@ class LocalOperator:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def start_operator(
+    cp: ControlPlane,
+    api: client.ApiClient,
+    inst: Installation,
+    *,
+    workdir: Path,
+    log_path: Path,
+    resync_seconds: float = 5,
+    metrics_port: int = 0,
+) -> LocalOperator:
+    """Start the operator with a fresh ServiceAccount token and the chart's environment."""
+    token = mint_token(api, inst)
+    kubeconfig = write_kubeconfig(
+        workdir / "operator.kubeconfig",
+        cp,
+        token,
+        user=f"system:serviceaccount:{inst.namespace}:{inst.service_account}",
+    )
+    env = {
+        **inst.operator_env,
+        "SDCGUARD_METRICS_PORT": str(metrics_port),
+        "SDCGUARD_RESYNC_SECONDS": str(resync_seconds),
+        "SDCGUARD_LOG_FORMAT": "json",
+    }
+    operator = LocalOperator(kubeconfig, env, log_path)
+    try:
+        operator.start()
+    except BaseException:
+        operator.stop()
+        raise
+    return operator
+
+
 @dataclass(frozen=True)
 class PolicySettings:
     """The demo policy's fast settings (every field is an SDCPolicy field)."""
