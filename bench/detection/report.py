@@ -158,7 +158,8 @@ def targets(rows: dict[str, Doc]) -> list[Doc]:
         out.append({"target": name, "met": met, "detail": detail})
 
     def golden(pid: str) -> Doc:
-        return rows[pid]["detectors"]["golden"]["activated"]
+        rate: Doc = rows[pid]["detectors"]["golden"]["activated"]
+        return rate
 
     have = [p for p in RECALL_TARGET if p in rows and rows[p]["activated"]]
     if have:
@@ -177,9 +178,11 @@ def targets(rows: dict[str, Doc]) -> list[Doc]:
             "F6 within 5 points of its ceiling",
             abs(gap) <= 0.05,
             f"golden {got['p']:.3f} of all trials [{got['ci95'][0]:.3f}, {got['ci95'][1]:.3f}] vs "
-            f"ceiling {r['ceiling']:.3f} ({100 * gap:+.1f} points); activated share "
-            f"{r['activated_share']['p']:.3f}; golden on activated "
-            f"{golden('F6')['k']}/{golden('F6')['n']}",
+            f"ceiling {r['ceiling']:.3f} ({100 * gap:+.1f} points; the ceiling is "
+            f"{'inside' if got['ci95'][0] <= r['ceiling'] <= got['ci95'][1] else 'outside'} "
+            f"the 95% CI); activated share {r['activated_share']['p']:.3f}, golden on "
+            f"activated {golden('F6')['k']}/{golden('F6')['n']}: any gap between golden and "
+            "the activated share is detection, the rest is how often the fault fired",
         )
     if "F5" in rows:
         r = rows["F5"]
@@ -274,6 +277,7 @@ def markdown(doc: Doc) -> str:
         f"{cfg['steps']} training steps per screening; monitors judge steps "
         f"{cfg['window']}..{cfg['steps'] - 1} against a {cfg['window']}-step trailing window; "
         f"thresholds = largest score on {cfg['calibration_runs']} healthy calibration runs "
+        f"({cfg['bf16_calibration_runs']} of them also for bf16 checksum noise) "
         f"x {1 + cfg['headroom']:.2f}.",
         "",
         "## Detection probability over activated trials (k/n = p [95% Wilson CI])",
@@ -432,7 +436,16 @@ def chart(doc: Doc, path: Path) -> None:
                 ys.append(p)
                 lo.append(p - rate["ci95"][0])
                 hi.append(rate["ci95"][1] - p)
-            axis.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=LABELS[d], color=colors[i])
+            axis.bar(
+                xs,
+                ys,
+                width,
+                yerr=[lo, hi],
+                capsize=1.5,
+                error_kw={"elinewidth": 0.7, "ecolor": "#555555"},
+                label=LABELS[d],
+                color=colors[i],
+            )
         axis.set_xticks(range(len(table)))
         axis.set_xticklabels([r["id"] for r in table], rotation=45, ha="right")
         axis.set_ylim(0, 1.05)
@@ -442,6 +455,7 @@ def chart(doc: Doc, path: Path) -> None:
     ax.set_title("Fault profiles")
     bars(bx, controls, "alarms")
     bx.set_title("Healthy side: alarm rate")
+    bx.set_ylabel("alarm probability (all trials)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=5)
     fp = doc["fingerprint"]
     fig.suptitle(

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from bench.detection import report
 from bench.detection.adapters import calibrate_gradient_rate
 from bench.detection.detectors import DETECTORS, LABELS, Thresholds, calibrate
-from bench.detection.profiles import Context, Profile, select
+from bench.detection.profiles import SITE_PROFILES, Context, Profile, select
 from bench.detection.trials import (
     Outcome,
     Reference,
@@ -67,8 +67,9 @@ class Plan:
 
     steps: int = 24
     window: int = 8
-    headroom: float = 0.5
-    calibration_runs: int = 20
+    headroom: float = 1.0
+    calibration_runs: int = 40
+    bf16_calibration_runs: int = 10  # of those, runs that also measure bf16 checksum noise
     healthy_runs: int = 100
     trials: int = 10
     trials_by_profile: dict[str, int] = field(default_factory=dict)
@@ -80,9 +81,12 @@ class Plan:
 
 
 MODES: dict[str, Plan] = {
-    "quick": Plan(trials_by_profile={"F6": 120, "H1": 5, "H2": 5}),
+    "quick": Plan(
+        trials_by_profile={"F6": 100, "H1": 5, "H2": 3} | {pid: 8 for pid in SITE_PROFILES},
+    ),
     "full": Plan(
         calibration_runs=300,
+        bf16_calibration_runs=50,
         healthy_runs=3000,
         trials=100,
         trials_by_profile={"F6": 1000, "H1": 100, "H2": 100},
@@ -210,7 +214,10 @@ def run_benchmark(
         calib = _starmap(
             pool,
             run_calibration,
-            ((setup, CALIBRATION_SEED0 + i) for i in range(plan.calibration_runs)),
+            (
+                (setup, CALIBRATION_SEED0 + i, i < plan.bf16_calibration_runs)
+                for i in range(plan.calibration_runs)
+            ),
         )
         noise: dict[str, float] = {}
         for _, per_kind in calib:
@@ -239,8 +246,8 @@ def run_benchmark(
             )
             by_trial = {outs[0].trial: outs for outs in results}
             for i in range(n):
-                outs = by_trial.get(i) or [stand_in(outcomes["H0"][i % len(refs)], profile.id, i)]
-                for o in outs:
+                done = by_trial.get(i) or [stand_in(outcomes["H0"][i % len(refs)], profile.id, i)]
+                for o in done:
                     outcomes.setdefault(o.profile, []).append(o)
             for pid in ("H1", "H1u") if profile.id == "H1" else (profile.id,):
                 progress(_progress_line(pid, outcomes[pid], thr, start))
@@ -298,6 +305,7 @@ def run_benchmark(
             "window": plan.window,
             "headroom": plan.headroom,
             "calibration_runs": plan.calibration_runs,
+            "bf16_calibration_runs": plan.bf16_calibration_runs,
             "healthy_runs": plan.healthy_runs,
             "trials": {p.id: len(outcomes.get(p.id, [])) for p in profiles},
             "model": model.model_dump(mode="json"),

@@ -146,10 +146,14 @@ def record_reference(setup: Setup, seed: int) -> Reference:
     return Reference(seed, trace.items, trace.digest, trace.step_digests(), cpu)
 
 
-def run_calibration(setup: Setup, seed: int) -> tuple[Signals, dict[str, float]]:
-    """A healthy run's scores, and per GEMM kind the largest bf16 checksum noise."""
+def run_calibration(setup: Setup, seed: int, bf16: bool = True) -> tuple[Signals, dict[str, float]]:
+    """A healthy run's scores and (with ``bf16``) per GEMM kind its largest bf16
+    checksum noise."""
     sink: list[tuple[str, float]] = []
-    with golden_instrumentation(bf16_noise_instrumentation(sink)):
+    if bf16:
+        with golden_instrumentation(bf16_noise_instrumentation(sink)):
+            trace = run_golden(model_config(setup, seed), None, "cpu", abft=True)
+    else:
         trace = run_golden(model_config(setup, seed), None, "cpu", abft=True)
     noise: dict[str, float] = {}
     for label, value in sink:
