@@ -1,4 +1,5 @@
-"""torch-xla on PJRT CPU: the golden check is deterministic under XLA too.
+"""torch-xla on PJRT CPU: the golden check is deterministic under XLA too, and the
+memory check runs there.
 
 This runs in CI (torch-xla is a probe dependency); it is not skipped when the
 package is present, and fails loudly when it is missing.
@@ -23,7 +24,9 @@ XLA = [
     "--steps",
     "8",
     "--checks",
-    "golden",
+    "golden,memory",
+    "--memory-mib",
+    "4",
 ]
 
 
@@ -44,3 +47,7 @@ def test_xla_golden_runs_are_bitwise_identical(tmp_path: Path) -> None:
     assert golden["verdict"] == "pass" and golden["baseline"] == "match"
     assert golden["digest"] == baseline["digests"]["golden"]
     assert golden["metrics"]["loss_last"] < golden["metrics"]["loss_first"]
+    # The memory check runs on the XLA device too; its patterns read back intact.
+    memory = run.check("memory")
+    assert memory["verdict"] == "pass" and memory["baseline"] == "match"
+    assert memory["metrics"]["bytes_tested"] == 4 << 20 and memory["metrics"]["flips"] == 0

@@ -135,6 +135,14 @@ def _expected(row: torch.Tensor, keys: torch.Tensor | None, rows: int) -> torch.
     return (block ^ keys) if keys is not None else block.clone()
 
 
+def _count_wrong(block: torch.Tensor, expected: torch.Tensor, backend: Backend) -> torch.Tensor:
+    """Number of words that differ, as a device scalar (no host sync)."""
+    if backend.name == "xla":
+        # torch-xla's count_nonzero yields a tensor typed bool: sum instead.
+        return (block != expected).sum()
+    return torch.count_nonzero(block != expected)
+
+
 def _describe(
     diff: torch.Tensor, base_offset: int, pattern: str, flips: _Flips
 ) -> tuple[int, int, list[tuple[int, int]]]:
@@ -214,7 +222,7 @@ def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace
         t0 = time.perf_counter()
         counts: list[torch.Tensor] = []
         for b, block in enumerate(blocks):
-            counts.append(torch.count_nonzero(block != _expected(row, keys_dev[b], rows)))
+            counts.append(_count_wrong(block, _expected(row, keys_dev[b], rows), backend))
             backend.step_boundary()
         wrong = backend.to_host(torch.stack(counts)).tolist()
         read_s += time.perf_counter() - t0
