@@ -334,7 +334,7 @@ class Reconciler:
             if not reserved:
                 if status.phase == SDCTestPhase.PENDING:
                     status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
-                    self._write_test_status(test, status, now, "Reserving", "waiting for budget")
+                    self._write_test_status(test, status)
                 return test.model_copy(update={"status": status})
             manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
             self.writer.create_job(manifest)
@@ -354,7 +354,7 @@ class Reconciler:
                     ),
                 }
             )
-            self._write_test_status(test, status, now)
+            self._write_test_status(test, status)
             return test.model_copy(update={"status": status})
         if status.phase != SDCTestPhase.RUNNING:
             return test
@@ -376,7 +376,7 @@ class Reconciler:
                 )
                 if conds != status.conditions:
                     status = status.model_copy(update={"conditions": conds})
-                    self._write_test_status(test, status, now)
+                    self._write_test_status(test, status)
                 return test.model_copy(update={"status": status})
         if finished_at is not None and judgement.verdict == Verdict.SDC:
             self.metrics.finish_to_quarantine.observe(max(0.0, (now - finished_at).total_seconds()))
@@ -423,7 +423,7 @@ class Reconciler:
                 "conditions": conditions,
             }
         )
-        self._write_test_status(test, status, now)
+        self._write_test_status(test, status)
         counts[f"tests-{phase.value.lower()}"] += 1
         self.metrics.tests.labels(suite=test.spec.suite.value, phase=phase.value).inc()
         if status.start_time is not None:
@@ -440,15 +440,7 @@ class Reconciler:
         )
         return test.model_copy(update={"status": status})
 
-    def _write_test_status(
-        self,
-        test: SDCTest,
-        status: SDCTestStatus,
-        now: dt.datetime,
-        reason: str = "",
-        message: str = "",
-    ) -> None:
-        del now, reason, message
+    def _write_test_status(self, test: SDCTest, status: SDCTestStatus) -> None:
         try:
             self.writer.patch_custom_status("sdctests", test.metadata.name, to_body(status))
         except ApiException as exc:
@@ -553,7 +545,7 @@ class Reconciler:
             if not decision.actions:
                 continue
             try:
-                self.apply(policy, decision, view, tests_by_node, now, counts)
+                self.apply(policy, decision, view, now, counts)
             except ApiException as exc:
                 # 409: our view was stale; anything else: the API hiccupped. Either way
                 # the next pass (soon) decides again from fresh observations.
@@ -644,13 +636,11 @@ class Reconciler:
         policy: SDCPolicy,
         decision: Decision,
         view: FleetView,
-        tests_by_node: dict[str, list[SDCTest]],
         now: dt.datetime,
         counts: Counter[str],
     ) -> None:
         """Objects first (tests, tickets, events), the node patch last: a crash in between
         repeats the same decision, and deterministic names make the repeat a no-op."""
-        del tests_by_node
         node_name = decision.node
         body = view.nodes[node_name]
         node = NodeFacts.from_body(body, policy.spec.accelerators, policy.spec.budgets.pool_label)
