@@ -1,0 +1,214 @@
+"""Writes the scale results: JSON, a markdown table, and a PNG of the scale curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    else:
+        text = str(value)
+    return f"{text}{unit}"
+
+
+def _pair(d: dict[str, Any], scale: float = 1.0, unit: str = "") -> str:
+    p50, p99 = d.get("p50"), d.get("p99")
+    if p50 is None:
+        return "-"
+    return f"{p50 * scale:.3g} / {p99 * scale:.3g}{unit} (n={d['n']})"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    runs = doc["runs"]
+    head = ["Metric", *[f"{r['nodes']:,} nodes" for r in runs]]
+    rows: list[list[str]] = []
+
+    def row(name: str, fn: Any) -> None:
+        cells = []
+        for r in runs:
+            try:
+                cells.append(fn(r))
+            except (KeyError, TypeError):
+                cells.append("-")
+        rows.append([name, *cells])
+
+    row("Fleet qualified", lambda r: "yes" if r.get("qualified_all") else "**no**")
+    row("Operator peak RSS", lambda r: _fmt(r["operator"]["peak_rss_mb"], " MB"))
+    row(
+        "Operator CPU while qualifying (s / cores)",
+        lambda r: (
+            f"{r['operator']['cpu_s_qualification']} / {r['operator']['cpu_cores_qualification']}"
+        ),
+    )
+    row("Operator CPU with nothing to do (cores)", lambda r: _fmt(r["idle"]["operator_cpu_cores"]))
+    row("Time to initial sync", lambda r: _fmt(r["initial_sync_s"], " s"))
+    row("Time to qualify the fleet (maxConcurrentTests 100)", lambda r: _fmt(r["qualify_s"], " s"))
+    row("Reconcile pass, in-process dry-run", lambda r: _fmt(r["pass_cost"]["pass_s_median"], " s"))
+    row(
+        "Pod termination → node released, p50 / p99",
+        lambda r: _pair(r["release_latency_s"], unit=" s"),
+    )
+    row(
+        "Pod termination → quarantine taint, p50 / p99",
+        lambda r: _pair(r["quarantine_latency_s"], unit=" s"),
+    )
+    row("Raw node patch, p50 / p99", lambda r: _pair(r["raw_node_patch_s"], 1000, " ms"))
+    row(
+        "Quarantine p99 ÷ raw patch p50",
+        lambda r: _fmt(r["quarantine_latency_s"]["p99"] / r["raw_node_patch_s"]["p50"], "x"),
+    )
+    row("Join → probe Job created, p50 / p99", lambda r: _pair(r["join_to_job_s"], unit=" s"))
+    row("API requests per node (qualification)", lambda r: _fmt(r["requests"]["per_node"]))
+    row("API writes per node (qualification)", lambda r: _fmt(r["requests"]["writes_per_node"]))
+    row(
+        "Writes per clean qualification, median / max (without Events)",
+        lambda r: (
+            f"{r['writes_per_clean_qualification']['median']:g} / "
+            f"{r['writes_per_clean_qualification']['max']} "
+            f"({r['writes_per_clean_qualification']['median_without_events']:g} / "
+            f"{r['writes_per_clean_qualification']['max_without_events']})"
+        ),
+    )
+    row(
+        "Node writes with nothing to do (3 resync periods)",
+        lambda r: f"{r['idle']['node_writes']} ({r['idle']['passes']} passes)",
+    )
+    row(
+        "API server / etcd peak RSS",
+        lambda r: (
+            f"{r['control_plane_peak_rss_mb'].get('kube-apiserver', 0):.0f} / "
+            f"{r['control_plane_peak_rss_mb'].get('etcd', 0):.0f} MB"
+        ),
+    )
+    lines = [
+        "# Operator scale",
+        "",
+        f"`{doc['command']}` on {doc['machine']['cpus']} CPUs "
+        f"({doc['machine']['memory_gb']} GB, load {doc['machine']['load_avg_1m_at_start']} at "
+        f"start; the machine is shared, so wall times carry noise), {doc['generated_at']}.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+    ]
+    ev = doc.get("evaluation") or {}
+    if ev:
+        lines += [f"## Targets (at {ev['at_nodes']:,} nodes)", ""]
+        for key, item in ev.items():
+            if key == "at_nodes":
+                continue
+            mark = "met" if item["met"] else "**missed**"
+            extra = (
+                f" (without Events: {item['value_without_events']})"
+                if "value_without_events" in item
+                else ""
+            )
+            lines.append(f"- {key.replace('_', ' ')}: {item['value']}{extra} — {mark}")
+        lines.append("")
+    lines += [
+        "## Writes per clean qualification, by kind (mean per node)",
+        "",
+        "| Request | " + " | ".join(f"{r['nodes']:,}" for r in runs) + " |",
+        "|---|" + "---|" * len(runs),
+    ]
+    kinds = sorted({k for r in runs for k in r["writes_per_clean_qualification"]["mean_by_kind"]})
+    for kind in kinds:
+        cells = [
+            _fmt(r["writes_per_clean_qualification"]["mean_by_kind"].get(kind, 0.0)) for r in runs
+        ]
+        lines.append(f"| `{kind}` | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Definitions: latencies are on the benchmark's clock, from the moment the fake",
+        "kubelet's Pod status write returned to the moment the benchmark's Node watch",
+        "delivered the change (gate/testing taints gone; quarantine taint present, after the",
+        "confirming re-run). The raw patch is one label merge-patch of a Node by the same",
+        "client library. Writes are counted from the API server's audit log of the",
+        "operator's own ServiceAccount and attributed to nodes by the names derived from",
+        "them (SDCTest, Job, Event, Node).",
+        "",
+    ]
+    if doc.get("refused"):
+        lines += [f"Refused (not enough memory): {doc['refused']}", ""]
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = doc["runs"]
+    xs = [r["nodes"] for r in runs]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+
+    ax = axes[0][0]
+    ax.plot(xs, [r["operator"]["peak_rss_mb"] for r in runs], "o-", label="operator peak RSS")
+    ax.axhline(300, color="red", linestyle=":", label="target 300 MB")
+    ax.set_ylabel("MB")
+    ax.set_title("Memory")
+    ax.legend()
+
+    ax = axes[0][1]
+    for key, label in (
+        ("quarantine_latency_s", "termination → quarantine p99"),
+        ("release_latency_s", "termination → release p99"),
+        ("join_to_job_s", "join → Job p99"),
+        ("raw_node_patch_s", "raw node patch p99"),
+    ):
+        ax.plot(xs, [r[key]["p99"] for r in runs], "o-", label=label)
+    ax.axhline(2.0, color="red", linestyle=":", label="target 2 s")
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds")
+    ax.set_title("Latency (p99)")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][0]
+    ax.plot(xs, [r["qualify_s"] for r in runs], "o-", label="qualify whole fleet")
+    ax.plot(xs, [r["initial_sync_s"] for r in runs], "o-", label="initial sync")
+    ax.plot(xs, [r["pass_cost"]["pass_s_median"] for r in runs], "o-", label="one reconcile pass")
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds")
+    ax.set_title("Time")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][1]
+    ax.plot(xs, [r["requests"]["per_node"] for r in runs], "o-", label="requests / node")
+    ax.plot(
+        xs,
+        [r["writes_per_clean_qualification"]["median"] for r in runs],
+        "o-",
+        label="writes / clean qualification",
+    )
+    ax.plot(xs, [r["idle"]["node_writes"] for r in runs], "o-", label="idle node writes")
+    ax.axhline(6, color="red", linestyle=":", label="target 6 writes")
+    ax.set_ylabel("requests")
+    ax.set_title("API requests (audit log)")
+    ax.legend(fontsize=8)
+
+    for row in axes:
+        for ax in row:
+            ax.set_xscale("log")
+            ax.set_xlabel("nodes")
+            ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("sdcguard operator scale")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(doc: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "scale.json", out / "scale.md", out / "scale.png"]
+    paths[0].write_text(json.dumps(doc, indent=2) + "\n")
+    paths[1].write_text(markdown(doc))
+    plot(doc, paths[2])
+    return paths

@@ -1,0 +1,714 @@
+"""Operator scale: memory, CPU, API requests and latencies at 100 to 5,000 nodes.
+
+    python -m bench.scale.run [--sizes 100,1000,5000] [--out bench/results]
+
+For each fleet size the benchmark starts its own local control plane (without
+the node-lifecycle controller, so nodes without heartbeats stay Ready, and with
+an audit log of the operator's requests), registers the fleet directly (Ready,
+``nvidia.com/gpu: 8``, gated), approves a baseline, creates a policy with
+``maxConcurrentTests: 100``, and runs the real operator (``python -m sdcguard``)
+under its own ServiceAccount token. A watch-based fake kubelet completes each
+probe Pod as soon as it is bound: a passing result, or SDC on a few nodes.
+
+Measured per size (see ``bench/results/scale.md`` for the table):
+
+- operator peak RSS and CPU (psutil, sampled every 0.5 s);
+- time to initial sync: process start to the first reconcile pass over all nodes;
+- time to qualify the fleet;
+- probe Pod termination to node released (gate/testing taints gone) and to the
+  quarantine taint (the confirming re-run's Pod), p50/p99, and the same API
+  server's latency for one raw node patch (50 patches) as a yardstick;
+- join to probe Job created (p50/p99) for nodes that join the qualified fleet;
+- API requests and writes per node and lifecycle (audit log), writes per clean
+  qualification by kind;
+- writes to nodes with nothing to do over three resync periods after qualification;
+- the reconcile pass's own cost at that size (run in-process on the cluster's
+  state, dry-run).
+
+Sizes the machine cannot hold are refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kubernetes import client, config
+from tests.cluster.localcluster import CONTROLLERS, LocalCluster, kubeconfig_text
+from tests.operator.harness import (
+    GROUP,
+    NS,
+    VERSION,
+    OperatorProcess,
+    apply_crds,
+    ensure_namespace,
+    policy_body,
+    trusted_baseline,
+)
+
+from bench.scale import audit, report
+from bench.scale.fleet import (
+    FLEET_LABEL,
+    FastKubelet,
+    JobWatch,
+    NodeWatch,
+    node_body,
+    node_name,
+    register_nodes,
+)
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+BENCH_CONTROLLERS = ",".join(c for c in CONTROLLERS.split(",") if c != "node-lifecycle-controller")
+RESYNC_SECONDS = 10.0
+MAX_CONCURRENT_TESTS = 100
+RAW_PATCHES = 50
+FRESH_JOINS = 20
+# Memory the run needs: control plane and tools, plus per node (Node, SDCTest, Job,
+# Pod, Events in etcd and the API server's caches; the operator's indexes).
+BASE_MB = 1500
+PER_NODE_MB = 0.6
+
+TARGETS = {
+    "rss_mb_at_5000": 300,
+    "idle_node_writes": 0,
+    "p99_termination_to_taint_s": 2.0,
+    "taint_over_raw_patch": 10.0,
+    "writes_per_clean_qualification": 6,
+}
+
+
+def log(message: str) -> None:
+    print(f"[bench.scale] {message}", file=sys.stderr, flush=True)
+
+
+def needed_mb(nodes: int) -> float:
+    return BASE_MB + PER_NODE_MB * nodes
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(v, 4)
+
+    return {
+        "n": len(values),
+        "p50": r(percentile(values, 50)),
+        "p99": r(percentile(values, 99)),
+        "max": r(max(values) if values else None),
+    }
+
+
+# Cluster set-up -----------------------------------------------------------------------
+
+
+def operator_kubeconfig(admin: client.ApiClient, cluster: LocalCluster, path: Path) -> Path:
+    """A ServiceAccount for the operator, bound to cluster-admin, and a kubeconfig holding
+    a TokenRequest token for it: the audit log then tells its requests apart."""
+    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    with contextlib.suppress(client.ApiException):
+        core.create_namespaced_service_account(
+            NS, {"metadata": {"name": audit.OPERATOR_SA, "namespace": NS}}
+        )
+    with contextlib.suppress(client.ApiException):
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": "sdcguard-bench-operator"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": audit.OPERATOR_SA, "namespace": NS}
+                ],
+            }
+        )
+    token = core.create_namespaced_service_account_token(
+        audit.OPERATOR_SA, NS, {"spec": {"expirationSeconds": 86400}}
+    ).status.token
+    path.write_text(kubeconfig_text(cluster.server, cluster.ca_file, token, user="sdcguard"))
+    return path
+
+
+class LogTail(threading.Thread):
+    """Follows the operator's JSON log: reconcile passes and errors."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(name="bench-log-tail", daemon=True)
+        self.path = path
+        self.passes: list[dict[str, Any]] = []
+        self.errors: Counter[str] = Counter()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        offset, partial = 0, b""
+        while not self.stop.wait(0.2):
+            if not self.path.exists():
+                continue
+            with self.path.open("rb") as fh:
+                fh.seek(offset)
+                data = partial + fh.read()
+                offset = fh.tell()
+            lines = data.split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if doc.get("event") == "reconcile pass":
+                    doc["_at"] = dt.datetime.fromisoformat(
+                        str(doc.get("timestamp", "")).replace("Z", "+00:00")
+                    ).timestamp()
+                    self.passes.append(doc)
+                elif doc.get("level") in ("error", "warning"):
+                    self.errors[str(doc.get("event", ""))[:80]] += 1
+
+
+class Sampler(threading.Thread):
+    """psutil samples of the operator (RSS, CPU) and the control plane (RSS)."""
+
+    def __init__(self, pid: int, others: dict[str, int]) -> None:
+        super().__init__(name="bench-sampler", daemon=True)
+        self.proc = psutil.Process(pid)
+        self.others = {k: psutil.Process(v) for k, v in others.items()}
+        self.samples: list[tuple[float, float, float]] = []
+        """(time, rss MB, cpu seconds) of the operator."""
+        self.peak_others: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            try:
+                mem = self.proc.memory_info().rss / 2**20
+                cpu = self.proc.cpu_times()
+                self.samples.append((time.time(), mem, cpu.user + cpu.system))
+            except psutil.Error:
+                return
+            for name, proc in self.others.items():
+                with contextlib.suppress(psutil.Error):
+                    rss = proc.memory_info().rss / 2**20
+                    self.peak_others[name] = max(self.peak_others.get(name, 0.0), rss)
+
+    def cpu_between(self, start: float, end: float) -> float:
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        return inside[-1][2] - inside[0][2] if len(inside) >= 2 else 0.0
+
+    @property
+    def peak_rss(self) -> float:
+        return max((s[1] for s in self.samples), default=0.0)
+
+
+# One size -----------------------------------------------------------------------------
+
+
+def sdc_nodes_for(n: int) -> list[str]:
+    """A few evenly spread SDC nodes (quarantine latency samples)."""
+    count = 3 if n <= 100 else 5 if n <= 1000 else 10
+    step = n // count
+    return [node_name(i * step + step // 2) for i in range(count)]
+
+
+def fleet_policy() -> dict[str, Any]:
+    body = policy_body(
+        "bench",
+        match_labels={FLEET_LABEL: "true"},
+        budgets={"maxConcurrentTests": MAX_CONCURRENT_TESTS, "maxUnavailable": "100%"},
+        probe={"budgetSeconds": 30, "activeDeadlineSeconds": 1800, "cpuDevices": 2},
+        # Nothing idles or expires during the run: only joins, confirmations, quarantines.
+        triggers={"onReturnFromUse": {"enabled": True, "idleFor": "30m"}},
+        # A handful of SDC nodes among hundreds must not trip the breaker.
+        circuitBreaker={"window": "1h", "minSamples": 50, "maxFailureFraction": 0.5},
+    )
+    return body
+
+
+def wait(predicate: Any, timeout: float, every: float = 1.0, tick: Any = None) -> bool:
+    deadline = time.monotonic() + timeout
+    last_tick = 0.0
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if tick and time.monotonic() - last_tick >= 10:
+            tick()
+            last_tick = time.monotonic()
+        time.sleep(every)
+    return False
+
+
+def release_latencies(
+    nodes: list[str], watch: NodeWatch, kubelet: FastKubelet, *, quarantine: bool
+) -> list[float]:
+    """Probe Pod termination to the node's release (or quarantine taint), per node."""
+    out = []
+    for name in nodes:
+        rec = watch.record(name)
+        marks = rec.quarantined if quarantine else rec.released
+        ends = kubelet.terminated.get(name, [])
+        if not marks or not ends:
+            continue
+        mark = marks[0]
+        before = [t for t in ends if t <= mark]
+        if before:
+            out.append(mark - max(before))
+    return out
+
+
+def raw_patch_latency(admin: client.ApiClient, name: str, count: int) -> list[float]:
+    """Round trips of a one-label merge patch on a node, with the same client library."""
+    core = client.CoreV1Api(admin)
+    out = []
+    for i in range(count):
+        t0 = time.perf_counter()
+        core.patch_node(
+            name, {"metadata": {"labels": {"bench/raw-patch": str(i)}}}, _preload_content=False
+        )
+        out.append(time.perf_counter() - t0)
+        time.sleep(0.05)
+    return out
+
+
+def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, Any]:
+    """The cost of one reconcile pass at this size, in-process and dry-run, on the
+    cluster's current objects (what the operator's indexes hold)."""
+    from sdcguard.adapters import observe
+    from sdcguard.adapters.kube import KubeWriter
+    from sdcguard.adapters.reconciler import FleetView, Reconciler
+    from sdcguard.api.policy import DEFAULT_ACCELERATORS
+    from sdcguard.logs import configure_logging
+    from sdcguard.metrics import Metrics
+    from sdcguard.settings import Settings
+
+    configure_logging("console", "error")
+    core, batch = client.CoreV1Api(admin), client.BatchV1Api(admin)
+    custom = client.CustomObjectsApi(admin)
+
+    def items(resp: Any) -> list[dict[str, Any]]:
+        return list(json.loads(resp.data)["items"])
+
+    nodes = items(core.list_node(_preload_content=False))
+    pods = items(core.list_pod_for_all_namespaces(_preload_content=False))
+    jobs = items(batch.list_job_for_all_namespaces(_preload_content=False))
+
+    def crs(plural: str) -> list[dict[str, Any]]:
+        return items(
+            custom.list_cluster_custom_object(GROUP, VERSION, plural, _preload_content=False)
+        )
+
+    tests, tickets, baselines = crs("sdctests"), crs("repairtickets"), crs("sdcbaselines")
+    policy = next(p for p in crs("sdcpolicies") if p["metadata"]["name"] == "bench")
+    t0 = time.perf_counter()
+    view = FleetView(
+        nodes={n["metadata"]["name"]: observe.trim_node(n) for n in nodes},
+        busy={},
+        pending=[],
+        probe_pods={},
+        probe_jobs={},
+        tests={},
+        tickets={},
+        baselines={b["metadata"]["name"]: b for b in baselines},
+        operator_started=dt.datetime.now(dt.UTC),
+    )
+    for pod in pods:
+        if use := observe.pod_use(pod, DEFAULT_ACCELERATORS):
+            view.busy.setdefault(use.node_name, []).append(use)
+        if probe := observe.probe_pod(pod):
+            view.probe_pods.setdefault(probe.test_name, []).append(probe)
+    for job in jobs:
+        if pj := observe.probe_job(job):
+            view.probe_jobs[pj.test_name] = pj
+    for test in tests:
+        view.tests.setdefault(test["spec"]["nodeName"], []).append(test)
+    for ticket in tickets:
+        view.tickets.setdefault(ticket["spec"]["nodeName"], []).append(ticket)
+    build = time.perf_counter() - t0
+    metrics = Metrics()
+    reconciler = Reconciler(
+        writer=KubeWriter(api=admin, metrics=metrics, dry_run=True),
+        settings=Settings(metrics_port=0),
+        metrics=metrics,
+    )
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        reconciler.run_pass(policy, view, dt.datetime.now(dt.UTC))
+        times.append(time.perf_counter() - t0)
+    return {
+        "view_build_s": round(build, 3),
+        "pass_s_median": round(statistics.median(times), 3),
+        "pass_s_min": round(min(times), 3),
+        "dry_run_writes": dict(reconciler.writer.writes),
+        "objects": {
+            "nodes": len(nodes),
+            "pods": len(pods),
+            "jobs": len(jobs),
+            "sdctests": len(tests),
+            "repairtickets": len(tickets),
+        },
+    }
+
+
+def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
+    """The whole measurement for one fleet size."""
+    say = lambda m: log(f"[{n} nodes] {m}")  # noqa: E731
+    audit_dir = Path(tempfile.mkdtemp(prefix="audit-", dir=workdir))
+    policy_file, audit_file = audit_dir / "policy.yaml", audit_dir / "audit.log"
+    policy_file.write_text(audit.policy_yaml())
+    result: dict[str, Any] = {"nodes": n, "complete": False}
+    names = [node_name(i) for i in range(n)]
+    sdc = sdc_nodes_for(n)
+    clean = [x for x in names if x not in set(sdc)]
+    say("starting a control plane")
+    with LocalCluster(
+        controllers=BENCH_CONTROLLERS,
+        extra_apiserver_args=audit.apiserver_args(policy_file, audit_file),
+    ) as cluster:
+        admin = config.new_client_from_config(str(cluster.kubeconfig))
+        admin.configuration.connection_pool_maxsize = 16
+        apply_crds(admin)
+        ensure_namespace(admin)
+        op_config = operator_kubeconfig(admin, cluster, audit_dir / "operator.kubeconfig")
+        client.CoreV1Api(admin).create_node(node_body("bench-raw-patch", gpus=0, fleet=False))
+        t0 = time.monotonic()
+        register_nodes(admin, names, progress=lambda k: say(f"registered {k}/{n} nodes"))
+        result["register_s"] = round(time.monotonic() - t0, 1)
+        say(f"registered {n} nodes in {result['register_s']}s ({len(sdc)} will report SDC)")
+        trusted_baseline(admin)
+        client.CustomObjectsApi(admin).create_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", fleet_policy()
+        )
+        nodes = NodeWatch(admin).start()
+        jobs = JobWatch(admin).start()
+        kubelet = FastKubelet(admin, set(sdc)).start()
+        for w in (nodes.watch, jobs.watch, kubelet.watch):
+            w.synced.wait(60)
+        auditlog = audit.AuditLog(audit_file)
+        op_log = audit_dir / "operator.log"
+        operator = OperatorProcess(
+            op_config,
+            op_log,
+            env={
+                "SDCGUARD_RESYNC_SECONDS": str(RESYNC_SECONDS),
+                "SDCGUARD_LOG_LEVEL": "info",
+            },
+        )
+        tail = LogTail(op_log)
+        tail.start()
+        started = time.time()
+        operator.start()
+        assert operator.proc is not None
+        sampler = Sampler(
+            operator.proc.pid,
+            {k: p.pid for k, p in cluster.processes.items() if k in ("kube-apiserver", "etcd")},
+        )
+        sampler.start()
+        try:
+            result.update(
+                measure(
+                    n, names, clean, sdc, admin, operator, tail, sampler, nodes, jobs,
+                    kubelet, auditlog, started, qualify_timeout, say,
+                )
+            )  # fmt: skip
+        finally:
+            operator.stop()
+            sampler.stop.set()
+            tail.stop.set()
+            kubelet.stop()
+            for w in (nodes.watch, jobs.watch):
+                w.stop.set()
+        result["operator"]["peak_rss_mb"] = round(sampler.peak_rss, 1)
+        result["control_plane_peak_rss_mb"] = {
+            k: round(v, 1) for k, v in sampler.peak_others.items()
+        }
+        result["operator_log_errors"] = dict(tail.errors.most_common(10))
+    shutil.rmtree(audit_dir, ignore_errors=True)
+    return result
+
+
+def measure(
+    n: int,
+    names: list[str],
+    clean: list[str],
+    sdc: list[str],
+    admin: client.ApiClient,
+    operator: OperatorProcess,
+    tail: LogTail,
+    sampler: Sampler,
+    nodes: NodeWatch,
+    jobs: JobWatch,
+    kubelet: FastKubelet,
+    auditlog: audit.AuditLog,
+    started: float,
+    qualify_timeout: float,
+    say: Any,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"sdc_nodes": len(sdc), "operator": {}}
+
+    def synced() -> bool:
+        return any(p.get("nodes", 0) >= n for p in tail.passes)
+
+    if not wait(synced, 600, every=0.2):
+        raise RuntimeError("the operator never ran a pass over the whole fleet; see its log")
+    first = next(p for p in tail.passes if p.get("nodes", 0) >= n)
+    out["initial_sync_s"] = round(first["_at"] - started, 2)
+    say(f"initial sync in {out['initial_sync_s']}s")
+
+    clean_set = set(clean)
+
+    def progress() -> tuple[int, int]:
+        states = nodes.states()
+        ok = sum(1 for x in clean if states.get(x) == "Qualified")
+        held = sum(1 for x in sdc if states.get(x) == "Quarantined")
+        return ok, held
+
+    def qualified() -> bool:
+        ok, held = progress()
+        return ok == len(clean) and held == len(sdc)
+
+    def tick() -> None:
+        ok, held = progress()
+        rss = sampler.samples[-1][1] if sampler.samples else 0.0
+        states = Counter(s for x, s in nodes.states().items() if x in clean_set or x in sdc)
+        say(
+            f"qualified {ok}/{len(clean)}, quarantined {held}/{len(sdc)}, "
+            f"pods completed {kubelet.completed}, passes {len(tail.passes)}, "
+            f"operator RSS {rss:.0f} MB, states {dict(states)}"
+        )
+
+    done = wait(qualified, qualify_timeout, every=0.5, tick=tick)
+    qualified_at = time.time()
+    tick()
+    out["qualify_s"] = round(qualified_at - started, 1)
+    out["qualified_all"] = done
+    if not done:
+        say(f"fleet NOT qualified within {qualify_timeout:.0f}s; reporting what was reached")
+    ok, held = progress()
+    out["qualified_nodes"], out["quarantined_nodes"] = ok, held
+    out["operator"]["cpu_s_qualification"] = round(sampler.cpu_between(started, qualified_at), 1)
+    out["operator"]["cpu_cores_qualification"] = round(
+        out["operator"]["cpu_s_qualification"] / max(1.0, qualified_at - started), 2
+    )
+    out["operator"]["rss_mb_at_qualified"] = round(sampler.samples[-1][1], 1)
+    out["release_latency_s"] = summary(release_latencies(clean, nodes, kubelet, quarantine=False))
+    out["quarantine_latency_s"] = summary(release_latencies(sdc, nodes, kubelet, quarantine=True))
+    say(
+        f"fleet qualified in {out['qualify_s']}s; termination->release "
+        f"{out['release_latency_s']}, ->quarantine {out['quarantine_latency_s']}"
+    )
+
+    # API requests of the qualification, per node and per clean node's lifecycle.
+    time.sleep(2)
+    qual = auditlog.between(started - 1, qualified_at + 1)
+    writes = [r for r in qual if r.write]
+    per_node: dict[str, Counter[str]] = {}
+    for r in writes:
+        if r.node:
+            per_node.setdefault(r.node, Counter())[r.kind] += 1
+    clean_counts = [sum(per_node.get(x, Counter()).values()) for x in clean]
+    clean_kinds: Counter[str] = Counter()
+    for x in clean:
+        clean_kinds.update(per_node.get(x, Counter()))
+    without_events = [
+        sum(v for k, v in per_node.get(x, Counter()).items() if "events" not in k) for x in clean
+    ]
+    out["requests"] = {
+        "total": len(qual),
+        "per_node": round(len(qual) / n, 2),
+        "writes": len(writes),
+        "writes_per_node": round(len(writes) / n, 2),
+        "reads": len(qual) - len(writes),
+        "by_kind": audit.by_kind(qual),
+        "fleet_wide_writes": audit.by_kind([r for r in writes if not r.node]),
+        "errors": dict(Counter(f"{r.kind} {r.code}" for r in qual if r.code >= 400)),
+    }
+    out["writes_per_clean_qualification"] = {
+        "median": statistics.median(clean_counts) if clean_counts else None,
+        "max": max(clean_counts) if clean_counts else None,
+        "median_without_events": statistics.median(without_events) if without_events else None,
+        "max_without_events": max(without_events) if without_events else None,
+        "mean_by_kind": {k: round(v / len(clean), 3) for k, v in sorted(clean_kinds.items())},
+    }
+    say(f"writes per clean qualification: {out['writes_per_clean_qualification']}")
+
+    # Nothing to do: every node Qualified or Quarantined and waiting. Count writes.
+    window = 3 * RESYNC_SECONDS + 5
+    say(f"idle window: {window:.0f}s (three resync periods)")
+    w0 = time.time()
+    passes_before = len(tail.passes)
+    time.sleep(window)
+    w1 = time.time()
+    idle = auditlog.between(w0, w1)
+    out["idle"] = {
+        "window_s": round(w1 - w0, 1),
+        "passes": len(tail.passes) - passes_before,
+        "node_writes": sum(1 for r in idle if r.write and r.resource == "nodes"),
+        "all_writes": audit.by_kind([r for r in idle if r.write]),
+        "requests": len(idle),
+        "operator_cpu_cores": round(sampler.cpu_between(w0, w1) / (w1 - w0), 3),
+    }
+    say(f"idle: {out['idle']}")
+
+    raw = raw_patch_latency(admin, "bench-raw-patch", RAW_PATCHES)
+    out["raw_node_patch_s"] = summary(raw)
+    say(f"raw node patch: {out['raw_node_patch_s']}")
+
+    # Fresh joins into the qualified fleet: join (Node created) to probe Job created.
+    joiners = [node_name(n + i) for i in range(FRESH_JOINS)]
+    joined_at: dict[str, float] = {}
+    for name in joiners:
+        register_nodes(admin, [name], threads=1, created_at=joined_at)
+        time.sleep(0.5)
+    wait(lambda: all(jobs.created.get(x) for x in joiners), 120, every=0.2)
+    join_lat = [jobs.created[x][0] - joined_at[x] for x in joiners if jobs.created.get(x)]
+    out["join_to_job_s"] = summary(join_lat)
+    wait(lambda: all(nodes.states().get(x) == "Qualified" for x in joiners), 120, every=0.5)
+    out["fresh_join_release_latency_s"] = summary(
+        release_latencies(joiners, nodes, kubelet, quarantine=False)
+    )
+    say(f"join->Job {out['join_to_job_s']}")
+
+    out["operator"]["cpu_s_total"] = round(sampler.samples[-1][2], 1)
+    out["operator"]["rss_mb_end"] = round(sampler.samples[-1][1], 1)
+    out["pass_cost"] = offline_pass_seconds(admin)
+    say(f"reconcile pass at this size (dry-run, in-process): {out['pass_cost']}")
+    out["passes_total"] = len(tail.passes)
+    out["complete"] = done
+    return out
+
+
+# Main -----------------------------------------------------------------------------------
+
+
+def check_memory(sizes: list[int]) -> list[int]:
+    """Sizes that fit in the memory available now; says why others are refused."""
+    available = psutil.virtual_memory().available / 2**20
+    fits = []
+    for n in sizes:
+        need = needed_mb(n)
+        if need > available:
+            log(
+                f"refusing {n} nodes: needs about {need:.0f} MB "
+                f"({BASE_MB} MB + {PER_NODE_MB} MB per node), {available:.0f} MB available; "
+                "free memory or choose smaller --sizes"
+            )
+        else:
+            fits.append(n)
+    return fits
+
+
+def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Targets at the largest size run (the brief's are for 5,000 nodes)."""
+    if not runs:
+        return {}
+    big = max(runs, key=lambda r: r["nodes"])
+    rss = big["operator"]["peak_rss_mb"]
+    p99 = big["quarantine_latency_s"]["p99"]
+    raw = big["raw_node_patch_s"]["p50"]
+    ratio = round(p99 / raw, 1) if p99 is not None and raw else None
+    wpq = big["writes_per_clean_qualification"]
+    return {
+        "at_nodes": big["nodes"],
+        "rss_under_300mb": {"value": rss, "met": rss < TARGETS["rss_mb_at_5000"]},
+        "zero_idle_node_writes": {
+            "value": big["idle"]["node_writes"],
+            "met": big["idle"]["node_writes"] == 0,
+        },
+        "p99_termination_to_taint_under_2s": {
+            "value": p99,
+            "met": p99 is not None and p99 < TARGETS["p99_termination_to_taint_s"],
+        },
+        "p99_taint_under_10x_raw_patch": {
+            "value": ratio,
+            "met": ratio is not None and ratio < TARGETS["taint_over_raw_patch"],
+        },
+        "at_most_6_writes_per_clean_qualification": {
+            "value": wpq["max"],
+            "value_without_events": wpq["max_without_events"],
+            "met": wpq["max"] is not None and wpq["max"] <= 6,
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench.scale.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sizes", default="100,1000,5000", help="comma-separated fleet sizes")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument(
+        "--qualify-timeout", type=float, default=1500, help="seconds per size to qualify"
+    )
+    args = parser.parse_args(argv)
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    if any(s < 10 for s in sizes):
+        parser.error("sizes must be at least 10 nodes")
+    fits = check_memory(sizes)
+    if not fits:
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="sdcguard-scale-"))
+    runs: list[dict[str, Any]] = []
+    began = time.time()
+    try:
+        for n in fits:
+            if needed_mb(n) > psutil.virtual_memory().available / 2**20:
+                log(f"refusing {n} nodes now: memory is no longer available")
+                continue
+            t0 = time.monotonic()
+            runs.append(run_size(n, args.qualify_timeout, workdir))
+            runs[-1]["wall_s"] = round(time.monotonic() - t0, 1)
+            doc = {
+                "benchmark": "scale",
+                "command": "python -m bench.scale.run --sizes " + ",".join(map(str, fits)),
+                "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+                    "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
+                    "python": platform.python_version(),
+                },
+                "settings": {
+                    "maxConcurrentTests": MAX_CONCURRENT_TESTS,
+                    "resync_seconds": RESYNC_SECONDS,
+                    "confirmation_reruns": 1,
+                    "raw_patches": RAW_PATCHES,
+                    "fresh_joins": FRESH_JOINS,
+                },
+                "targets": TARGETS,
+                "runs": runs,
+                "evaluation": evaluate_targets(runs),
+                "refused": [s for s in sizes if s not in fits],
+                "elapsed_s": round(time.time() - began, 1),
+            }
+            for path in report.write(doc, args.out):
+                log(f"wrote {path}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""Invalid SDCPolicy, SDCTest, RepairTicket and SDCBaseline objects are refused by the
+real API server (the generated CRDs' schemas and CEL rules), with a message that names
+the field, so ``kubectl apply`` tells a person what to fix.
+
+Each row is one mistake: created as is (``create``), or made by changing a valid
+object (``update``, a merge patch). The valid objects are checked to be accepted too,
+so a row fails for its mistake and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from tests.operator.harness import GROUP, VERSION, policy_body
+
+HASH = "ab" * 32
+DIGEST = "cd" * 32
+
+
+def valid(plural: str, name: str) -> dict[str, Any]:
+    """A valid object of each kind (the base every row changes)."""
+    kind, spec = {
+        "sdcpolicies": ("SDCPolicy", policy_body(name)["spec"]),
+        "sdctests": (
+            "SDCTest",
+            {
+                "nodeName": "gpu-1",
+                "policyRef": "default",
+                "suite": "acceptance",
+                "reason": "Join",
+                "attempt": 1,
+            },
+        ),
+        "repairtickets": ("RepairTicket", {"nodeName": "gpu-1", "policyRef": "default"}),
+        "sdcbaselines": (
+            "SDCBaseline",
+            {
+                "fingerprint": {"hash": HASH, "backend": "cuda"},
+                "digests": {"golden": DIGEST},
+                "source": "Approved",
+                "trusted": True,
+            },
+        ),
+    }[plural]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": copy.deepcopy(spec),
+    }
+
+
+def merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``change`` merged in (JSON merge patch: None deletes)."""
+    out = copy.deepcopy(base)
+    for key, value in change.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One mistake and the words the API server's refusal must contain."""
+
+    id: str
+    plural: str
+    change: dict[str, Any]
+    expect: tuple[str, ...]
+    update: bool = False
+    """Apply ``change`` as a patch to a valid object instead of creating it so."""
+    before: dict[str, Any] = field(default_factory=dict)
+    """A valid change made first (e.g. resolution Retire before changing it)."""
+    strict: bool = False
+    """Ask for strict field validation (unknown fields are errors, not pruned)."""
+
+
+CASES = [
+    # SDCPolicy --------------------------------------------------------------------------
+    Case(
+        "policy-maxUnavailable-150%",
+        "sdcpolicies",
+        {"budgets": {"maxUnavailable": "150%"}},
+        ("spec.budgets.maxUnavailable", "between 0% and 100%"),
+    ),
+    Case(
+        "policy-maxUnavailable-negative",
+        "sdcpolicies",
+        {"budgets": {"maxUnavailable": -1}},
+        ("spec.budgets.maxUnavailable", "must not be negative"),
+    ),
+    Case(
+        "policy-maxUnavailable-words",
+        "sdcpolicies",
+        {"budgets": {"maxUnavailable": "a few"}},
+        ("spec.budgets.maxUnavailable", "node count like 3 or a percent"),
+    ),
+    Case(
+        "policy-maxConcurrentTests-zero",
+        "sdcpolicies",
+        {"budgets": {"maxConcurrentTests": 0}},
+        ("spec.budgets.maxConcurrentTests",),
+    ),
+    Case(
+        "policy-unknown-check",
+        "sdcpolicies",
+        {"suites": {"acceptance": [{"name": "voodoo"}]}},
+        ("spec.suites.acceptance[0].name", "Unsupported value", "voodoo"),
+    ),
+    Case(
+        "policy-check-twice",
+        "sdcpolicies",
+        {"suites": {"requalification": [{"name": "golden"}, {"name": "golden"}]}},
+        ("spec.suites.requalification", "unique"),
+    ),
+    Case(
+        "policy-check-timeout-too-short",
+        "sdcpolicies",
+        {"suites": {"acceptance": [{"name": "golden", "timeoutSeconds": 1}]}},
+        ("spec.suites.acceptance[0].timeoutSeconds",),
+    ),
+    Case(
+        "policy-negative-idleFor",
+        "sdcpolicies",
+        {"triggers": {"onReturnFromUse": {"enabled": True, "idleFor": "-5m"}}},
+        ("spec.triggers.onReturnFromUse.idleFor",),
+    ),
+    Case(
+        "policy-idleFor-in-words",
+        "sdcpolicies",
+        {"triggers": {"onReturnFromUse": {"enabled": True, "idleFor": "5 minutes"}}},
+        ("spec.triggers.onReturnFromUse.idleFor",),
+    ),
+    Case(
+        "policy-backoff-not-a-duration",
+        "sdcpolicies",
+        {"triggers": {"inconclusiveBackoff": "soon"}},
+        ("spec.triggers.inconclusiveBackoff",),
+    ),
+    Case(
+        "policy-qualification-age-too-short",
+        "sdcpolicies",
+        {"triggers": {"maxQualificationAge": "30s"}},
+        ("spec.triggers.maxQualificationAge",),
+    ),
+    Case(
+        "policy-breaker-window-zero",
+        "sdcpolicies",
+        {"circuitBreaker": {"window": "0s"}},
+        ("spec.circuitBreaker.window", "longer than 0s"),
+    ),
+    Case(
+        "policy-breaker-fraction-above-1",
+        "sdcpolicies",
+        {"circuitBreaker": {"maxFailureFraction": 1.5}},
+        ("spec.circuitBreaker.maxFailureFraction",),
+    ),
+    Case(
+        "policy-activeDeadline-below-budget",
+        "sdcpolicies",
+        {"probe": {"budgetSeconds": 300, "activeDeadlineSeconds": 120}},
+        ("spec.probe.activeDeadlineSeconds", "at least budgetSeconds"),
+    ),
+    Case(
+        "policy-budget-too-short",
+        "sdcpolicies",
+        {"probe": {"budgetSeconds": 1}},
+        ("spec.probe.budgetSeconds",),
+    ),
+    Case(
+        "policy-drain-without-cordon",
+        "sdcpolicies",
+        {"quarantine": {"drain": True, "cordon": False}},
+        ("spec.quarantine.drain", "cordon"),
+    ),
+    Case(
+        "policy-consensus-of-one",
+        "sdcpolicies",
+        {"baseline": {"mode": "Consensus", "quorum": 1}},
+        ("spec.baseline.quorum",),
+    ),
+    Case(
+        "policy-unknown-mode",
+        "sdcpolicies",
+        {"mode": "Sometimes"},
+        ("spec.mode", "Unsupported value"),
+    ),
+    Case(
+        "policy-zero-repair-cycles",
+        "sdcpolicies",
+        {"repair": {"maxRepairCycles": 0}},
+        ("spec.repair.maxRepairCycles",),
+    ),
+    Case(
+        "policy-jira-without-secret",
+        "sdcpolicies",
+        {"repair": {"ticketSinks": [{"type": "jira", "url": "https://jira.example"}]}},
+        ("spec.repair.ticketSinks[0]", "secretRef"),
+    ),
+    Case(
+        "policy-sink-not-http",
+        "sdcpolicies",
+        {"repair": {"ticketSinks": [{"type": "webhook", "url": "ftp://repair.example"}]}},
+        ("spec.repair.ticketSinks[0].url",),
+    ),
+    Case(
+        "policy-bad-selector-key",
+        "sdcpolicies",
+        {"nodeSelector": {"matchLabels": {"bad key!": "x"}}},
+        ("spec.nodeSelector.matchLabels",),
+    ),
+    Case(
+        "policy-typo-field",
+        "sdcpolicies",
+        {"budgets": {"maxUnavaliable": 3}},
+        ("spec.budgets.maxUnavaliable", "unknown field"),
+        strict=True,
+    ),
+    Case(
+        "policy-update-to-150%",
+        "sdcpolicies",
+        {"spec": {"budgets": {"maxUnavailable": "150%"}}},
+        ("spec.budgets.maxUnavailable",),
+        update=True,
+    ),
+    # SDCTest ------------------------------------------------------------------------------
+    Case(
+        "test-spec-mutated",
+        "sdctests",
+        {"spec": {"nodeName": "gpu-2"}},
+        ("spec", "immutable"),
+        update=True,
+    ),
+    Case(
+        "test-suite-mutated",
+        "sdctests",
+        {"spec": {"suite": "requalification"}},
+        ("spec", "immutable"),
+        update=True,
+    ),
+    Case(
+        "test-verification-without-ticket",
+        "sdctests",
+        {"reason": "RepairVerification", "suite": "repairVerification"},
+        ("spec.ticketRef",),
+    ),
+    Case("test-attempt-zero", "sdctests", {"attempt": 0}, ("spec.attempt",)),
+    Case("test-unknown-suite", "sdctests", {"suite": "quick"}, ("spec.suite", "Unsupported")),
+    Case("test-unknown-reason", "sdctests", {"reason": "Boredom"}, ("spec.reason",)),
+    Case("test-bad-node-name", "sdctests", {"nodeName": "Node_1"}, ("spec.nodeName",)),
+    Case("test-without-node", "sdctests", {"nodeName": None}, ("spec.nodeName", "Required")),
+    # RepairTicket -------------------------------------------------------------------------
+    Case(
+        "ticket-resolution-after-retire",
+        "repairtickets",
+        {"spec": {"resolution": "Repaired"}},
+        ("spec.resolution", "Retire is final"),
+        update=True,
+        before={"spec": {"resolution": "Retire"}},
+    ),
+    Case(
+        "ticket-node-changed",
+        "repairtickets",
+        {"spec": {"nodeName": "gpu-2"}},
+        ("spec.nodeName", "immutable"),
+        update=True,
+    ),
+    Case(
+        "ticket-unknown-resolution",
+        "repairtickets",
+        {"resolution": "Fixed"},
+        ("spec.resolution", "Unsupported value"),
+    ),
+    Case("ticket-without-node", "repairtickets", {"nodeName": None}, ("spec.nodeName",)),
+    # SDCBaseline --------------------------------------------------------------------------
+    Case(
+        "baseline-trusted-without-digests",
+        "sdcbaselines",
+        {"digests": None},
+        ("spec.digests", "at least one digest"),
+    ),
+    Case(
+        "baseline-short-digest",
+        "sdcbaselines",
+        {"digests": {"golden": "abc123"}},
+        ("spec.digests", "^[0-9a-f]{64}$"),
+    ),
+    Case(
+        "baseline-uppercase-hash",
+        "sdcbaselines",
+        {"fingerprint": {"hash": HASH.upper()}},
+        ("spec.fingerprint.hash",),
+    ),
+    Case(
+        "baseline-shortHash-of-another",
+        "sdcbaselines",
+        {"fingerprint": {"shortHash": "ffffffff"}},
+        ("spec.fingerprint.shortHash", "first characters of hash"),
+    ),
+    Case(
+        "baseline-hash-changed",
+        "sdcbaselines",
+        {"spec": {"fingerprint": {"hash": "ef" * 32}}},
+        ("spec.fingerprint.hash", "immutable"),
+        update=True,
+    ),
+]
+
+
+def _refusal(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body).get("message", exc.body))
+    except (TypeError, ValueError):
+        return str(exc.body)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_invalid_resource_is_refused_naming_the_field(
+    case: Case, api_client: client.ApiClient, crds: None
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    name = f"bad-{uuid.uuid4().hex[:8]}"
+    base = valid(case.plural, name)
+    try:
+        if case.update:
+            custom.create_cluster_custom_object(GROUP, VERSION, case.plural, base)
+            if case.before:
+                custom.patch_cluster_custom_object(GROUP, VERSION, case.plural, name, case.before)
+            call = lambda: custom.patch_cluster_custom_object(  # noqa: E731
+                GROUP, VERSION, case.plural, name, case.change
+            )
+        else:
+            # The unchanged object is fine: the row's change is what gets refused.
+            custom.create_cluster_custom_object(GROUP, VERSION, case.plural, base, dry_run="All")
+            body = base | {"spec": merged(base["spec"], case.change)}
+            extra = {"field_validation": "Strict"} if case.strict else {}
+            call = lambda: custom.create_cluster_custom_object(  # noqa: E731
+                GROUP, VERSION, case.plural, body, **extra
+            )
+        with pytest.raises(ApiException) as refused:
+            call()
+        message = _refusal(refused.value)
+        assert refused.value.status in (400, 422), message
+        for words in case.expect:
+            assert words in message, f"{words!r} not in the refusal: {message}"
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, case.plural, name)
+
+
+pytestmark = pytest.mark.cluster
