@@ -10,6 +10,7 @@ baseline). ``allreduce`` is the collective check's.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,13 @@ def test_small_allreduce_errors_on_one_device_are_caught(tmp_path: Path) -> None
     assert collective["verdict"] == "fail" and collective["odd_device"] == 1
     assert collective["first_divergent_submodule"] == "allreduce"
     assert "all-reduce result wrong" in collective["reason"]
+
+
+def test_localisation_benchmark_writes_its_results(tmp_path: Path) -> None:
+    from bench.localisation.run import main
+
+    rc = main(["--trials", "2", "--steps", "4", "--sites", "norm", "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "localisation.json").read_text())
+    norm = doc["sites"]["norm"]
+    assert rc == 0 and norm["detected"] == norm["site_named"] == norm["probe_site_named"] == 2
+    assert "| `norm` | 2/2 | 2/2 (100%)" in (tmp_path / "localisation.md").read_text()

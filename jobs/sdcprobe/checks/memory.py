@@ -130,9 +130,15 @@ class _Flips:
     listed: list[tuple[str, int, int]] = field(default_factory=list)  # (pattern, offset, bit)
 
 
-def _expected(row: torch.Tensor, keys: torch.Tensor | None, rows: int) -> torch.Tensor:
+def _expected(
+    row: torch.Tensor, keys: torch.Tensor | None, rows: int, materialise: bool = False
+) -> torch.Tensor:
+    """A block of the pattern: a broadcast view to compare against (no memory), or
+    materialised (a freshly written block)."""
     block = row.expand(rows, row.numel())
-    return (block ^ keys) if keys is not None else block.clone()
+    if keys is not None:
+        return block ^ keys
+    return block.clone() if materialise else block
 
 
 def _count_wrong(block: torch.Tensor, expected: torch.Tensor, backend: Backend) -> torch.Tensor:
@@ -203,7 +209,7 @@ def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace
         blocks: list[torch.Tensor] = []
         for b in range(plan.blocks):
             try:
-                blocks.append(_expected(row, keys_dev[b], rows))
+                blocks.append(_expected(row, keys_dev[b], rows, materialise=True))
             except torch.OutOfMemoryError:
                 # Something else took memory after we looked: test what we got.
                 if not blocks:

@@ -1,0 +1,1 @@
+"""Localisation benchmark: does the first divergent item name the faulty site?"""
