@@ -205,9 +205,10 @@ def _plan_memory(
             block_mib=16,
             dwell_s=0.05 if budget < 30 else 0.25,
         )
-    # Accelerators: write, dwell and read back each pattern. With ~7 passes over
-    # the buffer per pattern and 5 patterns, 40 GiB/s of budget-share is a floor
-    # every current HBM device clears, so the cap only bites for short budgets.
+    # Accelerators: write, dwell and read back each pattern, at most ~5 passes
+    # over the buffer per pattern. Capping the size at 40 GiB per second of the
+    # check's share fits the share on any device that moves 1 TB/s (every HBM
+    # accelerator), so the cap only bites for short budgets.
     share_s = work * 0.2
     return MemoryConfig(
         mib=mib,
