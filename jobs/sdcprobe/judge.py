@@ -4,7 +4,8 @@ Evidence, strongest first:
 
 1. Direct: a replay on the same device that differs, an ABFT residual above
    its worst-case bound, a collective result that differs from the exactly
-   known answer, a non-finite loss. Any of these is SDC.
+   known answer, a memory pattern that reads back with flipped bits, a
+   non-finite loss. Any of these is SDC.
 2. Devices disagree: the same deterministic computation gave different bits.
 3. The baseline (same fingerprint) disagrees: the only way to see a fault that
    hits every device identically and repeats on replay.

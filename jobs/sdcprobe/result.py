@@ -101,7 +101,7 @@ class Fingerprint(_Closed):
 
 
 class CheckResult(_Closed):
-    """The outcome of one check (compute, collective, golden)."""
+    """The outcome of one check (compute, collective, memory, golden)."""
 
     verdict: Verdict
     reason: str = ""

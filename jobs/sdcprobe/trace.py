@@ -105,7 +105,7 @@ class Evidence(BaseModel):
     """A direct sign of corruption seen inside one worker (not by comparison)."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: str = Field(description="replay | abft | collective | nonfinite")
+    kind: str = Field(description="replay | abft | collective | memory | nonfinite")
     step: int | None = None
     item: str | None = None
     detail: str = ""
