@@ -266,7 +266,9 @@ def markdown(doc: Doc) -> str:
         "",
         f"`{doc['command']}` on {doc['generated_at']}, mode **{doc['mode']}**, "
         f"{doc['runtime']['wall_s']:.0f} s wall, {doc['runtime']['cpu_s']:.0f} s CPU "
-        f"({doc['machine']['cpus']} shared cores, load {doc['machine']['load_avg_1m']}).",
+        f"({doc['machine']['cpus']} shared cores, 1-minute load average "
+        f"{doc['machine']['load_avg_1m_start']} at the start, {doc['machine']['load_avg_1m']} "
+        "at the end: wall time stretches with other work on the machine, CPU time does not).",
         "",
         f"Fingerprint: backend `{fp['backend']}`, `{fp['device_model']}`, {fp['device_count']} "
         f"devices, torch {fp['torch']}, `{fp['cpu_isa']}`, {fp['threads']} thread(s); hash "

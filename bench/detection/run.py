@@ -82,7 +82,9 @@ class Plan:
 
 MODES: dict[str, Plan] = {
     "quick": Plan(
-        trials_by_profile={"F6": 100, "H1": 5, "H2": 3} | {pid: 8 for pid in SITE_PROFILES},
+        calibration_runs=32,
+        bf16_calibration_runs=8,
+        trials_by_profile={"F6": 80, "H1": 5, "H2": 3} | {pid: 8 for pid in SITE_PROFILES},
     ),
     "full": Plan(
         calibration_runs=300,
@@ -184,7 +186,8 @@ def _progress_line(label: str, outs: Sequence[Outcome], thr: Thresholds, start: 
     if any(o.hit_steps for o in outs) or label.startswith(("F", "S")):
         head += f", {len(act)} activated"
     return (
-        f"{head} | {' '.join(parts)} | {sum(o.cpu_s for o in outs):.1f} s CPU in trials, "
+        f"{head} | {' '.join(parts)} | "
+        f"{sum(o.cpu_s for o in outs if not o.reused):.1f} s CPU in trials, "
         f"{time.perf_counter() - start:.1f} s elapsed"
     )
 
@@ -199,6 +202,7 @@ def run_benchmark(
 ) -> dict[str, Any]:
     """Run every phase and return the results document (not yet written)."""
     start, cpu0 = time.perf_counter(), _cpu_seconds()
+    load0 = os.getloadavg()[0]  # other work on the machine stretches wall time, not CPU time
     model = GoldenConfig(steps=plan.steps, **plan.model)
     grad_rate, grad_error = calibrate_gradient_rate(model, 0.051)
     ctx = Context(steps=plan.steps, n_layers=model.n_layers, grad_rate=grad_rate)
@@ -296,6 +300,7 @@ def run_benchmark(
         "machine": {
             "cpus": os.cpu_count(),
             "cpu_model": _cpu_model(),
+            "load_avg_1m_start": round(load0, 2),
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "python": platform.python_version(),
         },
