@@ -1,7 +1,8 @@
 """A larger simulated fleet with three different sicknesses, under binding budgets.
 
-``fleets/e2e-30.yaml`` scaled down to 17 nodes (four pools; the same three faulty nodes)
-so that every probe still runs for real within the test's time on two CPU cores:
+``fleets/e2e-30.yaml`` scaled down to 14 nodes (four pools; the same three faulty nodes):
+every probe runs for real, and on two busy CPU cores a probe costs 8-15 s (three Python
+processes importing torch), so 30 nodes would take the test past its time:
 
 - ``p5-09``: steady attention-output corruption: quarantined, repaired once, returned;
 - ``a3-07``: rare, severe gradient corruption from step 5 that the first repair does not
@@ -21,6 +22,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sdcguard.sim.demo import DemoConfig, run_demo
@@ -31,7 +33,7 @@ from tests.e2e.conftest import RunNames, explain, progress
 from tests.e2e.test_demo import in_order
 
 #: Healthy nodes per group (the fleet file has 9, 7, 7 and 4).
-HEALTHY_PER_GROUP = {"p5-": 4, "a3-": 4, "trn1-": 4, "tpu-v5e-": 2}
+HEALTHY_PER_GROUP = {"p5-": 3, "a3-": 3, "trn1-": 3, "tpu-v5e-": 2}
 STEADY = "p5-09"
 REPEAT_OFFENDER = "a3-07"
 INTERMITTENT = "trn1-07"
@@ -46,14 +48,15 @@ def scaled_fleet(path: Path) -> Path:
     return path
 
 
+@pytest.mark.timeout(720)
 def test_only_faulty_nodes_are_quarantined_within_budgets(
     cluster: LocalCluster, names: RunNames, tmp_path: Path
 ) -> None:
-    fleet_path = scaled_fleet(tmp_path / "e2e-17.yaml")
+    fleet_path = scaled_fleet(tmp_path / "e2e-14.yaml")
     fleet = load_fleet(fleet_path)
     settings = PolicySettings(
         max_concurrent_tests=2,
-        max_unavailable="25%",
+        max_unavailable="50%",
         # Probe Pods queue for the simulator's two CPU slots: the Job deadline covers that.
         active_deadline_seconds=300,
         max_repair_cycles=2,
@@ -65,8 +68,10 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
         namespace=names.namespace,
         settings=settings,
         repair_delay_seconds=10,
-        timeout_seconds=420,
+        timeout_seconds=540,
         allow_rescreening=True,
+        # Nodes back from customer use are re-screened: the maxUnavailable checks bite.
+        min_rescreenings=2,
         out_dir=tmp_path / "out",
         cleanup=True,
     )
@@ -138,6 +143,7 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
     broken = [r for r in result.reservations if not r.within_budget]
     assert not broken, broken
     assert any(p.peak_tests == p.max_tests for p in result.budgets.values())
+    assert len(result.reservations) >= 2
     print(
         "budgets:",
         {p.pool: (p.peak_tests, p.peak_held, p.max_unavailable) for p in result.budgets.values()},

@@ -151,7 +151,7 @@ def test_dead_simulator_means_notready_nodes_and_a_timed_out_probe(
                 job_ended_after = now
             judged = any((t.get("status") or {}).get("phase") == "Inconclusive" for t in tests)
             # Give the operator a few passes (resync 5 s) after the Job's deadline.
-            settled = judged or (job_ended_after is not None and now - job_ended_after > 15)
+            settled = judged or (job_ended_after is not None and now - job_ended_after > 8)
             if settled and not_ready_after is not None:
                 break
             time.sleep(1)

@@ -114,6 +114,8 @@ class DemoConfig:
     allow_rescreening: bool = False
     """Count a node being re-screened after customer use as done (large fleets rarely
     have every node Qualified at one instant)."""
+    min_rescreenings: int = 0
+    """Also wait until this many serving nodes were re-screened after customer use."""
     out_dir: Path | None = Path("demo-out")
     cleanup: bool = False
     """Delete everything the run created (policy, tests, tickets, new baselines, nodes,
@@ -369,7 +371,11 @@ def _watch(
         while True:
             recorder.poll()
             view = recorder.view()
-            pending = pending_goals(view, allow_rescreening=cfg.allow_rescreening)
+            pending = pending_goals(
+                view,
+                allow_rescreening=cfg.allow_rescreening,
+                min_rescreenings=cfg.min_rescreenings,
+            )
             display.update(view, pending)
             if not pending:
                 repaired = [

@@ -502,6 +502,7 @@ class Recorder:
                 probes_running=self.probes_running,
                 probes_queued=self.probes_queued,
                 transitions=list(self.transitions),
+                rescreenings=len(self.reservations),
             )
 
 
@@ -527,6 +528,8 @@ class RecorderView:
     probes_running: int
     probes_queued: int
     transitions: list[Transition]
+    rescreenings: int = 0
+    """Serving nodes taken for a re-screening (reservations) so far."""
 
     def tests_of(self, node: str) -> list[TestRecord]:
         return sorted(
@@ -606,14 +609,21 @@ def waiting_on(view: RecorderView, node: str, *, quorum: int, repair_delay: floa
     return "-"
 
 
-def pending_goals(view: RecorderView, *, allow_rescreening: bool) -> list[str]:
+def pending_goals(
+    view: RecorderView, *, allow_rescreening: bool, min_rescreenings: int = 0
+) -> list[str]:
     """What still stands between now and the demo's end; empty when it is done.
 
     Done: every steadily faulty node has been quarantined, repaired, verified and is back
     Qualified; every ticket is Closed; every node is Qualified (or, with
-    ``allow_rescreening``, being re-screened after customer use).
+    ``allow_rescreening``, being re-screened after customer use); and at least
+    ``min_rescreenings`` serving nodes were taken for a re-screening after use.
     """
     pending: list[str] = []
+    if view.rescreenings < min_rescreenings:
+        pending.append(
+            f"{min_rescreenings} re-screenings of nodes back from use ({view.rescreenings} so far)"
+        )
     for track in view.nodes.values():
         steady = track.faulty and not track.intermittent
         if steady and track.first("Quarantined") is None:
