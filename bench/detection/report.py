@@ -250,6 +250,10 @@ def _cell(rate: Doc) -> str:
     return f"{rate['k']}/{rate['n']} = {rate['p']:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _pct(rate: Doc) -> str:
     return f"{100 * rate['p']:.0f}%" if rate["n"] else "-"
 
@@ -308,8 +312,8 @@ def markdown(doc: Doc) -> str:
         ttd = [r["detectors"][d]["ttd_steps_median"] for d in DETECTORS]
         items = ", ".join(f"`{k}` {v}" for k, v in r["golden_first_items"].items())
         lines.append(
-            f"| {r['id']} | {r['first_hit_step_median']} | "
-            + " | ".join("-" if t is None else f"{t:g}" for t in ttd)
+            f"| {r['id']} | {_num(r['first_hit_step_median'])} | "
+            + " | ".join(_num(t) for t in ttd)
             + f" | {_cell(r['golden_site_named'])} | {items or '-'} |"
         )
     differ = [r for r in faults if r["golden_site_named"]["k"] != r["trace_site_named"]["k"]]
