@@ -24,7 +24,9 @@ help:
 
 venv: $(VENV)/.complete
 
-$(VENV)/.complete: pyproject.toml
+# No file prerequisite: the path is keyed by the dependency list, so a change of
+# dependencies makes a new venv, and editing tool settings in pyproject.toml does not.
+$(VENV)/.complete:
 	@echo "[venv] creating $(VENV) (first time on this machine: torch + torch-xla, ~4 GB download)"
 	@rm -rf $(VENV) && $(PYTHON3) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
