@@ -41,9 +41,9 @@ crds: venv
 	$(PY) -m sdcguard.api.crdgen --out crds --chart charts/sdcguard
 
 lint: venv
+	$(VENV)/bin/lint-imports --config pyproject.toml
 	$(PY) -m ruff check operator jobs tests bench
 	$(PY) -m ruff format --check operator jobs tests bench
-	cd operator && $(PY) -m importlinter.cli --config ../pyproject.toml 2>/dev/null || (cd $(CURDIR) && $(VENV)/bin/lint-imports --config pyproject.toml)
 
 typecheck: venv
 	$(PY) -m mypy operator/sdcguard jobs/sdcprobe
@@ -57,11 +57,7 @@ cluster: venv binaries
 e2e: venv binaries
 	$(PY) -m pytest -q -m e2e tests
 
-test: venv binaries
-	$(VENV)/bin/lint-imports --config pyproject.toml
-	$(PY) -m ruff check operator jobs tests bench
-	$(PY) -m ruff format --check operator jobs tests bench
-	$(PY) -m mypy operator/sdcguard jobs/sdcprobe
+test: lint typecheck binaries
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: venv binaries
