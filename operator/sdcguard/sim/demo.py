@@ -47,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -90,6 +90,7 @@ from sdcguard.sim.demo_watch import (
 from sdcguard.sim.fleet import DEMO_FLEET, Fleet, FleetError, load_fleet
 from sdcguard.sim.kube import JsonDict, Kube
 from sdcguard.sim.simulator import SimOptions, Simulator
+from sdcguard.sim.workloads import WORKLOAD_LABEL
 
 KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 
@@ -116,6 +117,10 @@ class DemoConfig:
     have every node Qualified at one instant)."""
     min_rescreenings: int = 0
     """Also wait until this many serving nodes were re-screened after customer use."""
+    end_workloads_when_settled: bool = False
+    """Once the rest is done, stop the customer workloads and end the running ones (an
+    evening lull): every node used since its qualification returns from use at once, a
+    burst of re-screenings the budgets must pace."""
     out_dir: Path | None = Path("demo-out")
     cleanup: bool = False
     """Delete everything the run created (policy, tests, tickets, new baselines, nodes,
@@ -296,7 +301,8 @@ def run_demo(
         recorder.start()
         display.note(f"registering {len(fleet.nodes)} simulated nodes (fleet {fleet.name})")
         sim.start()
-        ok, outcome = _watch(recorder, cfg, display, operator, stop)
+        lull = (lambda: end_customer_work(sim)) if cfg.end_workloads_when_settled else None
+        ok, outcome = _watch(recorder, cfg, display, operator, stop, lull)
         lifecycle_seconds = recorder.now()
         view = recorder.view()
         try:
@@ -358,12 +364,25 @@ def run_demo(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def end_customer_work(sim: Simulator) -> str:
+    """No new customer pods, and the fleet's running ones end (their Pods are deleted)."""
+    if sim.workloads is not None:
+        sim.workloads.stop()
+    namespace = sim.fleet.workloads.namespace
+    pods = sim.kube.list_pods(namespace, label_selector=f"{WORKLOAD_LABEL}={sim.fleet.name}")
+    for pod in pods:
+        with contextlib.suppress(ApiException):
+            sim.kube.delete_pod(namespace, pod["metadata"]["name"])
+    return f"customer workloads stopped; {len(pods)} customer pods ended"
+
+
 def _watch(
     recorder: Recorder,
     cfg: DemoConfig,
     display: Display,
     operator: LocalOperator,
     stop: threading.Event | None,
+    lull: Callable[[], str] | None = None,
 ) -> tuple[bool, str]:
     """Poll and show until the lifecycle is complete, the time is up or someone stops us."""
     deadline = time.monotonic() + cfg.timeout_seconds
@@ -376,6 +395,11 @@ def _watch(
                 allow_rescreening=cfg.allow_rescreening,
                 min_rescreenings=cfg.min_rescreenings,
             )
+            if lull is not None and not pending_goals(
+                view, allow_rescreening=cfg.allow_rescreening
+            ):
+                display.note(f"[{view.t:.0f}s] {lull()}")
+                lull = None
             display.update(view, pending)
             if not pending:
                 repaired = [
