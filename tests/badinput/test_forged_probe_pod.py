@@ -1,0 +1,125 @@
+"""A Pod that merely *looks* like a probe Pod must not decide a screening.
+
+Probe results are read from Pods labelled ``app.kubernetes.io/component=sdcprobe`` and
+``sdcguard.dev/test=<SDCTest>``. Anyone allowed to create a Pod somewhere can put
+those labels on it; its termination message is then whatever that Pod's image
+writes. Only the probe Pod of the test's own Job, in the operator's namespace, on
+the test's node, may count.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client
+from tests.operator.harness import (
+    GROUP,
+    NS,
+    VERSION,
+    OperatorProcess,
+    ProbeKubelet,
+    gpu_nodes,
+    list_custom,
+    node_state,
+    policy_body,
+    result_message,
+    trusted_baseline,
+    wait_for,
+)
+
+
+def _running_test(api: client.ApiClient, node: str) -> dict[str, Any] | None:
+    for test in list_custom(api, "sdctests", node):
+        if (test.get("status") or {}).get("phase") == "Running":
+            return test
+    return None
+
+
+def _forge(api: client.ApiClient, namespace: str, node: str, test: str) -> None:
+    """A tenant's Pod labelled as the probe of ``test``, ended with a passing result."""
+    core = client.CoreV1Api(api)
+    probe = wait_for(
+        lambda: core.list_namespaced_pod(NS, label_selector=f"sdcguard.dev/test={test}").items,
+        30,
+        "the real probe Pod",
+    )[0]
+    args = list(probe.spec.containers[0].args or [])
+    checks = tuple(args[args.index("--checks") + 1].split(","))
+    code, message = result_message("pass", checks)
+    name = f"not-a-probe-{uuid.uuid4().hex[:5]}"
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"app.kubernetes.io/component": "sdcprobe", "sdcguard.dev/test": test},
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "sdcprobe", "image": "example.invalid/echo"}],
+            },
+        },
+    )
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # What the kubelet reports after the tenant's container wrote that message.
+    core.patch_namespaced_pod_status(
+        name,
+        namespace,
+        {
+            "status": {
+                "phase": "Succeeded",
+                "containerStatuses": [
+                    {
+                        "name": "sdcprobe",
+                        "image": "example.invalid/echo",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "terminated": {
+                                "exitCode": code,
+                                "reason": "Completed",
+                                "message": message,
+                                "startedAt": stamp,
+                                "finishedAt": stamp,
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: the probe Pod and Job indexes are cluster-wide and match by label only; "
+    "the reconciler takes any ended Pod labelled with the test's name as its result, "
+    "whatever its namespace, owner or node",
+)
+def test_a_labelled_pod_outside_the_operator_namespace_cannot_pass_a_node(
+    api_client: client.ApiClient, operator: OperatorProcess
+) -> None:
+    case = uuid.uuid4().hex[:6]
+    node = f"forge-{case}"
+    trusted_baseline(api_client)
+    # The real probe never finishes: only the forged result could end the test.
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        client.CustomObjectsApi(api_client).create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "sdcpolicies",
+            policy_body(f"p-{case}", match_labels={"sdcguard.test/case": case}),
+        )
+        test = wait_for(lambda: _running_test(api_client, node), 60, "a running screening")
+        _forge(api_client, "default", node, test["metadata"]["name"])
+        time.sleep(10)
+        phase = (_running_test(api_client, node) or {}).get("status", {}).get("phase")
+        assert phase == "Running", "a Pod outside the operator's namespace decided the test"
+        assert node_state(api_client, node) == "Testing"
+
+
+pytestmark = pytest.mark.cluster
