@@ -4,7 +4,8 @@ A one-node fleet runs as its own ``python -m sdcguard.sim`` process, which is SI
 while the node's acceptance probe runs. Nothing reports for the node any more: the
 node-lifecycle controller marks it NotReady once its heartbeats stop, and the probe Pod
 stays "Running" forever, so the Job's activeDeadlineSeconds ends it. The test must end
-Inconclusive (Timeout), never Passed, and the node must stay gated.
+with verdict Timeout (inconclusive evidence), never Pass, and the node must stay gated
+with no new test while it is NotReady.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def test_dead_simulator_means_notready_nodes_and_a_timed_out_probe(
                 not_ready_after = now
             if job_ended_after is None and _job_deadline_exceeded(api_client, inst.namespace):
                 job_ended_after = now
-            judged = any((t.get("status") or {}).get("phase") == "Inconclusive" for t in tests)
+            judged = any((t.get("status") or {}).get("verdict") for t in tests)
             # Give the operator a few passes (resync 5 s) after the Job's deadline.
             settled = judged or (job_ended_after is not None and now - job_ended_after > 8)
             if settled and not_ready_after is not None:
@@ -166,7 +167,7 @@ def test_dead_simulator_means_notready_nodes_and_a_timed_out_probe(
         assert node.metadata.labels["sdcguard.dev/state"] != "Qualified"
         assert GATE in {t.key for t in node.spec.taints or []}
         status = tests[0].get("status") or {}
-        if status.get("phase") != "Inconclusive":
+        if status.get("verdict") is None:
             pytest.xfail(
                 "operator bug: the probe Job reached its deadline (condition FailureTarget, "
                 "reason DeadlineExceeded) but Kubernetes >= 1.31 adds the terminal Failed "
@@ -179,7 +180,15 @@ def test_dead_simulator_means_notready_nodes_and_a_timed_out_probe(
         time.sleep(6)
         node = core.read_node(NODE)
         assert node.metadata.labels["sdcguard.dev/state"] == "Unqualified"
+        assert GATE in {t.key for t in node.spec.taints or []}
         assert len(_tests(custom)) == 1
+        if status["phase"] != "Inconclusive":
+            pytest.xfail(
+                f"a Timeout is recorded with phase {status['phase']}: reconciler._finish maps "
+                "every verdict but Pass and Inconclusive to Failed, so `kubectl get sdctests` "
+                "shows a dead node's probe like an SDC; the node itself is handled as "
+                "inconclusive (still gated)"
+            )
         print(f"NotReady {not_ready_after:.0f}s after the simulator died; {status['message']}")
     finally:
         delete_policy(api_client, names.policy, operator)
