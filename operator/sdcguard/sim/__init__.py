@@ -75,6 +75,12 @@ CRD: logged, retried.
 **Observability**. structlog lines (``sim.probe.started``,
 ``sim.probe.finished``, ``sim.repair.resolved``, ...), :meth:`Simulator.snapshot`
 and ``--status-file`` (the snapshot as JSON every 2 s).
+
+**The demo** (:mod:`~sdcguard.sim.demo`, ``make demo``). A local control plane, the
+chart's CRDs and RBAC, the operator as the chart's ServiceAccount, and this simulator
+with ``fleets/demo.yaml``, watched live until the sick node is back from repair; it
+writes ``demo-out/summary.json`` and ``demo-out/timeline.png``. The end-to-end tests
+(``tests/e2e``) run the same core against the test session's control plane.
 """
 
 from sdcguard.sim.fleet import (

@@ -32,6 +32,7 @@ STATE_COLORS: Mapping[str, str] = {
     "Retired": "#252525",
     "Excluded": "#ffffff",
 }
+CUSTOMER_USE_COLOR = "#00441b"
 _ANSI: Mapping[str, str] = {
     "Testing": "34",
     "Qualified": "32",
@@ -277,6 +278,7 @@ def build_summary(
                 "path": track.path(),
                 "states": [[_r(t), s] for t, s in track.states],
                 "readiness": [[_r(t), r] for t, r in track.readiness],
+                "customerUse": [[_r(a), _r(b if b is not None else view.t)] for a, b in track.busy],
                 "joinedAt": _r(joined),
                 "firstSdcVerdictAt": _r(min(sdc)) if sdc else None,
                 "quarantinedAt": _r(quarantined),
@@ -441,6 +443,9 @@ def plot_timeline(summary: Mapping[str, Any], path: Path) -> Path:
             )
             if state not in seen_states:
                 seen_states.append(state)
+        use = [(a, b - a) for a, b in node.get("customerUse") or [] if b is not None]
+        if use:
+            ax.broken_barh(use, (y - 0.1, 0.2), facecolors=CUSTOMER_USE_COLOR, edgecolor="none")
         readiness = node.get("readiness") or []
         for i, (start, ready) in enumerate(readiness):
             if ready:
@@ -497,6 +502,8 @@ def plot_timeline(summary: Mapping[str, Any], path: Path) -> Path:
                     [], [], marker=marker, color=color, linestyle="none", label=f"test: {verdict}"
                 )
             )
+    if any(n.get("customerUse") for n in nodes):
+        handles.append(Patch(facecolor=CUSTOMER_USE_COLOR, label="in customer use"))
     if any(not r for n in nodes for _, r in n.get("readiness") or []):
         handles.append(Patch(facecolor="none", hatch="///", label="NotReady"))
     ax.legend(

@@ -62,6 +62,8 @@ class NodeTrack:
     intermittent: bool
     states: list[tuple[float, str]] = field(default_factory=list)
     readiness: list[tuple[float, bool]] = field(default_factory=list)
+    busy: list[list[float | None]] = field(default_factory=list)
+    """[start, end] of each stretch of customer use (end None while it lasts)."""
     state: str = JOINING
     ready: bool = False
     exists: bool = False
@@ -456,6 +458,14 @@ class Recorder:
                 self.probing_since.pop(node.name, None)
             else:
                 self.probing_since.setdefault(node.name, t)
+            track = self.nodes.get(node.name)
+            if track is not None:
+                using = node.activity == "busy"
+                open_stretch = bool(track.busy) and track.busy[-1][1] is None
+                if using and not open_stretch:
+                    track.busy.append([t, None])
+                elif open_stretch and not using:
+                    track.busy[-1][1] = t
             last = node.last_probe
             if last is not None and last.pod not in self.probes:
                 self.probes[last.pod] = ProbeRun(
@@ -510,6 +520,7 @@ def _copy_track(track: NodeTrack) -> NodeTrack:
     copy = NodeTrack(**{**track.__dict__})
     copy.states = list(track.states)
     copy.readiness = list(track.readiness)
+    copy.busy = [list(b) for b in track.busy]
     return copy
 
 
