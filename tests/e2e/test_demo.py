@@ -5,20 +5,13 @@ node qualifies; Events tell the story on the Nodes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 from sdcguard.sim.demo import DemoConfig, run_demo
 from sdcguard.sim.fleet import DEMO_FLEET, load_fleet
 from tests.cluster.localcluster import LocalCluster
-from tests.e2e.conftest import RunNames, explain, progress
+from tests.e2e.helpers import RunNames, explain, in_order, permission_errors, progress
 
 STEADY_FAULTY = "h100-aws-03"
-
-
-def in_order(wanted: Sequence[str], seen: Sequence[str]) -> bool:
-    """``wanted`` occurs in ``seen`` in this order (other items may come between)."""
-    it = iter(seen)
-    return all(any(s == w for s in it) for w in wanted)
 
 
 def test_demo_fleet_goes_through_the_whole_lifecycle(
@@ -36,6 +29,7 @@ def test_demo_fleet_goes_through_the_whole_lifecycle(
     result = run_demo(cluster, cfg, display=progress("e2e demo"))
     view = result.view
     assert result.ok, explain(result)
+    assert not permission_errors(result), permission_errors(result)[:10]
 
     # The sick node: confirmed, quarantined, repaired, verified, back in the pool.
     sick = view.nodes[STEADY_FAULTY]

@@ -14,7 +14,12 @@ processes importing torch), so 30 nodes would take the test past its time:
   consecutive runs that found the fault (a failure and its confirmation) must have
   quarantined it, and no run without the fault may yield an SDC verdict.
 
-Budgets are sampled every second and checked on every reservation of a serving node.
+Customer pods come and go during the run; once the sick nodes are back, the customers'
+work ends (an evening lull), every used node returns from use at once, and the operator
+must pace the re-screenings. Budgets are sampled every second (unfinished SDCTests per pool
+<= maxConcurrentTests; serving nodes held for screening <= maxUnavailable) and checked at
+every reservation of a serving node (the pool held fewer than maxUnavailable nodes, counting
+quarantined, repairing and verifying ones, as the operator does).
 """
 
 from __future__ import annotations
@@ -29,8 +34,7 @@ from sdcguard.sim.demo import DemoConfig, run_demo
 from sdcguard.sim.demo_install import PolicySettings
 from sdcguard.sim.fleet import FLEETS_DIR, load_fleet
 from tests.cluster.localcluster import LocalCluster
-from tests.e2e.conftest import RunNames, explain, progress
-from tests.e2e.test_demo import in_order
+from tests.e2e.helpers import RunNames, explain, in_order, permission_errors, progress
 
 #: Healthy nodes per group (the fleet file has 9, 7, 7 and 4).
 HEALTHY_PER_GROUP = {"p5-": 3, "a3-": 3, "trn1-": 3, "tpu-v5e-": 2}
@@ -80,6 +84,7 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
     result = run_demo(cluster, cfg, display=progress("e2e fleet"))
     view = result.view
     assert result.ok, explain(result)
+    assert not permission_errors(result), permission_errors(result)[:10]
 
     faulty = {n.name for n in fleet.nodes if n.fault_profile is not None}
     assert faulty == {STEADY, REPEAT_OFFENDER, INTERMITTENT}

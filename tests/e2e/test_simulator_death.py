@@ -37,7 +37,7 @@ from sdcguard.sim.demo_install import (
     uninstall,
 )
 from tests.cluster.localcluster import LocalCluster
-from tests.e2e.conftest import RunNames
+from tests.e2e.helpers import RunNames
 
 NODE = "lost-h100-00"
 GATE = "sdcguard.dev/unqualified"
