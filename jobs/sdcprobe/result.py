@@ -232,7 +232,8 @@ def parse_result(text: str) -> ProbeResult:
             f"not an sdcprobe result: kind is {doc.get('kind')!r}, expected {RESULT_KIND!r}"
         )
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    # `type(...) is int`: JSON true and 1.0 equal 1 in Python but are not version 1.
+    if type(version) is not int or version != SCHEMA_VERSION:
         raise ResultError(
             f"unknown schema_version {version!r}: this reader understands {SCHEMA_VERSION}; "
             "upgrade the operator or pin the probe image"

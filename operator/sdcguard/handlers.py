@@ -130,14 +130,24 @@ def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand] 
 
 
 @kopf.index("", "v1", "pods", labels={COMPONENT_LABEL: COMPONENT})
-def probe_pods_index(body: kopf.Body, **_: Any) -> dict[str, observe.ProbePod] | None:
+def probe_pods_index(
+    body: kopf.Body, namespace: str | None, **_: Any
+) -> dict[str, observe.ProbePod] | None:
+    # Only the operator's namespace: a Pod labelled like a probe elsewhere (anyone who
+    # may create Pods somewhere could forge one) must never pass or fail a node.
+    if namespace != RT.settings.namespace:
+        return None
     pod = observe.probe_pod(body)
     _poke()
     return {pod.test_name: pod} if pod else None
 
 
 @kopf.index("batch", "v1", "jobs", labels={COMPONENT_LABEL: COMPONENT})
-def probe_jobs_index(body: kopf.Body, **_: Any) -> dict[str, observe.ProbeJob] | None:
+def probe_jobs_index(
+    body: kopf.Body, namespace: str | None, **_: Any
+) -> dict[str, observe.ProbeJob] | None:
+    if namespace != RT.settings.namespace:
+        return None
     job = observe.probe_job(body)
     _poke()
     return {job.test_name: job} if job else None

@@ -129,8 +129,8 @@ def test_deeper_failure_wins_over_lighter_passes() -> None:
         ("not json at all", "InvalidResult"),
         ("[1, 2, 3]", "InvalidResult"),
         (text({**result("pass"), "kind": "something.else"}), "InvalidResult"),
-        ("1" * 5000, "InvalidResult"),
-        ("[" * 100000, "InvalidResult"),
+        ("1" * 5000, "ResultOversized"),
+        ("[" * 100000, "ResultOversized"),
     ],
 )
 def test_unusable_results_are_inconclusive(message: str | None, reason: str) -> None:

@@ -218,8 +218,10 @@ def probe_job(body: Mapping[str, Any]) -> ProbeJob | None:
     for cond in status.get("conditions", []) or []:
         if cond.get("status") != "True":
             continue
-        if cond.get("type") == "Failed":
-            failed_reason = cond.get("reason") or "Failed"
+        # FailureTarget comes first (Kubernetes >= 1.31) and Failed only once the Pod has
+        # terminated, which a dead kubelet never reports: either means the Job gave up.
+        if cond.get("type") in ("Failed", "FailureTarget"):
+            failed_reason = failed_reason or cond.get("reason") or "Failed"
         elif cond.get("type") == "Complete":
             complete = True
     return ProbeJob(

@@ -15,9 +15,11 @@ in quick succession do not act twice on one observation.
 from __future__ import annotations
 
 import datetime as dt
+import re
+import threading
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -27,6 +29,7 @@ from pydantic import ValidationError
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
+    BreakerStatus,
     Mode,
     RepairTicket,
     SDCBaseline,
@@ -107,6 +110,7 @@ class Reconciler:
     expect_nodes: dict[str, str] = field(default_factory=dict)
     expect_tests: dict[str, str] = field(default_factory=dict)
     last_counts: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- probe Jobs and judging ----------------------------------------------
 
@@ -452,7 +456,16 @@ class Reconciler:
     # -- the pass ----------------------------------------------------------------
 
     def run_pass(self, policy_body: Mapping[str, Any], view: FleetView, now: dt.datetime) -> float:
-        """Reconcile every node the policy selects; returns seconds until the next look."""
+        """Reconcile every node the policy selects; returns seconds until the next look.
+
+        Passes of different policies run in worker threads; they are serialized, since
+        they share the write counter and the expectations (and a node may move between
+        policies when selectors change).
+        """
+        with self._lock:
+            return self._run_pass(policy_body, view, now)
+
+    def _run_pass(self, policy_body: Mapping[str, Any], view: FleetView, now: dt.datetime) -> float:
         counts: Counter[str] = Counter()
         self.writer.writes.clear()
         try:
@@ -462,7 +475,7 @@ class Reconciler:
             return 60.0
         name = policy.metadata.name
         spec = policy.spec
-        breaker = self._breaker(policy, now)
+        breaker, breaker_status = self._breaker(policy, now)
 
         facts: dict[str, NodeFacts] = {}
         selectors = {**view.policies, name: dict(spec.node_selector.match_labels)}
@@ -515,7 +528,7 @@ class Reconciler:
                 tests_by_node.setdefault(node_name, []).append(test)
 
         if new_samples:
-            breaker = self._breaker(policy, now, extra=new_samples)
+            breaker, breaker_status = self._breaker(policy, now, extra=new_samples)
 
         observations = []
         for node_name, node in facts.items():
@@ -525,6 +538,7 @@ class Reconciler:
                     counts["nodes-awaiting-watch"] += 1
                     continue  # our last write has not come back through the watch yet
                 del self.expect_nodes[node_name]
+            node = self._seq_floor(node, tests_by_node.get(node_name, []), view)
             observations.append(
                 Observed(
                     node=node,
@@ -557,9 +571,10 @@ class Reconciler:
                     status=exc.status,
                     reason=exc.reason,
                 )
-        self._write_policy_status(policy, breaker, states, now)
+        self._write_policy_status(policy, breaker, breaker_status, states, now)
         self._export(name, states, breaker)
-        self._export_usage(name, observations, view, now)
+        holding = frozenset({spec.taints.testing, spec.taints.quarantine})
+        self._export_usage(name, holding, observations, view, now)
         self.metrics.reconcile_passes.inc()
         counts.update({f"writes-{k}": v for k, v in self.writer.writes.items()})
         log.info("reconcile pass", policy=name, nodes=len(facts), **dict(sorted(counts.items())))
@@ -567,6 +582,34 @@ class Reconciler:
         return wake
 
     # -- observations --------------------------------------------------------------
+
+    @staticmethod
+    def _seq_floor(node: NodeFacts, tests: list[SDCTest], view: FleetView) -> NodeFacts:
+        """Never reuse the name of a finished SDCTest or closed RepairTicket.
+
+        Names come from the node's ``sdcguard.dev/seq`` counter. If that annotation was
+        mangled, or a crash left it behind an object that has since finished, the next
+        name could be an old object's: the create would answer 409 and the old outcome
+        would be taken for the new test. Objects still in flight are not counted, so a
+        decision repeated after a crash still finds (and adopts) what it created.
+        """
+        suffix = re.compile(rf"-{re.escape(node.uid[:5])}-(\d+)$") if node.uid else None
+        if suffix is None:
+            return node
+        done: list[int] = []
+        for test in tests:
+            match = suffix.search(test.metadata.name)
+            if match and test.status is not None and test.status.phase.finished:
+                done.append(int(match.group(1)))
+        for body in view.tickets.get(node.name, []):
+            match = suffix.search(str(body.get("metadata", {}).get("name", "")))
+            if match and (body.get("status") or {}).get("phase") in ("Closed", "Retired"):
+                done.append(int(match.group(1)))
+        floor = max(done, default=0)
+        raw = node.annotations.get(keys.SEQ, "0")
+        if raw.isdigit() and int(raw) >= floor:
+            return node
+        return replace(node, annotations={**node.annotations, keys.SEQ: str(floor)})
 
     @staticmethod
     def _current_test(node: NodeFacts, tests: list[SDCTest]) -> TestFacts | None:
@@ -824,21 +867,22 @@ class Reconciler:
         policy: SDCPolicy,
         now: dt.datetime,
         extra: list[breaker_mod.Sample] | None = None,
-    ) -> breaker_mod.BreakerView:
-        """The breaker now, from the stored status plus this pass's screenings."""
-        view, self._breaker_state = breaker_mod.advance(
+    ) -> tuple[breaker_mod.BreakerView, BreakerStatus]:
+        """The breaker now, and the status to store, from the stored status plus this
+        pass's screenings."""
+        return breaker_mod.advance(
             policy.status.breaker if policy.status else None,
             policy.spec.circuit_breaker,
             now,
             policy.metadata.annotations.get(keys.RESET_BREAKER),
             extra or (),
         )
-        return view
 
     def _write_policy_status(
         self,
         policy: SDCPolicy,
         breaker: breaker_mod.BreakerView,
+        breaker_status: BreakerStatus,
         states: Counter[str],
         now: dt.datetime,
     ) -> None:
@@ -866,7 +910,7 @@ class Reconciler:
             update={
                 "observed_generation": policy.metadata.generation,
                 "conditions": conditions,
-                "breaker": self._breaker_state,
+                "breaker": breaker_status,
                 "counts": {s.value.lower(): states.get(s.value, 0) for s in NodeState},
             }
         )
@@ -879,10 +923,15 @@ class Reconciler:
                     raise
 
     def _export_usage(
-        self, policy: str, observations: list[Observed], view: FleetView, now: dt.datetime
+        self,
+        policy: str,
+        holding: frozenset[str],
+        observations: list[Observed],
+        view: FleetView,
+        now: dt.datetime,
     ) -> None:
         """Budget in use per pool, and open tickets by age (for the SLA alert)."""
-        for pool, usage in pool_usage(o.pool_member() for o in observations).items():
+        for pool, usage in pool_usage(o.pool_member(holding) for o in observations).items():
             label = pool or "default"
             self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="tests").set(
                 usage.tests

@@ -43,6 +43,7 @@ from sdcguard.api import (
     ScreeningReason,
     SDCPolicySpec,
     Suite,
+    TicketPhase,
     Verdict,
     parse_duration,
 )
@@ -152,6 +153,34 @@ def _until(when: dt.datetime, now: dt.datetime) -> float:
     return min(REQUEUE_MAX, max(1.0, (when - now).total_seconds()))
 
 
+def recover_state(observed: Observed, policy: SDCPolicySpec) -> NodeState | None:
+    """The state a node's resources imply when its state label is missing or mangled.
+
+    A person or a tool may delete or overwrite ``sdcguard.dev/state``; the node's
+    tickets, our taints, its current test and its qualification still say where it
+    is, so it is neither re-gated nor re-tested nor released by accident. None: a
+    node sdcguard never handled.
+    """
+    node, ticket, test = observed.node, observed.ticket, observed.test
+    if ticket is not None:
+        return {
+            TicketPhase.VERIFYING: S.VERIFYING,
+            TicketPhase.IN_REPAIR: S.REPAIRING,
+            TicketPhase.ACKNOWLEDGED: S.QUARANTINED,
+            TicketPhase.RETIRED: S.RETIRED,
+        }.get(ticket.phase, S.QUARANTINED)
+    quarantine = policy.taints.quarantine
+    if node.has_taint(quarantine) and quarantine in node.owned_taints:
+        return S.QUARANTINED
+    if test is not None and not test.finished and test.name == node.current_test:
+        return S.SUSPECT if node.suspect_checks else S.TESTING
+    if node.suspect_checks:
+        return S.SUSPECT
+    if node.qualified_at is not None:
+        return S.QUALIFIED
+    return None
+
+
 class _Reader:
     """The observations of one node, read against the policy at one instant."""
 
@@ -160,7 +189,7 @@ class _Reader:
         self.node: NodeFacts = observed.node
         self.policy = policy
         self.now = now
-        self.state = observed.node.state or NodeState.UNQUALIFIED
+        self.state = observed.node.state or recover_state(observed, policy) or S.UNQUALIFIED
 
     # Gates -----------------------------------------------------------------------
 
@@ -673,7 +702,8 @@ def decide_all(
     go first, then suspects, then the longest-qualified nodes.
     """
     ordered = sorted(observations, key=_priority)
-    pools = pool_usage(o.pool_member() for o in ordered)
+    holding = frozenset({policy.taints.testing, policy.taints.quarantine})
+    pools = pool_usage(o.pool_member(holding) for o in ordered)
     decisions = []
     for observed in ordered:
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))

@@ -56,6 +56,8 @@ from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, parse_result
 CHECK_DEPTH: Mapping[str, int] = {"compute": 1, "collective": 2, "memory": 3, "golden": 4}
 """Depth of each check (see module docstring); unknown checks are lightest."""
 VALID_EXIT_CODES = (0, 1, 2)
+TERMINATION_LIMIT = 4096
+"""Bytes the kubelet keeps of a termination message."""
 MAX_REASON = 1024
 
 
@@ -181,6 +183,15 @@ def _read(message: str | None) -> tuple[ProbeResult | None, str, str]:
     """The parsed result, or None with (reason, message) saying why not."""
     if message is None or not message.strip():
         return None, "ResultMissing", "the probe wrote no result (termination message empty)"
+    size = len(message.encode("utf-8", errors="replace"))
+    if size > TERMINATION_LIMIT:
+        # The probe squeezes its result to the limit and the kubelet cuts at it: a longer
+        # message did not come from the probe through a kubelet.
+        return (
+            None,
+            "ResultOversized",
+            f"termination message of {size} bytes exceeds the {TERMINATION_LIMIT}-byte limit",
+        )
     try:
         return parse_result(message), "", ""
     except Exception as exc:  # any malformed text is "no result", never a crash

@@ -229,15 +229,19 @@ class Observed:
     breaker_open: bool = False
     """The policy's circuit breaker is open: no new quarantines."""
 
-    def pool_member(self) -> PoolMember:
-        """This node's contribution to its pool's usage (see budgets for what "held" means)."""
+    def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
+        """This node's contribution to its pool's usage (see budgets for what "held" means).
+
+        ``holding_taints``: the policy's testing and quarantine taint keys. Only those
+        hold a node; a key someone wrote into owned-taints by hand holds nothing.
+        """
         state = self.node.state
         if state in (NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING):
             held = True
         elif state in (NodeState.TESTING, NodeState.SUSPECT):
-            # Held only if it had been serving and carries one of our taints now.
+            # Held only if it had been serving and carries our testing/quarantine taint now.
             held = self.node.qualified_at is not None and any(
-                self.node.has_taint(k) for k in self.node.owned_taints
+                self.node.has_taint(k) and k in self.node.owned_taints for k in holding_taints
             )
         else:
             held = False

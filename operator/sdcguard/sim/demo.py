@@ -346,21 +346,26 @@ def run_demo(
             result.timeline_path = plot_timeline(summary, out_dir / "timeline.png")
         return result
     finally:
-        display.close()
+        # Every step runs even if an earlier one fails: nothing may be left running.
+        steps: list[Callable[[], object]] = [display.close]
         if recorder is not None:
-            recorder.stop()
+            steps.append(recorder.stop)
         if cfg.cleanup:
-            delete_policy(api, cfg.policy, operator)
+            steps.append(lambda: delete_policy(api, cfg.policy, operator))
         if operator is not None:
-            operator.stop()
+            steps.append(operator.stop)
         if sim is not None:
-            sim.stop(cleanup=cfg.cleanup)
+            steps.append(lambda: sim.stop(cleanup=cfg.cleanup) if sim else None)
         if cfg.cleanup:
-            _remove_run_objects(api, cfg, fleet, baselines_before)
+            steps.append(lambda: _remove_run_objects(api, cfg, fleet, baselines_before))
             if inst is not None:
-                uninstall(api, inst)
-        with contextlib.suppress(Exception):
-            api.close()
+                steps.append(lambda: uninstall(api, inst) if inst else None)
+        steps.append(api.close)
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:
+                print(f"sdcguard demo: a clean-up step failed: {exc!r}"[:400], file=sys.stderr)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
