@@ -1,5 +1,8 @@
 """Every Kopf registration of the operator, kept thin.
 
+Index handlers return ``{}`` (never None) for an object that no longer belongs in
+an index: Kopf keeps an object's previous entry when its handler returns None.
+
 Nodes, Pods and Jobs are only *indexed* (in memory, no bookkeeping written
 to them): a node with nothing to do costs zero writes. Each index event
 marks the fleet dirty; one daemon per SDCPolicy then runs a reconcile pass
@@ -99,10 +102,10 @@ def nodes_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
 
 
 @kopf.index("", "v1", "pods")
-def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse] | None:
+def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse]:
     """Workload pods holding accelerators, by node: such a node is not idle."""
     use = observe.pod_use(body, RT.accelerators)
-    return {use.node_name: use} if use else None
+    return {use.node_name: use} if use else {}
 
 
 @kopf.on.event("", "v1", "pods")
@@ -124,33 +127,33 @@ def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.index("", "v1", "pods")
-def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand] | None:
+def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand]:
     demand = observe.pending_demand(body, RT.accelerators)
-    return {"pending": demand} if demand else None
+    return {"pending": demand} if demand else {}
 
 
 @kopf.index("", "v1", "pods", labels={COMPONENT_LABEL: COMPONENT})
 def probe_pods_index(
     body: kopf.Body, namespace: str | None, **_: Any
-) -> dict[str, observe.ProbePod] | None:
+) -> dict[str, observe.ProbePod]:
     # Only the operator's namespace: a Pod labelled like a probe elsewhere (anyone who
     # may create Pods somewhere could forge one) must never pass or fail a node.
     if namespace != RT.settings.namespace:
-        return None
+        return {}
     pod = observe.probe_pod(body)
     _poke()
-    return {pod.test_name: pod} if pod else None
+    return {pod.test_name: pod} if pod else {}
 
 
 @kopf.index("batch", "v1", "jobs", labels={COMPONENT_LABEL: COMPONENT})
 def probe_jobs_index(
     body: kopf.Body, namespace: str | None, **_: Any
-) -> dict[str, observe.ProbeJob] | None:
+) -> dict[str, observe.ProbeJob]:
     if namespace != RT.settings.namespace:
-        return None
+        return {}
     job = observe.probe_job(body)
     _poke()
-    return {job.test_name: job} if job else None
+    return {job.test_name: job} if job else {}
 
 
 @kopf.index(GROUP, VERSION, "sdctests")

@@ -31,6 +31,7 @@ from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     BreakerStatus,
     Mode,
+    NodeCounts,
     RepairTicket,
     SDCBaseline,
     SDCBaselineSpec,
@@ -406,12 +407,14 @@ class Reconciler:
         now: dt.datetime,
         counts: Counter[str],
     ) -> SDCTest:
+        # Failed means wrong answers were found; a crash or timeout is no evidence either
+        # way, so it is Inconclusive (the verdict column still says Crash or Timeout).
         phase = (
             SDCTestPhase.PASSED
             if verdict == Verdict.PASS
-            else SDCTestPhase.INCONCLUSIVE
-            if verdict == Verdict.INCONCLUSIVE
             else SDCTestPhase.FAILED
+            if verdict == Verdict.SDC
+            else SDCTestPhase.INCONCLUSIVE
         )
         conditions = set_condition(
             status.conditions, "Complete", "True", reason or verdict.value, message[:1024], now
@@ -911,7 +914,9 @@ class Reconciler:
                 "observed_generation": policy.metadata.generation,
                 "conditions": conditions,
                 "breaker": breaker_status,
-                "counts": {s.value.lower(): states.get(s.value, 0) for s in NodeState},
+                "counts": NodeCounts.model_validate(
+                    {s.value.lower(): states.get(s.value, 0) for s in NodeState}
+                ),
             }
         )
         new = SDCPolicyStatus.model_validate(to_body(new))

@@ -136,9 +136,9 @@ class Judgement:
         """The SDCTest phase for this verdict."""
         if self.verdict == Verdict.PASS:
             return SDCTestPhase.PASSED
-        if self.verdict == Verdict.INCONCLUSIVE:
-            return SDCTestPhase.INCONCLUSIVE
-        return SDCTestPhase.FAILED
+        if self.verdict == Verdict.SDC:
+            return SDCTestPhase.FAILED
+        return SDCTestPhase.INCONCLUSIVE  # Crash and Timeout are no evidence either way
 
     @property
     def failed_checks(self) -> frozenset[str]:
