@@ -94,12 +94,6 @@ def _forge(api: client.ApiClient, namespace: str, node: str, test: str) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the probe Pod and Job indexes are cluster-wide and match by label only; "
-    "the reconciler takes any ended Pod labelled with the test's name as its result, "
-    "whatever its namespace, owner or node",
-)
 def test_a_labelled_pod_outside_the_operator_namespace_cannot_pass_a_node(
     api_client: client.ApiClient, operator: OperatorProcess
 ) -> None:

@@ -90,13 +90,6 @@ def qualified_node(
         assert "reconcile pass failed" not in operator.log_path.read_text(errors="replace")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an unreadable state label makes NodeFacts.state None, so a Qualified node "
-    "is taken for a new one: gated again and given a fresh acceptance test (out of "
-    "service, outside maxUnavailable), silently, although its qualification, Passed "
-    "SDCTest and taints say Qualified",
-)
 def test_bogus_state_label_is_recovered_without_retesting(
     api_client: client.ApiClient, qualified_node: tuple[str, dict[str, str]]
 ) -> None:
@@ -124,12 +117,6 @@ def test_bogus_state_label_never_strands_the_node(
     wait_for(lambda: _healthy(api_client, name), 90, "the node back in service")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an unreadable sdcguard.dev/seq counts as 0, so the next SDCTest gets the "
-    "name of the node's first one; the create answers 409, the reconciler takes the old "
-    "Passed test for the new one, and a suspected node is cleared without being tested",
-)
 def test_garbage_seq_never_reuses_an_old_test(
     api_client: client.ApiClient, qualified_node: tuple[str, dict[str, str]]
 ) -> None:
@@ -223,12 +210,6 @@ def test_a_foreign_taint_is_never_removed_whatever_owned_taints_says(
     assert _foreign(api_client, name), "the foreign taint was removed on release"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Observed.pool_member counts a Suspect node as held when any taint listed "
-    "in owned-taints is present, so a foreign taint claimed there makes the node count "
-    "against maxUnavailable and blocks its own re-test (here for good: a pool of one)",
-)
 def test_a_claimed_foreign_taint_does_not_block_screening(
     api_client: client.ApiClient, qualified_node: tuple[str, dict[str, str]]
 ) -> None:

@@ -59,7 +59,7 @@ def _confirm() -> str:
 EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.UNQUALIFIED, E.JOINED): (S.TESTING, {"+gate", "+testing", "Test:acceptance/Join"}),
     (S.UNQUALIFIED, E.ADMITTED): (S.QUALIFIED, {"-gate"}),
-    (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"+testing"}),
+    (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"+gate", "+testing"}),
     (S.TESTING, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
     (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, {_confirm()}),
     (S.TESTING, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),

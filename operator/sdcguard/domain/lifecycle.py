@@ -413,7 +413,9 @@ TRANSITIONS: tuple[Transition, ...] = (
         RemoveTaint(GATE),
         EmitEvent("Admitted", "{node} admitted without acceptance ({detail}); screened when idle"),
     ),
-    _row(S.UNQUALIFIED, E.TEST_STARTED, S.TESTING, AddTaint(TESTING)),
+    # Adopting a test started elsewhere (or one created just before a crash) adopts the
+    # registration gate too, so the pass that qualifies the node can remove it.
+    _row(S.UNQUALIFIED, E.TEST_STARTED, S.TESTING, AddTaint(GATE), AddTaint(TESTING)),
     *_manual(S.UNQUALIFIED),
     # Testing: the outcome decides.
     _row(S.TESTING, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
