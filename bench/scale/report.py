@@ -39,6 +39,13 @@ def markdown(doc: dict[str, Any]) -> str:
         rows.append([name, *cells])
 
     row(
+        "Operator commit",
+        lambda r: (
+            r["operator_version"]["commit"]
+            + (" (+ local changes)" if r["operator_version"]["sources_changed"] else "")
+        ),
+    )
+    row(
         "Fleet qualified",
         lambda r: (
             "yes"

@@ -91,6 +91,20 @@ TARGETS = {
 }
 
 
+def operator_version() -> dict[str, Any]:
+    """The commit the operator runs from, and whether its sources differ from it."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--", "operator", "jobs")
+    return {"commit": git("rev-parse", "--short", "HEAD"), "sources_changed": bool(changed)}
+
+
 def log(message: str) -> None:
     print(f"[bench.scale] {message}", file=sys.stderr, flush=True)
 
@@ -376,7 +390,7 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
     audit_dir = Path(tempfile.mkdtemp(prefix="audit-", dir=workdir))
     policy_file, audit_file = audit_dir / "policy.yaml", audit_dir / "audit.log"
     policy_file.write_text(audit.policy_yaml())
-    result: dict[str, Any] = {"nodes": n, "complete": False}
+    result: dict[str, Any] = {"nodes": n, "complete": False, "operator_version": {}}
     names = [node_name(i) for i in range(n)]
     sdc = sdc_nodes_for(n)
     clean = [x for x in names if x not in set(sdc)]
@@ -417,6 +431,7 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
         tail = LogTail(op_log)
         tail.start()
         started = time.time()
+        result["operator_version"] = operator_version()
         operator.start()
         assert operator.proc is not None
         sampler = Sampler(
