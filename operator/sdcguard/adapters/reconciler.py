@@ -478,7 +478,6 @@ class Reconciler:
             return 60.0
         name = policy.metadata.name
         spec = policy.spec
-        breaker, breaker_status = self._breaker(policy, now)
 
         facts: dict[str, NodeFacts] = {}
         selectors = {**view.policies, name: dict(spec.node_selector.match_labels)}
@@ -493,7 +492,6 @@ class Reconciler:
 
         # Tests first: their outcome is what the node decisions read.
         tests_by_node: dict[str, list[SDCTest]] = {}
-        new_samples: list[breaker_mod.Sample] = []
         for node_name, bodies in view.tests.items():
             for body in bodies:
                 try:
@@ -509,7 +507,6 @@ class Reconciler:
                 if not stale:
                     self.expect_tests.pop(test.metadata.name, None)
                 if (status is None or not status.phase.finished) and not stale:
-                    was = status.phase if status else None
                     test = self.advance_test(
                         policy,
                         test,
@@ -519,19 +516,9 @@ class Reconciler:
                         now,
                         counts,
                     )
-                    after = test.status
-                    if (
-                        after is not None
-                        and after.phase != was
-                        and after.verdict in (Verdict.PASS, Verdict.SDC)
-                    ):
-                        failed = after.verdict == Verdict.SDC
-                        sample = breaker_mod.Sample(now, failed, node_name, test.metadata.name)
-                        new_samples.append(sample)
                 tests_by_node.setdefault(node_name, []).append(test)
 
-        if new_samples:
-            breaker, breaker_status = self._breaker(policy, now, extra=new_samples)
+        breaker, breaker_status = self._breaker(policy, tests_by_node, now)
 
         observations = []
         for node_name, node in facts.items():
@@ -866,19 +853,34 @@ class Reconciler:
     # -- policy status and breaker -------------------------------------------------
 
     def _breaker(
-        self,
-        policy: SDCPolicy,
-        now: dt.datetime,
-        extra: list[breaker_mod.Sample] | None = None,
+        self, policy: SDCPolicy, tests_by_node: Mapping[str, list[SDCTest]], now: dt.datetime
     ) -> tuple[breaker_mod.BreakerView, BreakerStatus]:
-        """The breaker now, and the status to store, from the stored status plus this
-        pass's screenings."""
+        """The breaker now, and the status to store.
+
+        Its samples are rebuilt on every pass from the policy's finished SDCTests (a
+        Pass or SDC verdict at its completion time), so no screening is ever missed or
+        counted twice, whatever failed or restarted in between; the stored status only
+        latches the trip (``trippedAt``) and the last reset."""
+        samples = [
+            breaker_mod.Sample(
+                test.status.completion_time,
+                test.status.verdict == Verdict.SDC,
+                node,
+                test.metadata.name,
+            )
+            for node, tests in tests_by_node.items()
+            for test in tests
+            if test.status is not None
+            and test.status.completion_time is not None
+            and test.status.verdict in (Verdict.PASS, Verdict.SDC)
+        ]
+        stored = policy.status.breaker if policy.status else None
         return breaker_mod.advance(
-            policy.status.breaker if policy.status else None,
+            stored.model_copy(update={"samples": []}) if stored else None,
             policy.spec.circuit_breaker,
             now,
             policy.metadata.annotations.get(keys.RESET_BREAKER),
-            extra or (),
+            samples,
         )
 
     def _write_policy_status(
