@@ -58,7 +58,7 @@ e2e: venv binaries
 	$(PY) -m pytest -q -m e2e tests
 
 test: lint typecheck binaries
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	PY=$(PY) bash tests/run-suites.sh
 
 demo: venv binaries
 	$(PY) -m sdcguard.sim.demo

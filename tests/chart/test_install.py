@@ -94,6 +94,7 @@ def test_install_creates_the_operator_and_its_policy(
         "compute",
         "collective",
         "golden",
+        "memory",
     ]
     ext = client.ApiextensionsV1Api(api_client)
     for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
@@ -326,7 +327,7 @@ def test_upgrade_changes_the_policy(release: Release, api_client: client.ApiClie
     )
     spec = _policy(api_client, release.policy)["spec"]
     assert spec["mode"] == "Observe"
-    assert [c["name"] for c in spec["suites"]["acceptance"]] == ["compute", "collective"]
+    assert [c["name"] for c in spec["suites"]["acceptance"]] == ["compute", "collective", "memory"]
     assert spec["budgets"]["maxUnavailable"] == 2
 
 
