@@ -133,6 +133,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"`{doc['command']}` on {doc['machine']['cpus']} CPUs "
         f"({doc['machine']['memory_gb']} GB, load {doc['machine']['load_avg_1m_at_start']} at "
         f"start; the machine is shared, so wall times carry noise), {doc['generated_at']}.",
+        *([f"{doc['note']}"] if doc.get("note") else []),
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -177,6 +178,25 @@ def markdown(doc: dict[str, Any]) -> str:
         "initial fleet qualification (the operator busy with 100 screenings at a time);",
         '"qualified fleet" ones come from 20 nodes joining the qualified fleet one by one',
         "(2 of them reporting SDC). Initial sync is the operator's first write after start.",
+        "",
+    ]
+    lines += [
+        "## Where the time and the writes go",
+        "",
+        "- A Pod's end reaches a node after Kopf's batch window (0.1 s), the operator's",
+        "  debounce (0.2 s) and one or two reconcile passes. A pass costs O(nodes + tests)",
+        "  (the in-process row) and sends its writes one after another, so while the fleet",
+        "  qualifies, a finished test's release or quarantine waits behind that pass's other",
+        "  writes: up to 100 new screenings of 3 writes each, applied first because",
+        "  `decide_all` orders Unqualified nodes before Testing and Suspect ones.",
+        "- The first pass labels every node Unqualified and adopts its gate taint: one write",
+        "  per node, sequential (the gap between initial sync and the first full pass).",
+        "- Node patches per clean qualification: the first-sight label (only for nodes that",
+        "  wait for the budget, hence 2 at 100 nodes and about 3 above), the reservation and",
+        "  the release; plus the SDCTest, its status Running and Passed, the Job, and two",
+        "  Events (TestStarted, Qualified).",
+        "- Memory: about 100 MB of interpreter and libraries, then the indexes (whole",
+        "  SDCTest bodies, trimmed Nodes, probe Pods and Jobs) and Kopf's per-object state.",
         "",
     ]
     if doc.get("refused"):
