@@ -416,3 +416,35 @@ def delete_all(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     with contextlib.suppress(ApiException):
         core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
+
+
+# Shared by the operator test modules -------------------------------------------
+
+GATE, TESTING, QUARANTINE = (
+    "sdcguard.dev/unqualified",
+    "sdcguard.dev/testing",
+    "sdcguard.dev/quarantined",
+)
+
+
+def new_case() -> str:
+    """A short random id: each test's nodes and policy carry it, so tests never meet."""
+    import uuid
+
+    return uuid.uuid4().hex[:6]
+
+
+def create_policy(api: client.ApiClient, case: str, **spec: Any) -> str:
+    """A fast test policy selecting the nodes of ``case``; returns its name."""
+    name = f"p-{case}"
+    body = policy_body(name, match_labels={"sdcguard.test/case": case}, **spec)
+    client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, "sdcpolicies", body)
+    return name
+
+
+def read_node(api: client.ApiClient, name: str) -> client.V1Node:
+    return client.CoreV1Api(api).read_node(name)
+
+
+def taint_keys(api: client.ApiClient, name: str) -> set[str]:
+    return {t.key for t in (read_node(api, name).spec.taints or [])}

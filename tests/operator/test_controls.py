@@ -4,48 +4,27 @@ foreign taints and cordons, manual quarantine and release, the replace strategy,
 from __future__ import annotations
 
 import time
-import uuid
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.operator.harness import (
+    GATE,
     GROUP,
+    QUARANTINE,
+    TESTING,
     VERSION,
     ProbeKubelet,
+    create_policy,
     gpu_nodes,
     list_custom,
+    new_case,
     node_state,
-    policy_body,
+    read_node,
+    taint_keys,
     trusted_baseline,
     wait_for,
 )
-
-GATE, TESTING, QUARANTINE = (
-    "sdcguard.dev/unqualified",
-    "sdcguard.dev/testing",
-    "sdcguard.dev/quarantined",
-)
-
-
-def _case() -> str:
-    return uuid.uuid4().hex[:6]
-
-
-def _policy(api: client.ApiClient, case: str, **spec: Any) -> str:
-    name = f"p-{case}"
-    body = policy_body(name, match_labels={"sdcguard.test/case": case}, **spec)
-    client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, "sdcpolicies", body)
-    return name
-
-
-def _node(api: client.ApiClient, name: str) -> client.V1Node:
-    return client.CoreV1Api(api).read_node(name)
-
-
-def _taints(api: client.ApiClient, name: str) -> set[str]:
-    return {t.key for t in (_node(api, name).spec.taints or [])}
 
 
 def _annotate(api: client.ApiClient, name: str, annotations: dict[str, str | None]) -> None:
@@ -58,11 +37,11 @@ def _reasons(api: client.ApiClient, node: str) -> list[str]:
 
 
 def test_workload_suspicion_and_manual_test_rescreen_a_qualified_node(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"sus-{case}"
     trusted_baseline(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        policy = _policy(api_client, case)
+        policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         _annotate(api_client, node, {"sdcguard.dev/suspect": "loss spike in job llm-7b"})
         wait_for(lambda: "Suspect" in _reasons(api_client, node), 60, "a Suspect screening")
@@ -70,7 +49,7 @@ def test_workload_suspicion_and_manual_test_rescreen_a_qualified_node(api_client
             lambda: (
                 node_state(api_client, node) == "Qualified"
                 and "sdcguard.dev/suspect"
-                not in (_node(api_client, node).metadata.annotations or {})
+                not in (read_node(api_client, node).metadata.annotations or {})
             ),
             60,
             "the suspicion to be cleared by a pass",
@@ -98,12 +77,12 @@ def test_workload_suspicion_and_manual_test_rescreen_a_qualified_node(api_client
             "the manual test to pass",
         )
         assert done[0]["status"]["jobName"]
-        wait_for(lambda: TESTING not in _taints(api_client, node), 30, "the reservation to end")
+        wait_for(lambda: TESTING not in taint_keys(api_client, node), 30, "the reservation to end")
         assert node_state(api_client, node) == "Qualified"
 
 
 def test_paused_policy_starts_nothing_and_opt_out_touches_nothing(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     nodes = [f"pause-{case}", f"optout-{case}"]
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
@@ -112,11 +91,11 @@ def test_paused_policy_starts_nothing_and_opt_out_touches_nothing(api_client, op
         ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
     ):
         core.patch_node(nodes[1], {"metadata": {"labels": {"sdcguard.dev/exclude": "true"}}})
-        policy = _policy(api_client, case, paused=True)
+        policy = create_policy(api_client, case, paused=True)
         wait_for(lambda: node_state(api_client, nodes[0]) is not None, 30, "the node to be seen")
         time.sleep(6)
         assert list_custom(api_client, "sdctests", nodes[0]) == []
-        assert GATE in _taints(api_client, nodes[0]), "a paused policy still gates new nodes"
+        assert GATE in taint_keys(api_client, nodes[0]), "a paused policy still gates new nodes"
         assert node_state(api_client, nodes[1]) in (None, "Excluded")
         assert list_custom(api_client, "sdctests", nodes[1]) == []
         client.CustomObjectsApi(api_client).patch_cluster_custom_object(
@@ -128,13 +107,13 @@ def test_paused_policy_starts_nothing_and_opt_out_touches_nothing(api_client, op
 
 
 def test_foreign_taints_and_cordons_survive_qualification(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     nodes = [f"foreign-{case}", f"maint-{case}"]
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
 
     def add_taint(node: str, effect: str) -> None:
-        taints = [t.to_dict() for t in _node(api_client, node).spec.taints or []]
+        taints = [t.to_dict() for t in read_node(api_client, node).spec.taints or []]
         taints.append({"key": "example.com/maintenance", "effect": effect, "value": "x"})
         taints = [
             {k: v for k, v in t.items() if v is not None and k != "time_added"} for t in taints
@@ -147,19 +126,19 @@ def test_foreign_taints_and_cordons_survive_qualification(api_client, operator) 
     ):
         add_taint(nodes[0], "PreferNoSchedule")
         add_taint(nodes[1], "NoSchedule")
-        _policy(api_client, case)
+        create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "qualification")
-        n = _node(api_client, nodes[0])
-        assert "example.com/maintenance" in _taints(api_client, nodes[0])
-        assert GATE not in _taints(api_client, nodes[0])
+        n = read_node(api_client, nodes[0])
+        assert "example.com/maintenance" in taint_keys(api_client, nodes[0])
+        assert GATE not in taint_keys(api_client, nodes[0])
         assert n.spec.unschedulable is True, "a cordon someone else set was undone"
         assert "sdcguard.dev/cordoned-by-us" not in (n.metadata.annotations or {})
         # A taint that repels probes: no test is started that could never run.
         assert list_custom(api_client, "sdctests", nodes[1]) == []
-        assert GATE in _taints(api_client, nodes[1])
+        assert GATE in taint_keys(api_client, nodes[1])
         taints = [
             {"key": t.key, "effect": t.effect}
-            for t in _node(api_client, nodes[1]).spec.taints or []
+            for t in read_node(api_client, nodes[1]).spec.taints or []
             if t.key != "example.com/maintenance"
         ]
         core.patch_node(nodes[1], {"spec": {"taints": taints}})
@@ -167,22 +146,24 @@ def test_foreign_taints_and_cordons_survive_qualification(api_client, operator) 
 
 
 def test_manual_quarantine_and_release(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"manual-{case}"
     trusted_baseline(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        _policy(api_client, case)
+        create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         _annotate(api_client, node, {"sdcguard.dev/quarantine": "XID 79 storm on GPU 3"})
         wait_for(lambda: node_state(api_client, node) == "Quarantined", 30, "quarantine")
-        assert QUARANTINE in _taints(api_client, node)
-        assert _node(api_client, node).spec.unschedulable is True
+        assert QUARANTINE in taint_keys(api_client, node)
+        assert read_node(api_client, node).spec.unschedulable is True
         tickets = wait_for(lambda: list_custom(api_client, "repairtickets", node), 30, "a ticket")
-        assert "sdcguard.dev/quarantine" not in (_node(api_client, node).metadata.annotations or {})
+        assert "sdcguard.dev/quarantine" not in (
+            read_node(api_client, node).metadata.annotations or {}
+        )
         _annotate(api_client, node, {"sdcguard.dev/release": "false alarm, driver bug"})
         wait_for(lambda: node_state(api_client, node) == "Qualified", 30, "release")
-        n = _node(api_client, node)
-        assert QUARANTINE not in _taints(api_client, node) and not n.spec.unschedulable
+        n = read_node(api_client, node)
+        assert QUARANTINE not in taint_keys(api_client, node) and not n.spec.unschedulable
         name = tickets[0]["metadata"]["name"]
         wait_for(
             lambda: [
@@ -196,14 +177,14 @@ def test_manual_quarantine_and_release(api_client, operator) -> None:
 
 
 def test_replace_strategy_deletes_the_node_once_the_ticket_is_taken(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"replace-{case}"
     trusted_baseline(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "sdc"}):
-        _policy(api_client, case, repair={"strategy": "Replace", "maxRepairCycles": 2})
+        create_policy(api_client, case, repair={"strategy": "Replace", "maxRepairCycles": 2})
         wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
         assert "karpenter.sh/do-not-disrupt" not in (
-            _node(api_client, node).metadata.annotations or {}
+            read_node(api_client, node).metadata.annotations or {}
         )
         ticket = list_custom(api_client, "repairtickets", node)[0]
         client.CustomObjectsApi(api_client).patch_cluster_custom_object(
@@ -216,7 +197,7 @@ def test_replace_strategy_deletes_the_node_once_the_ticket_is_taken(api_client, 
 
         def gone() -> bool:
             try:
-                _node(api_client, node)
+                read_node(api_client, node)
             except ApiException as exc:
                 return exc.status == 404
             return False
@@ -227,12 +208,12 @@ def test_replace_strategy_deletes_the_node_once_the_ticket_is_taken(api_client, 
 
 
 def test_quarantine_with_drain_evicts_workloads(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"drain-{case}"
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        _policy(api_client, case, quarantine={"cordon": True, "drain": True})
+        create_policy(api_client, case, quarantine={"cordon": True, "drain": True})
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         core.create_namespaced_pod(
             "default",

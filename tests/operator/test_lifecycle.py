@@ -6,48 +6,28 @@ the probe's own models; the e2e tests run the real probe through the simulator.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from kubernetes import client
 
 from tests.operator.harness import (
+    GATE,
     GROUP,
     NS,
+    QUARANTINE,
+    TESTING,
     VERSION,
     ProbeKubelet,
+    create_policy,
     gpu_nodes,
     list_custom,
+    new_case,
     node_state,
-    policy_body,
+    read_node,
+    taint_keys,
     trusted_baseline,
     wait_for,
 )
-
-GATE, TESTING, QUARANTINE = (
-    "sdcguard.dev/unqualified",
-    "sdcguard.dev/testing",
-    "sdcguard.dev/quarantined",
-)
-
-
-def _case() -> str:
-    return uuid.uuid4().hex[:6]
-
-
-def _policy(api: client.ApiClient, case: str, **spec: Any) -> str:
-    name = f"p-{case}"
-    body = policy_body(name, match_labels={"sdcguard.test/case": case}, **spec)
-    client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, "sdcpolicies", body)
-    return name
-
-
-def _node(api: client.ApiClient, name: str) -> client.V1Node:
-    return client.CoreV1Api(api).read_node(name)
-
-
-def _taints(api: client.ApiClient, name: str) -> set[str]:
-    return {t.key for t in (_node(api, name).spec.taints or [])}
 
 
 def _events(api: client.ApiClient, node: str) -> list[str]:
@@ -60,25 +40,25 @@ def _events(api: client.ApiClient, node: str) -> list[str]:
 
 
 def test_join_acceptance_qualifies_and_removes_gate(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     nodes = [f"join-{case}-{i}" for i in range(2)]
     trusted_baseline(api_client)
     with (
         gpu_nodes(api_client, nodes, case=case),
         ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
     ):
-        _policy(api_client, case)
+        create_policy(api_client, case)
         for n in nodes:
             wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 60, f"{n} Qualified")
-            assert GATE not in _taints(api_client, n)
-            assert TESTING not in _taints(api_client, n)
-            assert not _node(api_client, n).spec.unschedulable
+            assert GATE not in taint_keys(api_client, n)
+            assert TESTING not in taint_keys(api_client, n)
+            assert not read_node(api_client, n).spec.unschedulable
             tests = list_custom(api_client, "sdctests", n)
             assert [t["spec"]["reason"] for t in tests] == ["Join"]
             assert tests[0]["status"]["phase"] == "Passed"
             assert tests[0]["status"]["verdict"] == "Pass"
             assert "Qualified" in _events(api_client, n)
-            annotations = _node(api_client, n).metadata.annotations or {}
+            annotations = read_node(api_client, n).metadata.annotations or {}
             assert "sdcguard.dev/qualified-at" in annotations
             # Kopf keeps no bookkeeping on Nodes.
             assert not [k for k in annotations if "kopf" in k]
@@ -86,7 +66,7 @@ def test_join_acceptance_qualifies_and_removes_gate(api_client, operator) -> Non
 
 def test_consensus_establishes_baseline_then_qualifies(api_client, operator) -> None:
     """No trusted baseline: the first screenings wait; two agreeing nodes make it trusted."""
-    case = _case()
+    case = new_case()
     custom = client.CustomObjectsApi(api_client)
     for item in list_custom(api_client, "sdcbaselines"):
         custom.delete_cluster_custom_object(
@@ -95,7 +75,7 @@ def test_consensus_establishes_baseline_then_qualifies(api_client, operator) -> 
     nodes = [f"cons-{case}-{i}" for i in range(3)]
     outcomes = {nodes[0]: "pass", nodes[1]: "pass", nodes[2]: "mismatch"}
     with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
-        _policy(api_client, case)
+        create_policy(api_client, case)
         wait_for(
             lambda: all(node_state(api_client, n) == "Qualified" for n in nodes[:2]),
             90,
@@ -109,19 +89,21 @@ def test_consensus_establishes_baseline_then_qualifies(api_client, operator) -> 
             90,
             "the disagreeing node to be held",
         )
-        assert GATE in _taints(api_client, nodes[2]) or QUARANTINE in _taints(api_client, nodes[2])
+        assert GATE in taint_keys(api_client, nodes[2]) or QUARANTINE in taint_keys(
+            api_client, nodes[2]
+        )
 
 
 def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"sick-{case}"
     trusted_baseline(api_client)
     outcomes = {node: "sdc"}
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
-        policy = _policy(api_client, case)
+        policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
-        n = _node(api_client, node)
-        assert QUARANTINE in _taints(api_client, node)
+        n = read_node(api_client, node)
+        assert QUARANTINE in taint_keys(api_client, node)
         assert n.spec.unschedulable is True
         assert n.metadata.annotations.get("sdcguard.dev/cordoned-by-us") == "true"
         assert n.metadata.annotations.get("karpenter.sh/do-not-disrupt") == "true"
@@ -150,9 +132,9 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
             {"spec": {"resolution": "Repaired", "resolutionNote": "GPU 1 reseated"}},
         )
         wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "return to the pool")
-        n = _node(api_client, node)
+        n = read_node(api_client, node)
         assert not n.spec.unschedulable
-        assert _taints(api_client, node) & {GATE, TESTING, QUARANTINE} == set()
+        assert taint_keys(api_client, node) & {GATE, TESTING, QUARANTINE} == set()
         assert "karpenter.sh/do-not-disrupt" not in (n.metadata.annotations or {})
         ticket = list_custom(api_client, "repairtickets", node)[0]
         assert ticket["status"]["phase"] == "Closed"
@@ -163,11 +145,11 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
 
 
 def test_repeated_failures_retire_the_node(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"bad-{case}"
     trusted_baseline(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "sdc"}):
-        _policy(api_client, case, repair={"maxRepairCycles": 2})
+        create_policy(api_client, case, repair={"maxRepairCycles": 2})
         custom = client.CustomObjectsApi(api_client)
         for cycle in (1, 2):
 
@@ -190,19 +172,19 @@ def test_repeated_failures_retire_the_node(api_client, operator) -> None:
                 {"spec": {"resolution": "Repaired"}},
             )
         wait_for(lambda: node_state(api_client, node) == "Retired", 90, "retirement")
-        assert _node(api_client, node).spec.unschedulable is True
+        assert read_node(api_client, node).spec.unschedulable is True
         tickets = list_custom(api_client, "repairtickets", node)
         assert len(tickets) == 1 and tickets[0]["status"]["phase"] == "Retired"
         assert "Retired" in _events(api_client, node)
 
 
 def test_idle_return_from_use_retests(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"idle-{case}"
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        _policy(api_client, case)
+        create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         # A customer workload uses the GPUs, then leaves.
         pod = client.V1Pod(
@@ -249,14 +231,14 @@ def test_idle_return_from_use_retests(api_client, operator) -> None:
 
 
 def test_budget_is_never_exceeded(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     nodes = [f"budget-{case}-{i}" for i in range(10)]
     trusted_baseline(api_client)
     with (
         gpu_nodes(api_client, nodes, case=case),
         ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
     ):
-        _policy(api_client, case, budgets={"maxConcurrentTests": 2, "maxUnavailable": "100%"})
+        create_policy(api_client, case, budgets={"maxConcurrentTests": 2, "maxUnavailable": "100%"})
         peak = 0
         import time as _time
 
@@ -281,12 +263,12 @@ def test_budget_is_never_exceeded(api_client, operator) -> None:
 
 
 def test_breaker_trips_when_three_of_five_fail(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     nodes = [f"brk-{case}-{i}" for i in range(5)]
     trusted_baseline(api_client)
     outcomes = {n: ("sdc" if i < 3 else "pass") for i, n in enumerate(nodes)}
     with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
-        policy = _policy(
+        policy = create_policy(
             api_client,
             case,
             confirmation={"reruns": 0},
@@ -316,12 +298,12 @@ def test_breaker_trips_when_three_of_five_fail(api_client, operator) -> None:
 
 
 def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     nodes = [f"obs-{case}-{i}" for i in range(2)]
     trusted_baseline(api_client)
     outcomes = {nodes[0]: "pass", nodes[1]: "sdc"}
     with gpu_nodes(api_client, nodes, case=case, gated=False), ProbeKubelet(api_client, outcomes):
-        _policy(api_client, case, mode="Observe", confirmation={"reruns": 0})
+        create_policy(api_client, case, mode="Observe", confirmation={"reruns": 0})
         wait_for(
             lambda: (
                 len(
@@ -338,19 +320,19 @@ def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:
         )
         wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "verdict recorded")
         for n in nodes:
-            node = _node(api_client, n)
+            node = read_node(api_client, n)
             assert not node.spec.taints, f"{n} got taints in Observe mode"
             assert not node.spec.unschedulable
         assert list_custom(api_client, "repairtickets", nodes[1]) == []
 
 
 def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> None:
-    case = _case()
+    case = new_case()
     node = f"kill-{case}"
     trusted_baseline(api_client)
     outcomes = {node: "never"}
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
-        _policy(api_client, case)
+        create_policy(api_client, case)
         wait_for(
             lambda: (
                 client.BatchV1Api(api_client)
@@ -380,11 +362,11 @@ def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> No
 def test_malformed_probe_result_is_inconclusive_and_releases_reservation(
     api_client, operator
 ) -> None:
-    case = _case()
+    case = new_case()
     nodes = {f"junk-{case}-{kind}": kind for kind in ("garbage", "truncated", "empty")}
     trusted_baseline(api_client)
     with gpu_nodes(api_client, list(nodes), case=case), ProbeKubelet(api_client, dict(nodes)):
-        _policy(api_client, case)
+        create_policy(api_client, case)
         for node, kind in nodes.items():
             test = wait_for(
                 lambda n=node: [
@@ -399,16 +381,16 @@ def test_malformed_probe_result_is_inconclusive_and_releases_reservation(
             assert test["status"]["reason"] in ("InvalidResult", "ResultTruncated", "ResultMissing")
             assert test["status"]["message"]
             # Not passed (still gated), not quarantined, and no longer reserved.
-            wait_for(lambda n=node: TESTING not in _taints(api_client, n), 30, "release")
+            wait_for(lambda n=node: TESTING not in taint_keys(api_client, n), 30, "release")
             assert node_state(api_client, node) in ("Unqualified", "Testing")
-            assert GATE in _taints(api_client, node)
-            assert QUARANTINE not in _taints(api_client, node)
+            assert GATE in taint_keys(api_client, node)
+            assert QUARANTINE not in taint_keys(api_client, node)
             assert list_custom(api_client, "repairtickets", node) == []
 
 
 def test_nodes_with_nothing_to_do_cost_zero_writes(api_client, operator) -> None:
     """Kopf keeps no bookkeeping on Nodes, and a settled node is never written again."""
-    case = _case()
+    case = new_case()
     nodes = [f"quiet-{case}-{i}" for i in range(3)]
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
@@ -423,7 +405,7 @@ def test_nodes_with_nothing_to_do_cost_zero_writes(api_client, operator) -> None
             gpu_nodes(api_client, nodes, case=case),
             ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
         ):
-            _policy(api_client, case)
+            create_policy(api_client, case)
             for n in nodes:
                 wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 60, n)
 
@@ -455,14 +437,14 @@ def test_metrics_tell_the_fleet_story(api_client, operator) -> None:
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    case = _case()
+    case = new_case()
     nodes = [f"met-{case}-ok", f"met-{case}-bad"]
     trusted_baseline(api_client)
     with (
         gpu_nodes(api_client, nodes, case=case),
         ProbeKubelet(api_client, {nodes[0]: "pass", nodes[1]: "sdc"}),
     ):
-        policy = _policy(api_client, case)
+        policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, nodes[1]) == "Quarantined", 90, "quarantine")
         wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "qualification")
 
