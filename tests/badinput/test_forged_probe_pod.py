@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.operator.harness import (
-    GROUP,
     NS,
-    VERSION,
     OperatorProcess,
     ProbeKubelet,
+    create_policy,
     gpu_nodes,
     list_custom,
+    new_case,
     node_state,
-    policy_body,
     result_message,
+    terminated_probe,
     trusted_baseline,
     wait_for,
 )
@@ -72,22 +72,7 @@ def _forge(api: client.ApiClient, namespace: str, node: str, test: str) -> None:
             "status": {
                 "phase": "Succeeded",
                 "containerStatuses": [
-                    {
-                        "name": "sdcprobe",
-                        "image": "example.invalid/echo",
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {
-                            "terminated": {
-                                "exitCode": code,
-                                "reason": "Completed",
-                                "message": message,
-                                "startedAt": stamp,
-                                "finishedAt": stamp,
-                            }
-                        },
-                    }
+                    terminated_probe("example.invalid/echo", code, message, stamp)
                 ],
             }
         },
@@ -97,17 +82,12 @@ def _forge(api: client.ApiClient, namespace: str, node: str, test: str) -> None:
 def test_a_labelled_pod_outside_the_operator_namespace_cannot_pass_a_node(
     api_client: client.ApiClient, operator: OperatorProcess
 ) -> None:
-    case = uuid.uuid4().hex[:6]
+    case = new_case()
     node = f"forge-{case}"
     trusted_baseline(api_client)
     # The real probe never finishes: only the forged result could end the test.
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
-        client.CustomObjectsApi(api_client).create_cluster_custom_object(
-            GROUP,
-            VERSION,
-            "sdcpolicies",
-            policy_body(f"p-{case}", match_labels={"sdcguard.test/case": case}),
-        )
+        create_policy(api_client, case)
         test = wait_for(lambda: _running_test(api_client, node), 60, "a running screening")
         _forge(api_client, "default", node, test["metadata"]["name"])
         time.sleep(10)

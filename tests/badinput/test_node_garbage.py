@@ -9,41 +9,34 @@ remove a taint it did not add, whatever ``sdcguard.dev/owned-taints`` claims.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 from tests.operator.harness import (
+    GATE,
     GROUP,
+    QUARANTINE,
+    TESTING,
     VERSION,
     OperatorProcess,
     ProbeKubelet,
+    annotate,
+    create_policy,
     gpu_nodes,
     list_custom,
+    new_case,
     node_state,
-    policy_body,
+    read_node,
+    taint_keys,
     trusted_baseline,
     wait_for,
 )
 
 from sdcguard.domain import keys
 
-GATE, TESTING, QUARANTINE = (
-    "sdcguard.dev/unqualified",
-    "sdcguard.dev/testing",
-    "sdcguard.dev/quarantined",
-)
 FOREIGN = "example.com/maintenance"
-
-
-def _node(api: client.ApiClient, name: str) -> client.V1Node:
-    return client.CoreV1Api(api).read_node(name)
-
-
-def _annotate(api: client.ApiClient, name: str, **values: str | None) -> None:
-    client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": values}})
 
 
 def _tests(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
@@ -59,7 +52,7 @@ def _passed(test: dict[str, Any]) -> bool:
 
 def _healthy(api: client.ApiClient, name: str) -> bool:
     """Qualified, schedulable, none of our taints, a readable qualification time."""
-    node = _node(api, name)
+    node = read_node(api, name)
     ann = node.metadata.annotations or {}
     taints = {t.key for t in node.spec.taints or []}
     return (
@@ -75,15 +68,12 @@ def qualified_node(
     api_client: client.ApiClient, operator: OperatorProcess
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """One node through acceptance, under a policy of its own; yields (name, outcomes)."""
-    case = uuid.uuid4().hex[:6]
+    case = new_case()
     name = f"garbage-{case}"
     outcomes = {name: "pass"}
     trusted_baseline(api_client)
     with gpu_nodes(api_client, [name], case=case), ProbeKubelet(api_client, outcomes):
-        body = policy_body(f"p-{case}", match_labels={"sdcguard.test/case": case})
-        client.CustomObjectsApi(api_client).create_cluster_custom_object(
-            GROUP, VERSION, "sdcpolicies", body
-        )
+        create_policy(api_client, case)
         wait_for(lambda: _healthy(api_client, name), 90, f"{name} to qualify")
         yield name, outcomes
         assert operator.proc is not None and operator.proc.poll() is None, "operator died"
@@ -102,7 +92,7 @@ def test_bogus_state_label_is_recovered_without_retesting(
     time.sleep(5)
     assert _healthy(api_client, name)
     assert len(_tests(api_client, name)) == before, "re-tested instead of recovered"
-    assert GATE not in {t.key for t in _node(api_client, name).spec.taints or []}
+    assert GATE not in taint_keys(api_client, name)
 
 
 def test_bogus_state_label_never_strands_the_node(
@@ -121,10 +111,10 @@ def test_garbage_seq_never_reuses_an_old_test(
     api_client: client.ApiClient, qualified_node: tuple[str, dict[str, str]]
 ) -> None:
     name, outcomes = qualified_node
-    _annotate(api_client, name, **{keys.SEQ: "abc"})
+    annotate(api_client, name, {keys.SEQ: "abc"})
     time.sleep(2)
     outcomes[name] = "sdc"  # if it is really tested now, it fails
-    _annotate(api_client, name, **{keys.REQUEST_SUSPECT: "workload saw NaNs"})
+    annotate(api_client, name, {keys.REQUEST_SUSPECT: "workload saw NaNs"})
     wait_for(
         lambda: [t for t in _tests(api_client, name) if t["spec"]["reason"] == "Suspect"],
         45,
@@ -152,7 +142,7 @@ def test_garbage_annotations_are_ignored_and_the_node_stays_in_service(
     annotations: dict[str, str],
 ) -> None:
     name, _ = qualified_node
-    _annotate(api_client, name, **annotations)
+    annotate(api_client, name, annotations)
     time.sleep(3)
     # A re-screening may follow (an unreadable qualification time is an expired one),
     # but the node ends in service, with readable bookkeeping, and nothing else touched.
@@ -164,12 +154,12 @@ def test_garbage_annotations_are_ignored_and_the_node_stays_in_service(
         90,
         "the node in service with every screening passed",
     )
-    assert not _node(api_client, name).spec.unschedulable
+    assert not read_node(api_client, name).spec.unschedulable
 
 
 def _claim_a_foreign_taint(api: client.ApiClient, name: str) -> None:
     """Someone else's taint on the node, and our bookkeeping claiming it."""
-    node = _node(api, name)
+    node = read_node(api, name)
     taints = [{"key": t.key, "effect": t.effect} for t in node.spec.taints or []]
     # PreferNoSchedule: probe Pods (which tolerate only our taints) can still run there.
     taints.append({"key": FOREIGN, "value": "rack-7", "effect": "PreferNoSchedule"})
@@ -180,7 +170,7 @@ def _claim_a_foreign_taint(api: client.ApiClient, name: str) -> None:
 
 
 def _foreign(api: client.ApiClient, name: str) -> bool:
-    return FOREIGN in {t.key for t in _node(api, name).spec.taints or []}
+    return FOREIGN in taint_keys(api, name)
 
 
 def test_a_foreign_taint_is_never_removed_whatever_owned_taints_says(
@@ -190,7 +180,7 @@ def test_a_foreign_taint_is_never_removed_whatever_owned_taints_says(
     _claim_a_foreign_taint(api_client, name)
     custom = client.CustomObjectsApi(api_client)
     # Quarantine by request, repair, verification, release: every taint removal path.
-    _annotate(api_client, name, **{keys.REQUEST_QUARANTINE: "by hand"})
+    annotate(api_client, name, {keys.REQUEST_QUARANTINE: "by hand"})
     wait_for(lambda: node_state(api_client, name) == "Quarantined", 45, "quarantine")
     assert _foreign(api_client, name)
     ticket = wait_for(lambda: list_custom(api_client, "repairtickets", name), 30, "a ticket")[0]
@@ -203,9 +193,9 @@ def test_a_foreign_taint_is_never_removed_whatever_owned_taints_says(
     )
     wait_for(lambda: _healthy(api_client, name), 90, "verification and release")
     assert _foreign(api_client, name), "the foreign taint was removed after verification"
-    _annotate(api_client, name, **{keys.REQUEST_QUARANTINE: "again"})
+    annotate(api_client, name, {keys.REQUEST_QUARANTINE: "again"})
     wait_for(lambda: node_state(api_client, name) == "Quarantined", 45, "quarantine")
-    _annotate(api_client, name, **{keys.REQUEST_RELEASE: "false alarm"})
+    annotate(api_client, name, {keys.REQUEST_RELEASE: "false alarm"})
     wait_for(lambda: _healthy(api_client, name), 45, "release by request")
     assert _foreign(api_client, name), "the foreign taint was removed on release"
 
@@ -216,7 +206,7 @@ def test_a_claimed_foreign_taint_does_not_block_screening(
     name, _ = qualified_node
     _claim_a_foreign_taint(api_client, name)
     before = len(_tests(api_client, name))
-    _annotate(api_client, name, **{keys.REQUEST_SUSPECT: "checking"})
+    annotate(api_client, name, {keys.REQUEST_SUSPECT: "checking"})
     wait_for(lambda: len(_tests(api_client, name)) > before, 45, "a re-screening")
     wait_for(lambda: _healthy(api_client, name), 90, "release after the screening")
     assert _foreign(api_client, name), "the foreign taint was removed on release"
@@ -226,16 +216,16 @@ def test_a_foreign_annotation_is_never_removed_whatever_owned_annotations_says(
     api_client: client.ApiClient, qualified_node: tuple[str, dict[str, str]]
 ) -> None:
     name, _ = qualified_node
-    _annotate(
+    annotate(
         api_client,
         name,
-        **{"example.com/owner": "team-a", keys.OWNED_ANNOTATIONS: "example.com/owner"},
+        {"example.com/owner": "team-a", keys.OWNED_ANNOTATIONS: "example.com/owner"},
     )
-    _annotate(api_client, name, **{keys.REQUEST_QUARANTINE: "by hand"})
+    annotate(api_client, name, {keys.REQUEST_QUARANTINE: "by hand"})
     wait_for(lambda: node_state(api_client, name) == "Quarantined", 45, "quarantine")
-    _annotate(api_client, name, **{keys.REQUEST_RELEASE: "false alarm"})
+    annotate(api_client, name, {keys.REQUEST_RELEASE: "false alarm"})
     wait_for(lambda: _healthy(api_client, name), 45, "release by request")
-    annotations = _node(api_client, name).metadata.annotations or {}
+    annotations = read_node(api_client, name).metadata.annotations or {}
     assert annotations.get("example.com/owner") == "team-a", "a foreign annotation was removed"
 
 

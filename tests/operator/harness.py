@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,27 @@ def result_message(
     return (1 if outcome == "sdc" else 0), text
 
 
+def terminated_probe(image: str | None, code: int, message: str, at: str) -> dict[str, Any]:
+    """The status of a probe container that ended at ``at`` with ``code`` and ``message``,
+    as the kubelet reports it."""
+    return {
+        "name": "sdcprobe",
+        "image": image,
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "message": message,
+                "startedAt": at,
+                "finishedAt": at,
+            }
+        },
+    }
+
+
 class ProbeKubelet:
     """Completes probe Pods bound to known nodes, as a kubelet would report them."""
 
@@ -195,22 +216,7 @@ class ProbeKubelet:
             "phase": "Succeeded" if code == 0 else "Failed",
             "startTime": now,
             "containerStatuses": [
-                {
-                    "name": "sdcprobe",
-                    "image": pod.spec.containers[0].image,
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                    "state": {
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": "Completed" if code == 0 else "Error",
-                            "message": message,
-                            "startedAt": now,
-                            "finishedAt": now,
-                        }
-                    },
-                }
+                terminated_probe(pod.spec.containers[0].image, code, message, now)
             ],
         }
         try:
@@ -448,3 +454,8 @@ def read_node(api: client.ApiClient, name: str) -> client.V1Node:
 
 def taint_keys(api: client.ApiClient, name: str) -> set[str]:
     return {t.key for t in (read_node(api, name).spec.taints or [])}
+
+
+def annotate(api: client.ApiClient, name: str, annotations: Mapping[str, str | None]) -> None:
+    """Set (or, with None, remove) annotations on a node, as a person or tool would."""
+    client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": annotations}})

@@ -13,16 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_LABEL
+from sdcguard.domain.quantity import whole_quantity
 
 OUR_PREFIX = "sdcguard.dev/"
-
-
-def _parse_quantity(value: Any) -> int:
-    """Integer extended-resource counts (``"8"``); anything else counts as 0."""
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
 
 
 def parse_time(value: Any) -> dt.datetime | None:
@@ -89,7 +82,7 @@ def _requests(pod_spec: Mapping[str, Any], resources: Iterable[str]) -> dict[str
         merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
         for name, value in merged.items():
             if name in wanted:
-                total[name] = total.get(name, 0) + _parse_quantity(value)
+                total[name] = total.get(name, 0) + whole_quantity(value)
     return {k: v for k, v in total.items() if v > 0}
 
 

@@ -43,6 +43,7 @@ from sdcguard.cli.output import Result, Table, age, cell, format_time, parse_tim
 from sdcguard.domain import keys
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.selection import most_specific, selects
 
 PLUGIN = "kubectl-sdc"
 
@@ -103,24 +104,25 @@ def policy_selects(policy: SDCPolicy, node: Mapping[str, Any]) -> bool:
     """Whether ``policy`` covers ``node``: all its matchLabels, and an accelerator (or the
     policy simulates devices on the CPU)."""
     labels = _meta(node).get("labels") or {}
-    wanted = policy.spec.node_selector.match_labels
-    if any(labels.get(k) != v for k, v in wanted.items()):
+    if not selects(policy.spec.node_selector.match_labels, labels):
         return False
     return _facts(node, policy).accelerators > 0 or policy.spec.probe.cpu_devices > 0
 
 
 def select_policy(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDCPolicy | None:
-    """The policy that covers ``node``: the most specific selector wins (most matchLabels).
+    """The policy that covers ``node``: the most specific selector wins (most matchLabels),
+    by the operator's own rule (:func:`sdcguard.domain.selection.most_specific`).
 
-    Raises CliError when two equally specific policies cover the node.
+    Raises CliError when two equally specific policies cover the node (where the operator
+    picks the first name), so that people fix the tie.
     """
     matching = [p for p in policies if policy_selects(p, node)]
-    if not matching:
-        return None
-    best = max(len(p.spec.node_selector.match_labels) for p in matching)
-    top = sorted(
-        p.metadata.name for p in matching if len(p.spec.node_selector.match_labels) == best
+    labels = _meta(node).get("labels") or {}
+    top = most_specific(
+        labels, {p.metadata.name: p.spec.node_selector.match_labels for p in matching}
     )
+    if not top:
+        return None
     if len(top) > 1:
         raise CliError(
             f"node {_name(node)} is covered by policies {', '.join(top)}; choose one with --policy"

@@ -21,6 +21,7 @@ from sdcguard.api import (
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage
 from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.quantity import whole_quantity
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,6 @@ class Taint:
     key: str
     effect: str
     value: str = ""
-
-
-def _quantity(value: object) -> int:
-    # Extended resources are whole numbers; anything else counts as none.
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
 
 
 @dataclass(frozen=True)
@@ -81,7 +74,7 @@ class NodeFacts:
             ),
             unschedulable=bool(spec.get("unschedulable")),
             ready=ready,
-            accelerators=sum(_quantity(allocatable.get(name, 0)) for name in accelerators),
+            accelerators=sum(whole_quantity(allocatable.get(name, 0)) for name in accelerators),
             pool=labels.get(pool_label, "") if pool_label else "",
         )
 

@@ -17,12 +17,23 @@ def selects(match_labels: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in match_labels.items())
 
 
+def most_specific(
+    labels: Mapping[str, str], policies: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """The names, sorted, of the policies selecting a node with ``labels`` whose selectors
+    are the most specific (most matchLabels); ``policies`` maps each policy's name to its
+    selector's matchLabels. Empty when no policy selects it; more than one is a tie."""
+    matching = {name: len(sel) for name, sel in policies.items() if selects(sel, labels)}
+    if not matching:
+        return []
+    best = max(matching.values())
+    return sorted(name for name, size in matching.items() if size == best)
+
+
 def owning_policy(
     labels: Mapping[str, str], policies: Mapping[str, Mapping[str, str]]
 ) -> str | None:
     """The name of the policy that owns a node with ``labels``; ``policies`` maps each
     policy's name to its selector's matchLabels. None when no policy selects it."""
-    matching = [(name, sel) for name, sel in policies.items() if selects(sel, labels)]
-    if not matching:
-        return None
-    return min(matching, key=lambda item: (-len(item[1]), item[0]))[0]
+    top = most_specific(labels, policies)
+    return top[0] if top else None
