@@ -14,9 +14,11 @@ inside the pass; this module only wires events to it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
@@ -24,9 +26,9 @@ import structlog
 
 from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
-from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
 from sdcguard.api.policy import DEFAULT_ACCELERATORS
-from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL
+from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings, load_settings
@@ -35,29 +37,58 @@ GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 log = structlog.get_logger("sdcguard")
 
 
+class Wake:
+    """What one policy loop has to look at: nodes whose observations changed (``dirty``),
+    nodes whose probe just ended (``urgent``: decided at once, no debounce) and
+    whether everything should be looked at (``full``)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.urgent_event = asyncio.Event()
+        self.dirty: set[str] = set()
+        self.urgent: set[str] = set()
+        self.full = True
+
+
 class Runtime:
     """Process-wide state shared by the handlers (one operator per process)."""
 
     settings: Settings
     metrics: Metrics
     reconciler: Reconciler
-    wakeups: list[asyncio.Event]
+    wakes: list[Wake]
     last_busy: dict[str, dt.datetime]
     started: dt.datetime
+    executor: concurrent.futures.ThreadPoolExecutor
     accelerators: tuple[str, ...] = DEFAULT_ACCELERATORS
 
 
 RT = Runtime()
+POLICY_SEEN: dict[str, Any] = {}
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _poke() -> None:
-    """Wake every policy loop: something they may act on changed."""
-    for wakeup in getattr(RT, "wakeups", ()):
-        wakeup.set()
+def _poke(nodes: Iterable[str] | None = None, *, urgent: bool = False) -> None:
+    """Wake every policy loop: these nodes' observations changed (None: anything may
+    have; look at every node)."""
+    for wake in getattr(RT, "wakes", ()):
+        if nodes is None:
+            wake.full = True
+        elif urgent:
+            wake.urgent.update(nodes)
+            wake.urgent_event.set()
+        else:
+            wake.dirty.update(nodes)
+        wake.event.set()
+
+
+def _test_node(test_name: str, fallback: str | None) -> list[str]:
+    node = RT.reconciler.test_nodes.get(test_name) if hasattr(RT, "reconciler") else None
+    node = node or fallback
+    return [node] if node else []
 
 
 @kopf.on.startup()
@@ -70,7 +101,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     api = make_api_client()
     writer = KubeWriter(api=api, metrics=RT.metrics, dry_run=RT.settings.dry_run)
     RT.reconciler = Reconciler(writer=writer, settings=RT.settings, metrics=RT.metrics)
-    RT.wakeups = []
+    RT.wakes = []
+    # One worker thread runs every pass (they are serialized anyway): one malloc arena.
+    RT.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
     RT.last_busy = {}
     RT.started = _now()
     # We post our own Events on transitions; Kopf's per-handler events are noise.
@@ -89,6 +122,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = RT.settings.api_timeout_seconds * 3
     settings.batching.error_delays = [1, 2, 5, 10, 20]
+    # A probe's end should reach its node in tens of milliseconds: do not hold events
+    # back for more of the same object (Kopf's default waits 0.1 s).
+    settings.batching.batch_window = 0.02
     log.info("operator starting", namespace=RT.settings.namespace, dry_run=RT.settings.dry_run)
 
 
@@ -97,7 +133,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.index("", "v1", "nodes")
 def nodes_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
-    _poke()
+    _poke([name])
     return {name: observe.trim_node(body)}
 
 
@@ -121,9 +157,16 @@ def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
     )
     if ended and observe.pod_use({**body, "status": {"phase": "Running"}}, RT.accelerators):
         RT.last_busy[node] = _now()
-        _poke()
+        _poke([node])
     elif type in ("ADDED", "MODIFIED") and observe.pod_use(body, RT.accelerators):
-        _poke()
+        _poke([node])
+
+
+@kopf.on.event("", "v1", "nodes")
+def node_gone(type: str, name: str, **_: Any) -> None:
+    """A deleted node's test and bookkeeping are settled at once (indexes only drop it)."""
+    if type == "DELETED":
+        _poke([name])
 
 
 @kopf.index("", "v1", "pods")
@@ -141,8 +184,13 @@ def probe_pods_index(
     if namespace != RT.settings.namespace:
         return {}
     pod = observe.probe_pod(body)
-    _poke()
-    return {pod.test_name: pod} if pod else {}
+    if pod is None:
+        return {}
+    _poke(
+        [pod.node_name] if pod.node_name else _test_node(pod.test_name, None),
+        urgent=pod.phase in ("Succeeded", "Failed"),
+    )
+    return {pod.test_name: pod}
 
 
 @kopf.index("batch", "v1", "jobs", labels={COMPONENT_LABEL: COMPONENT})
@@ -152,26 +200,61 @@ def probe_jobs_index(
     if namespace != RT.settings.namespace:
         return {}
     job = observe.probe_job(body)
-    _poke()
-    return {job.test_name: job} if job else {}
+    if job is None:
+        return {}
+    label = (body.get("metadata", {}).get("labels") or {}).get(NODE_LABEL)
+    _poke(_test_node(job.test_name, label), urgent=job.failed_reason is not None)
+    return {job.test_name: job}
+
+
+def _trim(body: kopf.Body) -> dict[str, Any]:
+    """Our own resource without what the operator never reads (managedFields, Kopf's
+    copy of the last spec): thousands of them stay in memory."""
+    meta = body.get("metadata", {})
+    kept = {
+        k: meta[k]
+        for k in ("name", "uid", "resourceVersion", "generation", "creationTimestamp", "labels")
+        if k in meta
+    }
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k != f"{GROUP}/last-handled-configuration"
+    }
+    if annotations:
+        kept["annotations"] = annotations
+    trimmed: dict[str, Any] = {k: v for k, v in body.items() if k != "metadata"}
+    trimmed["metadata"] = kept
+    return trimmed
 
 
 @kopf.index(GROUP, VERSION, "sdctests")
 def tests_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
-    _poke()
-    return {str(spec.get("nodeName", "")): dict(body)}
+    node = str(spec.get("nodeName", ""))
+    _poke([node])
+    return {node: _trim(body)}
 
 
 @kopf.index(GROUP, VERSION, "repairtickets")
 def tickets_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
-    _poke()
-    return {str(spec.get("nodeName", "")): dict(body)}
+    node = str(spec.get("nodeName", ""))
+    _poke([node])
+    return {node: _trim(body)}
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
-def policies_index(name: str, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, str]]:
-    """Every policy's selector: one policy owns each node (domain.selection)."""
-    _poke()
+def policies_index(
+    name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
+) -> dict[str, dict[str, str]]:
+    """Every policy's selector: one policy owns each node (domain.selection).
+
+    A change of spec (generation) or of our annotations (a breaker reset) makes every
+    loop look at all nodes; our own status writes do not."""
+    ours = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(GROUP)}
+    seen = (meta.get("generation"), sorted(ours.items()))
+    if POLICY_SEEN.get(name) != seen:
+        POLICY_SEEN[name] = seen
+        _poke()
     selector = spec.get("nodeSelector") or {}
     return {name: dict(selector.get("matchLabels") or {})}
 
@@ -222,41 +305,79 @@ def _view(indexes: dict[str, kopf.Index[str, Any]]) -> FleetView:
     )
 
 
-async def _pass(name: str, body: kopf.Body, indexes: dict[str, kopf.Index[str, Any]]) -> float:
-    """One reconcile pass; returns seconds until the next time-driven look."""
-    view = _view(indexes)
+async def _pass(
+    name: str,
+    body: kopf.Body,
+    indexes: dict[str, kopf.Index[str, Any]],
+    dirty: frozenset[str] | None,
+    wake: Wake,
+) -> float:
+    """One reconcile pass (``dirty`` None: full); returns seconds until the next look.
+
+    While it runs, nodes whose probe ends are handed to it with a fresh view and
+    served between its steps; what it did not get to is marked urgent again.
+    """
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(
+        RT.executor, RT.reconciler.run_pass, dict(body), _view(indexes), _now(), dirty
+    )
     try:
-        wake_in = await asyncio.to_thread(RT.reconciler.run_pass, dict(body), view, _now())
+        while not future.done():
+            urgent: asyncio.Future[Any] = asyncio.ensure_future(wake.urgent_event.wait())
+            pending: set[asyncio.Future[Any]] = {future, urgent}
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            urgent.cancel()
+            if wake.urgent_event.is_set() and not future.done():
+                wake.urgent_event.clear()
+                nodes, wake.urgent = frozenset(wake.urgent), set()
+                if nodes:
+                    RT.reconciler.offer_urgent(UrgentWork(dict(body), _view(indexes), nodes))
+        wake_in = await future
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
         log.exception("reconcile pass failed", policy=name)
+        wake.full = True
         return 2.0
-    return min(RT.settings.resync_seconds, max(0.5, wake_in))
+    finally:
+        for work in RT.reconciler.take_unserved():
+            wake.urgent.update(work.nodes)
+            wake.urgent_event.set()
+            wake.event.set()
+    return min(RT.settings.resync_seconds, max(0.05, wake_in))
 
 
 @kopf.daemon(GROUP, VERSION, "sdcpolicies", cancellation_timeout=10)
 async def policy_loop(
     name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any
 ) -> None:
-    """Reconcile the policy's nodes whenever something changed, and every resync period."""
+    """Reconcile the policy's nodes as their observations change, urgently when a
+    probe ended, and all of them every resync period."""
     indexes = {key: kwargs[key] for key in INDEX_NAMES}
     settings = RT.settings
-    wakeup = asyncio.Event()
-    RT.wakeups.append(wakeup)
-    next_resync = 0.0
+    wake = Wake()
+    RT.wakes.append(wake)
+    next_full = next_look = 0.0
     try:
         while not stopped:
             try:
-                timeout = max(0.0, next_resync - time.monotonic())
-                await asyncio.wait_for(wakeup.wait(), timeout=timeout)
+                timeout = max(0.0, min(next_full, next_look) - time.monotonic())
+                await asyncio.wait_for(wake.event.wait(), timeout=timeout)
             except TimeoutError:
                 pass
             if stopped:
                 break
-            await asyncio.sleep(settings.debounce_seconds)  # batch a burst of events
-            wakeup.clear()
-            next_resync = time.monotonic() + await _pass(name, body, indexes)
+            if not wake.urgent:
+                await asyncio.sleep(settings.debounce_seconds)  # batch a burst of events
+            wake.event.clear()
+            wake.urgent_event.clear()
+            full = wake.full or time.monotonic() >= next_full
+            dirty = None if full else frozenset(wake.dirty | wake.urgent)
+            wake.dirty, wake.urgent, wake.full = set(), set(), False
+            wake_in = await _pass(name, body, indexes, dirty, wake)
+            if full:
+                next_full = time.monotonic() + settings.resync_seconds
+            next_look = time.monotonic() + wake_in
     finally:
-        RT.wakeups.remove(wakeup)
+        RT.wakes.remove(wake)
 
 
 @kopf.timer(GROUP, VERSION, "repairtickets", interval=15, initial_delay=1)

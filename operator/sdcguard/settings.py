@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     debounce_seconds: float = Field(
         default=0.2, ge=0, description="Delay that batches bursts of watch events."
     )
+    routine_events: bool = Field(
+        default=False,
+        description="Also post Events for clean screenings (TestStarted, Qualified); "
+        "the SDCTest records them either way.",
+    )
     metrics_port: int = Field(default=8080, ge=0, le=65535, description="0 disables.")
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"

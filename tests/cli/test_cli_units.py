@@ -65,17 +65,25 @@ def test_fleet_summary_by_policy_pool_and_state() -> None:
         node("d", labels),  # covered, not labelled yet
         node("e", {keys.LABEL_STATE: "Retired"}),  # labelled, no policy any more
         node("f", {}),  # not part of the fleet
+        # registered gated, waiting for its acceptance test (which labels it)
+        {**node("g", labels), "spec": {"taints": [{"key": "sdcguard.dev/unqualified"}]}},
     ]
     summary = commands.summarize_fleet(nodes, policies)
-    assert summary.nodes == 5
-    assert summary.states == {"Qualified": 2, "Quarantined": 1, "Retired": 1, "New": 1}
+    assert summary.nodes == 6
+    assert summary.states == {
+        "Unqualified": 1,
+        "Qualified": 2,
+        "Quarantined": 1,
+        "Retired": 1,
+        "New": 1,
+    }
     assert summary.pools == [
         {"policy": "-", "pool": "-", "nodes": 1, "states": {"Retired": 1}},
         {
             "policy": "gpus",
             "pool": "p5",
-            "nodes": 4,
-            "states": {"Qualified": 2, "Quarantined": 1, "New": 1},
+            "nodes": 5,
+            "states": {"Unqualified": 1, "Qualified": 2, "Quarantined": 1, "New": 1},
         },
     ]
 

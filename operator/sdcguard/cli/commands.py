@@ -150,7 +150,9 @@ def summarize_fleet(
     nodes: Iterable[Mapping[str, Any]], policies: Sequence[SDCPolicy]
 ) -> FleetSummary:
     """Count nodes per (policy, pool, state). Nodes without a state label that no policy covers
-    are not part of the fleet; a covered node without a label is "New" (not seen yet)."""
+    are not part of the fleet; a covered node without a label is "Unqualified" when it
+    carries the policy's gate taint (it waits for its acceptance test, which labels it)
+    and "New" otherwise (not seen yet)."""
     counts: dict[tuple[str, str], Counter[str]] = {}
     totals: Counter[str] = Counter()
     for node in nodes:
@@ -162,6 +164,10 @@ def summarize_fleet(
             policy = None
         if state is None and policy is None:
             continue
+        if state is None and policy is not None:
+            gate = policy.spec.taints.gate
+            gated = any(t.get("key") == gate for t in (node.get("spec") or {}).get("taints") or [])
+            state = "Unqualified" if gated else None
         state = state or "New"
         pool = NO_POOL
         if policy is not None and policy.spec.budgets.pool_label:

@@ -48,7 +48,7 @@ from sdcguard.api import (
     parse_duration,
 )
 from sdcguard.domain import keys
-from sdcguard.domain.budgets import PoolUsage, can_reserve, pool_usage
+from sdcguard.domain.budgets import PoolMember, PoolUsage, can_reserve, pool_usage
 from sdcguard.domain.judging import Outcome, assess, retry_time
 from sdcguard.domain.lifecycle import (
     OBSERVE_SUPPRESSED,
@@ -108,6 +108,8 @@ class Decision:
     starts_test: bool = False
     takes_node: bool = False
     """Whether the decision holds a node that was serving (counts against maxUnavailable)."""
+    waits_for_budget: bool = False
+    """A test is due but the pool's budget is used up: a candidate when budget frees up."""
 
     @property
     def changed(self) -> bool:
@@ -190,6 +192,8 @@ class _Reader:
         self.policy = policy
         self.now = now
         self.state = observed.node.state or recover_state(observed, policy) or S.UNQUALIFIED
+        self.budget_blocked = False
+        """Set when a due test was refused only by the pool's budget."""
 
     # Gates -----------------------------------------------------------------------
 
@@ -220,6 +224,7 @@ class _Reader:
         if takes_node and obs.pending_pod_needs_node:
             return "a pending pod needs this node"
         check = can_reserve(obs.usage, self.policy.budgets, takes_node=takes_node)
+        self.budget_blocked = not check.allowed
         return None if check.allowed else check.reason
 
     def untolerated_taints(self) -> list[str]:
@@ -593,9 +598,9 @@ class _Binder:
                 return Retire(ticket.name if ticket else "", delete_node=delete)
             case MarkQualified():
                 return MarkQualified(r.now, r.obs.test.fingerprint if r.obs.test else "")
-            case EmitEvent(reason=reason, message=message, warning=warning):
+            case EmitEvent(reason=reason, message=message, warning=warning, routine=routine):
                 text = message.format(node=node.name, detail=self.step.detail)
-                return EmitEvent(reason, text, warning)
+                return EmitEvent(reason, text, warning, routine)
             case _:
                 return action
 
@@ -638,6 +643,20 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         requeue = REQUEUE_AFTER_TRANSITION
     binder = _Binder(reader, step, target)
     bound = [a for a in (binder.bind(t) for t in template) if a is not None]
+    if _unseen_and_waiting(reader, step, bound):
+        # A gated node that waits for its acceptance test: its taint says all there is
+        # to say. Label and adopt nothing yet (the reservation does both), so a node
+        # costs no write until its test starts.
+        return Decision(
+            node=node.name,
+            previous=None,
+            state=target,
+            event=None,
+            actions=(),
+            requeue_after=step.requeue,
+            note=step.detail,
+            waits_for_budget=reader.budget_blocked,
+        )
     if node.state != target and not any(isinstance(a, SetLabel) for a in bound):
         bound.insert(0, SetLabel(target))
     if node.state != target:
@@ -672,7 +691,20 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         note=step.detail,
         starts_test=starts_test,
         takes_node=takes_node,
+        waits_for_budget=reader.budget_blocked and not starts_test,
     )
+
+
+def _unseen_and_waiting(reader: _Reader, step: _Step, bound: list[Action]) -> bool:
+    """Never labelled, still Unqualified, and nothing to do but bookkeeping: the only
+    node action would adopt the gate taint it already carries."""
+    node = reader.node
+    if node.state is not None or reader.state != S.UNQUALIFIED or step.event is not None:
+        return False
+    if step.changes or node.annotations.get(keys.CURRENT_TEST):
+        return False
+    gate = reader.policy.taints.gate
+    return node.has_taint(gate) and all(isinstance(a, AddTaint) and a.key == gate for a in bound)
 
 
 _PRIORITY = {
@@ -692,18 +724,28 @@ def _priority(observed: Observed) -> tuple[int, dt.datetime, str]:
     return (_PRIORITY.get(state, 5), observed.node.qualified_at or _EPOCH, observed.node.name)
 
 
-def decide_all(
-    observations: Iterable[Observed], policy: SDCPolicySpec, now: dt.datetime
-) -> list[Decision]:
-    """Decide every node of a policy in one pass, so budgets hold across nodes.
+def priority(observed: Observed) -> tuple[int, dt.datetime, str]:
+    """The order in which nodes get budget: repairs and new nodes first, then suspects,
+    then the longest-qualified nodes."""
+    return _priority(observed)
 
-    Pool usage is computed from all observations, then each decision that starts a
-    test reserves its share before the next node is decided. Repairs and new nodes
-    go first, then suspects, then the longest-qualified nodes.
+
+def decide_all(
+    observations: Iterable[Observed],
+    policy: SDCPolicySpec,
+    now: dt.datetime,
+    others: Iterable[PoolMember] = (),
+) -> list[Decision]:
+    """Decide nodes of a policy in one pass, so budgets hold across nodes.
+
+    Pool usage is computed from all observations plus ``others`` (the policy's nodes
+    not decided in this pass, as last seen), then each decision that starts a test
+    reserves its share before the next node is decided. Repairs and new nodes go
+    first, then suspects, then the longest-qualified nodes.
     """
     ordered = sorted(observations, key=_priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
-    pools = pool_usage(o.pool_member(holding) for o in ordered)
+    pools = pool_usage([*others, *(o.pool_member(holding) for o in ordered)])
     decisions = []
     for observed in ordered:
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))

@@ -236,6 +236,9 @@ class EmitEvent:
     reason: str
     message: str
     warning: bool = False
+    routine: bool = False
+    """Part of a clean screening (started, passed): posted only when the operator's
+    ``routineEvents`` setting is on, since the SDCTest already records it."""
 
 
 Action = (
@@ -323,7 +326,7 @@ QUALIFY_ACTIONS: tuple[Action, ...] = (
     RemoveTaint(GATE),
     RemoveTaint(TESTING),
     MarkQualified(),
-    EmitEvent("Qualified", "{node} passed its screening: {detail}"),
+    EmitEvent("Qualified", "{node} passed its screening: {detail}", routine=True),
 )
 RETIRE_ACTIONS: tuple[Action, ...] = (
     Cordon(),
@@ -404,7 +407,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         AddTaint(GATE),
         AddTaint(TESTING),
         CreateTest(Suite.ACCEPTANCE, ScreeningReason.JOIN),
-        EmitEvent("TestStarted", "{node}: acceptance test {detail}"),
+        EmitEvent("TestStarted", "{node}: acceptance test {detail}", routine=True),
     ),
     _row(
         S.UNQUALIFIED,
@@ -449,7 +452,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.TESTING,
         AddTaint(TESTING),
         CreateTest(Suite.REQUALIFICATION, ScreeningReason.RETURN_FROM_USE),
-        EmitEvent("TestStarted", "{node} returned from use: {detail}"),
+        EmitEvent("TestStarted", "{node} returned from use: {detail}", routine=True),
     ),
     _row(
         S.QUALIFIED,
@@ -457,7 +460,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.TESTING,
         AddTaint(TESTING),
         CreateTest(Suite.REQUALIFICATION, ScreeningReason.EXPIRY),
-        EmitEvent("TestStarted", "{node}'s qualification expired: {detail}"),
+        EmitEvent("TestStarted", "{node}'s qualification expired: {detail}", routine=True),
     ),
     _row(S.QUALIFIED, E.TEST_STARTED, S.TESTING, AddTaint(TESTING)),
     _row(
@@ -468,7 +471,13 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     *_manual(S.QUALIFIED, release=False),
     # Suspect: confirm, clear, or keep holding.
-    _row(S.SUSPECT, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
+    _row(
+        S.SUSPECT,
+        E.TEST_PASSED,
+        S.QUALIFIED,
+        *QUALIFY_ACTIONS[:-1],
+        EmitEvent("Cleared", "{node} passed the re-test of its suspicion: {detail}"),
+    ),
     _row(S.SUSPECT, E.TEST_FAILED, S.QUARANTINED, *CONFIRMED_FAILURE),
     _row(S.SUSPECT, E.TEST_FAILED_UNCONFIRMED, S.SUSPECT, *RERUN),
     _row(S.SUSPECT, E.CONFIRMATION_PASSED, S.SUSPECT, CONFIRM),

@@ -1,0 +1,217 @@
+"""Deciding only the nodes that changed: the domain's part (no write for a node that
+only waits, budgets that count the nodes not decided, routine Events) and the
+reconciler's targeted and urgent passes, run in-process in dry-run mode."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from typing import Any
+
+from kubernetes import client
+
+from sdcguard.adapters import observe
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
+from sdcguard.domain import keys
+from sdcguard.domain.budgets import PoolMember
+from sdcguard.domain.decide import decide, decide_all
+from sdcguard.domain.lifecycle import AddTaint, EmitEvent, NodeState, SetLabel
+from sdcguard.domain.observed import Observed, Taint
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
+from tests.unit.factories import NOW, node, policy
+
+GATE = "sdcguard.dev/unqualified"
+
+
+def _gated(name: str, **kw: Any) -> Observed:
+    return Observed(
+        node=node(name, taints=(Taint(GATE, "NoSchedule"),), **kw),
+        idle_since=NOW - dt.timedelta(hours=1),
+    )
+
+
+# Domain ----------------------------------------------------------------------------
+
+
+def test_a_gated_node_waiting_for_budget_costs_no_write() -> None:
+    spec = policy(budgets={"maxConcurrentTests": 1})
+    decisions = decide_all([_gated("gpu-1"), _gated("gpu-2")], spec, NOW)
+    started, waiting = decisions
+    assert started.starts_test and not started.waits_for_budget
+    assert waiting.actions == () and waiting.waits_for_budget
+    assert waiting.state == NodeState.UNQUALIFIED and waiting.previous is None
+
+
+def test_the_reservation_labels_and_adopts_the_gate_the_first_sight_skipped() -> None:
+    decision = decide(_gated("gpu-1"), policy(), NOW)
+    assert any(isinstance(a, SetLabel) and a.state == NodeState.TESTING for a in decision.actions)
+    gate = [a for a in decision.actions if isinstance(a, AddTaint) and a.key == GATE]
+    assert gate, "the gate taint it registered with is adopted at the reservation"
+
+
+def test_an_ungated_new_node_is_still_gated_at_first_sight() -> None:
+    spec = policy(budgets={"maxConcurrentTests": 1})
+    observed = Observed(node=node("gpu-1"), idle_since=NOW - dt.timedelta(hours=1))
+    busy = [PoolMember(pool="", held=False, testing=True)]
+    (decision,) = decide_all([observed], spec, NOW, others=busy)
+    assert any(isinstance(a, AddTaint) and a.key == GATE for a in decision.actions)
+    assert decision.waits_for_budget
+
+
+def test_nodes_not_decided_count_against_the_budget() -> None:
+    spec = policy(budgets={"maxConcurrentTests": 2})
+    busy = [PoolMember(pool="", held=False, testing=True)]
+    decisions = decide_all([_gated("gpu-1"), _gated("gpu-2")], spec, NOW, others=busy)
+    assert [d.starts_test for d in decisions] == [True, False]
+    assert decisions[1].waits_for_budget
+
+
+def test_clean_screening_events_are_routine() -> None:
+    decision = decide(_gated("gpu-1"), policy(), NOW)
+    events = [a for a in decision.actions if isinstance(a, EmitEvent)]
+    assert [(e.reason, e.routine) for e in events] == [("TestStarted", True)]
+
+
+# Reconciler ------------------------------------------------------------------------
+
+
+def _node_body(name: str, rv: int = 1, **annotations: str) -> dict[str, Any]:
+    body = {
+        "metadata": {
+            "name": name,
+            "uid": f"{name}-uid-0000",
+            "resourceVersion": str(rv),
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "labels": {"sdcguard.dev/accelerator": "true"},
+            "annotations": dict(annotations),
+        },
+        "spec": {"taints": [{"key": GATE, "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    return observe.trim_node(body)
+
+
+def _policy_body(max_tests: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCPolicy",
+        "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
+        "spec": {"budgets": {"maxConcurrentTests": max_tests}},
+    }
+
+
+def _view(nodes: dict[str, dict[str, Any]]) -> FleetView:
+    return FleetView(
+        nodes=nodes,
+        busy={},
+        pending=[],
+        probe_pods={},
+        probe_jobs={},
+        tests={},
+        tickets={},
+        baselines={},
+        policies={"fleet": {}},
+    )
+
+
+class _Spy(KubeWriter):
+    """The dry-run writer, remembering which node each write was for."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.by_node: Counter[str] = Counter()
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        self.by_node[name] += 1
+        super().patch_node(name, patch)
+
+    def create_custom(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        self.by_node[str(body.get("spec", {}).get("nodeName"))] += 1
+        return super().create_custom(plural, body)
+
+
+def _reconciler(**settings_: Any) -> tuple[Reconciler, _Spy]:
+    metrics = Metrics()
+    writer = _Spy(api=client.ApiClient(), metrics=metrics, dry_run=True)
+    settings = Settings(metrics_port=0, **settings_)
+    return Reconciler(writer=writer, settings=settings, metrics=metrics), writer
+
+
+def test_targeted_pass_fills_freed_budget_in_priority_order_and_nothing_else() -> None:
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(6)}
+    view = _view(nodes)
+    rec, writer = _reconciler()
+    rec.run_pass(_policy_body(2), view, NOW)
+    assert writer.writes["sdctests-create"] == 2
+    assert writer.writes["node-patch"] == 2, "the four waiting nodes cost no write"
+    assert set(writer.by_node) == {"gpu-0", "gpu-1"}
+
+    # Nothing changed: a targeted pass decides nothing and writes nothing.
+    writer.writes.clear()
+    writer.by_node.clear()
+    rec.run_pass(_policy_body(2), view, NOW, dirty=())
+    assert sum(writer.writes.values()) == 0
+    assert rec.last_counts["nodes-decided"] == 0
+
+    # One more slot: exactly one waiting node, the first in priority order, starts.
+    rec.run_pass(_policy_body(3), view, NOW, dirty=())
+    assert writer.writes["sdctests-create"] == 1
+    assert set(writer.by_node) == {"gpu-2"}
+
+
+def test_targeted_pass_decides_only_the_dirty_nodes() -> None:
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(4)}
+    rec, writer = _reconciler()
+    rec.run_pass(_policy_body(1), _view(nodes), NOW)
+    writer.writes.clear()
+    writer.by_node.clear()
+    nodes["gpu-3"] = _node_body("gpu-3", rv=2, **{keys.REQUEST_QUARANTINE: "fans"})
+    rec.run_pass(_policy_body(1), _view(nodes), NOW, dirty=["gpu-3"])
+    assert rec.last_counts["nodes-decided"] == 1
+    assert writer.by_node == Counter({"gpu-3": 2})  # its ticket, its patch
+
+
+def test_urgent_work_is_served_during_a_pass_and_the_pass_skips_its_nodes() -> None:
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(3)}
+    rec, writer = _reconciler()
+    fresh = dict(nodes)
+    fresh["gpu-1"] = _node_body("gpu-1", rv=2, **{keys.REQUEST_QUARANTINE: "fans"})
+    rec.offer_urgent(UrgentWork(_policy_body(5), _view(fresh), frozenset({"gpu-1"})))
+    rec.run_pass(_policy_body(5), _view(nodes), NOW)
+    assert rec.take_unserved() == []
+    # gpu-1 was decided once, from the fresher view (quarantined: a ticket, a patch);
+    # the full pass's stale decision for it (start a test) was skipped.
+    assert writer.writes["repairtickets-create"] == 1
+    assert writer.by_node["gpu-1"] == 2
+    assert writer.writes["sdctests-create"] == 2
+
+
+def test_a_failing_request_costs_only_its_node() -> None:
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(3)}
+    rec, writer = _reconciler()
+    original = writer.patch_node
+
+    def flaky(name: str, patch: dict[str, Any]) -> None:
+        if name == "gpu-0":
+            raise ConnectionResetError("connection reset by peer")
+        original(name, patch)
+
+    writer.patch_node = flaky  # type: ignore[method-assign]
+    rec.run_pass(_policy_body(5), _view(nodes), NOW)
+    assert rec.last_counts["apply-error-other"] == 1
+    assert writer.by_node["gpu-1"] == 2 and writer.by_node["gpu-2"] == 2
+
+
+def test_routine_events_only_when_asked_for() -> None:
+    nodes = {"gpu-0": _node_body("gpu-0")}
+    quiet, quiet_writer = _reconciler()
+    quiet.run_pass(_policy_body(1), _view(nodes), NOW)
+    assert quiet_writer.writes["event"] == 0 and quiet_writer.writes["sdctests-create"] == 1
+    chatty, chatty_writer = _reconciler(routine_events=True)
+    chatty.run_pass(_policy_body(1), _view(nodes), NOW)
+    assert chatty_writer.writes["event"] == 1  # TestStarted
