@@ -281,27 +281,61 @@ INDEX_NAMES = (
 )
 
 
-def _view(indexes: dict[str, kopf.Index[str, Any]]) -> FleetView:
-    """A consistent copy of the indexes for one pass (they change while it runs)."""
+def _view(
+    indexes: dict[str, kopf.Index[str, Any]], only: frozenset[str] | None = None
+) -> FleetView:
+    """A consistent copy of the indexes for one pass (they change while it runs).
+
+    ``only``: just these nodes' entries (and their tests' Pods and Jobs), for urgent
+    work that decides only them; a copy of everything costs O(fleet) each time."""
 
     def first(store: kopf.Store[Any]) -> Any:
         return next(iter(store))
 
-    def all_of(name: str) -> dict[str, list[Any]]:
-        return {k: list(v) for k, v in indexes[name].items()}
+    def all_of(name: str, keys: Iterable[str] | None = None) -> dict[str, list[Any]]:
+        index = indexes[name]
+        if keys is None:
+            return {k: list(v) for k, v in index.items()}
+        return {k: list(index[k]) for k in keys if k in index}
 
+    pending = list(indexes["demand_index"].get("pending", []))
+    baselines = {k: first(v) for k, v in indexes["baselines_index"].items()}
+    policies = {k: first(v) for k, v in indexes["policies_index"].items()}
+    if only is None:
+        return FleetView(
+            nodes={k: first(v) for k, v in indexes["nodes_index"].items()},
+            busy=all_of("busy_index"),
+            probe_pods=all_of("probe_pods_index"),
+            probe_jobs={k: first(v) for k, v in indexes["probe_jobs_index"].items()},
+            tests=all_of("tests_index"),
+            tickets=all_of("tickets_index"),
+            last_busy=dict(RT.last_busy),
+            pending=pending,
+            baselines=baselines,
+            operator_started=RT.started,
+            policies=policies,
+        )
+    nodes_index = indexes["nodes_index"]
+    tests = all_of("tests_index", only)
+    names = [
+        str(body.get("metadata", {}).get("name", ""))
+        for bodies in tests.values()
+        for body in bodies
+    ]
+    jobs_index = indexes["probe_jobs_index"]
     return FleetView(
-        nodes={k: first(v) for k, v in indexes["nodes_index"].items()},
-        busy=all_of("busy_index"),
-        pending=list(indexes["demand_index"].get("pending", [])),
-        probe_pods=all_of("probe_pods_index"),
-        probe_jobs={k: first(v) for k, v in indexes["probe_jobs_index"].items()},
-        tests=all_of("tests_index"),
-        tickets=all_of("tickets_index"),
-        baselines={k: first(v) for k, v in indexes["baselines_index"].items()},
-        last_busy=dict(RT.last_busy),
+        nodes={k: first(nodes_index[k]) for k in only if k in nodes_index},
+        busy=all_of("busy_index", only),
+        probe_pods=all_of("probe_pods_index", names),
+        probe_jobs={k: first(jobs_index[k]) for k in names if k in jobs_index},
+        tests=tests,
+        tickets=all_of("tickets_index", only),
+        last_busy={k: RT.last_busy[k] for k in only if k in RT.last_busy},
+        pending=pending,
+        baselines=baselines,
         operator_started=RT.started,
-        policies={k: first(v) for k, v in indexes["policies_index"].items()},
+        policies=policies,
+        complete=False,
     )
 
 
@@ -331,7 +365,8 @@ async def _pass(
                 wake.urgent_event.clear()
                 nodes, wake.urgent = frozenset(wake.urgent), set()
                 if nodes:
-                    RT.reconciler.offer_urgent(UrgentWork(dict(body), _view(indexes), nodes))
+                    view = _view(indexes, only=nodes)
+                    RT.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes))
         wake_in = await future
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
         log.exception("reconcile pass failed", policy=name)

@@ -215,3 +215,23 @@ def test_routine_events_only_when_asked_for() -> None:
     chatty, chatty_writer = _reconciler(routine_events=True)
     chatty.run_pass(_policy_body(1), _view(nodes), NOW)
     assert chatty_writer.writes["event"] == 1  # TestStarted
+
+
+def test_urgent_work_with_a_partial_view_forgets_no_other_node() -> None:
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(3)}
+    rec, writer = _reconciler()
+    rec.run_pass(_policy_body(5), _view(nodes), NOW)
+    writer.by_node.clear()
+    partial = _view({"gpu-1": _node_body("gpu-1", rv=2, **{keys.REQUEST_QUARANTINE: "fans"})})
+    partial.complete = False
+    later = _view({"gpu-1": partial.nodes["gpu-1"]})
+    later.complete = False
+    # Two offers in a row are served as one pass over the merged view.
+    rec.offer_urgent(UrgentWork(_policy_body(5), partial, frozenset({"gpu-1"})))
+    rec.offer_urgent(UrgentWork(_policy_body(5), later, frozenset({"gpu-1"})))
+    rec.run_pass(_policy_body(5), _view(nodes), NOW, dirty=())
+    assert writer.by_node == Counter({"gpu-1": 2})
+    assert writer.writes["repairtickets-create"] == 1
+    memory = rec._memory["fleet"]
+    assert set(memory.states) == {"gpu-0", "gpu-1", "gpu-2"}
+    assert memory.states["gpu-1"] == "Quarantined"

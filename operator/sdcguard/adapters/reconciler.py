@@ -51,7 +51,7 @@ from sdcguard.api import (
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
 from sdcguard.domain import breaker as breaker_mod
-from sdcguard.domain.budgets import PoolMember, pool_usage
+from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, pool_usage
 from sdcguard.domain.decide import Decision, decide_all, priority
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.lifecycle import (
@@ -100,6 +100,25 @@ class FleetView:
     operator_started: dt.datetime | None = None
     policies: dict[str, dict[str, str]] = field(default_factory=dict)
     """Every policy's name and selector matchLabels (one policy owns each node)."""
+    complete: bool = True
+    """False: only some nodes' entries (urgent work), enough to decide just those."""
+
+    def merged(self, newer: FleetView) -> FleetView:
+        """This partial view updated with a newer one (urgent work offered in a row)."""
+        return FleetView(
+            nodes={**self.nodes, **newer.nodes},
+            busy={**self.busy, **newer.busy},
+            pending=newer.pending,
+            probe_pods={**self.probe_pods, **newer.probe_pods},
+            probe_jobs={**self.probe_jobs, **newer.probe_jobs},
+            tests={**self.tests, **newer.tests},
+            tickets={**self.tickets, **newer.tickets},
+            baselines=newer.baselines,
+            last_busy=newer.last_busy,
+            operator_started=newer.operator_started,
+            policies=newer.policies,
+            complete=self.complete and newer.complete,
+        )
 
 
 def _rv(body: Mapping[str, Any]) -> str:
@@ -119,9 +138,32 @@ class PolicyMemory:
     due: dict[str, dt.datetime] = field(default_factory=dict)
     """When each node asked to be decided again."""
     states: dict[str, str] = field(default_factory=dict)
+    usage: dict[str, PoolUsage] = field(default_factory=dict)
+    """``members`` summed by pool, kept up to date with them."""
+    breaker: tuple[Any, ...] | None = None
+    """The last breaker computed, with what it was computed from (see _breaker)."""
+
+    def set_member(self, node: str, member: PoolMember) -> None:
+        old = self.members.get(node)
+        if old is not None:
+            add_member(self.usage, old, -1)
+        self.members[node] = member
+        add_member(self.usage, member)
+
+    def usage_without(self, nodes: Iterable[str]) -> dict[str, PoolUsage]:
+        """Pool usage of every node but ``nodes``."""
+        usage = dict(self.usage)
+        for node in nodes:
+            member = self.members.get(node)
+            if member is not None:
+                add_member(usage, member, -1)
+        return usage
 
     def forget(self, node: str) -> None:
-        for table in (self.members, self.waiting, self.due, self.states):
+        member = self.members.pop(node, None)
+        if member is not None:
+            add_member(self.usage, member, -1)
+        for table in (self.waiting, self.due, self.states):
             table.pop(node, None)
 
 
@@ -155,6 +197,10 @@ class Reconciler:
     _tests: dict[str, tuple[str, SDCTest | None]] = field(default_factory=dict)
     _tickets: dict[str, tuple[str, RepairTicket | None]] = field(default_factory=dict)
     _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
+    _samples: dict[str, tuple[str, breaker_mod.Sample]] = field(default_factory=dict)
+    """Finished screenings (Pass or SDC) by test name, with their policy: the breaker's
+    samples, kept as tests are parsed."""
+    _samples_version: int = 0
     _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
     _touched: set[str] = field(default_factory=set)
     _depth: int = 0
@@ -548,13 +594,20 @@ class Reconciler:
                 return left
 
     def _serve_urgent(self) -> None:
+        """Serve the urgent work offered so far, one pass per policy (work offered
+        while it runs waits for the next check, so the running pass moves on too)."""
         if self._depth:
             return
-        while True:
-            try:
-                work = self._urgent.get_nowait()
-            except queue.Empty:
-                return
+        merged: dict[str, UrgentWork] = {}
+        for work in self.take_unserved():
+            key = str((work.policy.get("metadata") or {}).get("name", ""))
+            earlier = merged.get(key)
+            if earlier is not None:
+                work = UrgentWork(
+                    work.policy, earlier.view.merged(work.view), earlier.nodes | work.nodes
+                )
+            merged[key] = work
+        for work in merged.values():
             self._depth += 1
             try:
                 self._run_pass(work.policy, work.view, _utcnow(), work.nodes, fill=False)
@@ -583,7 +636,30 @@ class Reconciler:
             test = None
         self._tests[name] = (rv, test)
         self.test_nodes[name] = node_name
+        self._note_sample(name, node_name, test)
         return test
+
+    def _note_sample(self, name: str, node_name: str, test: SDCTest | None) -> None:
+        status = test.status if test is not None else None
+        sample = None
+        if (
+            test is not None
+            and status is not None
+            and status.completion_time is not None
+            and status.verdict in (Verdict.PASS, Verdict.SDC)
+        ):
+            sample = (
+                test.spec.policy_ref,
+                breaker_mod.Sample(
+                    status.completion_time, status.verdict == Verdict.SDC, node_name, name
+                ),
+            )
+        if self._samples.get(name) != sample:
+            if sample is None:
+                del self._samples[name]
+            else:
+                self._samples[name] = sample
+            self._samples_version += 1
 
     def _ticket_obj(self, body: Mapping[str, Any]) -> RepairTicket | None:
         name = str((body.get("metadata") or {}).get("name", ""))
@@ -623,6 +699,8 @@ class Reconciler:
         for name in [n for n in self._tests if n not in tests]:
             del self._tests[name]
             self.test_nodes.pop(name, None)
+            if self._samples.pop(name, None) is not None:
+                self._samples_version += 1
         for name in [n for n in self._tickets if n not in tickets]:
             del self._tickets[name]
         for name in [n for n in self._facts if n not in view.nodes]:
@@ -713,33 +791,41 @@ class Reconciler:
 
         selectors = {**view.policies, name: dict(spec.node_selector.match_labels)}
         if scope is None:
-            wanted: Iterable[str] = list(view.nodes)
+            wanted: list[str] = list(view.nodes)
+        elif not view.complete:
+            wanted = sorted(scope)  # a partial view holds these nodes and no others
         else:
             due = {n for n, when in memory.due.items() if when <= now}
             wanted = sorted(scope | due)
         facts = self._scope(memory, name, spec, view, selectors, wanted)
+        # Tests whose node is gone are settled by whichever pass looks at the node.
+        vanished = {n for n in wanted if n not in view.nodes}
         if full:
             for gone in [n for n in {*memory.states, *memory.members} if n not in facts]:
                 memory.forget(gone)
-        elif fill:
+        elif fill and view.complete:
             more = self._fill(memory, spec, facts, view)
             facts.update(self._scope(memory, name, spec, view, selectors, more))
         counts["nodes-decided"] = len(facts)
 
-        # Tests first: their outcome is what the node decisions read. Every finished
-        # test is read (the breaker counts them); only the decided nodes' tests move.
+        # Tests first: their outcome is what the node decisions read. A full pass
+        # reads every test (and so refreshes the breaker's samples); a targeted one
+        # only the decided nodes' tests.
         tests_by_node: dict[str, list[SDCTest]] = {}
-        for node_name, bodies in view.tests.items():
-            for body in bodies:
+        looked = view.tests.keys() if full else [n for n in (*facts, *vanished) if n in view.tests]
+        for node_name in looked:
+            for body in view.tests[node_name]:
                 test = self._test(body, node_name)
                 if test is None or test.spec.policy_ref != name:
                     continue
                 status = test.status
-                if (status is None or not status.phase.finished) and (full or node_name in facts):
+                moving = full or node_name in facts or node_name in vanished
+                if (status is None or not status.phase.finished) and moving:
                     test = self._advance_guarded(policy, test, node_name, view, facts, now, counts)
+                    self._note_sample(test.metadata.name, node_name, test)
                 tests_by_node.setdefault(node_name, []).append(test)
 
-        breaker, breaker_status = self._breaker(policy, tests_by_node, now)
+        breaker, breaker_status = self._breaker(policy, now)
 
         observations = []
         for count, (node_name, node) in enumerate(facts.items()):
@@ -751,7 +837,10 @@ class Reconciler:
             if expected_rv is not None:
                 if expected_rv == view.nodes[node_name]["metadata"].get("resourceVersion"):
                     counts["nodes-awaiting-watch"] += 1
-                    continue  # our last write has not come back through the watch yet
+                    # Our last write has not come back through the watch yet; its event
+                    # brings the node back, and if it never comes, this look does.
+                    memory.due[node_name] = now + dt.timedelta(seconds=5)
+                    continue
                 del self.expect_nodes[node_name]
             node = self._seq_floor(node, tests_by_node.get(node_name, []), view)
             observations.append(
@@ -766,8 +855,7 @@ class Reconciler:
             )
 
         holding = frozenset({spec.taints.testing, spec.taints.quarantine})
-        decided = {o.node.name for o in observations}
-        others = [m for n, m in memory.members.items() if n not in decided]
+        others = memory.usage_without(o.node.name for o in observations)
         by_node = {o.node.name: o for o in observations}
         wake = REQUEUE_MAX_SECONDS
         for decision in decide_all(observations, spec, now, others):
@@ -786,9 +874,9 @@ class Reconciler:
                 else:
                     memory.due[node_name] = now + dt.timedelta(seconds=1)
                     wake = min(wake, 1.0)
-                    memory.members[node_name] = member
+                    memory.set_member(node_name, member)
                     continue
-            memory.members[node_name] = member
+            memory.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
             if decision.waits_for_budget:
                 memory.waiting[node_name] = (priority(observed), observed.node.pool)
@@ -1172,35 +1260,34 @@ class Reconciler:
     # -- policy status and breaker -------------------------------------------------
 
     def _breaker(
-        self, policy: SDCPolicy, tests_by_node: Mapping[str, list[SDCTest]], now: dt.datetime
+        self, policy: SDCPolicy, now: dt.datetime
     ) -> tuple[breaker_mod.BreakerView, BreakerStatus]:
         """The breaker now, and the status to store.
 
-        Its samples are rebuilt on every pass from the policy's finished SDCTests (a
-        Pass or SDC verdict at its completion time), so no screening is ever missed or
-        counted twice, whatever failed or restarted in between; the stored status only
-        latches the trip (``trippedAt``) and the last reset."""
-        samples = [
-            breaker_mod.Sample(
-                test.status.completion_time,
-                test.status.verdict == Verdict.SDC,
-                node,
-                test.metadata.name,
-            )
-            for node, tests in tests_by_node.items()
-            for test in tests
-            if test.status is not None
-            and test.status.completion_time is not None
-            and test.status.verdict in (Verdict.PASS, Verdict.SDC)
-        ]
+        Its samples are the policy's finished SDCTests (a Pass or SDC verdict at its
+        completion time), rebuilt from the tests themselves, so no screening is ever
+        missed or counted twice, whatever failed or restarted in between; the stored
+        status only latches the trip (``trippedAt``) and the last reset. The result is
+        reused for up to a second while no sample and nothing stored changed."""
+        name = policy.metadata.name
+        memory = self._memory.setdefault(name, PolicyMemory())
+        reset = policy.metadata.annotations.get(keys.RESET_BREAKER)
+        key = (self._samples_version, policy.metadata.resource_version, reset)
+        if memory.breaker is not None:
+            cached_key, at, result = memory.breaker
+            if cached_key == key and dt.timedelta(0) <= now - at < dt.timedelta(seconds=1):
+                return result  # type: ignore[no-any-return]
+        samples = [sample for owner, sample in self._samples.values() if owner == name]
         stored = policy.status.breaker if policy.status else None
-        return breaker_mod.advance(
+        result = breaker_mod.advance(
             stored.model_copy(update={"samples": []}) if stored else None,
             policy.spec.circuit_breaker,
             now,
-            policy.metadata.annotations.get(keys.RESET_BREAKER),
+            reset,
             samples,
         )
+        memory.breaker = (key, now, result)
+        return result
 
     def _write_policy_status(
         self,

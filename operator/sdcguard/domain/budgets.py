@@ -99,3 +99,14 @@ def pool_usage(members: Iterable[PoolMember]) -> dict[str, PoolUsage]:
             tests=usage.tests + (1 if member.testing else 0),
         )
     return pools
+
+
+def add_member(pools: dict[str, PoolUsage], member: PoolMember, sign: int = 1) -> None:
+    """Count ``member`` into ``pools`` in place (``sign`` -1 takes it out again)."""
+    usage = pools.get(member.pool, PoolUsage(pool=member.pool))
+    pools[member.pool] = PoolUsage(
+        pool=member.pool,
+        nodes=usage.nodes + sign,
+        unavailable=usage.unavailable + (sign if member.held else 0),
+        tests=usage.tests + (sign if member.testing else 0),
+    )

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sdcguard.api import (
@@ -48,7 +48,7 @@ from sdcguard.api import (
     parse_duration,
 )
 from sdcguard.domain import keys
-from sdcguard.domain.budgets import PoolMember, PoolUsage, can_reserve, pool_usage
+from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, can_reserve, pool_usage
 from sdcguard.domain.judging import Outcome, assess, retry_time
 from sdcguard.domain.lifecycle import (
     OBSERVE_SUPPRESSED,
@@ -734,18 +734,24 @@ def decide_all(
     observations: Iterable[Observed],
     policy: SDCPolicySpec,
     now: dt.datetime,
-    others: Iterable[PoolMember] = (),
+    others: Iterable[PoolMember] | Mapping[str, PoolUsage] = (),
 ) -> list[Decision]:
     """Decide nodes of a policy in one pass, so budgets hold across nodes.
 
     Pool usage is computed from all observations plus ``others`` (the policy's nodes
-    not decided in this pass, as last seen), then each decision that starts a test
-    reserves its share before the next node is decided. Repairs and new nodes go
-    first, then suspects, then the longest-qualified nodes.
+    not decided in this pass, as last seen: their members, or their usage by pool
+    already summed), then each decision that starts a test reserves its share before
+    the next node is decided. Repairs and new nodes go first, then suspects, then the
+    longest-qualified nodes.
     """
     ordered = sorted(observations, key=_priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
-    pools = pool_usage([*others, *(o.pool_member(holding) for o in ordered)])
+    if isinstance(others, Mapping):
+        pools = dict(others)
+        for member in (o.pool_member(holding) for o in ordered):
+            add_member(pools, member)
+    else:
+        pools = pool_usage([*others, *(o.pool_member(holding) for o in ordered)])
     decisions = []
     for observed in ordered:
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
