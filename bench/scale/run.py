@@ -74,6 +74,7 @@ from bench.scale.fleet import (
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 BENCH_CONTROLLERS = ",".join(c for c in CONTROLLERS.split(",") if c != "node-lifecycle-controller")
 RESYNC_SECONDS = 10.0
+KEEP_LOGS: Path | None = None
 MAX_CONCURRENT_TESTS = 100
 RAW_PATCHES = 50
 FRESH_JOINS = 20
@@ -467,6 +468,9 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
             k: round(v, 1) for k, v in sampler.peak_others.items()
         }
         result["operator_log_errors"] = dict(tail.errors.most_common(10))
+    if KEEP_LOGS is not None:
+        KEEP_LOGS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(op_log, KEEP_LOGS / f"operator-{n}.log")
     shutil.rmtree(audit_dir, ignore_errors=True)
     return result
 
@@ -570,9 +574,20 @@ def measure(
         custom.list_cluster_custom_object(GROUP, VERSION, "sdctests", _preload_content=False).data
     )["items"]
     screened = [t for t in tests if (t.get("status") or {}).get("verdict") in ("Pass", "SDC")]
-    breaker = (
-        custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", "bench").get("status") or {}
-    ).get("breaker") or {}
+
+    def stored_breaker() -> dict[str, Any]:
+        policy = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", "bench")
+        return dict((policy.get("status") or {}).get("breaker") or {})
+
+    # The stored samples are refreshed by full passes (one per resync period); a trip
+    # would be written at once.
+    deadline = time.monotonic() + 2 * RESYNC_SECONDS + 5
+    breaker = stored_breaker()
+    while (breaker.get("windowSamples") or 0) < min(len(screened), 500) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(1)
+        breaker = stored_breaker()
     sampled = {s.get("testName") for s in breaker.get("samples", [])}
     out["breaker"] = {
         "screenings": len(screened),
@@ -767,7 +782,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--qualify-timeout", type=float, default=1500, help="seconds per size to qualify"
     )
+    parser.add_argument(
+        "--keep-logs", type=Path, default=None, help="copy each size's operator log here"
+    )
     args = parser.parse_args(argv)
+    global KEEP_LOGS
+    KEEP_LOGS = args.keep_logs
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if any(s < 10 for s in sizes):
         parser.error("sizes must be at least 10 nodes")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -27,6 +28,7 @@ import structlog
 from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
+from sdcguard.api import SDCTestPhase
 from sdcguard.api.policy import DEFAULT_ACCELERATORS
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
@@ -228,11 +230,40 @@ def _trim(body: kopf.Body) -> dict[str, Any]:
     return trimmed
 
 
+FINISHED_PHASES = frozenset(p.value for p in SDCTestPhase if p.finished)
+KEPT_FINISHED_STATUS = (
+    "phase",
+    "verdict",
+    "reason",
+    "message",
+    "startTime",
+    "completionTime",
+    "fingerprintHash",
+    "jobName",
+)
+
+
+def _trim_test(body: kopf.Body) -> dict[str, Any]:
+    """An SDCTest as the operator reads it: a finished one keeps its outcome and each
+    check's name and verdict, not digests, metrics or conditions (kubectl shows those)."""
+    trimmed = _trim(body)
+    status = trimmed.get("status") or {}
+    if status.get("phase") in FINISHED_PHASES:
+        kept = {k: status[k] for k in KEPT_FINISHED_STATUS if k in status}
+        kept["checks"] = [
+            {"name": c.get("name"), "verdict": c.get("verdict")}
+            for c in status.get("checks") or []
+            if isinstance(c, dict)
+        ]
+        trimmed["status"] = kept
+    return trimmed
+
+
 @kopf.index(GROUP, VERSION, "sdctests")
 def tests_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
     node = str(spec.get("nodeName", ""))
     _poke([node])
-    return {node: _trim(body)}
+    return {node: _trim_test(body)}
 
 
 @kopf.index(GROUP, VERSION, "repairtickets")
@@ -401,7 +432,11 @@ async def policy_loop(
             if stopped:
                 break
             if not wake.urgent:
-                await asyncio.sleep(settings.debounce_seconds)  # batch a burst of events
+                # Batch a burst of events, but never hold back a probe's end.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        wake.urgent_event.wait(), timeout=settings.debounce_seconds
+                    )
             wake.event.clear()
             wake.urgent_event.clear()
             full = wake.full or time.monotonic() >= next_full

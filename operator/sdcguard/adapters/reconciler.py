@@ -168,6 +168,33 @@ class PolicyMemory:
 
 
 @dataclass(frozen=True)
+class KnownTest:
+    """What a pass keeps of an SDCTest: the whole object while it runs (it is moved
+    along), only its facts once finished (thousands of those stay in memory)."""
+
+    name: str
+    policy: str
+    created: dt.datetime
+    facts: TestFacts
+    running: SDCTest | None
+
+    @property
+    def finished(self) -> bool:
+        return self.facts.finished
+
+    @classmethod
+    def of(cls, test: SDCTest) -> KnownTest:
+        facts = TestFacts.from_api(test)
+        return cls(
+            name=test.metadata.name,
+            policy=test.spec.policy_ref,
+            created=test.metadata.creation_timestamp or _EPOCH,
+            facts=facts,
+            running=None if facts.finished else test,
+        )
+
+
+@dataclass(frozen=True)
 class UrgentWork:
     """Nodes whose probe just ended, with the view they were seen in: served between
     the steps of a longer pass, so a finished test never waits behind one."""
@@ -186,7 +213,9 @@ class Reconciler:
     metrics: Metrics
     # name -> resourceVersion the object had when we last wrote it; skip until it moves.
     expect_nodes: dict[str, str] = field(default_factory=dict)
-    expect_tests: dict[str, str] = field(default_factory=dict)
+    expect_tests: dict[str, tuple[str, SDCTest]] = field(default_factory=dict)
+    """SDCTest name -> (resourceVersion before our status write, the test as written):
+    until the watch brings the write back, a pass goes on from what we wrote."""
     last_counts: Counter[str] = field(default_factory=Counter)
     test_nodes: dict[str, str] = field(default_factory=dict)
     """SDCTest name -> node name, for events that name only the test."""
@@ -194,7 +223,7 @@ class Reconciler:
     _memory: dict[str, PolicyMemory] = field(default_factory=dict)
     # Parsed objects by name, with the resourceVersion they were parsed at: a pass
     # parses only what changed since the last one.
-    _tests: dict[str, tuple[str, SDCTest | None]] = field(default_factory=dict)
+    _tests: dict[str, tuple[str, KnownTest | None]] = field(default_factory=dict)
     _tickets: dict[str, tuple[str, RepairTicket | None]] = field(default_factory=dict)
     _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
     _samples: dict[str, tuple[str, breaker_mod.Sample]] = field(default_factory=dict)
@@ -546,7 +575,8 @@ class Reconciler:
             if exc.status != 404:
                 raise
         if test.metadata.resource_version:
-            self.expect_tests[test.metadata.name] = test.metadata.resource_version
+            written = test.model_copy(update={"status": status})
+            self.expect_tests[test.metadata.name] = (test.metadata.resource_version, written)
 
     # -- the pass ----------------------------------------------------------------
 
@@ -623,7 +653,7 @@ class Reconciler:
 
     # -- parsing, once per resourceVersion -------------------------------------------
 
-    def _test(self, body: Mapping[str, Any], node_name: str) -> SDCTest | None:
+    def _test(self, body: Mapping[str, Any], node_name: str) -> KnownTest | None:
         name = str((body.get("metadata") or {}).get("name", ""))
         rv = _rv(body)
         cached = self._tests.get(name)
@@ -634,10 +664,11 @@ class Reconciler:
         except ValidationError as exc:
             log.warning("unreadable SDCTest skipped", node=node_name, error=str(exc)[:300])
             test = None
-        self._tests[name] = (rv, test)
+        known = KnownTest.of(test) if test is not None else None
+        self._tests[name] = (rv, known)
         self.test_nodes[name] = node_name
         self._note_sample(name, node_name, test)
-        return test
+        return known
 
     def _note_sample(self, name: str, node_name: str, test: SDCTest | None) -> None:
         status = test.status if test is not None else None
@@ -811,19 +842,22 @@ class Reconciler:
         # Tests first: their outcome is what the node decisions read. A full pass
         # reads every test (and so refreshes the breaker's samples); a targeted one
         # only the decided nodes' tests.
-        tests_by_node: dict[str, list[SDCTest]] = {}
+        tests_by_node: dict[str, list[KnownTest]] = {}
         looked = view.tests.keys() if full else [n for n in (*facts, *vanished) if n in view.tests]
         for node_name in looked:
             for body in view.tests[node_name]:
-                test = self._test(body, node_name)
-                if test is None or test.spec.policy_ref != name:
+                known = self._test(body, node_name)
+                if known is None or known.policy != name:
                     continue
-                status = test.status
                 moving = full or node_name in facts or node_name in vanished
-                if (status is None or not status.phase.finished) and moving:
-                    test = self._advance_guarded(policy, test, node_name, view, facts, now, counts)
-                    self._note_sample(test.metadata.name, node_name, test)
-                tests_by_node.setdefault(node_name, []).append(test)
+                if known.running is not None and moving:
+                    test = self._advance_guarded(
+                        policy, known.running, node_name, view, facts, now, counts
+                    )
+                    if test is not known.running:
+                        known = KnownTest.of(test)
+                        self._note_sample(test.metadata.name, node_name, test)
+                tests_by_node.setdefault(node_name, []).append(known)
 
         breaker, breaker_status = self._breaker(policy, now)
 
@@ -921,13 +955,15 @@ class Reconciler:
         now: dt.datetime,
         counts: Counter[str],
     ) -> SDCTest:
-        """Advance one test unless our last write to it has not come back yet; a failed
-        request costs this test only (the next pass tries again)."""
+        """Advance one test; a failed request costs this test only (the next pass tries
+        again). While our last status write has not come back through the watch, go on
+        from the test as we wrote it, never from the older copy (that would act twice)."""
         expected = self.expect_tests.get(test.metadata.name)
         if expected is not None:
-            if expected == test.metadata.resource_version:
-                return test
-            self.expect_tests.pop(test.metadata.name, None)
+            if expected[0] == test.metadata.resource_version:
+                test = expected[1]
+            else:
+                self.expect_tests.pop(test.metadata.name, None)
         self._serve_urgent()
         if self._skip(node_name):
             return test
@@ -980,7 +1016,7 @@ class Reconciler:
     # -- observations --------------------------------------------------------------
 
     @staticmethod
-    def _seq_floor(node: NodeFacts, tests: list[SDCTest], view: FleetView) -> NodeFacts:
+    def _seq_floor(node: NodeFacts, tests: list[KnownTest], view: FleetView) -> NodeFacts:
         """Never reuse the name of a finished SDCTest or closed RepairTicket.
 
         Names come from the node's ``sdcguard.dev/seq`` counter. If that annotation was
@@ -994,8 +1030,8 @@ class Reconciler:
             return node
         done: list[int] = []
         for test in tests:
-            match = suffix.search(test.metadata.name)
-            if match and test.status is not None and test.status.phase.finished:
+            match = suffix.search(test.name)
+            if match and test.finished:
                 done.append(int(match.group(1)))
         for body in view.tickets.get(node.name, []):
             match = suffix.search(str(body.get("metadata", {}).get("name", "")))
@@ -1008,18 +1044,15 @@ class Reconciler:
         return replace(node, annotations={**node.annotations, keys.SEQ: str(floor)})
 
     @staticmethod
-    def _current_test(node: NodeFacts, tests: list[SDCTest]) -> TestFacts | None:
+    def _current_test(node: NodeFacts, tests: list[KnownTest]) -> TestFacts | None:
         current = node.current_test
-        named = [t for t in tests if t.metadata.name == current]
+        named = [t for t in tests if t.name == current]
         if named:
-            return TestFacts.from_api(named[0])
-        running = [t for t in tests if not (t.status and t.status.phase.finished)]
+            return named[0].facts
+        running = [t for t in tests if not t.finished]
         if not running:
             return None
-        newest = max(
-            running, key=lambda t: (t.metadata.creation_timestamp or _EPOCH, t.metadata.name)
-        )
-        return TestFacts.from_api(newest)
+        return max(running, key=lambda t: (t.created, t.name)).facts
 
     def _open_ticket(self, bodies: list[dict[str, Any]]) -> TicketFacts | None:
         tickets = []
