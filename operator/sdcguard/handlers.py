@@ -440,7 +440,11 @@ async def policy_loop(
             wake.event.clear()
             wake.urgent_event.clear()
             full = wake.full or time.monotonic() >= next_full
-            dirty = None if full else frozenset(wake.dirty | wake.urgent)
+            urgent = frozenset(wake.urgent)
+            if urgent:  # decided first, from a view of just these nodes
+                view = _view(indexes, only=urgent)
+                RT.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent))
+            dirty = None if full else frozenset(wake.dirty)
             wake.dirty, wake.urgent, wake.full = set(), set(), False
             wake_in = await _pass(name, body, indexes, dirty, wake)
             if full:

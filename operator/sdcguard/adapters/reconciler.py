@@ -84,6 +84,12 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def _has_outcome(observed: Observed) -> bool:
+    """The node's current test has finished: its decision releases, quarantines or
+    re-runs, and is applied before any new start."""
+    return observed.test is not None and observed.test.finished
+
+
 @dataclass
 class FleetView:
     """A consistent copy of the indexes for one pass."""
@@ -602,6 +608,7 @@ class Reconciler:
         with self._lock:
             self._touched = set()
             scope = None if dirty is None else frozenset(dirty)
+            self._serve_urgent()
             try:
                 return self._run_pass(policy_body, view, now, scope, fill=True)
             finally:
@@ -892,7 +899,11 @@ class Reconciler:
         others = memory.usage_without(o.node.name for o in observations)
         by_node = {o.node.name: o for o in observations}
         wake = REQUEUE_MAX_SECONDS
-        for decision in decide_all(observations, spec, now, others):
+        decisions = decide_all(observations, spec, now, others)
+        # Budgets are granted in priority order; writes go out with the outcomes of
+        # finished tests first (a release or quarantine never waits behind new starts).
+        decisions.sort(key=lambda d: not _has_outcome(by_node[d.node]))
+        for decision in decisions:
             node_name = decision.node
             observed = by_node[node_name]
             member = observed.pool_member(holding)
@@ -1117,11 +1128,13 @@ class Reconciler:
         node = NodeFacts.from_body(body, policy.spec.accelerators, policy.spec.budgets.pool_label)
         delete_node = False
         events: list[EmitEvent] = []
+        opened: list[CreateTicket] = []
         for action in decision.actions:
             if isinstance(action, CreateTest):
                 self._create_test(policy, node_name, action, counts)
             elif isinstance(action, CreateTicket):
-                self._create_ticket(policy, body, action, now, counts)
+                if self._create_ticket(policy, body, action, counts):
+                    opened.append(action)
             elif isinstance(action, SetTicketPhase):
                 self._ticket_status(view, node_name, action.name, action.phase, action.message, now)
             elif isinstance(action, CloseTicket):
@@ -1151,6 +1164,11 @@ class Reconciler:
             self.writer.patch_node(node_name, patch.body(rv))
             self.expect_nodes[node_name] = rv
             counts["node-patches"] += 1
+        # A new ticket's status (Open, its history) after the taint: the ticket itself,
+        # created before the patch, is the record of why (a ticket without a status
+        # reads as Open), so the quarantine waits for one write less.
+        for ticket in opened:
+            self._open_ticket_status(ticket, now)
         # Events last: they only tell; the objects and the node already say it all.
         for event in events:
             self.writer.event(
@@ -1201,9 +1219,9 @@ class Reconciler:
         policy: SDCPolicy,
         node_body: Mapping[str, Any],
         action: CreateTicket,
-        now: dt.datetime,
         counts: Counter[str],
-    ) -> None:
+    ) -> bool:
+        """Create the ticket; False when it existed (its status is then left alone)."""
         meta, spec = node_body["metadata"], node_body["spec"]
         hardware = {
             k: v
@@ -1227,8 +1245,11 @@ class Reconciler:
         created = self.writer.create_custom("repairtickets", body)
         if created is None:
             counts["tickets-existed"] += 1
-            return
+            return False
         counts["tickets-created"] += 1
+        return True
+
+    def _open_ticket_status(self, action: CreateTicket, now: dt.datetime) -> None:
         status = {
             "phase": TicketPhase.OPEN.value,
             "cycle": 1,
