@@ -50,6 +50,15 @@ class Wake:
         self.dirty: set[str] = set()
         self.urgent: set[str] = set()
         self.full = True
+        # The ended probe Pods and Jobs themselves: the index may not hold them yet when
+        # the loop wakes (Kopf stores a handler's value after it returns).
+        self.ended_pods: dict[str, observe.ProbePod] = {}
+        self.ended_jobs: dict[str, observe.ProbeJob] = {}
+
+    def take_urgent(self) -> tuple[frozenset[str], dict[str, Any], dict[str, Any]]:
+        taken = (frozenset(self.urgent), self.ended_pods, self.ended_jobs)
+        self.urgent, self.ended_pods, self.ended_jobs = set(), {}, {}
+        return taken
 
 
 class Runtime:
@@ -73,10 +82,20 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _poke(nodes: Iterable[str] | None = None, *, urgent: bool = False) -> None:
+def _poke(
+    nodes: Iterable[str] | None = None,
+    *,
+    urgent: bool = False,
+    pod: observe.ProbePod | None = None,
+    job: observe.ProbeJob | None = None,
+) -> None:
     """Wake every policy loop: these nodes' observations changed (None: anything may
-    have; look at every node)."""
+    have; look at every node). Handlers are coroutines, so this runs in the loop."""
     for wake in getattr(RT, "wakes", ()):
+        if pod is not None:
+            wake.ended_pods[pod.test_name] = pod
+        if job is not None:
+            wake.ended_jobs[job.test_name] = job
         if nodes is None:
             wake.full = True
         elif urgent:
@@ -134,20 +153,20 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.index("", "v1", "nodes")
-def nodes_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+async def nodes_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
     _poke([name])
     return {name: observe.trim_node(body)}
 
 
 @kopf.index("", "v1", "pods")
-def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse]:
+async def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse]:
     """Workload pods holding accelerators, by node: such a node is not idle."""
     use = observe.pod_use(body, RT.accelerators)
     return {use.node_name: use} if use else {}
 
 
 @kopf.on.event("", "v1", "pods")
-def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
+async def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
     """Remember when a workload stopped using a node's accelerators: "idle for" counts
     from then. Event handlers store nothing on the Pod."""
     node = (body.get("spec") or {}).get("nodeName")
@@ -165,20 +184,20 @@ def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.on.event("", "v1", "nodes")
-def node_gone(type: str, name: str, **_: Any) -> None:
+async def node_gone(type: str, name: str, **_: Any) -> None:
     """A deleted node's test and bookkeeping are settled at once (indexes only drop it)."""
     if type == "DELETED":
         _poke([name])
 
 
 @kopf.index("", "v1", "pods")
-def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand]:
+async def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand]:
     demand = observe.pending_demand(body, RT.accelerators)
     return {"pending": demand} if demand else {}
 
 
 @kopf.index("", "v1", "pods", labels={COMPONENT_LABEL: COMPONENT})
-def probe_pods_index(
+async def probe_pods_index(
     body: kopf.Body, namespace: str | None, **_: Any
 ) -> dict[str, observe.ProbePod]:
     # Only the operator's namespace: a Pod labelled like a probe elsewhere (anyone who
@@ -188,15 +207,17 @@ def probe_pods_index(
     pod = observe.probe_pod(body)
     if pod is None:
         return {}
+    ended = pod.phase in ("Succeeded", "Failed")
     _poke(
         [pod.node_name] if pod.node_name else _test_node(pod.test_name, None),
-        urgent=pod.phase in ("Succeeded", "Failed"),
+        urgent=ended,
+        pod=pod if ended else None,
     )
     return {pod.test_name: pod}
 
 
 @kopf.index("batch", "v1", "jobs", labels={COMPONENT_LABEL: COMPONENT})
-def probe_jobs_index(
+async def probe_jobs_index(
     body: kopf.Body, namespace: str | None, **_: Any
 ) -> dict[str, observe.ProbeJob]:
     if namespace != RT.settings.namespace:
@@ -205,7 +226,8 @@ def probe_jobs_index(
     if job is None:
         return {}
     label = (body.get("metadata", {}).get("labels") or {}).get(NODE_LABEL)
-    _poke(_test_node(job.test_name, label), urgent=job.failed_reason is not None)
+    ended = job.failed_reason is not None
+    _poke(_test_node(job.test_name, label), urgent=ended, job=job if ended else None)
     return {job.test_name: job}
 
 
@@ -260,21 +282,21 @@ def _trim_test(body: kopf.Body) -> dict[str, Any]:
 
 
 @kopf.index(GROUP, VERSION, "sdctests")
-def tests_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
+async def tests_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
     node = str(spec.get("nodeName", ""))
     _poke([node])
     return {node: _trim_test(body)}
 
 
 @kopf.index(GROUP, VERSION, "repairtickets")
-def tickets_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
+async def tickets_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
     node = str(spec.get("nodeName", ""))
     _poke([node])
     return {node: _trim(body)}
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
-def policies_index(
+async def policies_index(
     name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
 ) -> dict[str, dict[str, str]]:
     """Every policy's selector: one policy owns each node (domain.selection).
@@ -291,7 +313,7 @@ def policies_index(
 
 
 @kopf.index(GROUP, VERSION, "sdcbaselines")
-def baselines_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
+async def baselines_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
     _poke()
     return {name: dict(body)}
 
@@ -310,6 +332,21 @@ INDEX_NAMES = (
     "baselines_index",
     "policies_index",
 )
+
+
+def _urgent_view(
+    indexes: dict[str, kopf.Index[str, Any]],
+    nodes: frozenset[str],
+    pods: dict[str, observe.ProbePod],
+    jobs: dict[str, observe.ProbeJob],
+) -> FleetView:
+    """The view of urgent nodes, with the ended Pods and Jobs as their events said."""
+    view = _view(indexes, only=nodes)
+    for test, pod in pods.items():
+        others = [p for p in view.probe_pods.get(test, []) if p.name != pod.name]
+        view.probe_pods[test] = [*others, pod]
+    view.probe_jobs.update(jobs)
+    return view
 
 
 def _view(
@@ -394,9 +431,9 @@ async def _pass(
             urgent.cancel()
             if wake.urgent_event.is_set() and not future.done():
                 wake.urgent_event.clear()
-                nodes, wake.urgent = frozenset(wake.urgent), set()
+                nodes, pods, jobs = wake.take_urgent()
                 if nodes:
-                    view = _view(indexes, only=nodes)
+                    view = _urgent_view(indexes, nodes, pods, jobs)
                     RT.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes))
         wake_in = await future
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
@@ -404,9 +441,12 @@ async def _pass(
         wake.full = True
         return 2.0
     finally:
-        for work in RT.reconciler.take_unserved():
-            wake.urgent.update(work.nodes)
-            wake.urgent_event.set()
+        # Work offered as the pass ended: served first by the next pass, which runs now.
+        left = RT.reconciler.take_unserved()
+        for work in left:
+            RT.reconciler.offer_urgent(work)
+        if left:
+            wake.urgent.update(n for work in left for n in work.nodes)
             wake.event.set()
     return min(RT.settings.resync_seconds, max(0.05, wake_in))
 
@@ -440,12 +480,12 @@ async def policy_loop(
             wake.event.clear()
             wake.urgent_event.clear()
             full = wake.full or time.monotonic() >= next_full
-            urgent = frozenset(wake.urgent)
+            urgent, pods, jobs = wake.take_urgent()
             if urgent:  # decided first, from a view of just these nodes
-                view = _view(indexes, only=urgent)
+                view = _urgent_view(indexes, urgent, pods, jobs)
                 RT.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent))
             dirty = None if full else frozenset(wake.dirty)
-            wake.dirty, wake.urgent, wake.full = set(), set(), False
+            wake.dirty, wake.full = set(), False
             wake_in = await _pass(name, body, indexes, dirty, wake)
             if full:
                 next_full = time.monotonic() + settings.resync_seconds
