@@ -235,3 +235,25 @@ def test_urgent_work_with_a_partial_view_forgets_no_other_node() -> None:
     memory = rec._memory["fleet"]
     assert set(memory.states) == {"gpu-0", "gpu-1", "gpu-2"}
     assert memory.states["gpu-1"] == "Quarantined"
+
+
+def test_a_probe_pods_result_is_kept_compressed_and_read_back_intact() -> None:
+    message = '{"schema_version":1,"checks":{"golden":{"digest":"' + "ab" * 32 + '"}}}' * 40
+    body = {
+        "metadata": {
+            "name": "sdcprobe-t-1-abcde",
+            "labels": {
+                "app.kubernetes.io/component": "sdcprobe",
+                "sdcguard.dev/test": "t-1",
+            },
+        },
+        "spec": {"nodeName": "gpu-1"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": message}}}],
+        },
+    }
+    pod = observe.probe_pod(body)
+    assert pod is not None and pod.message_z is not None
+    assert pod.termination_message == message
+    assert len(pod.message_z) < len(message) / 4

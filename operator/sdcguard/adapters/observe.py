@@ -8,6 +8,7 @@ snapshots are what the reconciler turns into domain observations.
 from __future__ import annotations
 
 import datetime as dt
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -141,19 +142,29 @@ def pending_demand(body: Mapping[str, Any], resources: Iterable[str]) -> Pending
 
 @dataclass(frozen=True)
 class ProbePod:
-    """The probe Pod of one SDCTest, as far as its outcome goes."""
+    """The probe Pod of one SDCTest, as far as its outcome goes.
+
+    The termination message (the probe's result, up to 4 KiB) is kept compressed:
+    finished probe Pods stay in the index until their Job's TTL, thousands at a time.
+    """
 
     test_name: str
     name: str
     node_name: str
     phase: str
     exit_code: int | None
-    termination_message: str | None
+    message_z: bytes | None
     terminated_reason: str
     pod_reason: str
     started: dt.datetime | None
     finished: dt.datetime | None
     deleted: bool
+
+    @property
+    def termination_message(self) -> str | None:
+        if self.message_z is None:
+            return None
+        return zlib.decompress(self.message_z).decode("utf-8", errors="replace")
 
 
 def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
@@ -181,7 +192,7 @@ def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
         node_name=spec.get("nodeName", "") or "",
         phase=status.get("phase", "Pending") or "Pending",
         exit_code=exit_code,
-        termination_message=message,
+        message_z=None if message is None else zlib.compress(str(message).encode(), 6),
         terminated_reason=term_reason,
         pod_reason=status.get("reason", "") or "",
         started=started,
