@@ -28,7 +28,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tests.operator.harness import NS, result_message
+from tests.operator.harness import NS, result_message, terminated_probe
 
 GATE = "sdcguard.dev/unqualified"
 TESTING = "sdcguard.dev/testing"
@@ -353,24 +353,7 @@ class FastKubelet:
             status = {
                 "phase": "Succeeded" if code == 0 else "Failed",
                 "startTime": stamp,
-                "containerStatuses": [
-                    {
-                        "name": "sdcprobe",
-                        "image": image,
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "state": {
-                            "terminated": {
-                                "exitCode": code,
-                                "reason": "Completed" if code == 0 else "Error",
-                                "message": message,
-                                "startedAt": stamp,
-                                "finishedAt": stamp,
-                            }
-                        },
-                    }
-                ],
+                "containerStatuses": [terminated_probe(image, code, message, stamp)],
             }
             for _attempt in range(5):
                 try:

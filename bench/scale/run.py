@@ -337,12 +337,6 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     t0 = time.perf_counter()
     view = FleetView(
         nodes={n["metadata"]["name"]: observe.trim_node(n) for n in nodes},
-        busy={},
-        pending=[],
-        probe_pods={},
-        probe_jobs={},
-        tests={},
-        tickets={},
         baselines={b["metadata"]["name"]: b for b in baselines},
         operator_started=dt.datetime.now(dt.UTC),
     )

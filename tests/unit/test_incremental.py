@@ -106,17 +106,7 @@ def _policy_body(max_tests: int) -> dict[str, Any]:
 
 
 def _view(nodes: dict[str, dict[str, Any]]) -> FleetView:
-    return FleetView(
-        nodes=nodes,
-        busy={},
-        pending=[],
-        probe_pods={},
-        probe_jobs={},
-        tests={},
-        tickets={},
-        baselines={},
-        policies={"fleet": {}},
-    )
+    return FleetView(nodes=nodes, policies={"fleet": {}})
 
 
 class _Spy(KubeWriter):

@@ -22,7 +22,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -78,6 +78,7 @@ AWAITING_BASELINE_REASONS = ("BaselineAbsent", "NoTrustedBaseline", "BaselinePen
 PROBE_VANISHED_GRACE = dt.timedelta(seconds=120)
 REQUEUE_MAX_SECONDS = 3600.0
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+T = TypeVar("T")
 
 
 def _utcnow() -> dt.datetime:
@@ -95,13 +96,13 @@ class FleetView:
     """A consistent copy of the indexes for one pass."""
 
     nodes: dict[str, dict[str, Any]]
-    busy: dict[str, list[observe.PodUse]]
-    pending: list[observe.PendingDemand]
-    probe_pods: dict[str, list[observe.ProbePod]]
-    probe_jobs: dict[str, observe.ProbeJob]
-    tests: dict[str, list[dict[str, Any]]]
-    tickets: dict[str, list[dict[str, Any]]]
-    baselines: dict[str, dict[str, Any]]
+    busy: dict[str, list[observe.PodUse]] = field(default_factory=dict)
+    pending: list[observe.PendingDemand] = field(default_factory=list)
+    probe_pods: dict[str, list[observe.ProbePod]] = field(default_factory=dict)
+    probe_jobs: dict[str, observe.ProbeJob] = field(default_factory=dict)
+    tests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    tickets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_busy: dict[str, dt.datetime] = field(default_factory=dict)
     operator_started: dt.datetime | None = None
     policies: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -660,21 +661,31 @@ class Reconciler:
 
     # -- parsing, once per resourceVersion -------------------------------------------
 
-    def _test(self, body: Mapping[str, Any], node_name: str) -> KnownTest | None:
+    @staticmethod
+    def _cached(cache: dict[str, tuple[str, T]], body: Mapping[str, Any], parse: Any) -> T:
+        """``parse(body)``, or what it gave for this name at this resourceVersion."""
         name = str((body.get("metadata") or {}).get("name", ""))
         rv = _rv(body)
-        cached = self._tests.get(name)
+        cached = cache.get(name)
         if cached is not None and cached[0] == rv and rv:
             return cached[1]
-        try:
-            test: SDCTest | None = SDCTest.model_validate(body)
-        except ValidationError as exc:
-            log.warning("unreadable SDCTest skipped", node=node_name, error=str(exc)[:300])
-            test = None
-        known = KnownTest.of(test) if test is not None else None
-        self._tests[name] = (rv, known)
-        self.test_nodes[name] = node_name
-        self._note_sample(name, node_name, test)
+        value: T = parse(body)
+        cache[name] = (rv, value)
+        return value
+
+    def _test(self, body: Mapping[str, Any], node_name: str) -> KnownTest | None:
+        def parse(body: Mapping[str, Any]) -> KnownTest | None:
+            try:
+                test = SDCTest.model_validate(body)
+            except ValidationError as exc:
+                log.warning("unreadable SDCTest skipped", node=node_name, error=str(exc)[:300])
+                self._note_sample(str(body.get("metadata", {}).get("name", "")), node_name, None)
+                return None
+            self.test_nodes[test.metadata.name] = node_name
+            self._note_sample(test.metadata.name, node_name, test)
+            return KnownTest.of(test)
+
+        known: KnownTest | None = self._cached(self._tests, body, parse)
         return known
 
     def _note_sample(self, name: str, node_name: str, test: SDCTest | None) -> None:
@@ -700,16 +711,13 @@ class Reconciler:
             self._samples_version += 1
 
     def _ticket_obj(self, body: Mapping[str, Any]) -> RepairTicket | None:
-        name = str((body.get("metadata") or {}).get("name", ""))
-        rv = _rv(body)
-        cached = self._tickets.get(name)
-        if cached is not None and cached[0] == rv and rv:
-            return cached[1]
-        try:
-            ticket: RepairTicket | None = RepairTicket.model_validate(body)
-        except ValidationError:
-            ticket = None
-        self._tickets[name] = (rv, ticket)
+        def parse(body: Mapping[str, Any]) -> RepairTicket | None:
+            try:
+                return RepairTicket.model_validate(body)
+            except ValidationError:
+                return None
+
+        ticket: RepairTicket | None = self._cached(self._tickets, body, parse)
         return ticket
 
     def _node_facts(self, body: Mapping[str, Any], spec: Any) -> NodeFacts:
