@@ -118,3 +118,38 @@ def test_stepping_through_time_latches_the_first_trip(raw: list[tuple[int, bool]
             first_trip = view.tripped_at
         assert view.open == (first_trip is not None)
         assert view.tripped_at == first_trip
+
+
+def _reference(ordered: list[Sample], config: CircuitBreaker, now: dt.datetime) -> Sample | None:
+    """The first recent screening whose window trips, window by window (quadratic)."""
+    span = dt.timedelta(hours=1)
+    for sample in ordered:
+        if sample.at <= now - span:
+            continue
+        window = [s for s in ordered if sample.at - span < s.at <= sample.at]
+        failures = sum(1 for s in window if s.failed)
+        if (
+            len(window) >= config.min_samples
+            and failures / len(window) > config.max_failure_fraction
+        ):
+            return sample
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 150), st.booleans()), max_size=60))
+def test_one_sweep_finds_the_trip_every_window_would(raw: list[tuple[int, bool]]) -> None:
+    """Duplicate times included: the sweep's windows are the windows of the definition."""
+    ordered = sorted((Sample(NOW - m * MIN, f) for m, f in raw), key=lambda s: s.at)
+    view = evaluate(ordered, CONFIG, NOW)
+    first = _reference(ordered, CONFIG, NOW)
+    assert view.tripped_at == (first.at if first else None)
+    if first is not None:
+        window = [s for s in ordered if first.at - dt.timedelta(hours=1) < s.at <= first.at]
+        assert (view.samples, view.failures) == (len(window), sum(s.failed for s in window))
+
+
+def test_breaker_over_thousands_of_screenings_is_quick() -> None:
+    many = [Sample(NOW - dt.timedelta(seconds=i), i % 97 == 0) for i in range(20000)]
+    view = evaluate(many, CONFIG, NOW)
+    assert not view.open and view.samples == 3600

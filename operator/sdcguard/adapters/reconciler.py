@@ -77,6 +77,7 @@ log = structlog.get_logger("sdcguard.reconcile")
 AWAITING_BASELINE_REASONS = ("BaselineAbsent", "NoTrustedBaseline", "BaselinePending")
 PROBE_VANISHED_GRACE = dt.timedelta(seconds=120)
 REQUEUE_MAX_SECONDS = 3600.0
+STATUS_EVERY = dt.timedelta(seconds=5)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 T = TypeVar("T")
 
@@ -149,6 +150,8 @@ class PolicyMemory:
     """``members`` summed by pool, kept up to date with them."""
     breaker: tuple[Any, ...] | None = None
     """The last breaker computed, with what it was computed from (see _breaker)."""
+    status_at: dt.datetime | None = None
+    """When the policy's status was last brought up to date."""
 
     def set_member(self, node: str, member: PoolMember) -> None:
         old = self.members.get(node)
@@ -945,7 +948,9 @@ class Reconciler:
             wake = min(wake, max(0.0, (soonest - now).total_seconds()))
 
         states = Counter(memory.states.values())
-        self._write_policy_status(policy, breaker, breaker_status, states if full else None, now)
+        if full or self._status_due(memory, policy, breaker, breaker_status, now):
+            self._write_policy_status(policy, breaker, breaker_status, states, now)
+            memory.status_at = now
         self._export(name, states, breaker)
         if full:
             self._export_usage(name, holding, observations, view, now)
@@ -1356,20 +1361,11 @@ class Reconciler:
         policy: SDCPolicy,
         breaker: breaker_mod.BreakerView,
         breaker_status: BreakerStatus,
-        states: Counter[str] | None,
+        states: Counter[str],
         now: dt.datetime,
-    ) -> None:
-        """Write the policy's status when it changed. ``states`` None (a pass that saw
-        only some nodes): keep the stored counts; only the breaker may change it."""
+    ) -> bool:
+        """Write the policy's status if it changed; True when it was written."""
         old = policy.status or SDCPolicyStatus()
-        if states is None:
-            was_open = any(c.type == "BreakerOpen" and c.status == "True" for c in old.conditions)
-            stored = old.breaker or BreakerStatus()
-            if was_open == breaker.open and (breaker_status.state, breaker_status.tripped_at) == (
-                stored.state,
-                stored.tripped_at,
-            ):
-                return  # the counts and the breaker's message wait for the next full pass
         conditions = set_condition(
             old.conditions,
             "BreakerOpen",
@@ -1379,31 +1375,55 @@ class Reconciler:
             now,
             policy.metadata.generation,
         )
-        update: dict[str, Any] = {"breaker": breaker_status}
-        if states is not None:
-            conditions = set_condition(
-                conditions,
-                "Ready",
-                "True",
-                "Reconciled",
-                f"{sum(states.values())} nodes; mode {policy.spec.mode.value}"
-                + ("; paused" if policy.spec.paused else ""),
-                now,
-                policy.metadata.generation,
-            )
-            update["observed_generation"] = policy.metadata.generation
-            update["counts"] = NodeCounts.model_validate(
-                {s.value.lower(): states.get(s.value, 0) for s in NodeState}
-            )
-        update["conditions"] = conditions
-        new = old.model_copy(update=update)
+        conditions = set_condition(
+            conditions,
+            "Ready",
+            "True",
+            "Reconciled",
+            f"{sum(states.values())} nodes; mode {policy.spec.mode.value}"
+            + ("; paused" if policy.spec.paused else ""),
+            now,
+            policy.metadata.generation,
+        )
+        new = old.model_copy(
+            update={
+                "observed_generation": policy.metadata.generation,
+                "conditions": conditions,
+                "breaker": breaker_status,
+                "counts": NodeCounts.model_validate(
+                    {s.value.lower(): states.get(s.value, 0) for s in NodeState}
+                ),
+            }
+        )
         new = SDCPolicyStatus.model_validate(to_body(new))
-        if to_body(new) != to_body(old):
-            try:
-                self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, to_body(new))
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+        if to_body(new) == to_body(old):
+            return False
+        try:
+            self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, to_body(new))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        return True
+
+    @staticmethod
+    def _status_due(
+        memory: PolicyMemory,
+        policy: SDCPolicy,
+        breaker: breaker_mod.BreakerView,
+        breaker_status: BreakerStatus,
+        now: dt.datetime,
+    ) -> bool:
+        """Between full passes the policy's status (counts, breaker window) is written at
+        most every STATUS_EVERY; a trip or reset of the breaker at once."""
+        old = policy.status or SDCPolicyStatus()
+        stored = old.breaker or BreakerStatus()
+        was_open = any(c.type == "BreakerOpen" and c.status == "True" for c in old.conditions)
+        if was_open != breaker.open or (breaker_status.state, breaker_status.tripped_at) != (
+            stored.state,
+            stored.tripped_at,
+        ):
+            return True
+        return memory.status_at is None or now - memory.status_at >= STATUS_EVERY
 
     def _export_usage(
         self,

@@ -69,13 +69,6 @@ class BreakerView:
         return f"{counts} (limit {limit})"
 
 
-def _trips(window: Sequence[Sample], config: CircuitBreaker) -> bool:
-    failures = sum(1 for s in window if s.failed)
-    return (
-        len(window) >= config.min_samples and failures / len(window) > config.max_failure_fraction
-    )
-
-
 def _window(samples: Sequence[Sample], end: dt.datetime, seconds: float) -> list[Sample]:
     start = end - dt.timedelta(seconds=seconds)
     return [s for s in samples if start < s.at <= end]
@@ -123,12 +116,25 @@ def evaluate(
     ordered = _relevant(samples, now, reset_at)
     if tripped_at is not None and (reset_at is None or tripped_at > reset_at):
         return _view(_window(ordered, tripped_at, seconds), config, tripped_at)
-    recent = now - dt.timedelta(seconds=seconds)
+    # Every window ending at a recent screening, in one sweep: both window edges only
+    # move forward, and a running count of failures gives each window's share.
+    span = dt.timedelta(seconds=seconds)
+    recent = now - span
+    failed_before = [0]
     for sample in ordered:
-        if sample.at > recent:
-            window = _window(ordered, sample.at, seconds)
-            if _trips(window, config):
-                return _view(window, config, tripped_at=sample.at)
+        failed_before.append(failed_before[-1] + (1 if sample.failed else 0))
+    low = high = 0
+    for sample in ordered:
+        if sample.at <= recent:
+            continue
+        end = sample.at
+        while high < len(ordered) and ordered[high].at <= end:
+            high += 1
+        while low < high and ordered[low].at <= end - span:
+            low += 1
+        count, failures = high - low, failed_before[high] - failed_before[low]
+        if count >= config.min_samples and failures / count > config.max_failure_fraction:
+            return _view(ordered[low:high], config, tripped_at=end)
     return _view(_window(ordered, now, seconds), config, tripped_at=None)
 
 
