@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import queue
-import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -862,7 +861,9 @@ class Reconciler:
         # only the decided nodes' tests.
         tests_by_node: dict[str, list[KnownTest]] = {}
         looked = view.tests.keys() if full else [n for n in (*facts, *vanished) if n in view.tests]
-        for node_name in looked:
+        for count, node_name in enumerate(looked):
+            if count % 256 == 255:
+                self._serve_urgent()
             for body in view.tests[node_name]:
                 known = self._test(body, node_name)
                 if known is None or known.policy != name:
@@ -910,7 +911,7 @@ class Reconciler:
         others = memory.usage_without(o.node.name for o in observations)
         by_node = {o.node.name: o for o in observations}
         wake = REQUEUE_MAX_SECONDS
-        decisions = decide_all(observations, spec, now, others)
+        decisions = decide_all(observations, spec, now, others, between=self._serve_urgent)
         # Budgets are granted in priority order; writes go out with the outcomes of
         # finished tests first (a release or quarantine never waits behind new starts).
         decisions.sort(key=lambda d: not _has_outcome(by_node[d.node]))
@@ -951,6 +952,10 @@ class Reconciler:
         if full or self._status_due(memory, policy, breaker, breaker_status, now):
             self._write_policy_status(policy, breaker, breaker_status, states, now)
             memory.status_at = now
+        elif memory.status_at is not None:
+            # Held back by the interval: come back for it even if nothing else happens.
+            left = STATUS_EVERY - (now - memory.status_at)
+            wake = min(wake, max(0.0, left.total_seconds()))
         self._export(name, states, breaker)
         if full:
             self._export_usage(name, holding, observations, view, now)
@@ -1049,18 +1054,28 @@ class Reconciler:
         would be taken for the new test. Objects still in flight are not counted, so a
         decision repeated after a crash still finds (and adopts) what it created.
         """
-        suffix = re.compile(rf"-{re.escape(node.uid[:5])}-(\d+)$") if node.uid else None
-        if suffix is None:
+        if not node.uid:
             return node
+        marker = f"-{node.uid[:5]}-"
+
+        def seq(name: str) -> int | None:
+            """N of a name ending in -<uid[:5]>-N (a string test: a pattern per node
+            would overflow the regex cache on a big fleet)."""
+            _, found, tail = name.rpartition(marker)
+            return int(tail) if found and tail.isdecimal() else None
+
         done: list[int] = []
         for test in tests:
-            match = suffix.search(test.name)
-            if match and test.finished:
-                done.append(int(match.group(1)))
+            number = seq(test.name)
+            if number is not None and test.finished:
+                done.append(number)
         for body in view.tickets.get(node.name, []):
-            match = suffix.search(str(body.get("metadata", {}).get("name", "")))
-            if match and (body.get("status") or {}).get("phase") in ("Closed", "Retired"):
-                done.append(int(match.group(1)))
+            number = seq(str(body.get("metadata", {}).get("name", "")))
+            if number is not None and (body.get("status") or {}).get("phase") in (
+                "Closed",
+                "Retired",
+            ):
+                done.append(number)
         floor = max(done, default=0)
         raw = node.annotations.get(keys.SEQ, "0")
         if raw.isdigit() and int(raw) >= floor:

@@ -8,6 +8,7 @@ Field docstrings are part of the API: they become the CRD ``description`` that
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from typing import Annotated, Literal
 
@@ -43,6 +44,7 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+@functools.lru_cache(maxsize=256)
 def parse_duration(text: str) -> float:
     """Seconds in a Go-style duration string ("1h30m" -> 5400.0).
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sdcguard.api import (
@@ -735,6 +735,7 @@ def decide_all(
     policy: SDCPolicySpec,
     now: dt.datetime,
     others: Iterable[PoolMember] | Mapping[str, PoolUsage] = (),
+    between: Callable[[], None] | None = None,
 ) -> list[Decision]:
     """Decide nodes of a policy in one pass, so budgets hold across nodes.
 
@@ -742,7 +743,8 @@ def decide_all(
     not decided in this pass, as last seen: their members, or their usage by pool
     already summed), then each decision that starts a test reserves its share before
     the next node is decided. Repairs and new nodes go first, then suspects, then the
-    longest-qualified nodes.
+    longest-qualified nodes. ``between`` (if given) is called every 256 nodes, so a
+    caller can attend to something urgent during a long pass.
     """
     ordered = sorted(observations, key=_priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
@@ -753,7 +755,9 @@ def decide_all(
     else:
         pools = pool_usage([*others, *(o.pool_member(holding) for o in ordered)])
     decisions = []
-    for observed in ordered:
+    for count, observed in enumerate(ordered):
+        if between is not None and count % 256 == 255:
+            between()
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
         decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
         if decision.starts_test:
