@@ -247,3 +247,26 @@ def test_a_probe_pods_result_is_kept_compressed_and_read_back_intact() -> None:
     assert pod is not None and pod.message_z is not None
     assert pod.termination_message == message
     assert len(pod.message_z) < len(message) / 4
+
+
+def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
+    def ticket(name: str, age: dt.timedelta) -> dict[str, Any]:
+        created = keys.format_time(NOW - age)
+        return {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "RepairTicket",
+            "metadata": {"name": name, "resourceVersion": "7", "creationTimestamp": created},
+            "spec": {"nodeName": "gpu-0", "policyRef": "fleet", "evidence": []},
+        }
+
+    nodes = {"gpu-0": _node_body("gpu-0")}
+    rec, writer = _reconciler()
+    view = _view(nodes)
+    view.tickets = {"gpu-0": [ticket("fresh", dt.timedelta(seconds=5))]}
+    rec.run_pass(_policy_body(1), view, NOW)
+    assert writer.writes["repairtickets-status"] == 0, "its own status write is on its way"
+    view = _view({"gpu-0": _node_body("gpu-0", rv=2)})  # the node patch came back
+    view.tickets = {"gpu-0": [ticket("stale", dt.timedelta(minutes=2))]}
+    rec.run_pass(_policy_body(1), view, NOW, dirty=["gpu-0"])
+    assert writer.writes["repairtickets-status"] == 1
+    assert rec.last_counts["ticket-status-restored"] == 1

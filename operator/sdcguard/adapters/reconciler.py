@@ -77,6 +77,8 @@ AWAITING_BASELINE_REASONS = ("BaselineAbsent", "NoTrustedBaseline", "BaselinePen
 PROBE_VANISHED_GRACE = dt.timedelta(seconds=120)
 REQUEUE_MAX_SECONDS = 3600.0
 STATUS_EVERY = dt.timedelta(seconds=5)
+TICKET_STATUS_GRACE = dt.timedelta(seconds=30)
+"""A new ticket's own status write lands well within this; after it, one is missing."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 T = TypeVar("T")
 
@@ -895,6 +897,7 @@ class Reconciler:
                     memory.due[node_name] = now + dt.timedelta(seconds=5)
                     continue
                 del self.expect_nodes[node_name]
+            self._restore_ticket_status(view.tickets.get(node_name, []), now, counts)
             node = self._seq_floor(node, tests_by_node.get(node_name, []), view)
             observations.append(
                 Observed(
@@ -1287,6 +1290,20 @@ class Reconciler:
             ],
         }
         self.writer.patch_custom_status("repairtickets", action.name, status)
+
+    def _restore_ticket_status(
+        self, bodies: list[dict[str, Any]], now: dt.datetime, counts: Counter[str]
+    ) -> None:
+        """A ticket whose status never came (the operator died between creating it and
+        writing its status, which follows the taint) gets it, dated at its creation."""
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            created = observe.parse_time(meta.get("creationTimestamp"))
+            if body.get("status") or created is None or now - created < TICKET_STATUS_GRACE:
+                continue
+            message = "opened (status written after an interruption)"
+            self._open_ticket_status(CreateTicket(str(meta.get("name", "")), (), message), created)
+            counts["ticket-status-restored"] += 1
 
     def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:
         for body in view.tickets.get(node, []):
