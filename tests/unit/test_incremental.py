@@ -14,7 +14,7 @@ from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
 from sdcguard.domain import keys
-from sdcguard.domain.budgets import PoolMember
+from sdcguard.domain.budgets import PoolMember, pool_usage
 from sdcguard.domain.decide import decide, decide_all
 from sdcguard.domain.lifecycle import AddTaint, EmitEvent, NodeState, SetLabel
 from sdcguard.domain.observed import Observed, Taint
@@ -54,7 +54,7 @@ def test_the_reservation_labels_and_adopts_the_gate_the_first_sight_skipped() ->
 def test_an_ungated_new_node_is_still_gated_at_first_sight() -> None:
     spec = policy(budgets={"maxConcurrentTests": 1})
     observed = Observed(node=node("gpu-1"), idle_since=NOW - dt.timedelta(hours=1))
-    busy = [PoolMember(pool="", held=False, testing=True)]
+    busy = pool_usage([PoolMember(pool="", held=False, testing=True)])
     (decision,) = decide_all([observed], spec, NOW, others=busy)
     assert any(isinstance(a, AddTaint) and a.key == GATE for a in decision.actions)
     assert decision.waits_for_budget
@@ -62,7 +62,7 @@ def test_an_ungated_new_node_is_still_gated_at_first_sight() -> None:
 
 def test_nodes_not_decided_count_against_the_budget() -> None:
     spec = policy(budgets={"maxConcurrentTests": 2})
-    busy = [PoolMember(pool="", held=False, testing=True)]
+    busy = pool_usage([PoolMember(pool="", held=False, testing=True)])
     decisions = decide_all([_gated("gpu-1"), _gated("gpu-2")], spec, NOW, others=busy)
     assert [d.starts_test for d in decisions] == [True, False]
     assert decisions[1].waits_for_budget

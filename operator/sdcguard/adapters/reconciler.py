@@ -787,23 +787,17 @@ class Reconciler:
             facts[node_name] = node
         return facts
 
-    def _fill(
-        self, memory: PolicyMemory, spec: Any, facts: dict[str, NodeFacts], view: FleetView
-    ) -> list[str]:
+    def _fill(self, memory: PolicyMemory, spec: Any, facts: dict[str, NodeFacts]) -> list[str]:
         """Nodes waiting for budget that may fit now, best first (a targeted pass
         decides them too, so a finished test's slot is used at once)."""
         if not memory.waiting:
             return []
         limit = spec.budgets.max_concurrent_tests
         free: Counter[str] = Counter()
-        for node, member in memory.members.items():
-            if member.testing and node not in facts:
-                free[member.pool] -= 1
-        pools = {m.pool for m in memory.members.values()} | {
-            pool for _, pool in memory.waiting.values()
-        }
-        for pool in pools:
-            free[pool] += limit
+        for pool, usage in memory.usage_without(facts).items():
+            free[pool] = limit - usage.tests
+        for _, pool in memory.waiting.values():
+            free.setdefault(pool, limit)
         picked: list[str] = []
         candidates = heapq.nsmallest(
             max(0, sum(max(0, v) for v in free.values())) + len(facts),
@@ -854,7 +848,7 @@ class Reconciler:
             for gone in [n for n in {*memory.states, *memory.members} if n not in facts]:
                 memory.forget(gone)
         elif fill and view.complete:
-            more = self._fill(memory, spec, facts, view)
+            more = self._fill(memory, spec, facts)
             facts.update(self._scope(memory, name, spec, view, selectors, more))
         counts["nodes-decided"] = len(facts)
 
@@ -1395,8 +1389,8 @@ class Reconciler:
         breaker_status: BreakerStatus,
         states: Counter[str],
         now: dt.datetime,
-    ) -> bool:
-        """Write the policy's status if it changed; True when it was written."""
+    ) -> None:
+        """Write the policy's status if it changed."""
         old = policy.status or SDCPolicyStatus()
         conditions = set_condition(
             old.conditions,
@@ -1429,13 +1423,12 @@ class Reconciler:
         )
         new = SDCPolicyStatus.model_validate(to_body(new))
         if to_body(new) == to_body(old):
-            return False
+            return
         try:
             self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, to_body(new))
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        return True
 
     @staticmethod
     def _status_due(

@@ -91,13 +91,7 @@ def pool_usage(members: Iterable[PoolMember]) -> dict[str, PoolUsage]:
     """Usage of every pool from its members."""
     pools: dict[str, PoolUsage] = {}
     for member in members:
-        usage = pools.get(member.pool, PoolUsage(pool=member.pool))
-        pools[member.pool] = PoolUsage(
-            pool=member.pool,
-            nodes=usage.nodes + 1,
-            unavailable=usage.unavailable + (1 if member.held else 0),
-            tests=usage.tests + (1 if member.testing else 0),
-        )
+        add_member(pools, member)
     return pools
 
 

@@ -48,7 +48,7 @@ from sdcguard.api import (
     parse_duration,
 )
 from sdcguard.domain import keys
-from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, can_reserve, pool_usage
+from sdcguard.domain.budgets import PoolUsage, add_member, can_reserve
 from sdcguard.domain.judging import Outcome, assess, retry_time
 from sdcguard.domain.lifecycle import (
     OBSERVE_SUPPRESSED,
@@ -719,41 +719,34 @@ _PRIORITY = {
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _priority(observed: Observed) -> tuple[int, dt.datetime, str]:
-    state = observed.node.state or S.UNQUALIFIED
-    return (_PRIORITY.get(state, 5), observed.node.qualified_at or _EPOCH, observed.node.name)
-
-
 def priority(observed: Observed) -> tuple[int, dt.datetime, str]:
     """The order in which nodes get budget: repairs and new nodes first, then suspects,
     then the longest-qualified nodes."""
-    return _priority(observed)
+    state = observed.node.state or S.UNQUALIFIED
+    return (_PRIORITY.get(state, 5), observed.node.qualified_at or _EPOCH, observed.node.name)
 
 
 def decide_all(
     observations: Iterable[Observed],
     policy: SDCPolicySpec,
     now: dt.datetime,
-    others: Iterable[PoolMember] | Mapping[str, PoolUsage] = (),
+    others: Mapping[str, PoolUsage] | None = None,
     between: Callable[[], None] | None = None,
 ) -> list[Decision]:
     """Decide nodes of a policy in one pass, so budgets hold across nodes.
 
-    Pool usage is computed from all observations plus ``others`` (the policy's nodes
-    not decided in this pass, as last seen: their members, or their usage by pool
-    already summed), then each decision that starts a test reserves its share before
-    the next node is decided. Repairs and new nodes go first, then suspects, then the
-    longest-qualified nodes. ``between`` (if given) is called every 256 nodes, so a
-    caller can attend to something urgent during a long pass.
+    Pool usage is computed from all observations plus ``others`` (the usage by pool of
+    the policy's nodes not decided in this pass, as last seen), then each decision
+    that starts a test reserves its share before the next node is decided. Repairs and
+    new nodes go first, then suspects, then the longest-qualified nodes. ``between``
+    (if given) is called every 256 nodes, so a caller can attend to something urgent
+    during a long pass.
     """
-    ordered = sorted(observations, key=_priority)
+    ordered = sorted(observations, key=priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
-    if isinstance(others, Mapping):
-        pools = dict(others)
-        for member in (o.pool_member(holding) for o in ordered):
-            add_member(pools, member)
-    else:
-        pools = pool_usage([*others, *(o.pool_member(holding) for o in ordered)])
+    pools = dict(others or {})
+    for observed in ordered:
+        add_member(pools, observed.pool_member(holding))
     decisions = []
     for count, observed in enumerate(ordered):
         if between is not None and count % 256 == 255:
