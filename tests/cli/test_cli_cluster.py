@@ -315,8 +315,54 @@ def test_test_creates_a_manual_sdctest(fleet: Fleet) -> None:
     }
     assert obj["metadata"]["labels"]["sdcguard.dev/node"] == fleet.healthy
     assert obj["metadata"]["annotations"]["sdcguard.dev/requested-by"] == "admin"
+    # A second request while the first has not ended is refused, naming the first.
+    code, out, err = fleet.sdc("test", fleet.healthy, "--policy", fleet.policy)
+    assert code == 1 and out == ""
+    assert err == (
+        f"error: node {fleet.healthy} already has a test that has not ended: sdctest/{name} "
+        f"(Pending); follow it with kubectl get sdctest {name} -w, and run this again once it "
+        f"ends (or cancel it: kubectl delete sdctest {name})\n"
+    )
+    tests = [
+        t
+        for t in _custom(fleet.api).list_cluster_custom_object(GROUP, VERSION, "sdctests")["items"]
+        if t["spec"]["nodeName"] == fleet.healthy
+    ]
+    assert [t["metadata"]["name"] for t in tests] == [name]
+    # Once it ended, the next one is created; a node that qualified before gets the
+    # requalification suite.
+    _custom(fleet.api).patch_cluster_custom_object_status(
+        GROUP, VERSION, "sdctests", name, {"status": {"phase": "Passed", "verdict": "Pass"}}
+    )
+    client.CoreV1Api(fleet.api).patch_node(
+        fleet.healthy,
+        {"metadata": {"annotations": {"sdcguard.dev/qualified-at": "2025-01-01T00:00:00Z"}}},
+    )
     code, out, _ = fleet.sdc("test", fleet.healthy, "--policy", fleet.policy)
-    assert code == 0 and "requalification suite" in out and "kubectl get sdctest" in out
+    assert code == 0 and "requalification suite (the node qualified before)" in out
+    assert "kubectl get sdctest" in out
+
+
+def test_a_manual_test_of_a_never_qualified_node_is_an_acceptance_test(fleet: Fleet) -> None:
+    core = client.CoreV1Api(fleet.api)
+    name = f"cli-{fleet.suffix}-new-1"
+    _create_node(core, name, {"cli-test.sdcguard.dev/run": fleet.suffix}, 8)
+    core.patch_node(
+        name, {"spec": {"taints": [{"key": "sdcguard.dev/unqualified", "effect": "NoSchedule"}]}}
+    )
+    try:
+        code, out, err = fleet.sdc("test", name, "-o", "yaml")
+        assert code == 0, err
+        created = yaml.safe_load(out)
+        assert created["spec"]["suite"] == "acceptance"
+        # -o yaml leaves server-side apply's bookkeeping out, as kubectl does.
+        assert "managedFields" not in created["metadata"] and "managedFields" not in out
+        obj = _custom(fleet.api).get_cluster_custom_object(
+            GROUP, VERSION, "sdctests", created["metadata"]["name"]
+        )
+        assert obj["spec"]["suite"] == "acceptance" and obj["metadata"]["managedFields"]
+    finally:
+        core.delete_node(name)
 
 
 def test_test_errors(fleet: Fleet) -> None:
@@ -359,7 +405,14 @@ def test_quarantine_and_release_write_the_contract_and_an_event(fleet: Fleet) ->
     assert data["requestId"] in event.message and event.type == "Warning"
     assert event.involved_object.uid == _node(fleet, fleet.healthy).metadata.uid
 
+    # Without an operator here the state stays Qualified: set it as the operator would.
+    client.CoreV1Api(fleet.api).patch_node(
+        fleet.healthy, {"metadata": {"labels": {"sdcguard.dev/state": "Quarantined"}}}
+    )
     code, out, _ = fleet.sdc("release", fleet.healthy, "--reason", "false alarm, job bug")
+    client.CoreV1Api(fleet.api).patch_node(
+        fleet.healthy, {"metadata": {"labels": {"sdcguard.dev/state": "Qualified"}}}
+    )
     assert code == 0 and "release requested by admin" in out
     ann = _node(fleet, fleet.healthy).metadata.annotations
     assert ann["sdcguard.dev/request"] == "release"
@@ -368,6 +421,39 @@ def test_quarantine_and_release_write_the_contract_and_an_event(fleet: Fleet) ->
     assert ann["sdcguard.dev/request-id"] != data["requestId"]
     reasons = {e.reason for e in _events(fleet, fleet.healthy)}
     assert {"ManualQuarantineRequested", "ManualReleaseRequested"} <= reasons
+
+
+def test_release_of_a_node_that_is_only_testing_is_refused(fleet: Fleet) -> None:
+    core = client.CoreV1Api(fleet.api)
+    name = f"cli-{fleet.suffix}-testing-1"
+    _create_node(core, name, {"cli-test.sdcguard.dev/run": fleet.suffix}, 8)
+    core.patch_node(
+        name,
+        {
+            "metadata": {
+                "labels": {"sdcguard.dev/state": "Testing"},
+                "annotations": {"sdcguard.dev/test": f"{name}-rq-4"},
+            }
+        },
+    )
+    try:
+        code, out, err = fleet.sdc("release", name, "--reason", "want it back")
+        assert code == 1 and out == ""
+        assert err == (
+            f"error: node {name} is Testing (sdctest/{name}-rq-4), not quarantined: there is "
+            "nothing to release. It returns to service by itself when the test passes; to stop "
+            f"the test: kubectl delete sdctest {name}-rq-4\n"
+        )
+        annotations = core.read_node(name).metadata.annotations or {}
+        assert "sdcguard.dev/release" not in annotations
+        assert "sdcguard.dev/request" not in annotations
+        assert not [e for e in _events(fleet, name) if e.reason == "ManualReleaseRequested"]
+        # Qualified: in service already.
+        core.patch_node(name, {"metadata": {"labels": {"sdcguard.dev/state": "Qualified"}}})
+        code, _, err = fleet.sdc("release", name, "--reason", "want it back")
+        assert code == 1 and f"node {name} is Qualified: there is nothing to release" in err
+    finally:
+        core.delete_node(name)
 
 
 def test_quarantine_of_a_missing_node(fleet: Fleet) -> None:
@@ -424,6 +510,18 @@ def test_history_table_and_a_deleted_node(fleet: Fleet) -> None:
     assert code == 0 and "no longer exists" in out and f"{fleet.gone}-acc-1" in out
     code, _, err = fleet.sdc("history", f"cli-{fleet.suffix}-never")
     assert code == 1 and "not found; list nodes with kubectl get nodes" in err
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", "x"])
+def test_history_refuses_a_limit_that_is_not_a_count(
+    fleet: Fleet, limit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        fleet.sdc("history", fleet.sick, "--limit", limit)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --limit:" in err
+    assert "give 1 or more" in err or "is not a whole number" in err
 
 
 # ---------------------------------------------------------------- baselines

@@ -23,6 +23,7 @@ from sdcguard.api import (
     ScreeningReason,
     SDCPolicy,
     SDCTest,
+    SDCTestPhase,
     SDCTestSpec,
     Suite,
     TicketPhase,
@@ -41,7 +42,7 @@ from sdcguard.cli.kube import (
 )
 from sdcguard.cli.output import Result, Table, age, cell, format_time, parse_time
 from sdcguard.domain import keys
-from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.lifecycle import TABLE, Event, NodeState
 from sdcguard.domain.observed import NodeFacts
 from sdcguard.domain.selection import most_specific, selects
 
@@ -65,6 +66,7 @@ REQUESTED_BY = keys.PREFIX + "requested-by"
 RESOLVED_BY = keys.PREFIX + "resolved-by"
 STATE_ORDER = [s.value for s in NodeState]
 CLOSED_PHASES = {TicketPhase.CLOSED.value, TicketPhase.RETIRED.value}
+FINISHED_PHASES = {p.value for p in SDCTestPhase if p.finished}
 NO_POOL = "-"
 NO_POLICY = "-"
 
@@ -300,8 +302,43 @@ def status(conn: Connection) -> Result:
 # --------------------------------------------------------------------------- test
 
 
-def start_test(conn: Connection, node_name: str, suite: Suite, policy_name: str | None) -> Result:
-    """Create an SDCTest (reason Manual) for ``node_name``."""
+def default_suite(node: Mapping[str, Any]) -> tuple[Suite, str]:
+    """The suite a manual test runs when none is named, and why: a node that never
+    qualified gets the acceptance suite (as the operator's own gate would), any other
+    the requalification suite."""
+    meta = _meta(node)
+    state = (meta.get("labels") or {}).get(keys.LABEL_STATE)
+    never = not (meta.get("annotations") or {}).get(keys.QUALIFIED_AT)
+    if never and state in (None, NodeState.UNQUALIFIED.value):
+        return Suite.ACCEPTANCE, "the node never qualified"
+    return Suite.REQUALIFICATION, "the node qualified before"
+
+
+def running_test(
+    node: Mapping[str, Any], tests: Iterable[Mapping[str, Any]]
+) -> tuple[str, str] | None:
+    """The name and phase of a test that has not ended on ``node``, if any: the one the
+    node's annotation names, else any unfinished SDCTest for it."""
+    name = _name(node)
+    unfinished = {
+        _name(t): str((t.get("status") or {}).get("phase") or SDCTestPhase.PENDING.value)
+        for t in tests
+        if (t.get("spec") or {}).get("nodeName") == name
+        and (t.get("status") or {}).get("phase") not in FINISHED_PHASES
+    }
+    current = ((_meta(node).get("annotations") or {}).get(keys.CURRENT_TEST)) or ""
+    if current in unfinished:
+        return current, unfinished[current]
+    if unfinished:
+        first = sorted(unfinished)[0]
+        return first, unfinished[first]
+    return None
+
+
+def start_test(
+    conn: Connection, node_name: str, suite: Suite | None, policy_name: str | None
+) -> Result:
+    """Create an SDCTest (reason Manual) for ``node_name``, unless one is running there."""
     node = get_node(conn, node_name)
     if policy_name:
         policy = SDCPolicy.model_validate(get_custom(conn, PLURAL_POLICIES, policy_name))
@@ -324,6 +361,17 @@ def start_test(conn: Connection, node_name: str, suite: Suite, policy_name: str 
             f"node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); remove the label first: "
             f"kubectl label node {node_name} {keys.LABEL_EXCLUDE}-"
         )
+    running = running_test(node, list_custom(conn, PLURAL_TESTS))
+    if running is not None:
+        test_name, phase = running
+        raise CliError(
+            f"node {node_name} already has a test that has not ended: sdctest/{test_name} "
+            f"({phase}); follow it with kubectl get sdctest {test_name} -w, and run this again "
+            f"once it ends (or cancel it: kubectl delete sdctest {test_name})"
+        )
+    why = "as asked"
+    if suite is None:
+        suite, why = default_suite(node)
     who = whoami(conn)
     test = SDCTest(
         spec=SDCTestSpec(
@@ -353,7 +401,7 @@ def start_test(conn: Connection, node_name: str, suite: Suite, policy_name: str 
     return Result(
         data=created,
         lines=[
-            f"sdctest/{name} created: {suite.value} suite on node {node_name} "
+            f"sdctest/{name} created: {suite.value} suite ({why}) on node {node_name} "
             f"(policy {policy.metadata.name}, reason Manual).",
             f"Follow it: kubectl get sdctest {name} -w",
         ],
@@ -411,6 +459,36 @@ def _audit_event(
     }
 
 
+def release_refusal(node: Mapping[str, Any]) -> str | None:
+    """Why a release request for ``node`` would be refused, or None when the operator can act
+    on it. Releasing returns a node held out of service (quarantined, under repair, suspect,
+    retired, or gated before acceptance) to Qualified; a node that is merely being tested,
+    or already qualified, has nothing to release, and the operator would undo it at once."""
+    meta = _meta(node)
+    name = _name(node)
+    state = (meta.get("labels") or {}).get(keys.LABEL_STATE)
+    if state == NodeState.TESTING.value:
+        test = (meta.get("annotations") or {}).get(keys.CURRENT_TEST)
+        running = f" (sdctest/{test})" if test else ""
+        stop = f"; to stop the test: kubectl delete sdctest {test}" if test else ""
+        return (
+            f"node {name} is Testing{running}, not quarantined: there is nothing to release. It "
+            f"returns to service by itself when the test passes{stop}"
+        )
+    if state is None or state == NodeState.EXCLUDED.value:
+        return None
+    try:
+        known = NodeState(state)
+    except ValueError:
+        return None  # a mangled label: the operator recovers the state from its records
+    if (known, Event.MANUAL_RELEASE) not in TABLE:
+        return (
+            f"node {name} is {state}: there is nothing to release (a release returns a node "
+            "held out of service, e.g. Quarantined or Repairing, to Qualified)"
+        )
+    return None
+
+
 def request_action(conn: Connection, action: str, node_name: str, reason: str) -> Result:
     """Annotate ``node_name`` with a quarantine or release request and record an Event."""
     reason = " ".join(reason.split())
@@ -418,6 +496,10 @@ def request_action(conn: Connection, action: str, node_name: str, reason: str) -
         raise CliError(f"--reason must say why the node should be {action}d, for the audit trail")
     node = get_node(conn, node_name)
     labels = _meta(node).get("labels") or {}
+    if action == "release":
+        refusal = release_refusal(node)
+        if refusal:
+            raise CliError(refusal)
     warnings = []
     if labels.get(keys.LABEL_EXCLUDE) == "true":
         warnings.append(
@@ -611,7 +693,7 @@ def history_entries(
     return entries
 
 
-def history(conn: Connection, node_name: str, limit: int) -> Result:
+def history(conn: Connection, node_name: str, limit: int | None) -> Result:
     """SDCTests, RepairTickets and Events of one node, oldest first."""
     node: Mapping[str, Any] | None
     try:
@@ -658,7 +740,9 @@ def history(conn: Connection, node_name: str, limit: int) -> Result:
         in names - {("Node", node_name)}
     ]
     entries = history_entries(tests, tickets, [*node_events, *object_events])
-    if limit > 0:
+    if limit is not None:
+        if limit < 1:
+            raise CliError(f"--limit {limit}: give 1 or more, or leave it out to see everything")
         entries = entries[-limit:]
     meta = _meta(node) if node else {}
     annotations = meta.get("annotations") or {}

@@ -19,23 +19,56 @@ Docs: https://github.com/sdcguard/sdcguard/tree/main/charts/sdcguard#kubectl-plu
 """
 
 
+def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The connection and output flags. They are accepted before and after the command,
+    as kubectl's are; after it, an absent flag must not overwrite one given before it,
+    so the command's copies have no defaults (argparse.SUPPRESS leaves the value alone)."""
+
+    def default(value: str | None) -> str | None:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--kubeconfig",
+        default=default(None),
+        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
+    )
+    parser.add_argument(
+        "--context", default=default(None), help="kubeconfig context (default: the current one)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default=default("table"),
+        help="output format (default: table)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    """A count of at least 1 (argparse prints the message as a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a count; give 1 or more, or leave --limit out to see everything"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: global connection/output flags and one subparser per command."""
+    """The command line: global connection/output flags (before or after the command) and one
+    subparser per command."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
-    )
-    common.add_argument("--context", help="kubeconfig context (default: the current one)")
-    common.add_argument(
-        "-o", "--output", choices=FORMATS, default="table", help="output format (default: table)"
-    )
+    _global_flags(common, defaults=False)
     parser = argparse.ArgumentParser(
         prog="kubectl sdc",
         description="Inspect and steer sdcguard, the silent-data-corruption screening operator.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
     )
+    _global_flags(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser(
@@ -51,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument(
         "--suite",
         choices=[s.value for s in Suite],
-        default=Suite.REQUALIFICATION.value,
-        help="checks to run (default: requalification)",
+        default=None,
+        help="checks to run (default: acceptance for a node that never qualified, "
+        "repairVerification for one under repair, requalification otherwise)",
     )
     test.add_argument("--policy", help="SDCPolicy to use (default: the one covering the node)")
 
@@ -82,7 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hist.add_argument("node", metavar="NODE")
     hist.add_argument(
-        "--limit", type=int, default=0, help="show only the latest N entries (default: all)"
+        "--limit",
+        type=_positive_int,
+        default=None,
+        help="show only the latest N entries, N >= 1 (default: all)",
     )
 
     sub.add_parser(
@@ -97,7 +134,8 @@ def run(args: argparse.Namespace) -> Result:
     if args.command == "status":
         return commands.status(conn)
     if args.command == "test":
-        return commands.start_test(conn, args.node, Suite(args.suite), args.policy)
+        suite = Suite(args.suite) if args.suite else None
+        return commands.start_test(conn, args.node, suite, args.policy)
     if args.command in ("quarantine", "release"):
         return commands.request_action(conn, args.command, args.node, args.reason)
     if args.command == "repaired":

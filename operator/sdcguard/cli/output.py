@@ -50,13 +50,29 @@ def render_table(table: Table) -> str:
     return "\n".join(([table.title] if table.title else []) + lines)
 
 
+def without_managed_fields(data: Any) -> Any:
+    """``data`` without ``metadata.managedFields`` at any depth: server-side apply's
+    bookkeeping, which kubectl also leaves out of -o json|yaml by default."""
+    if isinstance(data, list):
+        return [without_managed_fields(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    out = {k: without_managed_fields(v) for k, v in data.items()}
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return out
+
+
 def emit(result: Result, fmt: str, out: TextIO) -> None:
     """Write ``result`` in ``fmt`` (table, json or yaml)."""
     if fmt == "json":
-        out.write(json.dumps(result.data, indent=2, sort_keys=False, default=str) + "\n")
+        data = without_managed_fields(result.data)
+        out.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
         return
     if fmt == "yaml":
-        out.write(yaml.safe_dump(result.data, sort_keys=False, default_flow_style=False))
+        data = without_managed_fields(result.data)
+        out.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
         return
     blocks = [render_table(t) for t in result.tables]
     blocks = [b for b in blocks if b]
