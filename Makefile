@@ -14,7 +14,7 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv binaries crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe cluster-up cluster-down clean
+.PHONY: help venv binaries checkov crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - simulated fleet through the full lifecycle on a local control plane"
@@ -37,6 +37,11 @@ $(VENV)/.complete:
 binaries:
 	@bash tests/cluster/build-binaries.sh >/dev/null
 
+# The manifest scanner the chart tests run, in a venv of its own keyed by its
+# version (its pins clash with the project's venv).
+checkov:
+	@PYTHON3=$(PYTHON3) bash tests/chart/install-checkov.sh >/dev/null
+
 crds: venv
 	$(PY) -m sdcguard.api.crdgen --out crds --chart charts/sdcguard
 
@@ -57,7 +62,7 @@ cluster: venv binaries
 e2e: venv binaries
 	$(PY) -m pytest -q -m e2e tests
 
-test: lint typecheck binaries
+test: lint typecheck binaries checkov
 	PY=$(PY) bash tests/run-suites.sh
 
 demo: venv binaries

@@ -118,28 +118,26 @@ def test_notes_say_what_to_do_next(release: Release) -> None:
 
 # (verb, resource, namespace or "*" for all namespaces or "" for cluster-scoped)
 ALLOWED = [
-    ("get", "nodes", ""),
     ("list", "nodes", ""),
     ("watch", "nodes", ""),
     ("patch", "nodes", ""),
     ("list", "pods", "*"),
     ("watch", "pods", "*"),
-    ("create", "pods/eviction", "team-a"),
     ("create", "jobs.batch", "{ns}"),
-    ("get", "jobs.batch", "{ns}"),
     ("watch", "jobs.batch", "{ns}"),
     ("list", "jobs.batch", "*"),  # Kopf's cluster-wide index of probe Jobs
     ("delete", "jobs.batch", "{ns}"),
     ("get", "secrets", "{ns}"),
     ("create", "events", "default"),
-    ("patch", "events", "{ns}"),
-    ("create", "events.events.k8s.io", "default"),
+    ("create", "events", "{ns}"),
+    ("get", "sdcpolicies.sdcguard.dev", ""),
+    ("patch", "sdcpolicies.sdcguard.dev", ""),  # Kopf's finalizer
     ("create", "sdctests.sdcguard.dev", ""),
-    ("delete", "sdctests.sdcguard.dev", ""),
-    ("update", "sdctests.sdcguard.dev/status", ""),
+    ("patch", "sdctests.sdcguard.dev/status", ""),
     ("patch", "repairtickets.sdcguard.dev/status", ""),
     ("patch", "sdcpolicies.sdcguard.dev/status", ""),
     ("create", "sdcbaselines.sdcguard.dev", ""),
+    ("patch", "repairtickets.sdcguard.dev", ""),
     ("watch", "repairtickets.sdcguard.dev", ""),
     ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("watch", "namespaces", ""),
@@ -158,8 +156,22 @@ DENIED = [
     ("delete", "pods", "*"),
     ("create", "pods", "{ns}"),
     ("patch", "pods", "*"),
+    # No policy of this release drains, so nothing may evict (the subresource form: the
+    # plain "create pods/eviction" asks about a resource named so, not the subresource).
+    ("create", "pods/eviction", "team-a"),
+    ("create", "pods/eviction", "*"),
     ("delete", "nodes", ""),
     ("create", "nodes", ""),
+    ("update", "nodes", ""),
+    ("create", "sdcpolicies.sdcguard.dev", ""),
+    ("delete", "sdcpolicies.sdcguard.dev", ""),
+    ("update", "sdcpolicies.sdcguard.dev", ""),
+    ("delete", "sdctests.sdcguard.dev", ""),
+    ("patch", "sdctests.sdcguard.dev", ""),
+    ("delete", "repairtickets.sdcguard.dev", ""),
+    ("update", "sdctests.sdcguard.dev/status", ""),
+    ("patch", "events", "{ns}"),
+    ("create", "events.events.k8s.io", "default"),
     ("create", "events", "kube-system"),
     ("patch", "deployments.apps", "{ns}"),
     ("update", "customresourcedefinitions.apiextensions.k8s.io", ""),
@@ -193,6 +205,39 @@ def test_operator_can_do_what_it_needs(release: Release) -> None:
 def test_operator_cannot_do_more(release: Release) -> None:
     granted = [rule for rule in DENIED if _can_i(release, *rule)]
     assert not granted, f"the operator's ServiceAccount may, but should not: {granted}"
+
+
+def test_eviction_is_granted_only_while_a_policy_drains(release: Release) -> None:
+    """Asked with --subresource=eviction, as the API server authorizes an eviction."""
+    assert not _can_i(release, "create", "pods/eviction", "team-a")
+    values = release.values
+    values["policy"]["quarantine"] = {"drain": True}
+    run_helm(
+        "upgrade",
+        release.name,
+        str(CHART),
+        "--namespace",
+        release.namespace,
+        env=release.env,
+        values=values,
+    )
+    try:
+        assert _can_i(release, "create", "pods/eviction", "team-a")
+        assert _can_i(release, "create", "pods/eviction", "*")
+        # Evictions only: the grant is not one on Pods themselves.
+        assert not _can_i(release, "create", "pods", "team-a")
+        assert not _can_i(release, "delete", "pods", "team-a")
+    finally:
+        run_helm(
+            "upgrade",
+            release.name,
+            str(CHART),
+            "--namespace",
+            release.namespace,
+            env=release.env,
+            values=release.values,
+        )
+    assert not _can_i(release, "create", "pods/eviction", "team-a")
 
 
 PERMISSION_ERRORS = ("Not enough permissions", "Forbidden", "forbidden", " 403")

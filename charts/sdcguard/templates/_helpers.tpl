@@ -68,6 +68,14 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* Whether the operator may evict Pods: asked for, or the chart's policy drains. */}}
+{{- define "sdcguard.eviction" -}}
+{{- $p := .Values.policy -}}
+{{- if or .Values.rbac.allowEviction (and $p.create $p.quarantine.drain) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/*
 A map of entries keyed by name -> a list, dropping entries with enabled: false.
 Arguments: (list map keyField). Each entry becomes {keyField: name, ...rest}.

@@ -219,13 +219,19 @@ class Suites(ApiModel):
 Quantity = int | Annotated[str, StringConstraints(max_length=64)]
 
 
+DEFAULT_PROBE_REQUESTS = {"cpu": "1", "memory": "2Gi"}
+"""CPU and memory the probe container requests when the policy names none, so its Pod is
+never BestEffort (the first evicted under memory pressure)."""
+
+
 class ResourceList(ApiModel):
     """Requests and limits of the probe container (CPU, memory); accelerators are added."""
 
     requests: dict[Annotated[str, StringConstraints(max_length=253)], Quantity] = Field(
         default_factory=dict, max_length=16
     )
-    """Minimum resources, e.g. cpu: "4", memory: 16Gi."""
+    """Minimum resources, e.g. cpu: "4", memory: 16Gi. cpu and memory not named here are
+    requested as cpu: "1" and memory: 2Gi, so the probe Pod is never BestEffort."""
     limits: dict[Annotated[str, StringConstraints(max_length=253)], Quantity] = Field(
         default_factory=dict, max_length=16
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdcguard.api.policy import DEFAULT_PROBE_REQUESTS
+
 TEST_LABEL = "sdcguard.dev/test"
 NODE_LABEL = "sdcguard.dev/node"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -71,7 +73,11 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
       checks resources and the Pod shows up as scheduled normally);
     - tolerates only our own taints (gate, testing, quarantine) so it can run on
       a reserved or quarantined node, and nothing else;
-    - requests every accelerator of the node so no customer Pod shares it;
+    - requests every accelerator of the node so no customer Pod shares it, and CPU and
+      memory (the policy's, else ``DEFAULT_PROBE_REQUESTS``) so the Pod is not BestEffort,
+      the first one evicted under memory pressure; no CPU or memory limit, so a large
+      node's probe is neither throttled nor OOM-killed in the middle of a check;
+    - the runtime's default seccomp profile, no privilege escalation, no capabilities;
     - no service-account token, no retries (a failed probe is evidence, not
       something to retry blindly), a deadline and a TTL;
     - ``karpenter.sh/do-not-disrupt`` so Karpenter does not consolidate the node
@@ -84,7 +90,10 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
         NODE_LABEL: req.node_name,
     }
     limits: dict[str, str] = dict(req.resources.get("limits", {}))
-    requests: dict[str, str] = dict(req.resources.get("requests", {}))
+    requests: dict[str, str] = {
+        **DEFAULT_PROBE_REQUESTS,
+        **dict(req.resources.get("requests", {})),
+    }
     if req.accelerator_resource and req.accelerator_count > 0:
         limits[req.accelerator_resource] = str(req.accelerator_count)
         requests[req.accelerator_resource] = str(req.accelerator_count)
@@ -115,7 +124,12 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             {"key": key, "operator": "Exists"}
             for key in sorted({*req.tolerated_taint_keys, UNSCHEDULABLE_TAINT})
         ],
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "fsGroup": 65532},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "fsGroup": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [
             {
                 "name": "sdcprobe",
@@ -130,6 +144,7 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                     "allowPrivilegeEscalation": False,
                     "readOnlyRootFilesystem": True,
                     "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
                 },
                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
             }
