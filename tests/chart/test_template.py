@@ -360,7 +360,17 @@ def test_accelerators_map_and_other_overrides() -> None:
             "policy": {
                 "mode": "Observe",
                 "accelerators": {"amd.com/gpu": False, "example.com/npu": True},
-                "nodeSelector": {"matchLabels": {"pool": "training"}},
+                "nodeSelector": {
+                    "matchLabels": {"pool": "training"},
+                    "matchExpressions": {
+                        "node.kubernetes.io/instance-type": {
+                            "operator": "In",
+                            "values": ["p5.48xlarge", "p4d.24xlarge"],
+                        },
+                        "sdcguard.dev/skip": {"operator": "DoesNotExist"},
+                        "off": {"enabled": False, "operator": "Exists"},
+                    },
+                },
                 "budgets": {"maxUnavailable": 3, "poolLabel": "node.kubernetes.io/instance-type"},
                 "probe": {"resources": {"requests": {"cpu": "4", "memory": "16Gi"}}},
             }
@@ -373,7 +383,17 @@ def test_accelerators_map_and_other_overrides() -> None:
         "google.com/tpu",
         "nvidia.com/gpu",
     ]
-    assert spec["nodeSelector"] == {"matchLabels": {"pool": "training"}}
+    assert spec["nodeSelector"] == {
+        "matchLabels": {"pool": "training"},
+        "matchExpressions": [
+            {
+                "key": "node.kubernetes.io/instance-type",
+                "operator": "In",
+                "values": ["p5.48xlarge", "p4d.24xlarge"],
+            },
+            {"key": "sdcguard.dev/skip", "operator": "DoesNotExist"},
+        ],
+    }
     assert spec["budgets"]["maxUnavailable"] == 3
     assert spec["budgets"]["poolLabel"] == "node.kubernetes.io/instance-type"
     assert spec["probe"]["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}

@@ -190,3 +190,40 @@ def test_condition_transition_time_moves_only_on_flip() -> None:
     ready = find_condition(conditions, "Ready")
     assert ready is not None and ready.last_transition_time == later
     assert len(conditions) == 1
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ghcr.io/sdcguard/sdcprobe:0.1.0",
+        "ghcr.io/sdcguard/sdcprobe:0.1.0-tpu",
+        "localhost:5000/sdcprobe",
+        "sdcprobe",
+        "registry.example.com/a/b_c/d--e:v1.2_3",
+        "ghcr.io/sdcguard/sdcprobe@sha256:" + "ab" * 32,
+        "ghcr.io/sdcguard/sdcprobe:0.1.0@sha256:" + "ab" * 32,
+    ],
+)
+def test_image_references_are_accepted(image: str) -> None:
+    assert _policy(probe={"image": image}).probe.image == image
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["UPPER/Case:", "ghcr.io/sdcguard/SDCProbe:1", "sdcprobe:", "sdcprobe:1 --x", "a//b", ""],
+)
+def test_image_references_are_refused(image: str) -> None:
+    assert "probe.image" in _error({"probe": {"image": image}})
+
+
+def test_max_unavailable_errors_name_the_value() -> None:
+    assert "got '150%'" in _error({"budgets": {"maxUnavailable": "150%"}})
+    assert "got -2" in _error({"budgets": {"maxUnavailable": -2}})
+
+
+def test_node_counts_carry_their_total() -> None:
+    from sdcguard.api import NodeCounts
+
+    counts = NodeCounts.model_validate({"qualified": 3, "testing": 1, "total": 99})
+    assert counts.total == 4
+    assert NodeCounts().total == 0

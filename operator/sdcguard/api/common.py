@@ -73,6 +73,23 @@ QualifiedName = Annotated[
 HEX_DIGEST_PATTERN = r"^[0-9a-f]{64}$"
 HexDigest = Annotated[str, StringConstraints(pattern=HEX_DIGEST_PATTERN)]
 """A sha256 digest as 64 lowercase hex characters."""
+# A container image reference as the container runtimes parse it: an optional registry
+# host (with port), lower-case path components, an optional tag and an optional digest.
+_REGISTRY = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"(?::[0-9]+)?/)?"
+)
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_PATTERN = (
+    rf"^{_REGISTRY}{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+ImageReference = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, max_length=512)]
+"""A container image: registry/path[:tag][@sha256:digest], path in lower case."""
+URL_PATTERN = r"^https?://[^\s/?#@]+(?:[/?#][^\s]*)?$"
+Url = Annotated[str, StringConstraints(pattern=URL_PATTERN, max_length=2048)]
+"""An http or https URL with a host."""
 ShortText = Annotated[str, StringConstraints(max_length=256)]
 Text = Annotated[str, StringConstraints(max_length=4096)]
 

@@ -16,10 +16,12 @@ from sdcguard.api.common import (
     ApiModel,
     Condition,
     Duration,
+    ImageReference,
     NodeName,
     ObjectMeta,
     QualifiedName,
     ShortText,
+    Url,
     cel,
     cel_rules,
     parse_duration,
@@ -76,13 +78,63 @@ class BaselineMode(StrEnum):
     RECORDED = "Recorded"
 
 
-class NodeSelector(ApiModel):
-    """Which nodes the policy covers."""
+LabelValue = Annotated[str, StringConstraints(max_length=63)]
 
-    match_labels: dict[QualifiedName, Annotated[str, StringConstraints(max_length=63)]] = Field(
-        default_factory=dict, max_length=32
+
+class SelectorOperator(StrEnum):
+    """How a matchExpressions requirement tests a label, as in Kubernetes label selectors."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+SELECTOR_VALUES = (
+    "spec.nodeSelector.matchExpressions[].values: In and NotIn need at least one value, "
+    "Exists and DoesNotExist take none"
+)
+
+
+class LabelSelectorRequirement(ApiModel):
+    """One requirement on a node label: key, operator and values."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        json_schema_extra=cel_rules(
+            cel(
+                "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
+                SELECTOR_VALUES,
+            )
+        ),
     )
-    """Labels a node must carry, all of them. Empty: every node with an accelerator."""
+
+    key: QualifiedName
+    """The label key."""
+    operator: SelectorOperator
+    """In: the label has one of the values. NotIn: it is absent or has none of them.
+    Exists: it is present. DoesNotExist: it is absent."""
+    values: tuple[LabelValue, ...] = Field(default=(), max_length=64)
+    """Values for In and NotIn; empty for Exists and DoesNotExist."""
+
+    @model_validator(mode="after")
+    def _values_fit_the_operator(self) -> LabelSelectorRequirement:
+        wants = self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)
+        if wants != bool(self.values):
+            raise ValueError(SELECTOR_VALUES)
+        return self
+
+
+class NodeSelector(ApiModel):
+    """Which nodes the policy covers: a Kubernetes label selector (matchLabels and
+    matchExpressions, all of which must hold)."""
+
+    match_labels: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=32)
+    """Labels a node must carry, all of them. Empty (and no matchExpressions): every node
+    with an accelerator."""
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=32)
+    """Requirements on node labels, all of which must hold, e.g. {key:
+    node.kubernetes.io/instance-type, operator: In, values: [p5.48xlarge, p4d.24xlarge]}."""
 
 
 class ReturnFromUse(ApiModel):
@@ -251,8 +303,10 @@ class ProbeSpec(ApiModel):
         )
     )
 
-    image: Annotated[str, StringConstraints(max_length=512)] | None = None
-    """Probe image. Empty: the operator's default (SDCGUARD_DEFAULT_PROBE_IMAGE)."""
+    image: ImageReference | None = None
+    """Probe image, e.g. ghcr.io/sdcguard/sdcprobe:0.1.0 or ...@sha256:<digest> (pin it: the
+    image is part of the baseline fingerprint). Empty: the operator's default
+    (SDCGUARD_DEFAULT_PROBE_IMAGE)."""
     command: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=32
     )
@@ -288,7 +342,8 @@ MAX_UNAVAILABLE_FORMAT = (
 MAX_UNAVAILABLE_RANGE = "spec.budgets.maxUnavailable: percent must be between 0% and 100%"
 MAX_UNAVAILABLE_NEGATIVE = "spec.budgets.maxUnavailable: a node count must not be negative"
 _PERCENT = re.compile(r"^[0-9]+%$")
-_PERCENT_0_100 = re.compile(r"^(100|[1-9]?[0-9])%$")
+PERCENT_0_100 = r"^(100|[1-9]?[0-9])%$"
+_PERCENT_0_100 = re.compile(PERCENT_0_100)
 
 
 class Budgets(ApiModel):
@@ -296,21 +351,15 @@ class Budgets(ApiModel):
 
     max_concurrent_tests: int = Field(default=2, ge=1, le=10000)
     """Tests running at the same time in one pool."""
+    # Structural bounds, not CEL rules: the API server then names the value it refuses
+    # ("Invalid value: \"150%\""); pattern applies to strings only, minimum to integers.
     max_unavailable: int | Annotated[str, StringConstraints(max_length=8)] = Field(
-        default="10%",
-        json_schema_extra=cel_rules(
-            cel("type(self) == int || self.matches('^[0-9]+%$')", MAX_UNAVAILABLE_FORMAT),
-            cel(
-                "type(self) == int || !self.matches('^[0-9]+%$') "
-                "|| self.matches('^(100|[1-9]?[0-9])%$')",
-                MAX_UNAVAILABLE_RANGE,
-            ),
-            cel("type(self) != int || self >= 0", MAX_UNAVAILABLE_NEGATIVE),
-        ),
+        default="10%", json_schema_extra={"minimum": 0, "pattern": PERCENT_0_100}
     )
-    """Nodes of a pool that may be held by sdcguard (testing or quarantined), as a count
-    or a percent of the pool. A percent is rounded down, but a non-zero percent always
-    allows one node so small pools are still screened."""
+    """An int-or-string: nodes of a pool that may be held by sdcguard (testing or
+    quarantined), as a node count (3) or a percent of the pool from "0%" to "100%". A
+    percent is rounded down, but a non-zero percent always allows one node so small pools
+    are still screened."""
     pool_label: QualifiedName | None = None
     """Label key that groups nodes into pools (e.g. node.kubernetes.io/instance-type);
     budgets apply per pool. Empty: all nodes of the policy form one pool."""
@@ -320,12 +369,12 @@ class Budgets(ApiModel):
     def _count_or_percent(cls, value: int | str) -> int | str:
         if isinstance(value, int):
             if value < 0:
-                raise ValueError(MAX_UNAVAILABLE_NEGATIVE)
+                raise ValueError(f"{MAX_UNAVAILABLE_NEGATIVE}, got {value}")
             return value
         if not _PERCENT.match(value):
-            raise ValueError(MAX_UNAVAILABLE_FORMAT)
+            raise ValueError(f"{MAX_UNAVAILABLE_FORMAT}, got {value!r}")
         if not _PERCENT_0_100.match(value):
-            raise ValueError(MAX_UNAVAILABLE_RANGE)
+            raise ValueError(f"{MAX_UNAVAILABLE_RANGE}, got {value!r}")
         return value
 
 
@@ -394,7 +443,7 @@ class TicketSink(ApiModel):
 
     type: Literal["webhook", "jira"]
     """webhook: POST the ticket as JSON; jira: create an issue through the REST API."""
-    url: Annotated[str, StringConstraints(pattern=r"^https?://", max_length=2048)]
+    url: Url
     """Endpoint URL (http or https)."""
     secret_ref: SecretKeyRef | None = None
     """Credentials: a bearer token for webhooks, an API token for jira."""
@@ -611,6 +660,8 @@ class BreakerStatus(ApiModel):
 class NodeCounts(ApiModel):
     """Nodes of this policy in each lifecycle state."""
 
+    total: int = Field(default=0, ge=0)
+    """All nodes of this policy (the sum of the states below; kept so by the model)."""
     unqualified: int = Field(default=0, ge=0)
     """Joined, gated, waiting for acceptance."""
     testing: int = Field(default=0, ge=0)
@@ -629,6 +680,24 @@ class NodeCounts(ApiModel):
     """Out of repair cycles."""
     excluded: int = Field(default=0, ge=0)
     """Opted out with sdcguard.dev/exclude=true."""
+
+    @model_validator(mode="after")
+    def _sum(self) -> NodeCounts:
+        self.total = sum(getattr(self, name) for name in _STATE_COUNTS)
+        return self
+
+
+_STATE_COUNTS = (
+    "unqualified",
+    "testing",
+    "qualified",
+    "suspect",
+    "quarantined",
+    "repairing",
+    "verifying",
+    "retired",
+    "excluded",
+)
 
 
 class SDCPolicyStatus(ApiModel):

@@ -61,6 +61,7 @@ POLICY = Resource(
         PrinterColumn("Mode", ".spec.mode", description="Observe or Enforce"),
         PrinterColumn("Paused", ".spec.paused", "boolean", priority=1),
         PrinterColumn("Breaker", ".status.breaker.state", description="Circuit breaker"),
+        PrinterColumn("Nodes", ".status.counts.total", "integer", "Nodes the policy covers"),
         PrinterColumn("Qualified", ".status.counts.qualified", "integer"),
         PrinterColumn("Quarantined", ".status.counts.quarantined", "integer"),
         PrinterColumn("Testing", ".status.counts.testing", "integer", priority=1),

@@ -15,6 +15,7 @@ from sdcguard.api.common import (
     Condition,
     NodeName,
     ObjectMeta,
+    Url,
     cel,
     cel_rules,
 )
@@ -65,8 +66,8 @@ class ExternalRef(ApiModel):
     """The system, e.g. jira, servicenow, a vendor RMA portal."""
     id: Id
     """The ticket's id there."""
-    url: Annotated[str, StringConstraints(max_length=2048)] | None = None
-    """Link to it."""
+    url: Url | None = None
+    """Link to it: an http or https URL."""
 
 
 class RepairTicketSpec(ApiModel):

@@ -103,16 +103,17 @@ def _facts(node: Mapping[str, Any], policy: SDCPolicy) -> NodeFacts:
 
 
 def policy_selects(policy: SDCPolicy, node: Mapping[str, Any]) -> bool:
-    """Whether ``policy`` covers ``node``: all its matchLabels, and an accelerator (or the
-    policy simulates devices on the CPU)."""
+    """Whether ``policy`` covers ``node``: its whole nodeSelector (matchLabels and
+    matchExpressions), and an accelerator (or the policy simulates devices on the CPU)."""
     labels = _meta(node).get("labels") or {}
-    if not selects(policy.spec.node_selector.match_labels, labels):
+    if not selects(policy.spec.node_selector, labels):
         return False
     return _facts(node, policy).accelerators > 0 or policy.spec.probe.cpu_devices > 0
 
 
 def select_policy(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDCPolicy | None:
-    """The policy that covers ``node``: the most specific selector wins (most matchLabels),
+    """The policy that covers ``node``: the most specific selector wins (most matchLabels
+    and matchExpressions),
     by the operator's own rule (:func:`sdcguard.domain.selection.most_specific`).
 
     Raises CliError when two equally specific policies cover the node (where the operator
@@ -120,9 +121,7 @@ def select_policy(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDC
     """
     matching = [p for p in policies if policy_selects(p, node)]
     labels = _meta(node).get("labels") or {}
-    top = most_specific(
-        labels, {p.metadata.name: p.spec.node_selector.match_labels for p in matching}
-    )
+    top = most_specific(labels, {p.metadata.name: p.spec.node_selector for p in matching})
     if not top:
         return None
     if len(top) > 1:
