@@ -619,3 +619,53 @@ def test_readme_alert_and_metric_tables_match_the_chart(docs: list[dict[str, Any
         assert f"`{alert}`" in readme, f"README lacks alert {alert}"
     for family in _families():
         assert f"`{family.name}" in readme, f"README lacks metric {family.name}"
+
+
+# ---------------------------------------------------------------- network policies
+
+
+def test_network_policies_for_the_operator_and_the_probes(docs: list[dict[str, Any]]) -> None:
+    operator = find(docs, "NetworkPolicy", "sdcguard-operator")["spec"]
+    pod_labels = find(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert operator["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert operator["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = operator["ingress"]
+    assert ingress == {"ports": [{"port": 8080, "protocol": "TCP"}]}
+    ports = [sorted(p["port"] for p in rule["ports"]) for rule in operator["egress"]]
+    assert ports == [[443, 6443], [443], [53, 53]]
+    assert all("to" not in rule for rule in operator["egress"])  # any address by default
+    probe = find(docs, "NetworkPolicy", "sdcguard-probe")["spec"]
+    assert probe["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in probe and "egress" not in probe  # nothing in, nothing out
+    assert probe["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/component": "sdcprobe",
+        "app.kubernetes.io/managed-by": "sdcguard",
+    }
+
+
+def test_network_policy_values_narrow_it_or_turn_it_off() -> None:
+    docs = render(
+        {
+            "networkPolicy": {
+                "apiServer": {"cidrs": ["10.0.0.1/32"], "ports": [6443]},
+                "ticketSinks": {"cidrs": ["203.0.113.0/24"], "ports": []},
+                "dns": False,
+                "metricsFrom": {
+                    "prometheus": {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                        }
+                    },
+                    "off": {"enabled": False, "podSelector": {}},
+                },
+            }
+        }
+    )
+    spec = find(docs, "NetworkPolicy", "sdcguard-operator")["spec"]
+    assert spec["egress"] == [
+        {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}
+    ]
+    assert spec["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert not find_all(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
