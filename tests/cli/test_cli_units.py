@@ -262,3 +262,68 @@ def test_age_like_kubectl() -> None:
         "4d",
     ]
     assert age(None, now) == "<unknown>"
+
+
+def _with(meta: dict[str, Any], name: str = "n1") -> dict[str, Any]:
+    return {"metadata": {"name": name, **meta}}
+
+
+def test_default_suite_follows_the_nodes_record() -> None:
+    fresh = _with({"labels": {}})
+    gated = _with({"labels": {keys.LABEL_STATE: "Unqualified"}})
+    qualified = _with(
+        {
+            "labels": {keys.LABEL_STATE: "Qualified"},
+            "annotations": {keys.QUALIFIED_AT: "2025-01-01"},
+        }
+    )
+    assert commands.default_suite(fresh)[0] == "acceptance"
+    assert commands.default_suite(gated)[0] == "acceptance"
+    assert commands.default_suite(qualified)[0] == "requalification"
+
+
+def test_running_test_prefers_the_one_the_node_names() -> None:
+    node = _with({"annotations": {keys.CURRENT_TEST: "n1-rq-2"}})
+    tests = [
+        {
+            "metadata": {"name": "n1-acc-1"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Passed"},
+        },
+        {"metadata": {"name": "n1-manual-a"}, "spec": {"nodeName": "n1"}},
+        {
+            "metadata": {"name": "n1-rq-2"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running"},
+        },
+        {
+            "metadata": {"name": "n2-rq-1"},
+            "spec": {"nodeName": "n2"},
+            "status": {"phase": "Running"},
+        },
+    ]
+    assert commands.running_test(node, tests) == ("n1-rq-2", "Running")
+    assert commands.running_test(_with({}), tests[:2]) == ("n1-manual-a", "Pending")
+    assert commands.running_test(_with({}), tests[:1]) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "refused"),
+    [
+        ("Testing", "is Testing"),
+        ("Qualified", "is Qualified: there is nothing to release"),
+        ("Quarantined", None),
+        ("Repairing", None),
+        ("Suspect", None),
+        ("Unqualified", None),
+        ("Excluded", None),
+        (None, None),
+        ("Nonsense", None),
+    ],
+)
+def test_release_is_refused_where_it_would_be_undone(
+    state: str | None, refused: str | None
+) -> None:
+    labels = {keys.LABEL_STATE: state} if state else {}
+    why = commands.release_refusal(_with({"labels": labels}))
+    assert (why is None) if refused is None else (why is not None and refused in why)
