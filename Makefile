@@ -53,7 +53,7 @@ lint: venv
 typecheck: venv
 	$(PY) -m mypy operator/sdcguard jobs/sdcprobe
 
-unit: venv
+unit: venv checkov
 	$(PY) -m pytest -q -m "not cluster and not e2e" tests
 
 cluster: venv binaries
