@@ -29,7 +29,7 @@ from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
 from sdcguard.api import SDCTestPhase
-from sdcguard.api.policy import DEFAULT_ACCELERATORS
+from sdcguard.api.policy import DEFAULT_ACCELERATORS, NodeSelector
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
@@ -298,7 +298,7 @@ async def tickets_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str,
 @kopf.index(GROUP, VERSION, "sdcpolicies")
 async def policies_index(
     name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
-) -> dict[str, dict[str, str]]:
+) -> dict[str, NodeSelector]:
     """Every policy's selector: one policy owns each node (domain.selection).
 
     A change of spec (generation) or of our annotations (a breaker reset) makes every
@@ -308,8 +308,7 @@ async def policies_index(
     if POLICY_SEEN.get(name) != seen:
         POLICY_SEEN[name] = seen
         _poke()
-    selector = spec.get("nodeSelector") or {}
-    return {name: dict(selector.get("matchLabels") or {})}
+    return {name: NodeSelector.model_validate(spec.get("nodeSelector") or {})}
 
 
 @kopf.index(GROUP, VERSION, "sdcbaselines")

@@ -237,3 +237,29 @@ def test_quarantine_with_drain_evicts_workloads(api_client, operator) -> None:
             return pod.metadata.deletion_timestamp is not None
 
         wait_for(evicted, 30, "the workload to be evicted")
+
+
+def test_match_expressions_choose_the_nodes_a_policy_screens(api_client, operator) -> None:
+    case = new_case()
+    inside, outside = f"expr-in-{case}", f"expr-out-{case}"
+    trusted_baseline(api_client)
+    with (
+        gpu_nodes(api_client, [inside], case=case, pool="expr-a"),
+        gpu_nodes(api_client, [outside], case=case, pool="expr-b"),
+        ProbeKubelet(api_client, {inside: "pass", outside: "pass"}),
+    ):
+        labels = read_node(api_client, inside).metadata.labels
+        pool_key = next(k for k, v in labels.items() if v == "expr-a")
+        create_policy(
+            api_client,
+            case,
+            nodeSelector={
+                "matchLabels": {"sdcguard.test/case": case},
+                "matchExpressions": [{"key": pool_key, "operator": "NotIn", "values": ["expr-b"]}],
+            },
+        )
+        wait_for(lambda: node_state(api_client, inside) == "Qualified", 60, "qualification")
+        time.sleep(3)  # a few passes: the other node is not the policy's
+        assert node_state(api_client, outside) is None
+        assert not list_custom(api_client, "sdctests", outside)
+        assert GATE in taint_keys(api_client, outside)

@@ -67,7 +67,7 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.nodepatch import plan_node_patch
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
-from sdcguard.domain.selection import owning_policy
+from sdcguard.domain.selection import Selector, owning_policy
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 
@@ -107,8 +107,8 @@ class FleetView:
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_busy: dict[str, dt.datetime] = field(default_factory=dict)
     operator_started: dt.datetime | None = None
-    policies: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Every policy's name and selector matchLabels (one policy owns each node)."""
+    policies: dict[str, Selector] = field(default_factory=dict)
+    """Every policy's name and node selector (one policy owns each node)."""
     complete: bool = True
     """False: only some nodes' entries (urgent work), enough to decide just those."""
 
@@ -764,7 +764,7 @@ class Reconciler:
         policy_name: str,
         spec: Any,
         view: FleetView,
-        selectors: dict[str, dict[str, str]],
+        selectors: dict[str, Selector],
         wanted: Iterable[str],
     ) -> dict[str, NodeFacts]:
         """Facts of the wanted nodes this policy owns; forgets the others."""
@@ -833,7 +833,7 @@ class Reconciler:
         if full:
             self._prune(view)
 
-        selectors = {**view.policies, name: dict(spec.node_selector.match_labels)}
+        selectors: dict[str, Selector] = {**view.policies, name: spec.node_selector}
         if scope is None:
             wanted: list[str] = list(view.nodes)
         elif not view.complete:
