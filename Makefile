@@ -46,7 +46,7 @@ lint: venv
 	$(PY) -m ruff format --check operator jobs tests bench
 
 typecheck: venv
-	$(PY) -m mypy operator/sdcguard jobs/sdcprobe
+	$(PY) -m mypy operator/sdcguard jobs/sdcprobe jobs/sdctrain bench/training
 
 unit: venv
 	$(PY) -m pytest -q -m "not cluster and not e2e" tests
