@@ -141,6 +141,8 @@ ALLOWED = [
     ("patch", "sdcpolicies.sdcguard.dev/status", ""),
     ("create", "sdcbaselines.sdcguard.dev", ""),
     ("watch", "repairtickets.sdcguard.dev", ""),
+    ("watch", "sdcreports.sdcguard.dev", "*"),
+    ("patch", "sdcreports.sdcguard.dev/status", "team-a"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("watch", "namespaces", ""),
 ]
@@ -167,6 +169,8 @@ DENIED = [
     ("patch", "kopfpeerings.kopf.dev", "{ns}"),
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),
     ("impersonate", "serviceaccounts", "*"),
+    ("create", "sdcreports.sdcguard.dev", "team-a"),
+    ("delete", "sdcreports.sdcguard.dev", "team-a"),
 ]
 
 
