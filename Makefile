@@ -14,13 +14,13 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv binaries crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe cluster-up cluster-down clean
+.PHONY: help venv binaries crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - simulated fleet through the full lifecycle on a local control plane"
 	@echo "make test    - lint, type check, unit, cluster and end-to-end tests"
 	@echo "make crds    - regenerate crds/ and the chart's copy from the pydantic models"
-	@echo "make bench-detection | bench-scale | bench-probe - benchmarks (results in bench/results)"
+	@echo "make bench-detection | bench-scale | bench-probe | bench-training - benchmarks (results in bench/results)"
 
 venv: $(VENV)/.complete
 
@@ -77,6 +77,9 @@ bench-scale: venv binaries
 
 bench-probe: venv
 	$(PY) -m bench.probe.run
+
+bench-training: venv
+	$(PY) -m bench.training.run
 
 clean:
 	rm -rf .mypy_cache .ruff_cache .pytest_cache

@@ -76,18 +76,19 @@ def _loss(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> t
     return torch.nn.functional.mse_loss(model(x), y)
 
 
-def _reduced_grad_check(model: torch.nn.Module, world: int) -> int | None:
-    """Baseline: digests of the all-reduced gradients, compared across replicas.
+def _after_reduction_check(model: torch.nn.Module, world: int) -> int | None:
+    """Baseline: digests taken after the all-reduce (the reduced gradients and the
+    updated parameters), compared across replicas after every step.
 
     Returns the rank a strict majority names as odd, -1 for a split without a
-    majority, None when all replicas agree (TorchTitan/Megatron-style hashing
-    after the reduction).
+    majority, None when all replicas agree (hashing after the reduction, as
+    replayers and weight-hash checks do).
     """
     from sdctrain.digest import digest_all
     from sdctrain.verdicts import replica_consensus
 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    local = digest_all(grads)
+    local = digest_all(grads + [p.data for p in model.parameters()])
     tables = [torch.empty_like(local) for _ in range(world)]
     dist.all_gather(tables, local)
     verdict = replica_consensus({r: tuple(t.reshape(-1).tolist()) for r, t in enumerate(tables)})
@@ -128,27 +129,32 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
     detections: list[dict[str, Any]] = []
     baseline: list[dict[str, Any]] = []
     times: list[float] = []
+    cpu: list[float] = []
     notes: list[str] = []
     skipped = stopped_at = 0
+    first_hit: int | None = None
     stop_step: int | None = None
     torch.manual_seed(trial.seed + 1 + rank)
     dist.barrier()
     for step in range(trial.steps):
         if faults is not None:
             faults.set_step(step)
+            hits_before = faults.hits
         batch = _batch(trial, rank, step)
         start = time.perf_counter()
+        cpu_start = time.process_time()
         optimizer.zero_grad(set_to_none=True)
         if guard is not None:
             guard.backward(batch)
             if faults is not None:
                 faults.after_reduce()
+            outcome = guard.step()
             if trial.baseline:
-                odd = _reduced_grad_check(model, world)
+                odd = _after_reduction_check(model, world)
                 if odd is not None:
                     baseline.append({"step": step, "rank": odd})
-            outcome = guard.step()
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu_start)
             skipped += outcome.skip_step
             notes += outcome.notes
             for d in outcome.detections:
@@ -162,6 +168,8 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
                         "detail": d.detail,
                     }
                 )
+            if faults is not None and first_hit is None and faults.hits > hits_before:
+                first_hit = step
             if outcome.stop:
                 stop_step = step
                 stopped_at += 1
@@ -171,12 +179,15 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
             loss.backward()  # type: ignore[no-untyped-call]
             if faults is not None:
                 faults.after_reduce()
-            if trial.baseline:
-                odd = _reduced_grad_check(model, world)
-                if odd is not None:
-                    baseline.append({"step": step, "rank": odd})
             optimizer.step()
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu_start)
+            if trial.baseline:
+                odd = _after_reduction_check(model, world)
+                if odd is not None:
+                    baseline.append({"step": step, "rank": odd})
+            if faults is not None and first_hit is None and faults.hits > hits_before:
+                first_hit = step
     from sdctrain.digest import digest_all
 
     final = digest_all([p.data for p in model.parameters()]).reshape(-1).tolist()
@@ -189,6 +200,7 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
         "detections": detections,
         "baseline": baseline,
         "times": times,
+        "cpu_times": cpu,
         "skipped": skipped,
         "stop_step": stop_step,
         "notes": notes,
@@ -196,6 +208,7 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
         "audits": guard.audits if guard is not None else 0,
         "audit_seconds": guard.audit_overhead_seconds if guard is not None else 0.0,
         "fault_hits": faults.hits if faults is not None else 0,
+        "first_hit_step": first_hit,
         "final_digest": final,
     }
 

@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils import _pytree as pytree
 
@@ -180,7 +179,6 @@ class TrainingGuard:
         self.world = dist.get_world_size(group)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.param_names = [n for n, p in self.module.named_parameters() if p.requires_grad]
-        self._index = {id(p): i for i, p in enumerate(self.params)}
         self.device = self.params[0].device if self.params else torch.device("cpu")
         if reporter == "auto":
             from sdctrain.report import KubeReporter
@@ -200,7 +198,8 @@ class TrainingGuard:
             self.refused.setdefault("audit", "audits are off (audit_budget 0)")
         elif self.ddp is None:
             self.refused.setdefault(
-                "audit", "the model is not wrapped in DistributedDataParallel: no pre-reduce hook"
+                "audit",
+                "the model is not wrapped in DistributedDataParallel (the audit needs no_sync)",
             )
         for check, why in self.refused.items():
             if self.rank == 0:
@@ -212,7 +211,6 @@ class TrainingGuard:
         self.watch: set[str] = set(self.config.watch_nodes)
         self.step_count = 0
         self.detections: list[Detection] = []
-        self._capturing = False
         self._captured = torch.zeros((len(self.params), 2), dtype=torch.int64, device=self.device)
         self._pending: Outcome | None = None
         self._next_audit = self.config.first_audit_step
@@ -220,8 +218,6 @@ class TrainingGuard:
         self._last_step_end: float | None = None
         self._audit_seconds = 0.0
         self.audits = 0
-        if self.ddp is not None and "audit" not in self.refused:
-            self.ddp.register_comm_hook(state=group, hook=self._comm_hook)
 
     # Tensors ---------------------------------------------------------------
 
@@ -246,14 +242,30 @@ class TrainingGuard:
 
     # Shadow audit ----------------------------------------------------------
 
-    # No annotations: DDP compares them with its own classes, and this module's
-    # postponed annotations are strings. (state: the group; bucket: dist.GradBucket.)
-    def _comm_hook(self, state, bucket):  # type: ignore[no-untyped-def]
-        """Digest the gradients this rank computed, before they are all-reduced."""
-        if self._capturing:
-            for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
-                self._captured[self._index[id(p)]] = tensor_digest(g)
-        return default_hooks.allreduce_hook(state, bucket)
+    def _local_backward(self, batch: Any, capture: bool) -> torch.Tensor:
+        """An audit step's backward: DDP's reduction held back (``no_sync``) so the
+        target can digest the gradients it computed itself, then the same average
+        DDP computes (divide by the group size, sum), bucketed into one buffer.
+        Ordinary steps use DDP's own reduction and pay nothing."""
+        assert self.ddp is not None
+        with self.ddp.no_sync():
+            loss = self.loss_fn(self.model, batch)
+            loss.backward()  # type: ignore[no-untyped-call]
+        grads = [p.grad for p in self.params]
+        if capture:
+            for i, g in enumerate(grads):
+                if g is not None:
+                    self._captured[i] = tensor_digest(g)
+        present = [g for g in grads if g is not None]
+        if present:
+            flat = torch.cat([g.reshape(-1) for g in present])
+            flat.div_(self.world)
+            dist.all_reduce(flat, group=self.group)
+            at = 0
+            for g in present:
+                g.copy_(flat[at : at + g.numel()].view_as(g))
+                at += g.numel()
+        return loss
 
     def _audit_due(self, step: int) -> bool:
         return "audit" not in self.refused and step >= self._next_audit
@@ -397,15 +409,13 @@ class TrainingGuard:
         outcome = Outcome(step=step)
         audit = self._audit_due(step)
         rng = _rng_state(self.device) if audit else {}
-        self._captured.zero_()
-        self._capturing = audit and self.rank == self._roles(step)[0]
-        try:
+        if audit:
+            self._captured.zero_()
+            loss = self._local_backward(batch, capture=self.rank == self._roles(step)[0])
+            self._audit(step, batch, rng, outcome)
+        else:
             loss = self.loss_fn(self.model, batch)
             loss.backward()  # type: ignore[no-untyped-call]
-        finally:
-            self._capturing = False
-        if audit:
-            self._audit(step, batch, rng, outcome)
         self._pending = outcome
         return loss
 

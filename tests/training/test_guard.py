@@ -64,6 +64,20 @@ THREE = [
         },
     ),
 ]
+NODES = {
+    0: {"NODE_NAME": "gpu-a", "POD_NAME": "train-0"},
+    1: {"NODE_NAME": "gpu-b", "POD_NAME": "train-1", "SDCGUARD_GPU_UUID": "GPU-0000-bbbb"},
+    2: {"NODE_NAME": "gpu-c", "POD_NAME": "train-2"},
+}
+THREE += [
+    Trial("budget", steps=40, env=NODES, config={"audit_budget": 0.05}),
+    Trial(
+        "budget-watched",
+        steps=40,
+        env=NODES,
+        config={"audit_budget": 0.05, "watch_nodes": ["gpu-b"]},
+    ),
+]
 TWO = [
     Trial("forward", steps=14, fault=FWD, config=AUDIT_EVERY_STEP),
     Trial("at-rest", steps=8, fault=one_shot("param"), config=CONSENSUS_ONLY),
@@ -168,3 +182,10 @@ def test_two_replicas_that_disagree_stop_without_blaming(two) -> None:
     assert same_on_every_rank(ranks, "detections") == []
     assert ranks[0]["stop_step"] == 3
     assert any("no strict majority" in n for n in ranks[0]["notes"])
+
+
+def test_a_node_reported_before_is_audited_more_often(three) -> None:
+    plain = three["budget"][0]["audits"]
+    watched = three["budget-watched"][0]["audits"]
+    assert plain >= 1
+    assert watched >= 2 * plain, (plain, watched)
