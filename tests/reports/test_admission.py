@@ -128,3 +128,27 @@ def _body(**spec: object) -> dict[str, object]:
 def test_oversized_or_malformed_reports_do_not_validate(spec) -> None:
     with pytest.raises(ValidationError):
         SDCReport.model_validate(_body(**spec))
+
+
+def test_history_lists_reports_about_the_node_with_gpu_and_verdict() -> None:
+    from sdcguard.cli.commands import history_entries
+
+    report_obj = {
+        "metadata": {"name": "llm-s7-r1", "namespace": "team-a"},
+        "spec": {
+            "nodeName": "gpu-1",
+            "podName": "llm-1",
+            "jobName": "llm",
+            "gpuUUID": "GPU-9",
+            "method": "ShadowAudit",
+            "confirmation": "Persistent",
+            "step": 7,
+            "observedAt": "2026-03-01T12:00:00Z",
+        },
+        "status": {"phase": "Accepted", "reason": "Accepted"},
+    }
+    (entry,) = history_entries([], [], [], [report_obj])
+    assert entry["kind"] == "SDCReport" and entry["name"] == "team-a/llm-s7-r1"
+    assert entry["detail"] == (
+        "ShadowAudit at step 7 (Persistent) on GPU GPU-9, job llm: Accepted [Accepted]"
+    )
