@@ -45,6 +45,11 @@ class Trial:
     """Per-rank fingerprint entries to change (mixed software versions)."""
     dropout: float = 0.0
     first_pass_only: bool = False
+    head_replica_set: bool = False
+    """Also check the output layer as its own replica set, over a group of its own."""
+    report: bool = False
+    """Report detections to the API server (``KubeReporter.from_environment``; set
+    ``SDCGUARD_API_SERVER``, ``SDCGUARD_TOKEN_FILE``, ``SDCGUARD_CA_FILE`` in ``env``)."""
     """Forward/backward faults hit only the step's first pass (a transient upset)."""
 
 
@@ -119,10 +124,22 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
             Fault.model_validate(trial.fault), model, optimizer, trial.first_pass_only
         )
     guard = None
+    extra = []
+    if trial.head_replica_set:
+        from sdctrain import ReplicaSet
+
+        head = dist.new_group(list(range(world)))
+        last = list(model.children())[-1]
+        extra.append(ReplicaSet("head", head, lambda: list(last.named_parameters())))
     try:
         if trial.guard:
             guard = TrainingGuard(
-                ddp, optimizer, _loss, config=GuardConfig(**trial.config), reporter=None
+                ddp,
+                optimizer,
+                _loss,
+                config=GuardConfig(**trial.config),
+                reporter="auto" if trial.report else None,
+                replica_sets=extra,
             )
     finally:
         identity.fingerprint = original_fp
@@ -165,6 +182,7 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
                         "rank": d.rank,
                         "node": d.node,
                         "confirmation": str(d.confirmation),
+                        "replica_set": dict(d.evidence).get("replicaSet"),
                         "detail": d.detail,
                     }
                 )

@@ -87,6 +87,7 @@ class Detection:
     method: Method
     step: int
     rank: int | None
+    """The accused rank (global rank in the job); None when nobody could be named."""
     confirmation: Confirmation
     detail: str
     node: str | None = None
@@ -186,13 +187,15 @@ class TrainingGuard:
             reporter = KubeReporter.from_environment()
         self.reporter = reporter
 
-        gathered: list[Any] = [None] * self.world
-        dist.all_gather_object(gathered, local_info(self.rank, self.device), group=group)
-        self.ranks: list[RankInfo] = [
-            RankInfo(**{**vars(info), "rank": r}) for r, info in enumerate(gathered)
-        ]
+        # Every rank of the job (not only this group): replica sets of other groups
+        # (experts, pipeline coordinates) name their ranks by global rank too.
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, local_info(dist.get_rank(), self.device))
+        self.by_global: dict[int, RankInfo] = {i: info for i, info in enumerate(gathered)}
+        self.ranks: list[RankInfo] = [self._info(group, r) for r in range(self.world)]
+        """This data-parallel group's ranks, by their rank in the group."""
         self.refused = refusals(
-            [r.fingerprint for r in self.ranks], [r.deterministic for r in self.ranks]
+            [r.fingerprint for r in gathered], [r.deterministic for r in gathered]
         )
         if self.config.audit_budget <= 0 and self.config.audit_every is None:
             self.refused.setdefault("audit", "audits are off (audit_budget 0)")
@@ -234,6 +237,10 @@ class TrainingGuard:
 
     def _global(self, group_rank: int) -> int:
         return dist.get_global_rank(self.group, group_rank) if self.group else group_rank
+
+    def _info(self, group: dist.ProcessGroup | None, group_rank: int) -> RankInfo:
+        """The identity of ``group_rank`` of ``group`` (None: the default group)."""
+        return self.by_global[dist.get_global_rank(group, group_rank) if group else group_rank]
 
     def _gather(self, table: torch.Tensor) -> list[torch.Tensor]:
         out = [torch.empty_like(table) for _ in range(self.world)]
@@ -364,6 +371,7 @@ class TrainingGuard:
                     outcome,
                     Method.SHADOW_AUDIT,
                     step,
+                    self.group,
                     rank,
                     kind,
                     detail,
@@ -495,7 +503,7 @@ class TrainingGuard:
                 Confirmation.TRANSIENT if kind == "transient-digest" else (Confirmation.PERSISTENT)
             )
             detail = (
-                f"replica consensus after step {step}: {self.ranks[odd].describe()} holds "
+                f"replica consensus after step {step}: {self._info(group, odd).describe()} holds "
                 f"{len(rows)} tensor(s) ({names}) that differ from the "
                 f"{len(verdict.majority_ranks)} other replicas; {why}"
             )
@@ -503,6 +511,7 @@ class TrainingGuard:
                 outcome,
                 Method.REPLICA_CONSENSUS,
                 step,
+                group,
                 odd,
                 confirmation,
                 detail,
@@ -524,16 +533,17 @@ class TrainingGuard:
         outcome: Outcome,
         method: Method,
         step: int,
-        rank: int,
+        group: dist.ProcessGroup | None,
+        group_rank: int,
         confirmation: Confirmation,
         detail: str,
         evidence: Iterable[tuple[str, str]],
     ) -> None:
-        info = self.ranks[rank]
+        info = self._info(group, group_rank)
         detection = Detection(
             method=method,
             step=step,
-            rank=rank,
+            rank=info.rank,
             confirmation=confirmation,
             detail=detail,
             node=info.node,
@@ -553,10 +563,11 @@ class TrainingGuard:
             return
         if confirmation == Confirmation.TRANSIENT and not self.config.report_transient:
             return
-        # One rank reports: the lowest one not blamed in this outcome.
+        # One rank of the group that judged reports: the lowest one not blamed.
+        members = [self._info(group, r).rank for r in range(dist.get_world_size(group))]
         blamed = {d.rank for d in outcome.detections}
-        reporter_rank = min((r for r in range(self.world) if r not in blamed), default=None)
-        if reporter_rank == self.rank:
+        reporter = min((r for r in members if r not in blamed), default=None)
+        if reporter == dist.get_rank():
             try:
                 self.reporter.report(detection)
             except Exception as exc:  # a failed report must never stop training

@@ -109,20 +109,6 @@ def _detection(node: str, ns: str, job: str, step: int) -> Detection:
     )
 
 
-@pytest.fixture
-def served(api_client: client.ApiClient, crds: None) -> None:
-    custom = client.CustomObjectsApi(api_client)
-
-    def ok() -> bool:
-        try:
-            custom.list_cluster_custom_object(GROUP, VERSION, "sdcreports", limit=1)
-        except ApiException:
-            return False
-        return True
-
-    wait_for(ok, 30, "the SDCReport CRD to be served")
-
-
 def test_report_marks_the_node_suspect_and_the_probe_confirms(
     api_client: client.ApiClient,
     operator: Any,

@@ -70,6 +70,13 @@ NODES = {
     2: {"NODE_NAME": "gpu-c", "POD_NAME": "train-2"},
 }
 THREE += [
+    Trial(
+        "head-set",
+        steps=6,
+        fault={**one_shot("param", 3), "rate": 0.2},
+        head_replica_set=True,
+        config={**CONSENSUS_ONLY, "repair_replicas": False},
+    ),
     Trial("budget", steps=40, env=NODES, config={"audit_budget": 0.05}),
     Trial(
         "budget-watched",
@@ -189,3 +196,12 @@ def test_a_node_reported_before_is_audited_more_often(three) -> None:
     watched = three["budget-watched"][0]["audits"]
     assert plain >= 1
     assert watched >= 2 * plain, (plain, watched)
+
+
+def test_an_extra_replica_set_is_checked_in_its_own_group(three) -> None:
+    found = same_on_every_rank(three["head-set"], "detections")
+    # Not repaired, so both sets see rank 1's corrupted output layer.
+    assert {(d["replica_set"], d["rank"]) for d in found} == {
+        ("data-parallel", 1),
+        ("head", 1),
+    }
