@@ -9,7 +9,7 @@ and any single flipped bit changes the first sum (a flip of bit ``b`` adds
 two words that swap places.
 
 Nothing is copied to the host: words are viewed as integers on the device and
-summed there, in chunks so the temporary integer copy stays small. Only the
+summed there, in chunks so the temporary integer copies stay small. Only the
 ``[n, 2]`` int64 result is exchanged between ranks.
 """
 
@@ -19,10 +19,19 @@ from collections.abc import Sequence
 
 import torch
 
-#: Golden-ratio multiplier (as a signed int64) and an odd offset for the position weights.
-_MULT = -7046029254386353131  # 0x9E3779B97F4A7C15
-_OFFSET = 0x2545F4914F6CDD1D
-#: Words per chunk: bounds the temporary int64 copy (32 MiB of words, 64 MiB of weights).
+#: Position weights are ``2 * pos * _MULT + 1``: odd for every position, and a chunk's
+#: weights are the first chunk's plus a constant, so they are computed once per device.
+_MULT = 0x9E3779B97F4A7C15  # the golden ratio in 64 bits
+
+
+def _wrap(value: int) -> int:
+    """``value`` modulo 2^64 as a signed int64 (what tensor arithmetic wraps to)."""
+    return ((value + (1 << 63)) % (1 << 64)) - (1 << 63)
+
+
+_STEP = _wrap(2 * _MULT)
+#: Words per chunk: bounds the temporary int64 copies (32 MiB each); the position
+#: weights of one chunk are cached per device.
 CHUNK = 1 << 22
 
 _WORD_VIEW: dict[int, torch.dtype] = {
@@ -49,18 +58,49 @@ def _words(tensor: torch.Tensor) -> torch.Tensor:
     return flat.view(view)
 
 
+_BASE: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def _to_int32(values: torch.Tensor) -> torch.Tensor:
+    """int64 values modulo 2^32 as int32 (exact conversion of the wrapped value)."""
+    return (((values + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)).to(torch.int32)
+
+
+def _base_weights(device: torch.device, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """``2 * i * _MULT + 1`` for ``i < n`` in ``dtype``'s wrapping arithmetic (cached per
+    device, grown as needed)."""
+    key = (device, dtype)
+    base = _BASE.get(key)
+    if base is None or base.numel() < n:
+        wide = torch.arange(max(n, 1024), dtype=torch.int64, device=device) * _STEP + 1
+        base = wide if dtype == torch.int64 else _to_int32(wide)
+        _BASE[key] = base
+    return base[:n]
+
+
 def tensor_digest(tensor: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
-    """``[2]`` int64 digest of ``tensor`` on its device: (sum of words, weighted sum)."""
+    """``[2]`` int64 digest of ``tensor`` on its device: (sum of words, weighted sum).
+
+    Words of 4 bytes or fewer are weighted in wrapping 32-bit arithmetic (an odd
+    weight is invertible modulo 2^32, so a changed word always changes its product)
+    and summed exactly in 64 bits, one chunk at a time.
+    """
     words = _words(tensor)
+    if words.element_size() < 4:
+        words = words.to(torch.int32)
     n = words.numel()
     acc = torch.zeros(2, dtype=torch.int64, device=words.device)
     for start in range(0, n, chunk):
-        w = words[start : start + chunk].to(torch.int64)
-        pos = torch.arange(start, start + w.numel(), dtype=torch.int64, device=w.device)
-        weight = pos * _MULT + _OFFSET
-        weight = weight | 1
-        acc[0] += w.sum()
-        acc[1] += (w * weight).sum()
+        w = words[start : start + chunk]
+        weight = _base_weights(w.device, w.numel(), w.dtype)
+        if start:
+            offset = _wrap(start * _STEP)
+            if w.dtype == torch.int32:
+                offset = ((offset + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+            weight = weight + offset
+        # Widening first is much faster than sum(dtype=int64) on CPU kernels.
+        acc[0] += w.to(torch.int64).sum()
+        acc[1] += (w * weight).to(torch.int64).sum()
     # Shape and dtype are part of what replicas must agree on.
     acc[1] += n * 31 + len(str(tensor.dtype))
     return acc

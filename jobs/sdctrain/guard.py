@@ -221,6 +221,8 @@ class TrainingGuard:
         self._last_step_end: float | None = None
         self._audit_seconds = 0.0
         self.audits = 0
+        self.consensus_seconds = 0.0
+        self.consensus_checks = 0
 
     # Tensors ---------------------------------------------------------------
 
@@ -454,8 +456,11 @@ class TrainingGuard:
         outcome = outcome or Outcome(step=self.step_count)
         if "consensus" in self.refused:
             return outcome
+        start = time.perf_counter()
         for replica_set in self.replica_sets:
             self._consensus(replica_set, outcome)
+        self.consensus_seconds += time.perf_counter() - start
+        self.consensus_checks += 1
         return outcome
 
     def _consensus(self, rs: ReplicaSet, outcome: Outcome) -> None:

@@ -31,6 +31,6 @@ def test_bench_writes_results(tmp_path: Path) -> None:
     assert sites == {"forward", "backward", "optimizer", "weights at rest", "healthy"}
     healthy = [r for r in doc["detection"] if r["site"] == "healthy"]
     assert all(r["detected"] == 0 for r in healthy)  # no false alarm on healthy runs
-    assert [r["budget"] for r in doc["overhead"]] == [0.01, 0.02, 0.05]
+    assert [r["budget"] for r in doc["overhead"]] == [0.0, 0.01, 0.02, 0.05]
     assert "| audit budget |" in (tmp_path / "training.md").read_text()
     assert (tmp_path / "training.png").stat().st_size > 10_000
