@@ -14,13 +14,13 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv binaries checkov crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe cluster-up cluster-down clean
+.PHONY: help venv binaries checkov crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - simulated fleet through the full lifecycle on a local control plane"
 	@echo "make test    - lint, type check, unit, cluster and end-to-end tests"
 	@echo "make crds    - regenerate crds/ and the chart's copy from the pydantic models"
-	@echo "make bench-detection | bench-scale | bench-probe - benchmarks (results in bench/results)"
+	@echo "make bench-detection | bench-scale | bench-probe | bench-training - benchmarks (results in bench/results)"
 
 venv: $(VENV)/.complete
 
@@ -51,7 +51,7 @@ lint: venv
 	$(PY) -m ruff format --check operator jobs tests bench
 
 typecheck: venv
-	$(PY) -m mypy operator/sdcguard jobs/sdcprobe
+	$(PY) -m mypy operator/sdcguard jobs/sdcprobe jobs/sdctrain bench/training
 
 unit: venv checkov
 	$(PY) -m pytest -q -m "not cluster and not e2e" tests
@@ -82,6 +82,9 @@ bench-scale: venv binaries
 
 bench-probe: venv
 	$(PY) -m bench.probe.run
+
+bench-training: venv
+	$(PY) -m bench.training.run
 
 clean:
 	rm -rf .mypy_cache .ruff_cache .pytest_cache

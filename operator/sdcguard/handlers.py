@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 import structlog
 
-from sdcguard.adapters import observe, ticket_sinks
+from sdcguard.adapters import observe, reports, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
 from sdcguard.api import SDCTestPhase
@@ -501,3 +501,11 @@ def announce_ticket(body: kopf.Body, **_: Any) -> None:
     happened, and the retry is this timer's next tick.
     """
     ticket_sinks.announce(dict(body), RT.reconciler.writer, RT.metrics, _now())
+
+
+@kopf.on.event(GROUP, VERSION, "sdcreports")
+async def report_seen(type: str, body: kopf.Body, **_: Any) -> None:
+    """A training job's SDCReport: admitted once (status written), remembered after."""
+    if type != "DELETED":
+        admission = reports.admission_for(RT.reconciler.writer)
+        await asyncio.to_thread(admission.handle, dict(body), _now())

@@ -139,6 +139,8 @@ ALLOWED = [
     ("create", "sdcbaselines.sdcguard.dev", ""),
     ("patch", "repairtickets.sdcguard.dev", ""),
     ("watch", "repairtickets.sdcguard.dev", ""),
+    ("watch", "sdcreports.sdcguard.dev", "*"),
+    ("patch", "sdcreports.sdcguard.dev/status", "team-a"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("watch", "namespaces", ""),
 ]
@@ -179,6 +181,8 @@ DENIED = [
     ("patch", "kopfpeerings.kopf.dev", "{ns}"),
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),
     ("impersonate", "serviceaccounts", "*"),
+    ("create", "sdcreports.sdcguard.dev", "team-a"),
+    ("delete", "sdcreports.sdcguard.dev", "team-a"),
 ]
 
 

@@ -119,7 +119,7 @@ def test_every_rule_names_its_field(resource: Resource) -> None:
 def test_names_columns_and_category(resource: Resource) -> None:
     crd = crd_manifest(resource)
     names = crd["spec"]["names"]
-    assert crd["spec"]["scope"] == "Cluster"
+    assert crd["spec"]["scope"] == ("Namespaced" if resource.kind == "SDCReport" else "Cluster")
     assert names["categories"] == ["sdcguard"]
     assert names["shortNames"] == list(resource.short_names)
     version = crd["spec"]["versions"][0]
@@ -138,7 +138,7 @@ def test_names_columns_and_category(resource: Resource) -> None:
 
 def test_short_names_and_columns_tell_the_story() -> None:
     by_kind = {r.kind: r for r in RESOURCES}
-    assert {r.short_names[0] for r in RESOURCES} == {"sdcp", "sdct", "rt", "sdcb"}
+    assert {r.short_names[0] for r in RESOURCES} == {"sdcp", "sdct", "rt", "sdcb", "sdcr"}
 
     def visible(kind: str) -> list[str]:
         return [c.name for c in by_kind[kind].columns if c.priority == 0]

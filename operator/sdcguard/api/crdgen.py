@@ -227,7 +227,7 @@ def crd_manifest(resource: Resource) -> dict[str, Any]:
         },
         "spec": {
             "group": GROUP,
-            "scope": "Cluster",
+            "scope": resource.scope,
             "names": {
                 "kind": resource.kind,
                 "listKind": f"{resource.kind}List",

@@ -1,4 +1,4 @@
-"""The four resources: names, printer columns, and body conversion."""
+"""The resources: names, scopes, printer columns, and body conversion."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from sdcguard.api.baseline import SDCBaseline, SDCBaselineSpec, SDCBaselineStatus
 from sdcguard.api.common import API_VERSION, GROUP, ApiModel
 from sdcguard.api.policy import SDCPolicy, SDCPolicySpec, SDCPolicyStatus
+from sdcguard.api.report import SDCReport, SDCReportSpec, SDCReportStatus
 from sdcguard.api.sdctest import SDCTest, SDCTestSpec, SDCTestStatus
 from sdcguard.api.ticket import RepairTicket, RepairTicketSpec, RepairTicketStatus
 
@@ -40,6 +41,7 @@ class Resource:
     spec: type[ApiModel]
     status: type[ApiModel]
     columns: tuple[PrinterColumn, ...]
+    scope: str = "Cluster"
 
     @property
     def singular(self) -> str:
@@ -119,10 +121,29 @@ BASELINE = Resource(
         AGE,
     ),
 )
-RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE)
+REPORT = Resource(
+    kind="SDCReport",
+    plural="sdcreports",
+    short_names=("sdcr",),
+    model=SDCReport,
+    spec=SDCReportSpec,
+    status=SDCReportStatus,
+    columns=(
+        PrinterColumn("Node", ".spec.nodeName"),
+        PrinterColumn("Method", ".spec.method"),
+        PrinterColumn("Confirmation", ".spec.confirmation"),
+        PrinterColumn("Step", ".spec.step", "integer", priority=1),
+        PrinterColumn("Job", ".spec.jobName", priority=1),
+        PrinterColumn("Phase", ".status.phase"),
+        PrinterColumn("Reason", ".status.reason"),
+        AGE,
+    ),
+    scope="Namespaced",
+)
+RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE, REPORT)
 _BY_KIND = {r.kind: r for r in RESOURCES}
 
-Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline
+Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport
 
 
 def to_body(model: ApiModel) -> dict[str, Any]:
@@ -144,5 +165,5 @@ def from_body(body: Mapping[str, Any]) -> Body:
             f"unknown kind {body.get('kind')!r}; expected one of {', '.join(sorted(_BY_KIND))}"
         )
     parsed = resource.model.model_validate(body)
-    assert isinstance(parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline)
+    assert isinstance(parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport)
     return parsed

@@ -613,9 +613,36 @@ def history_entries(
     tests: Iterable[Mapping[str, Any]],
     tickets: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
+    reports: Iterable[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """One time-ordered list of what happened to a node (oldest first)."""
     entries: list[dict[str, Any]] = []
+    for report in reports:
+        spec, st = report.get("spec") or {}, report.get("status") or {}
+        meta = _meta(report)
+        detail = (
+            f"{spec.get('method')} at step {spec.get('step')} "
+            f"({spec.get('confirmation', 'Unconfirmed')})"
+        )
+        if spec.get("gpuUUID"):
+            detail += f" on GPU {spec['gpuUUID']}"
+        detail += f", job {spec.get('jobName') or spec.get('podName')}: "
+        detail += f"{st.get('phase', 'Pending')}"
+        if st.get("reason"):
+            detail += f" [{st['reason']}]"
+        entries.append(
+            {
+                "time": format_time(
+                    parse_time(spec.get("observedAt")) or parse_time(meta.get("creationTimestamp"))
+                ),
+                "kind": "SDCReport",
+                "name": f"{meta.get('namespace')}/{meta.get('name')}",
+                "detail": detail,
+                "phase": st.get("phase"),
+                "gpuUUID": spec.get("gpuUUID"),
+                "method": spec.get("method"),
+            }
+        )
     for test in tests:
         spec, st = test.get("spec") or {}, test.get("status") or {}
         created = parse_time(_meta(test).get("creationTimestamp"))
@@ -711,7 +738,13 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         for t in list_custom(conn, PLURAL_TICKETS)
         if (t.get("spec") or {}).get("nodeName") == node_name
     ]
-    if node is None and not tests and not tickets:
+    # Training jobs' reports live in their namespaces; they outlive the Events.
+    try:
+        all_reports = list_custom(conn, "sdcreports")
+    except CliError:  # no SDCReport CRD yet, or no right to list reports: history without
+        all_reports = []
+    reports = [r for r in all_reports if (r.get("spec") or {}).get("nodeName") == node_name]
+    if node is None and not tests and not tickets and not reports:
         raise CliError(f"node {node_name} not found; list nodes with kubectl get nodes")
     names = {("Node", node_name)}
     names |= {("SDCTest", _name(t)) for t in tests}
@@ -738,7 +771,7 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         )
         in names - {("Node", node_name)}
     ]
-    entries = history_entries(tests, tickets, [*node_events, *object_events])
+    entries = history_entries(tests, tickets, [*node_events, *object_events], reports)
     if limit is not None:
         if limit < 1:
             raise CliError(f"--limit {limit}: give 1 or more, or leave it out to see everything")

@@ -1,0 +1,191 @@
+"""SDCReports from training jobs: read the Pod, decide, mark the node, answer.
+
+For each new report: read the Pod it names, let :func:`sdcguard.domain.reports.admit_report`
+decide, then (in this order) set ``sdcguard.dev/suspect`` on the Node (accepted
+only; the lifecycle does the rest), write the report's status (phase, reason,
+an ``Accepted`` condition) and post an Event on the Node. Accepted reports are
+remembered for the rate limits; after a restart they are rebuilt from the
+statuses the watch lists again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from sdcguard.adapters.kube import GROUP, VERSION, KubeWriter
+from sdcguard.api.common import set_condition
+from sdcguard.api.report import ReportPhase, SDCReport, SDCReportStatus
+from sdcguard.api.resources import to_body
+from sdcguard.domain import keys
+from sdcguard.domain.reports import (
+    AcceptedReport,
+    PodFacts,
+    ReportDecision,
+    ReportFacts,
+    ReportLimits,
+    admit_report,
+)
+
+PLURAL = "sdcreports"
+JOB_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+log = structlog.get_logger("sdcguard.reports")
+
+
+def report_facts(report: SDCReport) -> ReportFacts:
+    """The decision's view of a parsed report."""
+    spec = report.spec
+    return ReportFacts(
+        namespace=str(getattr(report.metadata, "namespace", "") or ""),
+        name=report.metadata.name,
+        node_name=spec.node_name,
+        pod_name=spec.pod_name,
+        job_name=spec.job_name,
+        method=str(spec.method),
+        confirmation=str(spec.confirmation),
+        step=spec.step,
+        gpu_uuid=spec.gpu_uuid,
+    )
+
+
+def pod_facts(body: Mapping[str, Any]) -> PodFacts:
+    """The decision's view of a Pod read from the API server (a plain dict)."""
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    job = next((labels[k] for k in JOB_LABELS if labels.get(k)), None)
+    return PodFacts(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        node_name=(body.get("spec") or {}).get("nodeName") or None,
+        job_name=job,
+    )
+
+
+class ReportAdmission:
+    """Admits SDCReports one at a time (the rate limits need a serial view)."""
+
+    def __init__(self, writer: KubeWriter, limits: ReportLimits | None = None) -> None:
+        self.writer = writer
+        self.limits = limits or ReportLimits()
+        self.accepted: dict[str, AcceptedReport] = {}
+        self._lock = threading.Lock()
+
+    def handle(self, body: Mapping[str, Any], now: dt.datetime) -> ReportDecision | None:
+        """Decide a report without a status; remember one already accepted."""
+        meta = body.get("metadata") or {}
+        where = f"{meta.get('namespace')}/{meta.get('name')}"
+        try:
+            report = SDCReport.model_validate(body)
+        except ValidationError as exc:
+            # The API server enforces the schema; this is an older or hand-made object.
+            log.warning("report not readable", report=where, error=str(exc)[:300])
+            return None
+        facts = report_facts(report)
+        status = report.status
+        if status is not None and status.phase is not None:
+            if status.phase == ReportPhase.ACCEPTED and status.reason == "Accepted":
+                with self._lock:
+                    self._remember(facts, status.decided_at or now)
+            return None
+        pod = self._read_pod(facts.namespace, facts.pod_name)
+        with self._lock:
+            self._forget_before(now)
+            decision = admit_report(facts, pod, self.accepted.values(), self.limits, now)
+            if decision.accepted and decision.suspect_annotation is not None:
+                self._remember(facts, now)
+        self._act(report, facts, decision, now)
+        return decision
+
+    def _remember(self, facts: ReportFacts, when: dt.datetime) -> None:
+        self.accepted[f"{facts.namespace}/{facts.name}"] = AcceptedReport(
+            namespace=facts.namespace,
+            name=facts.name,
+            job_key=facts.job_key,
+            node_name=facts.node_name,
+            accepted_at=when,
+        )
+
+    def _forget_before(self, now: dt.datetime) -> None:
+        horizon = max(self.limits.window, self.limits.node_window)
+        for key in [k for k, a in self.accepted.items() if now - a.accepted_at >= horizon]:
+            del self.accepted[key]
+
+    def _read_pod(self, namespace: str, name: str) -> PodFacts | None:
+        # A LIST by name: the operator may list Pods cluster-wide but not get them.
+        pods = self.writer.core.list_namespaced_pod(
+            namespace, field_selector=f"metadata.name={name}"
+        )
+        items = pods.items or []
+        if not items:
+            return None
+        body = self.writer.api.sanitize_for_serialization(items[0])  # type: ignore[no-untyped-call]
+        return pod_facts(body)
+
+    def _act(
+        self, report: SDCReport, facts: ReportFacts, decision: ReportDecision, now: dt.datetime
+    ) -> None:
+        if decision.suspect_annotation is not None:
+            self.writer.patch_node(
+                facts.node_name,
+                {"metadata": {"annotations": {keys.REQUEST_SUSPECT: decision.suspect_annotation}}},
+            )
+        previous = report.status.conditions if report.status else []
+        status = SDCReportStatus(
+            phase=ReportPhase.ACCEPTED if decision.accepted else ReportPhase.REFUSED,
+            reason=decision.reason,
+            message=decision.message,
+            decided_at=now,
+            conditions=set_condition(
+                list(previous),
+                "Accepted",
+                "True" if decision.accepted else "False",
+                decision.reason,
+                decision.message,
+                now,
+            ),
+        )
+        self._write_status(facts, to_body(status))
+        log.info(
+            "report decided",
+            report=f"{facts.namespace}/{facts.name}",
+            node=facts.node_name,
+            accepted=decision.accepted,
+            reason=decision.reason,
+        )
+        if decision.accepted:
+            self.writer.event(
+                kind="Node",
+                name=facts.node_name,
+                uid=None,
+                reason="SDCReported",
+                message=f"SDCReport {facts.namespace}/{facts.name}: {decision.message}",
+                now=now,
+                warning=True,
+            )
+
+    def _write_status(self, facts: ReportFacts, status: dict[str, Any]) -> None:
+        self.writer.metrics.api_writes.labels(kind=f"{PLURAL}-status").inc()
+        if self.writer.dry_run:
+            log.info("dry-run: skipped write", kind=f"{PLURAL}-status")
+            return
+        try:
+            self.writer.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, facts.namespace, PLURAL, facts.name, {"status": status}
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nobody left to tell
+                raise
+
+
+_SHARED: dict[int, ReportAdmission] = {}
+
+
+def admission_for(writer: KubeWriter) -> ReportAdmission:
+    """The one ReportAdmission of this operator process (per writer)."""
+    return _SHARED.setdefault(id(writer), ReportAdmission(writer))

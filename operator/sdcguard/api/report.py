@@ -1,0 +1,128 @@
+"""SDCReport: a training job's report that a GPU on a node computed wrongly.
+
+Namespaced: a job's own ServiceAccount creates it in the job's namespace (it needs
+no right on Nodes). The operator checks it (did the named Pod run on that node?),
+rate-limits it, and turns an accepted report into the node's Suspect state, so
+the probe screens the node when it is next idle. A report alone never
+quarantines a node: only a probe's confirmation does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from sdcguard.api.common import (
+    CONDITIONS_LIST,
+    ApiModel,
+    Condition,
+    NodeName,
+    ObjectMeta,
+    cel,
+    cel_rules,
+)
+
+#: Caps that keep every report a small object (the schema refuses anything larger).
+MAX_EVIDENCE_ITEMS = 16
+MAX_EVIDENCE_VALUE = 256
+MAX_DETAIL = 1024
+
+EvidenceKey = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", min_length=1, max_length=63)
+]
+
+
+class ReportMethod(StrEnum):
+    """How the job found it."""
+
+    SHADOW_AUDIT = "ShadowAudit"
+    REPLICA_CONSENSUS = "ReplicaConsensus"
+    MEGATRON_RERUN = "MegatronRerun"
+
+
+class ReportConfirmation(StrEnum):
+    """What the job's own re-runs said: Transient (not reproduced on the same GPU),
+    Persistent (reproduced there, other GPUs disagree) or Unconfirmed."""
+
+    TRANSIENT = "Transient"
+    PERSISTENT = "Persistent"
+    UNCONFIRMED = "Unconfirmed"
+
+
+class ReportPhase(StrEnum):
+    """Accepted: the node was marked Suspect (or already was). Refused: see the reason."""
+
+    ACCEPTED = "Accepted"
+    REFUSED = "Refused"
+
+
+class EvidenceItem(ApiModel):
+    """One named piece of evidence (digests, tensor names, ranks)."""
+
+    name: EvidenceKey
+    """What it is, e.g. tensors, auditor, digestOriginal."""
+    value: Annotated[str, StringConstraints(max_length=MAX_EVIDENCE_VALUE)]
+    """Its value, at most 256 characters."""
+
+
+class SDCReportSpec(ApiModel):
+    """What the job saw, on which node and GPU. Immutable once created."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(cel("self == oldSelf", "spec is immutable"))
+    )
+
+    node_name: NodeName
+    """The node whose GPU computed wrongly (the accused rank's spec.nodeName)."""
+    pod_name: NodeName
+    """The Pod of the accused rank, in this namespace; it must run on nodeName."""
+    job_name: NodeName | None = None
+    """The Job the Pod belongs to (its batch.kubernetes.io/job-name label), if any."""
+    gpu_uuid: Annotated[str, StringConstraints(max_length=128)] | None = Field(
+        default=None, alias="gpuUUID"
+    )
+    """The accelerator's UUID, when the runtime tells it."""
+    rank: int | None = Field(default=None, ge=0, le=1_000_000)
+    """The accused rank in its data-parallel group."""
+    step: int = Field(ge=0)
+    """The training step of the detection."""
+    method: ReportMethod
+    """ShadowAudit, ReplicaConsensus or MegatronRerun."""
+    confirmation: ReportConfirmation = ReportConfirmation.UNCONFIRMED
+    """Transient, Persistent or Unconfirmed."""
+    detail: Annotated[str, StringConstraints(max_length=MAX_DETAIL)] = ""
+    """What happened, for people (at most 1024 characters)."""
+    evidence: list[EvidenceItem] = Field(default_factory=list, max_length=MAX_EVIDENCE_ITEMS)
+    """At most 16 named values."""
+    observed_at: dt.datetime | None = None
+    """When the job saw it."""
+
+
+class SDCReportStatus(ApiModel):
+    """The operator's answer."""
+
+    phase: ReportPhase | None = None
+    """Accepted or Refused; empty until the operator has looked."""
+    reason: Annotated[str, StringConstraints(max_length=64)] | None = None
+    """One CamelCase word, e.g. Accepted, NodeMismatch, JobRateLimited."""
+    message: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    """Why, for people."""
+    decided_at: dt.datetime | None = None
+    """When the operator decided."""
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=4, json_schema_extra=CONDITIONS_LIST
+    )
+    """Accepted: True with reason Accepted or AlreadySuspected, False with the refusal."""
+
+
+class SDCReport(ApiModel):
+    """SDCReport: a training job says a GPU on a node computed wrongly."""
+
+    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    kind: Literal["SDCReport"] = "SDCReport"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SDCReportSpec
+    status: SDCReportStatus | None = None

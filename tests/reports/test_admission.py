@@ -1,0 +1,154 @@
+"""The pure admission rules for SDCReports (sdcguard.domain.reports)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pydantic import ValidationError
+
+from sdcguard.api.report import SDCReport
+from sdcguard.domain.reports import (
+    AcceptedReport,
+    PodFacts,
+    ReportFacts,
+    ReportLimits,
+    admit_report,
+)
+
+NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+LIMITS = ReportLimits()
+
+
+def report(name: str = "r1", node: str = "gpu-1", job: str | None = "llm", **kw: object):
+    base: dict[str, object] = {
+        "namespace": "team-a",
+        "name": name,
+        "node_name": node,
+        "pod_name": "llm-0",
+        "job_name": job,
+        "method": "ShadowAudit",
+        "confirmation": "Persistent",
+        "step": 120,
+        "gpu_uuid": "GPU-9",
+    }
+    base.update(kw)
+    return ReportFacts(**base)  # type: ignore[arg-type]
+
+
+POD = PodFacts(namespace="team-a", name="llm-0", node_name="gpu-1", job_name="llm")
+
+
+def accepted(name: str, node: str, ago_min: float, job: str = "team-a/llm", ns: str = "team-a"):
+    return AcceptedReport(ns, name, job, node, NOW - dt.timedelta(minutes=ago_min))
+
+
+def test_a_report_from_the_pod_on_that_node_marks_it_suspect() -> None:
+    d = admit_report(report(), POD, [], LIMITS, NOW)
+    assert d.accepted and d.reason == "Accepted"
+    assert d.suspect_annotation == (
+        "SDCReport team-a/r1: ShadowAudit at step 120 on GPU GPU-9 (persistent)"
+    )
+    assert "quarantined only if the probe confirms" in d.message
+
+
+@pytest.mark.parametrize(
+    ("pod", "reason", "words"),
+    [
+        (None, "PodNotFound", "does not exist"),
+        (PodFacts("team-a", "llm-0", "gpu-2", "llm"), "NodeMismatch", "runs on node gpu-2"),
+        (PodFacts("team-a", "llm-0", None, "llm"), "NodeMismatch", "is not scheduled"),
+        (PodFacts("team-a", "llm-0", "gpu-1", "other"), "JobMismatch", "belongs to job other"),
+    ],
+)
+def test_reports_the_pod_does_not_back_are_refused(pod, reason, words) -> None:
+    d = admit_report(report(), pod, [], LIMITS, NOW)
+    assert not d.accepted and d.reason == reason and words in d.message
+    assert d.suspect_annotation is None
+
+
+def test_a_flood_from_one_job_is_capped() -> None:
+    prior = [accepted(f"p{i}", "gpu-1", 20 + i) for i in range(3)]
+    d = admit_report(report(), POD, prior, LIMITS, NOW)
+    assert (d.accepted, d.reason) == (False, "JobRateLimited")
+    # Outside the window they no longer count.
+    old = [accepted(f"p{i}", "gpu-1", 61 + i) for i in range(3)]
+    assert admit_report(report(), POD, old, LIMITS, NOW).reason == "Accepted"
+
+
+def test_a_job_that_blames_every_node_is_not_believed() -> None:
+    prior = [accepted("a", "gpu-7", 30), accepted("b", "gpu-8", 20)]
+    d = admit_report(report(), POD, prior, LIMITS, NOW)
+    assert (d.accepted, d.reason) == (False, "TooManyNodes")
+    assert "gpu-7, gpu-8" in d.message
+
+
+def test_namespace_flood_is_capped_across_jobs() -> None:
+    prior = [accepted(f"p{i}", f"gpu-{i + 10}", 30, job=f"team-a/j{i}") for i in range(10)]
+    d = admit_report(report(), POD, prior, LIMITS, NOW)
+    assert (d.accepted, d.reason) == (False, "NamespaceRateLimited")
+
+
+def test_a_second_report_about_a_fresh_suspect_is_evidence_only() -> None:
+    prior = [accepted("x", "gpu-1", 3, job="team-b/other", ns="team-b")]
+    d = admit_report(report(), POD, prior, LIMITS, NOW)
+    assert d.accepted and d.reason == "AlreadySuspected" and d.suspect_annotation is None
+    later = [accepted("x", "gpu-1", 11, job="team-b/other", ns="team-b")]
+    assert admit_report(report(), POD, later, LIMITS, NOW).suspect_annotation is not None
+
+
+def test_the_same_report_seen_again_does_not_count_against_itself() -> None:
+    prior = [accepted("r1", "gpu-1", 1)] * 3
+    assert admit_report(report(), POD, prior, LIMITS, NOW).reason == "Accepted"
+
+
+def _body(**spec: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "nodeName": "gpu-1",
+        "podName": "llm-0",
+        "step": 3,
+        "method": "ShadowAudit",
+    }
+    base.update(spec)
+    return {"metadata": {"name": "r", "namespace": "team-a"}, "spec": base}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"detail": "x" * 1025},
+        {"evidence": [{"name": f"k{i}", "value": "v"} for i in range(17)]},
+        {"evidence": [{"name": "k", "value": "v" * 257}]},
+        {"evidence": [{"name": "bad key!", "value": "v"}]},
+        {"method": "Astrology"},
+        {"nodeName": "Not_A_Node"},
+        {"step": -1},
+    ],
+)
+def test_oversized_or_malformed_reports_do_not_validate(spec) -> None:
+    with pytest.raises(ValidationError):
+        SDCReport.model_validate(_body(**spec))
+
+
+def test_history_lists_reports_about_the_node_with_gpu_and_verdict() -> None:
+    from sdcguard.cli.commands import history_entries
+
+    report_obj = {
+        "metadata": {"name": "llm-s7-r1", "namespace": "team-a"},
+        "spec": {
+            "nodeName": "gpu-1",
+            "podName": "llm-1",
+            "jobName": "llm",
+            "gpuUUID": "GPU-9",
+            "method": "ShadowAudit",
+            "confirmation": "Persistent",
+            "step": 7,
+            "observedAt": "2026-03-01T12:00:00Z",
+        },
+        "status": {"phase": "Accepted", "reason": "Accepted"},
+    }
+    (entry,) = history_entries([], [], [], [report_obj])
+    assert entry["kind"] == "SDCReport" and entry["name"] == "team-a/llm-s7-r1"
+    assert entry["detail"] == (
+        "ShadowAudit at step 7 (Persistent) on GPU GPU-9, job llm: Accepted [Accepted]"
+    )

@@ -1,0 +1,175 @@
+"""A training job's report, end to end through the real operator and API server.
+
+The library's reporter creates the SDCReport with the job's own ServiceAccount
+token (the Role from the chart README: create in its namespace, nothing on
+Nodes). The operator checks the Pod's node, marks the node Suspect, and the
+probe decides: here the probe finds SDC, so the node is quarantined. A report
+naming a node the Pod never ran on is refused and changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sdctrain import Confirmation, Detection, Method
+from sdctrain.report import KubeReporter
+from tests.cluster.localcluster import LocalCluster
+from tests.operator.harness import (
+    GROUP,
+    VERSION,
+    ProbeKubelet,
+    create_policy,
+    gpu_nodes,
+    new_case,
+    node_state,
+    read_node,
+    trusted_baseline,
+    wait_for,
+)
+
+ROLE_RULES = [
+    client.V1PolicyRule(api_groups=[GROUP], resources=["sdcreports"], verbs=["create", "get"])
+]
+
+
+def _job_namespace(api: client.ApiClient, ns: str) -> None:
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    core.create_namespaced_service_account(
+        ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="trainer"))
+    )
+    rbac.create_namespaced_role(
+        ns, client.V1Role(metadata=client.V1ObjectMeta(name="reporter"), rules=ROLE_RULES)
+    )
+    rbac.create_namespaced_role_binding(
+        ns,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="reporter"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="reporter"
+            ),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name="trainer", namespace=ns)],
+        ),
+    )
+
+
+def _training_pod(api: client.ApiClient, ns: str, name: str, node: str, job: str) -> None:
+    """A training Pod bound to ``node`` (nobody runs it: the binding is what is checked)."""
+    client.CoreV1Api(api).create_namespaced_pod(
+        ns,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, labels={"batch.kubernetes.io/job-name": job}),
+            spec=client.V1PodSpec(
+                node_name=node,
+                service_account_name="trainer",
+                containers=[client.V1Container(name="train", image="example.invalid/train:1")],
+            ),
+        ),
+    )
+
+
+def _token(api: client.ApiClient, ns: str, path: Path) -> Path:
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    made = client.CoreV1Api(api).create_namespaced_service_account_token("trainer", ns, request)
+    path.write_text(made.status.token)
+    return path
+
+
+def _report(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "sdcreports", name
+    )
+
+
+def _phase(api: client.ApiClient, ns: str, name: str) -> str | None:
+    return (_report(api, ns, name).get("status") or {}).get("phase")
+
+
+def _detection(node: str, ns: str, job: str, step: int) -> Detection:
+    return Detection(
+        method=Method.SHADOW_AUDIT,
+        step=step,
+        rank=1,
+        confirmation=Confirmation.PERSISTENT,
+        detail=f"shadow audit at step {step}: rank 1 computed wrong gradients",
+        node=node,
+        pod="train-1",
+        namespace=ns,
+        job=job,
+        gpu_uuid="GPU-test-1",
+        evidence=(("auditor", "0"), ("tensors", "0.weight")),
+    )
+
+
+def test_report_marks_the_node_suspect_and_the_probe_confirms(
+    api_client: client.ApiClient,
+    operator: Any,
+    cluster: LocalCluster,
+    served: None,
+    tmp_path: Path,
+) -> None:
+    case = new_case()
+    sick, healthy = f"rep-{case}", f"rep-ok-{case}"
+    ns, job = f"team-{case}", f"train-{case}"
+    trusted_baseline(api_client)
+    outcomes = {sick: "pass", healthy: "pass"}
+    with gpu_nodes(api_client, [sick, healthy], case=case), ProbeKubelet(api_client, outcomes):
+        create_policy(api_client, case)
+        for n in (sick, healthy):
+            wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 90, f"{n} qualified")
+        _job_namespace(api_client, ns)
+        try:
+            _training_pod(api_client, ns, "train-1", sick, job)
+            reporter = KubeReporter(
+                cluster.server, _token(api_client, ns, tmp_path / "token"), cluster.ca_file
+            )
+
+            # A report naming a node the Pod never ran on: refused, nothing else happens.
+            forged = reporter.report(_detection(healthy, ns, job, step=5))
+            assert forged is not None
+            wait_for(lambda: _phase(api_client, ns, forged) == "Refused", 30, "the refusal")
+            status = _report(api_client, ns, forged)["status"]
+            assert status["reason"] == "NodeMismatch"
+            assert f"runs on node {sick}, not on {healthy}" in status["message"]
+            assert status["conditions"][0]["type"] == "Accepted"
+            assert status["conditions"][0]["status"] == "False"
+            notes = read_node(api_client, healthy).metadata.annotations or {}
+            assert "sdcguard.dev/suspect" not in notes
+
+            # The job's own token may report, but not touch the node itself.
+            config = client.Configuration()
+            config.host = cluster.server
+            config.ssl_ca_cert = str(cluster.ca_file)
+            config.api_key = {"authorization": "Bearer " + (tmp_path / "token").read_text()}
+            with pytest.raises(ApiException) as denied:
+                client.CoreV1Api(client.ApiClient(config)).patch_node(
+                    sick, {"metadata": {"annotations": {"sdcguard.dev/suspect": "x"}}}
+                )
+            assert denied.value.status == 403
+
+            # The real report: accepted, the node becomes Suspect, the probe finds SDC.
+            outcomes[sick] = "sdc"
+            name = reporter.report(_detection(sick, ns, job, step=7))
+            assert name is not None
+            wait_for(lambda: _phase(api_client, ns, name) == "Accepted", 30, "acceptance")
+            assert _report(api_client, ns, name)["status"]["reason"] == "Accepted"
+            wait_for(lambda: node_state(api_client, sick) == "Quarantined", 120, "quarantine")
+            events = (
+                client.CoreV1Api(api_client)
+                .list_namespaced_event("default", field_selector=f"involvedObject.name={sick}")
+                .items
+            )
+            messages = [e.message for e in events]
+            assert any(f"SDCReport {ns}/{name}" in m for m in messages), messages
+            assert node_state(api_client, healthy) == "Qualified"
+        finally:
+            with contextlib.suppress(ApiException):
+                client.CoreV1Api(api_client).delete_namespace(ns)
