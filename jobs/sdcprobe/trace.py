@@ -123,6 +123,7 @@ class CheckTrace(BaseModel):
     error: str | None = None
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    round_s: float = Field(default=0.0, description="Wall seconds of the last round.")
 
 
 class DeviceFacts(BaseModel):

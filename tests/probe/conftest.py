@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small enough for a quick test, large enough for every check to do real work.
-FAST = ["--budget", "6"]
+FAST = ["--budget", "8"]
 
 
 @dataclass
