@@ -144,6 +144,32 @@ def _expected(
     return block.clone() if materialise else block
 
 
+def _allocate(plan: MemoryPlan, backend: Backend) -> tuple[list[torch.Tensor], MemoryPlan]:
+    """The blocks under test, allocated once; fewer if memory was taken since we looked."""
+    rows, words = plan.rows_per_block, plan.block_bytes // WORD_BYTES // plan.rows_per_block
+    blocks: list[torch.Tensor] = []
+    for _ in range(plan.blocks):
+        try:
+            blocks.append(torch.empty(rows, words, dtype=torch.int32, device=backend.device))
+        except torch.OutOfMemoryError:
+            if not blocks:
+                raise
+            torch.cuda.empty_cache()
+            break
+    if len(blocks) < plan.blocks:
+        plan = replace(plan, blocks=len(blocks), bytes=len(blocks) * plan.block_bytes)
+    return blocks, plan
+
+
+def _fill(block: torch.Tensor, row: torch.Tensor, keys: torch.Tensor | None) -> None:
+    """Write one block of the pattern in place."""
+    view = row.expand(block.shape[0], row.numel())
+    if keys is None:
+        block.copy_(view)
+    else:
+        torch.bitwise_xor(view, keys, out=block)
+
+
 def _count_wrong(block: torch.Tensor, expected: torch.Tensor, backend: Backend) -> torch.Tensor:
     """Number of words that differ, as a device scalar (no host sync)."""
     if backend.name == "xla":
@@ -226,6 +252,9 @@ def run_memory(
     write_s = read_s = 0.0
     rows = plan.rows_per_block
     last_round = 0.0
+    reuse = backend.name != "xla"
+    held: list[torch.Tensor] = []
+    scratch: torch.Tensor | None = None
     for step in range(cfg.rounds):
         r0 = time.perf_counter()
         name = cfg.patterns[step % len(cfg.patterns)]
@@ -236,18 +265,17 @@ def run_memory(
         keys_dev = [k.to(backend.device) if k is not None else None for k in keys]
 
         t0 = time.perf_counter()
-        blocks: list[torch.Tensor] = []
-        for b in range(plan.blocks):
-            try:
+        if reuse:
+            if not held:  # allocated once, rewritten every round
+                held, plan = _allocate(plan, backend)
+            for b, block in enumerate(held):
+                _fill(block, row, keys_dev[b])
+            blocks = held
+        else:  # XLA tensors are immutable: every pattern gets fresh buffers
+            blocks = []
+            for b in range(plan.blocks):
                 blocks.append(_expected(row, keys_dev[b], rows, materialise=True))
-            except torch.OutOfMemoryError:
-                # Something else took memory after we looked: test what we got.
-                if not blocks:
-                    raise
-                plan = replace(plan, blocks=len(blocks), bytes=len(blocks) * plan.block_bytes)
-                torch.cuda.empty_cache()
-                break
-            backend.step_boundary()  # XLA: materialise each block before the next
+                backend.step_boundary()  # XLA: materialise each block before the next
         backend.sync()
         write_s += time.perf_counter() - t0
         if cfg.dwell_s > 0:
@@ -258,8 +286,14 @@ def run_memory(
         t0 = time.perf_counter()
         counts: list[torch.Tensor] = []
         for b, block in enumerate(blocks):
-            counts.append(_count_wrong(block, _expected(row, keys_dev[b], rows), backend))
-            backend.step_boundary()
+            expected = _expected(row, keys_dev[b], rows)
+            if reuse:
+                if scratch is None:
+                    scratch = torch.empty_like(block)
+                counts.append(torch.count_nonzero(torch.bitwise_xor(block, expected, out=scratch)))
+            else:
+                counts.append(_count_wrong(block, expected, backend))
+                backend.step_boundary()
         wrong = backend.to_host(torch.stack(counts)).tolist()
         read_s += time.perf_counter() - t0
 
@@ -286,6 +320,7 @@ def run_memory(
         steps.append({name: digest.hexdigest()[:STEP_DIGEST_CHARS]})
         del blocks
         last_round = time.perf_counter() - r0
+    del held, scratch
     if backend.name == "cuda":
         torch.cuda.empty_cache()  # give the memory back to the checks that follow
 
