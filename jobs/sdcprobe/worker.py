@@ -149,8 +149,8 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
     return report
 
 
-#: Warm-up rounds per check; the last one is timed (the first pays for lazy set-up).
-_WARMUP_ROUNDS = {"compute": 2, "collective": 2, "memory": 2, "golden": 2}
+#: Warm-up rounds per check; those after the first are timed (it pays for lazy set-up).
+_WARMUP_ROUNDS = {"compute": 3, "collective": 3, "memory": 3, "golden": 2}
 
 
 def _warm_up(

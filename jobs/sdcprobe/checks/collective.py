@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from sdcprobe.config import CollectiveConfig
 from sdcprobe.instrument import Instrumentation, tensor_digest
-from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest
+from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
 #: How long a rank waits for its peers before the check is inconclusive.
 TIMEOUT = timedelta(seconds=120)
@@ -104,7 +104,7 @@ def run_collective(
     evidence: list[Evidence] = []
     timings: dict[str, float] = {"allreduce": 0.0, "allgather": 0.0, "broadcast": 0.0}
     nbytes = cfg.elements * 4
-    last_round = 0.0
+    round_times: list[float] = []
     for step in range(cfg.rounds):
         r0 = time.perf_counter()
         ins.set_step(step)
@@ -177,7 +177,7 @@ def run_collective(
             )
         items["broadcast"] = tensor_digest(got)[:STEP_DIGEST_CHARS]
         steps.append(items)
-        last_round = time.perf_counter() - r0
+        round_times.append(time.perf_counter() - r0)
 
     # nccl-tests bus bandwidth: the traffic each link carries, comparable across sizes.
     n = max(world, 1)
@@ -202,5 +202,5 @@ def run_collective(
         metrics=metrics,
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - cpu0,
-        round_s=last_round,
+        round_s=typical_round(round_times),
     )

@@ -17,7 +17,7 @@ from sdcprobe.abft import GemmResidual, abft_residual
 from sdcprobe.backends import Backend
 from sdcprobe.config import ComputeConfig
 from sdcprobe.instrument import Instrumentation, tensor_digest
-from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest
+from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -74,17 +74,20 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
             b = torch.randn(size, size, generator=gen).to(_DTYPES[name]).to(backend.device)
             (a @ b).sum()
             backend.sync()
-            reps, elapsed = 0, 0.0
-            t0 = time.perf_counter()
-            while reps < 3 or (elapsed < 0.02 and reps < 64):
+            reps, elapsed, fastest = 0, 0.0, float("inf")
+            while reps < 5 or (elapsed < 0.05 and reps < 64):
+                t0 = time.perf_counter()
                 out = a @ b
                 backend.step_boundary()
                 backend.sync()
-                reps += 1
-                elapsed = time.perf_counter() - t0
+                took = time.perf_counter() - t0
+                fastest, elapsed, reps = min(fastest, took), elapsed + took, reps + 1
+                if took > _PEAK_GEMM_CAP_S and reps >= 2:
+                    break
             del out
-            best = max(best, 2 * size**3 * reps / elapsed / 1e9)
-            if elapsed / reps > _PEAK_GEMM_CAP_S:
+            # The fastest call: a load spike on a shared machine is not the device's peak.
+            best = max(best, 2 * size**3 / fastest / 1e9)
+            if fastest > _PEAK_GEMM_CAP_S:
                 break
         peaks[name] = best
     return peaks
@@ -108,7 +111,8 @@ def run_compute(
     evidence: list[Evidence] = []
     dtypes = compute_dtypes(cfg, backend)
     gemm_s = dict.fromkeys(dtypes, 0.0)
-    last_round = 0.0
+    fastest = dict.fromkeys(dtypes, float("inf"))
+    round_times: list[float] = []
     for step in range(cfg.rounds):
         r0 = time.perf_counter()
         ins.set_step(step)
@@ -123,7 +127,9 @@ def run_compute(
             again = ins.matmul(a, b, "matmul")
             backend.step_boundary()
             backend.sync()
-            gemm_s[name] += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            gemm_s[name] += took
+            fastest[name] = min(fastest[name], took / 2)
             for out in (first, again):
                 ins.residuals.append(abft_residual(a, b, out, label="matmul", step=step))
             first_digest = tensor_digest(first)
@@ -139,7 +145,7 @@ def run_compute(
                 )
             items[name] = first_digest[:STEP_DIGEST_CHARS]
         steps.append(items)
-        last_round = time.perf_counter() - r0
+        round_times.append(time.perf_counter() - r0)
     residuals = ins.residuals
     for r in residuals:
         if r.detected:
@@ -166,7 +172,13 @@ def run_compute(
         "gemm_busy": round(sum(gemm_s.values()) / wall, 3) if wall > 0 else None,
     }
     if peaks:
-        ratios = {n: g / peaks[n] for n, g in gflops.items() if peaks.get(n)}
+        # Fastest checked GEMM against the fastest microbenchmark GEMM: whether the
+        # shapes reach the device's peak, independent of load spikes in between.
+        ratios = {
+            n: 2 * cfg.sizes[n] ** 3 / fastest[n] / 1e9 / peaks[n]
+            for n in dtypes
+            if peaks.get(n) and fastest[n] < float("inf")
+        }
         metrics["peak_gflops"] = " ".join(f"{n}:{peaks[n]:.4g}" for n in dtypes if n in peaks)
         metrics["peak_ratio"] = " ".join(f"{n}:{r:.3f}" for n, r in ratios.items())
         metrics["peak_ratio_min"] = round(min(ratios.values()), 3) if ratios else None
@@ -178,7 +190,7 @@ def run_compute(
         metrics=metrics,
         wall_s=wall,
         cpu_s=time.process_time() - cpu0,
-        round_s=last_round,
+        round_s=typical_round(round_times),
     )
 
 
