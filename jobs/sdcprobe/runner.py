@@ -44,8 +44,10 @@ from sdcprobe.result import Baseline, ProbeResult, RunPlan
 from sdcprobe.trace import WorkerReport
 from sdcprobe.worker import (
     Calibration,
+    Progress,
     RoundsPlan,
     WorkerPlan,
+    progress_path,
     report_path,
     rounds_path,
     write_atomically,
@@ -67,7 +69,7 @@ DEADLINE_MARGIN_S = 10.0
 ROUND_COST_MARGIN = 1.03
 #: Held back from the budget for what follows the last round: reports, judging,
 #: exit. Seconds, plus a share of the budget.
-TAIL_S, TAIL_SHARE = 0.4, 0.01
+TAIL_S, TAIL_SHARE = 0.6, 0.02
 
 
 @dataclass
@@ -158,6 +160,12 @@ class _Planner:
         self.answer: RoundsPlan | None = None
         self.plan: RunPlan | None = None
         self.round_s: dict[str, float] = {}
+        self.world: int | None = count
+        self.stage = 0  # check boundaries re-planned so far
+        self.rounds: dict[str, int] = {}
+        self.spent: dict[str, float] = {}  # wall seconds of the checks done (slowest device)
+        self.fixed: dict[str, int] = {}
+        self.first_rounds: dict[str, int] = {}
 
     def _calibrations(self) -> list[Calibration] | None:
         found = sorted(Path(self.workdir).glob("calibration-*.json"))
@@ -168,19 +176,74 @@ class _Planner:
         return cals if len(cals) >= world else None
 
     def poll(self) -> None:
-        """Plan once every worker has reported its warm-up (cheap when not yet)."""
-        if self.answer is not None:
+        """Plan once every worker has reported its warm-up, and re-plan at every check
+        boundary once every worker has reached it (cheap when they have not)."""
+        if self.answer is None:
+            cals = self._calibrations()
+            if cals is not None:
+                self.world = len(cals)
+                self.decide(cals)
             return
-        cals = self._calibrations()
-        if cals is None:
+        if self.answer.abort is not None or self.world is None:
             return
-        self.decide(cals)
+        checks = [c for c in CHECK_NAMES if c in self.opts.checks]
+        stage = self.stage + 1
+        if stage >= len(checks):
+            return
+        paths = [progress_path(self.workdir, r, stage) for r in range(self.world)]
+        if not all(p.exists() for p in paths):
+            return
+        progress = [Progress.model_validate_json(p.read_text()) for p in paths]
+        self.replan(stage, checks, progress)
 
     def abort(self, why: str) -> None:
         """Tell workers still waiting for a plan to stop."""
         if self.answer is None:
             self.answer = RoundsPlan(abort=why)
             write_atomically(rounds_path(self.workdir), self.answer.model_dump_json())
+        elif self.answer.abort is None:
+            stop = RoundsPlan(abort=why).model_dump_json()
+            for stage in range(self.stage + 1, len(CHECK_NAMES)):
+                write_atomically(rounds_path(self.workdir, stage), stop)
+
+    def replan(self, stage: int, checks: list[str], progress: list[Progress]) -> None:
+        """After the ``stage``-th check: the rounds of the checks still to run, from the
+        time left and the warm-up costs scaled by how the checks done so far compared
+        with their estimate (a node's load changes; the plan follows it)."""
+        done = checks[stage - 1]
+        self.spent[done] = max(p.wall_s for p in progress)
+        estimated = sum(self.round_s[c] * self.rounds[c] for c in self.spent)
+        factor = sum(self.spent.values()) / estimated if estimated > 0 else 1.0
+        factor = min(max(factor, 0.25), 4.0)
+        rest = checks[stage:]
+        budget = self.opts.budget
+        elapsed = time.perf_counter() - self.started
+        available = budget - elapsed - (TAIL_S + TAIL_SHARE * budget)
+        round_s = {c: self.round_s[c] * factor for c in rest}
+        minimum = self.config.baseline_rounds
+        fixed = {c: n for c, n in self.fixed.items() if c in rest}
+        need = sum(round_s[c] * fixed.get(c, minimum[c]) for c in rest)
+        try:
+            rounds = plan_rounds(round_s, max(available, need), minimum, fixed)
+        except PlanError:  # cannot happen with max(); keep the plan as it was
+            rounds = {c: self.rounds[c] for c in rest}
+        # Running late, every remaining check gives up rounds alike; running early,
+        # the time won goes to the last check only, so an estimate that is wrong
+        # again later cannot starve it below the others.
+        for c in rest[:-1]:
+            rounds[c] = min(rounds[c], max(self.first_rounds[c], fixed.get(c, 0)))
+        spare = available - sum(round_s[c] * rounds[c] for c in rest)
+        last = rest[-1]
+        if last not in fixed and round_s[last] > 0 and spare > round_s[last] * rounds[last]:
+            rounds[last] = int(spare // round_s[last])
+        self.rounds.update(rounds)
+        self.stage = stage
+        write_atomically(
+            rounds_path(self.workdir, stage), RoundsPlan(rounds=rounds).model_dump_json()
+        )
+        self.config = with_rounds(self.config, rounds)
+        if self.plan is not None:
+            self.plan = self.plan.model_copy(update={"rounds": dict(self.rounds)})
 
     def decide(self, cals: list[Calibration]) -> None:
         checks = [c for c in CHECK_NAMES if c in self.opts.checks]
@@ -221,6 +284,9 @@ class _Planner:
             )
             return
         work = sum(round_s[c] * rounds[c] for c in checks)
+        self.fixed = fixed
+        self.rounds = dict(rounds)
+        self.first_rounds = dict(rounds)
         self.answer = RoundsPlan(rounds=rounds)
         write_atomically(rounds_path(self.workdir), self.answer.model_dump_json())
         self.config = with_rounds(self.config, rounds)

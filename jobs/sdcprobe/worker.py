@@ -75,9 +75,25 @@ def calibration_path(workdir: str | Path, rank: int) -> Path:
     return Path(workdir) / f"calibration-{rank}.json"
 
 
-def rounds_path(workdir: str | Path) -> Path:
-    """Where the parent leaves the plan of rounds for every worker."""
-    return Path(workdir) / "rounds.json"
+def rounds_path(workdir: str | Path, stage: int = 0) -> Path:
+    """Where the parent leaves the plan of rounds for every worker: stage 0 after the
+    warm-up, stage i after the i-th check (the rounds of the checks still to run)."""
+    return Path(workdir) / f"rounds-{stage}.json"
+
+
+class Progress(BaseModel):
+    """A worker's word at a check boundary: how long the check it just ran took."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    check: str
+    wall_s: float
+    rounds: int
+
+
+def progress_path(workdir: str | Path, rank: int, stage: int) -> Path:
+    """Where worker ``rank`` reports the end of its ``stage``-th check."""
+    return Path(workdir) / f"progress-{stage}-{rank}.json"
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -121,14 +137,14 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
             calibration = _warm_up(plan, backend, rank, world, peaks)
             calibration.warmup_s = time.perf_counter() - start
             write_atomically(calibration_path(plan.workdir, rank), calibration.model_dump_json())
-            answer = _wait_for_rounds(plan)
+            answer = _wait_for_rounds(plan, 0)
             if answer.abort is not None:
                 report.error = answer.abort
                 report.wall_s = time.perf_counter() - start
                 return report
             config = with_rounds(config, answer.rounds)
         injector = Injector(spec, rank)
-        for check in plan.checks:
+        for stage, check in enumerate(plan.checks, start=1):
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 report.checks[check] = _run_check(
@@ -141,6 +157,20 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
                     wall_s=time.perf_counter() - t0,
                     cpu_s=time.process_time() - c0,
                 )
+            if plan.calibrate and stage < len(plan.checks):
+                # The parent re-plans the checks still to run from the time this took.
+                done = report.checks[check]
+                progress = Progress(
+                    rank=rank, check=check, wall_s=done.wall_s, rounds=len(done.steps)
+                )
+                write_atomically(
+                    progress_path(plan.workdir, rank, stage), progress.model_dump_json()
+                )
+                answer = _wait_for_rounds(plan, stage)
+                if answer.abort is not None:
+                    report.error = answer.abort
+                    break
+                config = with_rounds(config, answer.rounds)
         report.injections = injector.by_site()
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
@@ -183,8 +213,8 @@ def _warm_up(
     return calibration
 
 
-def _wait_for_rounds(plan: WorkerPlan) -> RoundsPlan:
-    path = rounds_path(plan.workdir)
+def _wait_for_rounds(plan: WorkerPlan, stage: int) -> RoundsPlan:
+    path = rounds_path(plan.workdir, stage)
     end = time.monotonic() + plan.plan_timeout_s
     while not path.exists():
         if time.monotonic() > end:
