@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sdcprobe.config import (
@@ -15,7 +17,9 @@ from sdcprobe.config import (
 )
 from sdcprobe.judge import judge, judge_check
 from sdcprobe.result import Baseline, RunPlan, encode_for_termination, parse_result
+from sdcprobe.runner import RunOptions, _Planner
 from sdcprobe.trace import CheckTrace, DeviceFacts, WorkerReport, trace_digest
+from sdcprobe.worker import Calibration, Progress, RoundsPlan
 
 #: Round costs measured on this 2-core machine at the default shapes (bench/probe).
 MEASURED = {"compute": 0.10, "collective": 0.22, "memory": 0.15, "golden": 0.03}
@@ -156,3 +160,48 @@ def test_result_with_plan_fits_the_termination_message() -> None:
     assert len(text.encode()) <= 4096
     back = parse_result(text)
     assert back.plan is not None and back.plan.rounds == plan.rounds and back.seed == 0
+
+
+def _planner(tmp_path: Path, budget: float) -> _Planner:
+    import time
+
+    opts = RunOptions(device="cpu", budget=budget, started=time.perf_counter())
+    planner = _Planner(opts, plan_config(budget, "cpu"), str(tmp_path), 2)
+    cals = [Calibration(rank=r, world=2, round_s=dict(MEASURED)) for r in range(2)]
+    planner.decide(cals)
+    return planner
+
+
+def _progress(check: str, wall_s: float, rounds: int) -> list[Progress]:
+    return [Progress(rank=r, check=check, wall_s=wall_s, rounds=rounds) for r in range(2)]
+
+
+def test_running_late_every_remaining_check_gives_up_rounds_alike(tmp_path: Path) -> None:
+    planner = _planner(tmp_path, 30.0)
+    first = dict(planner.rounds)
+    assert planner.plan is not None and planner.plan.planned_s <= 30.0
+    assert max(first.values()) - min(first.values()) <= 5  # leftovers only
+    checks = list(MEASURED)
+    # compute took twice its estimate: the node got slower.
+    slow = 2 * 1.03 * MEASURED["compute"] * first["compute"]
+    time_passed = slow  # pretend the clock moved by that much
+    planner.started -= time_passed
+    planner.replan(1, checks, _progress("compute", slow, first["compute"]))
+    later = planner.rounds
+    assert later["compute"] == first["compute"]
+    assert all(later[c] < first[c] for c in checks[1:])
+    assert abs(later["collective"] - later["memory"]) <= 1
+    stage = RoundsPlan.model_validate_json((tmp_path / "rounds-1.json").read_text())
+    assert stage.rounds == {c: later[c] for c in checks[1:]}
+
+
+def test_running_early_the_time_won_goes_to_the_last_check(tmp_path: Path) -> None:
+    planner = _planner(tmp_path, 30.0)
+    first = dict(planner.rounds)
+    checks = list(MEASURED)
+    fast = 0.5 * 1.03 * MEASURED["compute"] * first["compute"]
+    planner.started -= fast
+    planner.replan(1, checks, _progress("compute", fast, first["compute"]))
+    later = planner.rounds
+    assert later["collective"] == first["collective"] and later["memory"] == first["memory"]
+    assert later["golden"] > first["golden"]
