@@ -1,7 +1,8 @@
 """The probe end to end, as a Pod runs it: CPU replicas in separate processes.
 
-Every run here uses a small budget (FAST) so the whole file takes well under a
-minute on two cores; the timing of full-size runs lives in bench/probe.
+Every run here uses a small budget (FAST, 8 s; a run fills its budget, so the
+whole file takes about three minutes on two cores); the timing of full-size runs
+lives in bench/probe.
 """
 
 from __future__ import annotations
