@@ -60,11 +60,6 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
     after one untimed call. A dtype whose GEMMs get slow stops early (CPU fp16
     has no fast kernel and is fastest small)."""
     ladder = PEAK_LADDER["xla" if backend.name == "xla" else backend.name]
-    if backend.name == "xla":
-        from sdcprobe.devices import xla_on_host
-
-        if xla_on_host():
-            ladder = (64, 128, 256)
     peaks: dict[str, float] = {}
     for name in compute_dtypes(cfg, backend):
         best = 0.0
