@@ -13,6 +13,9 @@ section of the results). Phases:
    trial of that seed is judged against);
 3. the other profiles, trial i on model seed i.
 
+``make bench-detection`` also runs ``bench/detection/screenings.py`` (intermittent and
+data-dependent faults in every check over repeated screenings; ``--part`` picks one).
+
 ``quick`` (the default of ``make bench-detection``) takes a few minutes on two
 cores; ``full`` (at least 73 trials per profile, 3,000 healthy runs) about an hour
 with ``--jobs 2``. Results: ``bench/results/detection.{json,md,png}``.
@@ -358,8 +361,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profiles", default="", help="comma-separated profile ids (all)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument(
+        "--part",
+        choices=["all", "golden", "screenings"],
+        default="all",
+        help="golden: the golden-model trials; screenings: intermittent and data-dependent "
+        "faults over repeated screenings (bench/detection/screenings.py); all: both",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("PJRT_DEVICE", "CPU")
+    if args.part in ("all", "screenings"):
+        from bench.detection import screenings
+
+        sdoc = screenings.run_screenings(screenings.MODES[args.mode], progress=_print)
+        for path in screenings.write(sdoc, args.out):
+            _print(f"wrote {path}")
+        if args.part == "screenings":
+            return 0
     plan = MODES[args.mode]
     shown = ["--mode", args.mode, "--jobs", str(args.jobs)]
     shown += ["--profiles", args.profiles] if args.profiles else []

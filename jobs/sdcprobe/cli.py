@@ -66,6 +66,34 @@ def _positive_float(text: str) -> float:
     return value
 
 
+#: Seeds are non-negative 31-bit integers (what every device's generators accept alike).
+MAX_SEED = (1 << 31) - 1
+#: Below this no run can start its workers, warm up and run one round of everything.
+MIN_BUDGET_S = 3.0
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer between 0 and {MAX_SEED}, got {text!r}"
+        ) from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SEED}, got {value}")
+    return value
+
+
+def _budget(text: str) -> float:
+    value = _positive_float(text)
+    if value < MIN_BUDGET_S:
+        raise argparse.ArgumentTypeError(
+            f"{value:g}s is too small: starting the device workers, warming up and one "
+            f"round of every check need at least {MIN_BUDGET_S:g}s"
+        )
+    return value
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 0.95:
@@ -89,9 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
             help="CPU replicas (separate processes) standing in for devices (cpu and XLA:CPU)",
         )
         p.add_argument(
-            "--budget", type=_positive_float, default=60.0, help="target wall time in seconds"
+            "--budget",
+            type=_budget,
+            default=60.0,
+            help="wall time in seconds the run plans to fill (and not exceed)",
         )
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument(
+            "--seed",
+            type=_seed,
+            default=0,
+            help=f"seed of every check's data, 0..{MAX_SEED} (baselines are per seed)",
+        )
         p.add_argument("--steps", type=_positive_int, default=None, help="golden training steps")
         p.add_argument(
             "--threads", type=_positive_int, default=1, help="intra-op threads per device worker"
@@ -126,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout", type=_positive_float, default=None, help="hard limit for the workers"
+    )
+    run.add_argument(
+        "--deadline",
+        type=_positive_float,
+        default=None,
+        help="the Job's activeDeadlineSeconds: the budget must fit in it",
     )
 
     base = sub.add_parser("baseline", help="run healthy and print a baseline document")
@@ -215,6 +257,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         memory_fraction=args.memory_fraction,
         memory_mib=args.memory_mib,
         timeout=getattr(args, "timeout", None),
+        deadline=getattr(args, "deadline", None),
     )
 
 
@@ -230,6 +273,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``sdcprobe run``."""
     started = time.perf_counter()
     opts = _options(args)
+    opts.started = started
+    if opts.deadline is not None and opts.budget > opts.deadline:
+        raise UsageError(
+            f"--budget {opts.budget:g}s is larger than the Job's deadline {opts.deadline:g}s: "
+            "the Pod would be killed before the plan is done; lower the budget or raise "
+            "activeDeadlineSeconds"
+        )
     opts.faults = _load_faults(args)
     opts.baseline = _load_baseline(args)
     if opts.faults is not None:
@@ -258,11 +308,14 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         return result.exit_code()
     first = run.reports[min(run.reports)]
     assert first is not None
+    covered = run.config.baseline_rounds
     baseline = Baseline(
         fingerprint=result.fingerprint,
+        seed=run.config.seed,
+        # Check digests cover the rounds every plan runs (baseline_rounds).
         digests={name: check.digest for name, check in result.checks.items() if check.digest},
         step_digests={
-            name: [step_digest(items) for items in trace.steps]
+            name: [step_digest(items) for items in trace.steps[: covered.get(name)]]
             for name, trace in first.checks.items()
         },
     )

@@ -1,9 +1,14 @@
-"""Check parameters, derived deterministically from the time budget.
+"""Check parameters, and the plan of rounds that fills the time budget.
 
-Sizes come from a fixed formula of (budget, backend), never from timing the
-machine: two runs with the same flags must compute the same thing, or their
-digests could not be compared. The parameters' hash is part of the fingerprint.
-Torch-free.
+What a round computes (shapes, dtypes, patterns, the model) comes from a fixed
+formula of (budget, backend, flags), never from timing the machine: two runs
+with the same flags compute the same thing in every round, so their digests
+can be compared, and those parameters' hash is part of the fingerprint. How
+*many* rounds each check runs is measured: the runner times a warm-up round
+of every check on every device and plans rounds to fill the budget
+(:func:`plan_rounds`). Round counts are not in the hash; a baseline digest
+covers the first ``baseline_rounds`` rounds of each check, which every plan
+runs. Torch-free.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sdcprobe.devices import BackendName, xla_on_host
 
 #: Bump when the way digests are computed changes: old baselines stop matching.
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2  # 2: check digests cover the baseline rounds only
 
 #: Every check, in the order a run performs them.
 CHECK_NAMES: tuple[str, ...] = ("compute", "collective", "memory", "golden")
+
+#: Rounds every plan runs, and that a baseline digest covers, per check.
+BASELINE_ROUNDS: dict[str, int] = {"compute": 2, "collective": 2, "memory": 5, "golden": 16}
 
 #: The memory check's patterns, in the order they are written.
 MEMORY_PATTERNS: tuple[str, ...] = (
@@ -75,6 +83,9 @@ class MemoryConfig(BaseModel):
     )
     patterns: tuple[str, ...] = MEMORY_PATTERNS
     dwell_s: float = Field(ge=0.0, description="Seconds each pattern sits before read-back.")
+    rounds: int = Field(
+        default=5, ge=1, description="Rounds; round r writes pattern r mod len(patterns)."
+    )
     listed_flips: int = Field(
         default=16, ge=0, description="How many flips are listed with offset and bit."
     )
@@ -118,14 +129,29 @@ class ProbeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     digest_version: int = DIGEST_VERSION
     seed: int = 0
+    baseline_rounds: dict[str, int] = Field(default_factory=lambda: dict(BASELINE_ROUNDS))
+    golden_steps_fixed: bool = False
     compute: ComputeConfig
     collective: CollectiveConfig
     memory: MemoryConfig
     golden: GoldenConfig
 
     def config_hash(self) -> str:
-        """Short stable hash of the parameters (goes into the fingerprint)."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """Short stable hash of the parameters (goes into the fingerprint).
+
+        Round counts are left out: they are planned from measured costs, and a
+        round's bits do not depend on how many rounds follow it."""
+        doc = self.model_dump(
+            mode="json",
+            exclude={
+                "compute": {"rounds"},
+                "collective": {"rounds"},
+                "memory": {"rounds"},
+                "golden": {"steps"},
+                "golden_steps_fixed": True,
+            },
+        )
+        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -137,55 +163,149 @@ def plan_config(
     memory_fraction: float | None = None,
     memory_mib: int | None = None,
 ) -> ProbeConfig:
-    """Check sizes for a wall-clock ``budget`` in seconds on ``backend``.
+    """What every round of every check computes on ``backend``, for a ``budget`` in seconds.
 
-    On the CPU the split is calibrated for one thread per device worker (see
-    README.md for measured timings); accelerators get larger problems in the
-    same budget. The result depends only on the arguments.
+    Shapes are a fixed function of the backend, chosen so that each check's work
+    runs near the device's peak (the compute GEMMs at sizes whose measured
+    throughput is close to a large GEMM's, collective messages of a size that
+    reaches the link's best bus bandwidth); the result depends only on the
+    arguments, so equal flags compute equal bits and digests stay comparable.
+    How many rounds each check runs is not decided here: the runner measures a
+    round of every check and plans the rounds to fill the budget
+    (:func:`plan_rounds`). The rounds start at the minimum every plan runs
+    (``baseline_rounds``: the rounds a baseline digest covers).
 
     The memory check fills ``memory_fraction`` (default 0.8) of free device
     memory on accelerators, capped by the budget, and a fixed ``memory_mib``
     (default 64) per CPU replica, where filling a share of host RAM would
     endanger the node; an explicit ``memory_mib`` wins everywhere.
     """
-    budget = max(float(budget), 3.0)
+    budget = max(float(budget), 1.0)
     # Seconds left for work after starting workers and importing torch.
     work = max(budget - (3.0 if backend == "cpu" else 20.0), 2.0)
     if backend == "cpu":
-        # Calibrated on one core per device worker (bench/probe): a GEMM round
-        # costs ~7 ms at 128 and ~22 ms at 256, a golden step with its replay
-        # ~40 ms. The run is planned to use ~55% of the budget, leaving headroom
-        # for busy nodes.
-        size = 256 if budget >= 30 else 128
-        # CPU fp16 GEMMs have no fast kernel and run ~30x slower than bf16.
-        sizes = {"float32": size, "bfloat16": size, "float16": 64, "float64": size}
-        rounds = int(min(max(work * 0.15 / (0.022 if size == 256 else 0.007), 2), 512))
-        elements = 1 << 16 if budget < 30 else 1 << 18
-        coll_rounds = 3 if budget < 30 else 5
-        golden_steps = int(min(max(work * 0.4 / 0.04, 8), 1000))
+        # Measured on one core per worker (bench/probe): fp32, bf16 and fp64
+        # GEMMs reach their large-GEMM throughput from 512; CPU fp16 has no fast
+        # kernel and is fastest small (its throughput falls with size).
+        sizes = {"float32": 512, "bfloat16": 512, "float16": 128, "float64": 512}
+        elements = 1 << 20  # 4 MiB messages: gloo on loopback is near its best from here
     else:
-        size = 1024 if backend == "cuda" else 512
-        sizes = {"float32": size, "bfloat16": size, "float16": size}
-        sizes["float64"] = size // 2
-        rounds = int(min(max(work * 0.3 / 0.01, 4), 256))
-        elements = 1 << 24
-        coll_rounds = 5
-        golden_steps = int(min(max(work * 0.5 / 0.05, 20), 1000))
+        size = 4096 if backend == "cuda" else 2048
+        sizes = {"float32": size, "bfloat16": size, "float16": size, "float64": size // 2}
+        elements = 1 << 26  # 256 MiB messages: NVLink / ICI bus bandwidth saturates
     if backend == "xla":
         if xla_on_host():  # PJRT CPU: tests and CI
             sizes = {"float32": 128, "bfloat16": 128, "float16": 64, "float64": 128}
-            rounds, elements, coll_rounds = 2, 1 << 16, 2
-            golden_steps = int(min(max(work * 0.3 / 0.1, 8), 100))
+            elements = 1 << 16
         else:  # TPU and Neuron cores have no fp64 units
             sizes.pop("float64")
-    golden = GoldenConfig(steps=steps if steps is not None else golden_steps, seed=seed)
+    golden_min = min(steps, BASELINE_ROUNDS["golden"]) if steps is not None else None
+    base = dict(BASELINE_ROUNDS)
+    if golden_min is not None:
+        base["golden"] = golden_min
+    golden = GoldenConfig(steps=steps if steps is not None else base["golden"], seed=seed)
     return ProbeConfig(
         seed=seed,
-        compute=ComputeConfig(sizes=sizes, rounds=rounds),
-        collective=CollectiveConfig(elements=elements, rounds=coll_rounds),
-        memory=_plan_memory(budget, work, backend, memory_fraction, memory_mib),
+        baseline_rounds=base,
+        golden_steps_fixed=steps is not None,
+        compute=ComputeConfig(sizes=sizes, rounds=base["compute"]),
+        collective=CollectiveConfig(elements=elements, rounds=base["collective"]),
+        memory=_plan_memory(budget, work, backend, memory_fraction, memory_mib, base["memory"]),
         golden=golden,
     )
+
+
+def rounds_of(config: ProbeConfig) -> dict[str, int]:
+    """Rounds per check in ``config`` (golden: training steps)."""
+    return {
+        "compute": config.compute.rounds,
+        "collective": config.collective.rounds,
+        "memory": config.memory.rounds,
+        "golden": config.golden.steps,
+    }
+
+
+def with_rounds(config: ProbeConfig, rounds: dict[str, int]) -> ProbeConfig:
+    """``config`` with the planned rounds per check (the config hash does not change)."""
+    current = rounds_of(config)
+    current.update(rounds)
+    return config.model_copy(
+        update={
+            "compute": config.compute.model_copy(update={"rounds": current["compute"]}),
+            "collective": config.collective.model_copy(update={"rounds": current["collective"]}),
+            "memory": config.memory.model_copy(update={"rounds": current["memory"]}),
+            "golden": config.golden.model_copy(update={"steps": current["golden"]}),
+        }
+    )
+
+
+#: Intermittent-fault activation probabilities per round the plan reports.
+CATCH_PROBABILITIES: tuple[float, ...] = (0.01, 0.05, 0.1)
+
+
+def catch_probability(p: float, rounds: int) -> float:
+    """Chance that a fault active in a fraction ``p`` of rounds is active in at least one
+    of ``rounds`` independent rounds: ``1 - (1 - p) ** rounds``."""
+    return 1.0 - (1.0 - p) ** max(rounds, 0)
+
+
+class PlanError(ValueError):
+    """The budget cannot hold the smallest complete plan."""
+
+
+def plan_rounds(
+    round_s: dict[str, float],
+    available_s: float,
+    minimum: dict[str, int],
+    fixed: dict[str, int] | None = None,
+) -> dict[str, int]:
+    """Rounds per check that fit in ``available_s`` seconds and maximise the smallest
+    per-check catch probability ``1 - (1 - p) ** rounds``.
+
+    ``round_s`` is the measured cost of one round of each check (the slowest
+    device's); ``minimum`` the rounds every plan runs (a baseline covers them);
+    ``fixed`` pins a check's rounds (``--steps``). The catch probability grows
+    with the rounds for every p, so the smallest one is largest when the
+    smallest round count is: every free check gets the same count ``r``, the
+    largest that fits (checks whose minimum is above ``r`` keep their minimum),
+    and time left over goes, one round at a time, to the cheapest checks, which
+    never lowers the smallest. Raises :class:`PlanError` when even the minimum
+    plan does not fit.
+    """
+    fixed = fixed or {}
+    names = list(round_s)
+    floor = {n: fixed.get(n, minimum.get(n, 1)) for n in names}
+    need = sum(round_s[n] * floor[n] for n in names)
+    if need > available_s:
+        raise PlanError(
+            f"the smallest complete plan ({', '.join(f'{floor[n]} {n}' for n in names)} "
+            f"rounds) needs {need:.2f}s of work, but only {max(available_s, 0.0):.2f}s "
+            "of the budget is left for it"
+        )
+    free = [n for n in names if n not in fixed]
+
+    def cost(r: int) -> float:
+        return sum(round_s[n] * (max(r, floor[n]) if n in free else floor[n]) for n in names)
+
+    lo, hi = 1, 1
+    while cost(hi * 2) <= available_s and hi < 1 << 24:
+        hi *= 2
+    hi *= 2
+    while hi - lo > 1:  # the largest common round count that fits
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if cost(mid) <= available_s else (lo, mid)
+    rounds = {n: (max(lo, floor[n]) if n in free else floor[n]) for n in names}
+    left = available_s - sum(round_s[n] * rounds[n] for n in names)
+    # Time left over: one more round at a time to the check with the fewest rounds
+    # among those that still fit, which never lowers the smallest count.
+    while True:
+        fits = [n for n in free if 0 < round_s[n] <= left]
+        if not fits:
+            break
+        n = min(fits, key=lambda n: (rounds[n], round_s[n]))
+        rounds[n] += 1
+        left -= round_s[n]
+    return rounds
 
 
 def _plan_memory(
@@ -194,16 +314,19 @@ def _plan_memory(
     backend: BackendName,
     fraction: float | None,
     mib: int | None,
+    rounds: int,
 ) -> MemoryConfig:
     on_host = backend == "cpu" or (backend == "xla" and xla_on_host())
     if on_host:
-        # Calibrated on one core: ~0.2 s per 64 MiB for all five patterns.
+        # One round (one pattern over 64 MiB) is ~0.1 s on one core; the dwell
+        # is per round, and every pattern comes back many times in a long plan.
         return MemoryConfig(
             mib=mib if mib is not None else 64,
             fraction=fraction if fraction is not None else 0.8,
             max_mib=4096,
             block_mib=16,
-            dwell_s=0.05 if budget < 30 else 0.25,
+            dwell_s=0.05,
+            rounds=rounds,
         )
     # Accelerators: write, dwell and read back each pattern, at most ~5 passes
     # over the buffer per pattern. Capping the size at 40 GiB per second of the
@@ -215,5 +338,6 @@ def _plan_memory(
         fraction=fraction if fraction is not None else 0.8,
         max_mib=max(int(share_s * 40 * 1024), 1024),
         block_mib=256,
-        dwell_s=0.5 if budget >= 30 else 0.1,
+        dwell_s=0.1,
+        rounds=rounds,
     )

@@ -31,6 +31,7 @@ from sdcprobe.result import (
     Fingerprint,
     Injection,
     ProbeResult,
+    RunPlan,
     Verdict,
 )
 from sdcprobe.trace import (
@@ -40,6 +41,7 @@ from sdcprobe.trace import (
     first_divergence,
     first_step_divergence,
     site_of_item,
+    trace_digest,
 )
 
 Metrics = dict[str, int | float | str | None]
@@ -107,8 +109,17 @@ def judge_check(
     traces: dict[int, CheckTrace | None],
     baseline: Baseline | None,
     fingerprint: Fingerprint | None,
+    baseline_rounds: int | None = None,
+    planned_rounds: int | None = None,
 ) -> CheckResult:
-    """Verdict of one check from every device's trace (None: the device reported nothing)."""
+    """Verdict of one check from every device's trace (None: the device reported nothing).
+
+    Devices are compared over every round they ran. The check's ``digest`` (what a
+    baseline stores and the operator's consensus compares) covers the first
+    ``baseline_rounds`` rounds only, which every plan runs, so runs with different
+    plans stay comparable; None covers every round. A device that ran fewer than
+    ``planned_rounds`` rounds makes the check inconclusive (never a pass on part
+    of a plan)."""
     errors: dict[int, str] = {}
     ok: dict[int, CheckTrace] = {}
     for rank, trace in traces.items():
@@ -116,8 +127,20 @@ def judge_check(
             errors[rank] = "no result"
         elif trace.error or trace.digest is None:
             errors[rank] = trace.error or "no digest"
+        elif planned_rounds is not None and len(trace.steps) < planned_rounds:
+            errors[rank] = f"ran {len(trace.steps)} of {planned_rounds} planned rounds"
+            ok[rank] = trace  # its evidence still counts
+        elif baseline_rounds is not None and len(trace.steps) < baseline_rounds:
+            errors[rank] = f"ran {len(trace.steps)} rounds, fewer than a baseline covers"
+            ok[rank] = trace
         else:
             ok[rank] = trace
+
+    def comparable(trace: CheckTrace) -> str:
+        if baseline_rounds is None or trace.digest is None:
+            return trace.digest or ""
+        return trace_digest(trace.steps[:baseline_rounds])
+
     status = _baseline_status(name, baseline, fingerprint)
     where = _Location()
     suspects: set[int] = set()
@@ -155,13 +178,19 @@ def judge_check(
         else:
             suspects |= observers
 
-    # 2. Devices against each other.
+    # 2. Devices against each other, over every round they ran.
     digests = {r: t.digest for r, t in ok.items() if t.digest is not None}
+    lengths = {len(t.steps) for t in ok.values()}
+    if len(lengths) > 1:  # a device fell short of the plan: compare what all of them ran
+        common = min(lengths)
+        digests = {r: trace_digest(t.steps[:common]) for r, t in ok.items() if t.digest}
+    prefix = {r: comparable(t) for r, t in ok.items() if t.digest is not None}
     counts = Counter(digests.values())
     base_digest = baseline.digests.get(name) if status == "match" and baseline is not None else None
     reference: str | None = None
-    if base_digest is not None and base_digest in counts:
-        reference = base_digest
+    matching = [r for r, d in prefix.items() if d == base_digest]
+    if base_digest is not None and matching:
+        reference = digests[min(matching)]
     elif counts:
         top, top_n = counts.most_common(1)[0]
         if top_n * 2 > len(digests):
@@ -183,9 +212,9 @@ def judge_check(
                 if div is not None:
                     where.note(*div)
 
-    # 3. The baseline.
+    # 3. The baseline, over the rounds it covers.
     if base_digest is not None:
-        off = {r for r, d in digests.items() if d != base_digest}
+        off = {r for r, d in prefix.items() if d != base_digest}
         if off:
             status = "mismatch"
             suspects |= off
@@ -193,7 +222,8 @@ def judge_check(
             base_steps = baseline.step_digests.get(name) if baseline is not None else None
             if base_steps:
                 for rank in off:
-                    where.note(first_step_divergence(ok[rank].steps, base_steps), None)
+                    ours = ok[rank].steps[: baseline_rounds or len(ok[rank].steps)]
+                    where.note(first_step_divergence(ours, base_steps), None)
 
     failed = bool(findings)
     verdict: Verdict
@@ -212,7 +242,12 @@ def judge_check(
         agree = f"{n} devices agree" if n > 1 else "1 device"
         given = "matches the baseline" if status == "match" else "no baseline given"
         reason = f"{agree}, no corruption seen, {given}"
-    shown = reference or (digests[min(digests)] if digests else None)
+    shown_rank = (
+        min(r for r, d in digests.items() if d == reference)
+        if reference is not None
+        else (min(digests) if digests else None)
+    )
+    shown = prefix[shown_rank] if shown_rank is not None else None
     metrics = _merge_metrics(ok)
     metrics["devices"] = len(traces)
     site = site_of_item(name, where.item) if failed else None
@@ -275,8 +310,13 @@ def judge(
     baseline: Baseline | None,
     injection_enabled: bool,
     duration_s: float,
+    plan: RunPlan | None = None,
 ) -> ProbeResult:
-    """The probe result from all workers' reports (None: the worker left no report)."""
+    """The probe result from all workers' reports (None: the worker left no report).
+
+    ``plan``: the rounds planned for this run; a check that ran fewer is
+    inconclusive, and a plan that could not be made (``plan.error``) makes the
+    run inconclusive with its reason."""
     facts = [r.facts for _, r in sorted(reports.items()) if r is not None and r.facts is not None]
     fingerprint = build_fingerprint(facts, len(reports), config) if facts else None
     by_site: Counter[str] = Counter()
@@ -294,7 +334,10 @@ def judge(
             rank: (report.checks.get(name) if report is not None else None)
             for rank, report in reports.items()
         }
-        results[name] = judge_check(name, traces, baseline, fingerprint)
+        planned = plan.rounds.get(name) if plan is not None else None
+        results[name] = judge_check(
+            name, traces, baseline, fingerprint, config.baseline_rounds.get(name), planned
+        )
     worker_errors = [
         f"device {r}: {rep.error if rep else 'no report'}"
         for r, rep in sorted(reports.items())
@@ -305,8 +348,21 @@ def judge(
     mismatched_fp = baseline is not None and (
         fingerprint is None or baseline.fingerprint.hash != fingerprint.hash
     )
+    other_seed = baseline is not None and baseline.seed is not None and baseline.seed != config.seed
 
-    if mismatched_fp and fingerprint is not None and baseline is not None:
+    if other_seed and baseline is not None:
+        reason = (
+            f"baseline was recorded for seed {baseline.seed}, this run used seed "
+            f"{config.seed}: digests of other data are not comparable; give the baseline "
+            "of this seed"
+        )
+        if failed:
+            reason += f"; note: {', '.join(failed)} also failed: " + results[failed[0]].reason
+        verdict = "inconclusive"
+    elif plan is not None and plan.error is not None:
+        verdict = "inconclusive"
+        reason = plan.error
+    elif mismatched_fp and fingerprint is not None and baseline is not None:
         reason = (
             "baseline was recorded under another fingerprint ("
             + fingerprint_difference(fingerprint, baseline.fingerprint)
@@ -341,4 +397,6 @@ def judge(
         checks=results,
         injection=injection,
         duration_s=round(duration_s, 3),
+        seed=config.seed,
+        plan=plan,
     )

@@ -64,7 +64,8 @@ class ResultError(ValueError):
 
 class _Closed(BaseModel):
     # Schema version 1 is closed: an unknown field is an error, so a typo or a
-    # newer probe never passes silently. New fields come with a new version.
+    # newer probe never passes silently. Fields added within version 1 are
+    # optional with defaults (``seed``, ``plan``); anything else needs a new version.
     model_config = ConfigDict(extra="forbid")
 
 
@@ -137,6 +138,34 @@ class Injection(_Closed):
     by_site: dict[str, int] = Field(default_factory=dict)
 
 
+class RunPlan(_Closed):
+    """How the run spent its budget: planned from measured round costs, and what ran."""
+
+    budget_s: float = Field(ge=0, description="The time budget asked for.")
+    startup_s: float = Field(
+        ge=0, description="Seconds before the plan: process start, imports, warm-up rounds."
+    )
+    planned_s: float = Field(ge=0, description="What the plan expected the whole run to take.")
+    rounds: dict[CheckName, int] = Field(
+        default_factory=dict, description="Planned rounds per check (golden: training steps)."
+    )
+    run: dict[CheckName, int] = Field(
+        default_factory=dict, description="Rounds every device completed, per check."
+    )
+    round_ms: dict[CheckName, float] = Field(
+        default_factory=dict, description="Measured cost of one round (slowest device)."
+    )
+    catch_p: list[float] = Field(
+        default_factory=lambda: [0.01, 0.05, 0.1],
+        description="Per-round activation probabilities the catch chances are given for.",
+    )
+    catch: dict[CheckName, list[float]] = Field(
+        default_factory=dict,
+        description="Per check, 1 - (1 - p)^rounds for each p in catch_p (rounds run).",
+    )
+    error: str | None = Field(default=None, description="Why no plan fitted, if none did.")
+
+
 class ProbeResult(_Closed):
     """The document ``sdcprobe run`` writes (stdout in full, termination message squeezed)."""
 
@@ -152,6 +181,10 @@ class ProbeResult(_Closed):
     injection: Injection = Field(default_factory=Injection)
     duration_s: float = Field(default=0.0, ge=0)
     truncated: bool = False
+    seed: int | None = Field(default=None, description="The seed every check's data came from.")
+    plan: RunPlan | None = Field(
+        default=None, description="Budget, planned and completed rounds, catch chances."
+    )
 
     @model_validator(mode="after")
     def _verdict_is_backed(self) -> ProbeResult:
@@ -180,6 +213,9 @@ class Baseline(_Closed):
     schema_version: Literal[1] = 1
     kind: Literal["sdcprobe.baseline"] = "sdcprobe.baseline"
     fingerprint: Fingerprint
+    seed: int | None = Field(
+        default=None, description="The seed the digests were recorded with (in config_hash too)."
+    )
     digests: dict[CheckName, HexDigest]
     step_digests: dict[CheckName, list[str]] = Field(
         default_factory=dict,
@@ -302,6 +338,10 @@ def encode_for_termination(result: ProbeResult, limit: int = TERMINATION_LIMIT) 
         check["metrics"] = {}
     if (out := reduced()) is not None:
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+    if doc.get("plan"):  # keep the budget, rounds and any plan error; drop the detail
+        doc["plan"]["round_ms"], doc["plan"]["catch"] = {}, {}
+        if (out := reduced()) is not None:
+            return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     for chars in (160, 64, 24, 0):
         doc["reason"] = _clip(doc["reason"], max(chars, 120))
         for check in checks.values():

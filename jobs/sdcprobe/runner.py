@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sdcprobe
-from sdcprobe.config import CHECK_NAMES, ProbeConfig, plan_config
+from sdcprobe.config import (
+    CATCH_PROBABILITIES,
+    CHECK_NAMES,
+    PlanError,
+    ProbeConfig,
+    catch_probability,
+    plan_config,
+    plan_rounds,
+    with_rounds,
+)
 from sdcprobe.devices import (
     BackendName,
     apply_determinism_env,
@@ -31,9 +40,18 @@ from sdcprobe.devices import (
 )
 from sdcprobe.faultspec import FaultSpec
 from sdcprobe.judge import judge
-from sdcprobe.result import Baseline, ProbeResult
+from sdcprobe.result import Baseline, ProbeResult, RunPlan
 from sdcprobe.trace import WorkerReport
-from sdcprobe.worker import WorkerPlan, report_path
+from sdcprobe.worker import (
+    Calibration,
+    Progress,
+    RoundsPlan,
+    WorkerPlan,
+    progress_path,
+    report_path,
+    rounds_path,
+    write_atomically,
+)
 
 # Resolved in the parent: between fork and exec only async-signal-safe work is allowed.
 _PR_SET_PDEATHSIG = 1
@@ -45,6 +63,13 @@ if sys.platform == "linux":
 
 #: After one worker dies, how long the others get to finish what does not need it.
 CRASH_GRACE_S = 5.0
+#: Seconds before the Job's deadline at which the workers are stopped.
+DEADLINE_MARGIN_S = 10.0
+#: Measured round costs are stretched by this much when planning (noise, load).
+ROUND_COST_MARGIN = 1.03
+#: Held back from the budget for what follows the last round: reports, judging,
+#: exit. Seconds, plus a share of the budget.
+TAIL_S, TAIL_SHARE = 0.6, 0.02
 
 
 @dataclass
@@ -63,6 +88,10 @@ class RunOptions:
     faults: FaultSpec | None = None
     baseline: Baseline | None = None
     timeout: float | None = None
+    #: The Job's deadline in seconds, when known: workers stop in time to report.
+    deadline: float | None = None
+    #: When the probe started (``time.perf_counter()``); the budget counts from here.
+    started: float | None = None
 
     def config(self, backend: BackendName) -> ProbeConfig:
         """Check parameters for this run."""
@@ -72,11 +101,14 @@ class RunOptions:
 
     def deadline_s(self) -> float:
         """Hard limit for the workers: generous, because a slow node is not a sick one."""
-        return (
+        limit = (
             self.timeout
             if self.timeout is not None
             else max(4.0 * self.budget, self.budget + 120.0)
         )
+        if self.deadline is not None:  # leave time to judge and write the result
+            limit = min(limit, max(self.deadline - DEADLINE_MARGIN_S, self.budget))
+        return limit
 
 
 @dataclass
@@ -119,17 +151,171 @@ def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
-def _supervise(procs: list[subprocess.Popen[bytes]], deadline_s: float) -> str | None:
+class _Planner:
+    """Waits for every worker's warm-up, then writes the plan of rounds they all run."""
+
+    def __init__(self, opts: RunOptions, config: ProbeConfig, workdir: str, count: int | None):
+        self.opts, self.config, self.workdir, self.count = opts, config, workdir, count
+        self.started = opts.started if opts.started is not None else time.perf_counter()
+        self.answer: RoundsPlan | None = None
+        self.plan: RunPlan | None = None
+        self.round_s: dict[str, float] = {}
+        self.world: int | None = count
+        self.stage = 0  # check boundaries re-planned so far
+        self.rounds: dict[str, int] = {}
+        self.spent: dict[str, float] = {}  # wall seconds of the checks done (slowest device)
+        self.fixed: dict[str, int] = {}
+        self.first_rounds: dict[str, int] = {}
+
+    def _calibrations(self) -> list[Calibration] | None:
+        found = sorted(Path(self.workdir).glob("calibration-*.json"))
+        if not found:
+            return None
+        cals = [Calibration.model_validate_json(p.read_text()) for p in found]
+        world = self.count if self.count is not None else cals[0].world
+        return cals if len(cals) >= world else None
+
+    def poll(self) -> None:
+        """Plan once every worker has reported its warm-up, and re-plan at every check
+        boundary once every worker has reached it (cheap when they have not)."""
+        if self.answer is None:
+            cals = self._calibrations()
+            if cals is not None:
+                self.world = len(cals)
+                self.decide(cals)
+            return
+        if self.answer.abort is not None or self.world is None:
+            return
+        checks = [c for c in CHECK_NAMES if c in self.opts.checks]
+        stage = self.stage + 1
+        if stage >= len(checks):
+            return
+        paths = [progress_path(self.workdir, r, stage) for r in range(self.world)]
+        if not all(p.exists() for p in paths):
+            return
+        progress = [Progress.model_validate_json(p.read_text()) for p in paths]
+        self.replan(stage, checks, progress)
+
+    def abort(self, why: str) -> None:
+        """Tell workers still waiting for a plan to stop."""
+        if self.answer is None:
+            self.answer = RoundsPlan(abort=why)
+            write_atomically(rounds_path(self.workdir), self.answer.model_dump_json())
+        elif self.answer.abort is None:
+            stop = RoundsPlan(abort=why).model_dump_json()
+            for stage in range(self.stage + 1, len(CHECK_NAMES)):
+                write_atomically(rounds_path(self.workdir, stage), stop)
+
+    def replan(self, stage: int, checks: list[str], progress: list[Progress]) -> None:
+        """After the ``stage``-th check: the rounds of the checks still to run, from the
+        time left and the warm-up costs scaled by how the checks done so far compared
+        with their estimate (a node's load changes; the plan follows it)."""
+        done = checks[stage - 1]
+        self.spent[done] = max(p.wall_s for p in progress)
+        estimated = sum(self.round_s[c] * self.rounds[c] for c in self.spent)
+        factor = sum(self.spent.values()) / estimated if estimated > 0 else 1.0
+        factor = min(max(factor, 0.25), 4.0)
+        rest = checks[stage:]
+        budget = self.opts.budget
+        elapsed = time.perf_counter() - self.started
+        available = budget - elapsed - (TAIL_S + TAIL_SHARE * budget)
+        round_s = {c: self.round_s[c] * factor for c in rest}
+        minimum = self.config.baseline_rounds
+        fixed = {c: n for c, n in self.fixed.items() if c in rest}
+        need = sum(round_s[c] * fixed.get(c, minimum[c]) for c in rest)
+        try:
+            rounds = plan_rounds(round_s, max(available, need), minimum, fixed)
+        except PlanError:  # cannot happen with max(); keep the plan as it was
+            rounds = {c: self.rounds[c] for c in rest}
+        # Running late, every remaining check gives up rounds alike; running early,
+        # the time won goes to the last check only, so an estimate that is wrong
+        # again later cannot starve it below the others.
+        for c in rest[:-1]:
+            rounds[c] = min(rounds[c], max(self.first_rounds[c], fixed.get(c, 0)))
+        spare = available - sum(round_s[c] * rounds[c] for c in rest)
+        last = rest[-1]
+        if last not in fixed and round_s[last] > 0 and spare > round_s[last] * rounds[last]:
+            rounds[last] = int(spare // round_s[last])
+        self.rounds.update(rounds)
+        self.stage = stage
+        write_atomically(
+            rounds_path(self.workdir, stage), RoundsPlan(rounds=rounds).model_dump_json()
+        )
+        self.config = with_rounds(self.config, rounds)
+        if self.plan is not None:
+            self.plan = self.plan.model_copy(update={"rounds": dict(self.rounds)})
+
+    def decide(self, cals: list[Calibration]) -> None:
+        checks = [c for c in CHECK_NAMES if c in self.opts.checks]
+        elapsed = time.perf_counter() - self.started
+        budget = self.opts.budget
+        available = budget - elapsed - (TAIL_S + TAIL_SHARE * budget)
+        minimum = self.config.baseline_rounds
+        fixed: dict[str, int] = {}
+        if self.config.golden_steps_fixed:
+            fixed["golden"] = self.config.golden.steps
+        for cal in cals:  # a check that failed its warm-up runs its minimum only
+            for check in cal.errors:
+                fixed.setdefault(check, minimum.get(check, 1))
+        round_s = {
+            c: ROUND_COST_MARGIN * max(cal.round_s.get(c, 0.0) for cal in cals) for c in checks
+        }
+        self.round_s = round_s
+        try:
+            need_alone = sum(round_s[c] * fixed.get(c, minimum[c]) for c in checks)
+            if need_alone > budget:
+                raise PlanError(
+                    f"budget {budget:g}s is too small: one round of every check "
+                    f"({', '.join(f'{c} {1000 * round_s[c]:.0f}ms' for c in checks)}) and the "
+                    f"minimum a baseline covers need {need_alone:.1f}s of work alone"
+                )
+            # A node slow to start still runs the smallest complete plan, never less;
+            # the plan then overruns its budget and says so.
+            rounds = plan_rounds(round_s, max(available, need_alone), minimum, fixed)
+        except PlanError as exc:
+            self.abort(f"plan: {exc}")
+            self.plan = RunPlan(
+                budget_s=budget,
+                startup_s=round(elapsed, 3),
+                planned_s=round(elapsed, 3),
+                rounds={},
+                round_ms={c: round(1000 * s, 3) for c, s in round_s.items()},
+                error=str(exc)[:300],
+            )
+            return
+        work = sum(round_s[c] * rounds[c] for c in checks)
+        self.fixed = fixed
+        self.rounds = dict(rounds)
+        self.first_rounds = dict(rounds)
+        self.answer = RoundsPlan(rounds=rounds)
+        write_atomically(rounds_path(self.workdir), self.answer.model_dump_json())
+        self.config = with_rounds(self.config, rounds)
+        self.plan = RunPlan(
+            budget_s=budget,
+            startup_s=round(elapsed, 3),
+            planned_s=round(elapsed + work, 3),
+            rounds=rounds,
+            round_ms={c: round(1000 * s, 3) for c, s in round_s.items()},
+        )
+
+
+def _supervise(
+    procs: list[subprocess.Popen[bytes]], deadline_s: float, planner: _Planner | None = None
+) -> str | None:
     """Wait for all workers; returns why the wait was cut short, if it was."""
     end = time.monotonic() + deadline_s
     crash_at: float | None = None
     while any(p.poll() is None for p in procs):
+        if planner is not None:
+            planner.poll()
         now = time.monotonic()
         if now > end:
             _kill(procs)
             return f"timed out after {deadline_s:.0f}s"
         if crash_at is None and any(p.returncode not in (None, 0) for p in procs):
             crash_at = now
+            if planner is not None:
+                planner.abort("a worker crashed before the plan was made")
         if crash_at is not None and now - crash_at > CRASH_GRACE_S:
             _kill(procs)
             return "a worker crashed; the others were stopped"
@@ -138,8 +324,13 @@ def _supervise(procs: list[subprocess.Popen[bytes]], deadline_s: float) -> str |
 
 
 def run_probe(opts: RunOptions) -> ProbeRun:
-    """Run the checks on every local device and judge the outcome."""
-    start = time.perf_counter()
+    """Run the checks on every local device and judge the outcome.
+
+    Workers start, warm up and measure one round of every check; the rounds
+    are then planned to fill the budget (see :func:`sdcprobe.config.plan_rounds`)
+    and every worker runs the same plan."""
+    start = opts.started if opts.started is not None else time.perf_counter()
+    opts.started = start
     backend = resolve_backend(opts.device)
     if backend == "xla":
         ensure_pjrt_device()  # workers inherit it
@@ -155,7 +346,9 @@ def run_probe(opts: RunOptions) -> ProbeRun:
             faults_json=opts.faults.model_dump_json() if opts.faults is not None else None,
             world=count,
             workdir=workdir,
+            plan_timeout_s=opts.deadline_s(),
         )
+        planner = _Planner(opts, config, workdir, count)
         plan_path = Path(workdir) / "plan.json"
         plan_path.write_text(plan.model_dump_json())
         env = _worker_env(opts.threads)
@@ -181,12 +374,31 @@ def run_probe(opts: RunOptions) -> ProbeRun:
                         preexec_fn=_die_with_parent,
                     )
                 )
-            cut_short = _supervise(procs, opts.deadline_s())
+            cut_short = _supervise(procs, opts.deadline_s(), planner)
         finally:
             _kill(procs)  # no-op for workers that finished; never leaves orphans behind
         reports = _collect(workdir, count, procs, cut_short)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    config = planner.config
+    run_plan = planner.plan
+    if run_plan is not None and planner.answer is not None and not planner.answer.abort:
+        done = {
+            c: min(
+                (len(r.checks[c].steps) if r is not None and c in r.checks else 0)
+                for r in reports.values()
+            )
+            for c in plan.checks
+        }
+        run_plan = run_plan.model_copy(
+            update={
+                "run": done,
+                "catch": {
+                    c: [round(catch_probability(p, n), 4) for p in CATCH_PROBABILITIES]
+                    for c, n in done.items()
+                },
+            }
+        )
     result = judge(
         plan.checks,
         reports,
@@ -194,6 +406,7 @@ def run_probe(opts: RunOptions) -> ProbeRun:
         opts.baseline,
         injection_enabled=opts.faults is not None,
         duration_s=time.perf_counter() - start,
+        plan=run_plan,
     )
     return ProbeRun(result=result, reports=reports, config=config)
 

@@ -46,6 +46,13 @@ def trace_digest(steps: Steps) -> str:
     return h.hexdigest()
 
 
+def typical_round(times: list[float]) -> float:
+    """A check's cost per round: the mean over its rounds after the first (which pays
+    for lazy set-up), or the only one."""
+    later = times[1:] or times
+    return sum(later) / len(later) if later else 0.0
+
+
 def first_divergence(a: Steps, b: Steps) -> tuple[int, str | None] | None:
     """First (step, item) where two traces differ; None when they agree.
 
@@ -123,6 +130,7 @@ class CheckTrace(BaseModel):
     error: str | None = None
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    round_s: float = Field(default=0.0, description="Wall seconds of the last round.")
 
 
 class DeviceFacts(BaseModel):

@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from sdcprobe.config import ProbeConfig
+from sdcprobe.config import ProbeConfig, with_rounds
 from sdcprobe.devices import BackendName, apply_determinism_env
 from sdcprobe.trace import CheckTrace, WorkerReport
+
+#: How often a worker looks for the parent's plan after its warm-up.
+_PLAN_POLL_S = 0.01
 
 if TYPE_CHECKING:  # the worker imports torch only after setting the environment
     from sdcprobe.backends import Backend
@@ -38,6 +41,28 @@ class WorkerPlan(BaseModel):
     faults_json: str | None = None
     world: int | None = None
     workdir: str
+    calibrate: bool = True
+    plan_timeout_s: float = 600.0
+
+
+class Calibration(BaseModel):
+    """What one worker measured in its warm-up: the cost of one round of each check
+    and the device's peaks, which the parent turns into the plan of rounds."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    world: int
+    round_s: dict[str, float]
+    errors: dict[str, str] = {}
+    warmup_s: float = 0.0
+
+
+class RoundsPlan(BaseModel):
+    """The parent's answer: rounds per check, or why the run stops here."""
+
+    model_config = ConfigDict(extra="forbid")
+    rounds: dict[str, int] = {}
+    abort: str | None = None
 
 
 def report_path(workdir: str | Path, rank: int) -> Path:
@@ -45,8 +70,50 @@ def report_path(workdir: str | Path, rank: int) -> Path:
     return Path(workdir) / f"worker-{rank}.json"
 
 
+def calibration_path(workdir: str | Path, rank: int) -> Path:
+    """Where worker ``rank`` leaves its warm-up measurements."""
+    return Path(workdir) / f"calibration-{rank}.json"
+
+
+def rounds_path(workdir: str | Path, stage: int = 0) -> Path:
+    """Where the parent leaves the plan of rounds for every worker: stage 0 after the
+    warm-up, stage i after the i-th check (the rounds of the checks still to run)."""
+    return Path(workdir) / f"rounds-{stage}.json"
+
+
+class Progress(BaseModel):
+    """A worker's word at a check boundary: how long the check it just ran took."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    check: str
+    wall_s: float
+    rounds: int
+
+
+def progress_path(workdir: str | Path, rank: int, stage: int) -> Path:
+    """Where worker ``rank`` reports the end of its ``stage``-th check."""
+    return Path(workdir) / f"progress-{stage}-{rank}.json"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write so that a reader never sees half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class _Peaks:
+    """Same-run reference throughputs the checks report their ratios against."""
+
+    def __init__(self) -> None:
+        self.gemm: dict[str, float] = {}
+        self.busbw: float | None = None
+        self.copy: float | None = None
+
+
 def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
-    """Set the device up and run the planned checks; never raises."""
+    """Set the device up, warm up and calibrate, run the planned checks; never raises."""
     start = time.perf_counter()
     report = WorkerReport(rank=rank)
     try:
@@ -54,6 +121,7 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
         # Imported here: the environment above must be in place before torch and
         # the device runtime load.
         from sdcprobe.backends import setup_backend
+        from sdcprobe.checks.collective import init_group
         from sdcprobe.faults import Injector
         from sdcprobe.faultspec import parse_fault_spec
         from sdcprobe.fingerprint import device_facts
@@ -61,11 +129,27 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
         backend = setup_backend(plan.backend, rank, plan.threads)
         report.facts = device_facts(backend)
         spec = parse_fault_spec(plan.faults_json) if plan.faults_json else None
+        if "collective" in plan.checks:
+            init_group(backend.dist_backend, rank, world, str(Path(plan.workdir) / "store"))
+        peaks = _Peaks()
+        config = plan.config
+        if plan.calibrate:
+            calibration = _warm_up(plan, backend, rank, world, peaks)
+            calibration.warmup_s = time.perf_counter() - start
+            write_atomically(calibration_path(plan.workdir, rank), calibration.model_dump_json())
+            answer = _wait_for_rounds(plan, 0)
+            if answer.abort is not None:
+                report.error = answer.abort
+                report.wall_s = time.perf_counter() - start
+                return report
+            config = with_rounds(config, answer.rounds)
         injector = Injector(spec, rank)
-        for check in plan.checks:
+        for stage, check in enumerate(plan.checks, start=1):
             t0, c0 = time.perf_counter(), time.process_time()
             try:
-                report.checks[check] = _run_check(check, plan, backend, injector, rank, world)
+                report.checks[check] = _run_check(
+                    check, config, backend, injector, rank, world, peaks
+                )
             except Exception as exc:  # a broken check must not hide the others
                 traceback.print_exc(file=sys.stderr)
                 report.checks[check] = CheckTrace(
@@ -73,6 +157,20 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
                     wall_s=time.perf_counter() - t0,
                     cpu_s=time.process_time() - c0,
                 )
+            if plan.calibrate and stage < len(plan.checks):
+                # The parent re-plans the checks still to run from the time this took.
+                done = report.checks[check]
+                progress = Progress(
+                    rank=rank, check=check, wall_s=done.wall_s, rounds=len(done.steps)
+                )
+                write_atomically(
+                    progress_path(plan.workdir, rank, stage), progress.model_dump_json()
+                )
+                answer = _wait_for_rounds(plan, stage)
+                if answer.abort is not None:
+                    report.error = answer.abort
+                    break
+                config = with_rounds(config, answer.rounds)
         report.injections = injector.by_site()
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
@@ -81,25 +179,77 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
     return report
 
 
+#: Warm-up rounds per check; those after the first are timed (it pays for lazy set-up).
+_WARMUP_ROUNDS = {"compute": 3, "collective": 3, "memory": 3, "golden": 2}
+
+
+def _warm_up(
+    plan: WorkerPlan, backend: Backend, rank: int, world: int, peaks: _Peaks
+) -> Calibration:
+    """Measure the peaks and one round of every check, fault-free and off the record."""
+    from sdcprobe.checks.collective import measure_busbw
+    from sdcprobe.checks.compute import measure_peak
+    from sdcprobe.checks.memory import measure_copy
+    from sdcprobe.devices import xla_on_host
+    from sdcprobe.faults import Injector
+    from sdcprobe.instrument import Instrumentation
+
+    cfg = with_rounds(plan.config, _WARMUP_ROUNDS)
+    calibration = Calibration(rank=rank, world=world, round_s={})
+    # XLA on the host CPU (tests, CI): lazy tensors put compilation into every
+    # timing, so peaks would mean nothing there and only cost compilations.
+    measure = not (backend.name == "xla" and xla_on_host())
+    for check in plan.checks:
+        try:
+            if check == "compute" and measure:
+                peaks.gemm = measure_peak(cfg.compute, backend)
+            elif check == "collective":
+                peaks.busbw = measure_busbw(cfg.collective, Instrumentation(backend), world)
+            elif check == "memory" and measure:
+                peaks.copy = measure_copy(cfg.memory, backend)
+            trace = _run_check(check, cfg, backend, Injector(None, rank), rank, world, _Peaks())
+            if trace.error:
+                raise RuntimeError(trace.error)
+            calibration.round_s[check] = trace.round_s
+        except Exception as exc:  # the real run reports it; plan its minimum
+            traceback.print_exc(file=sys.stderr)
+            calibration.errors[check] = f"{type(exc).__name__}: {exc}"[:300]
+    return calibration
+
+
+def _wait_for_rounds(plan: WorkerPlan, stage: int) -> RoundsPlan:
+    path = rounds_path(plan.workdir, stage)
+    end = time.monotonic() + plan.plan_timeout_s
+    while not path.exists():
+        if time.monotonic() > end:
+            return RoundsPlan(abort="no plan of rounds arrived from the parent")
+        time.sleep(_PLAN_POLL_S)
+    return RoundsPlan.model_validate_json(path.read_text())
+
+
 def _run_check(
-    check: str, plan: WorkerPlan, backend: Backend, injector: Injector, rank: int, world: int
+    check: str,
+    cfg: ProbeConfig,
+    backend: Backend,
+    injector: Injector,
+    rank: int,
+    world: int,
+    peaks: _Peaks,
 ) -> CheckTrace:
-    from sdcprobe.checks.collective import init_group, run_collective
+    from sdcprobe.checks.collective import run_collective
     from sdcprobe.checks.compute import run_compute
     from sdcprobe.checks.golden import golden_check
     from sdcprobe.checks.memory import run_memory
     from sdcprobe.instrument import Instrumentation
 
-    cfg = plan.config
     if check == "compute":
-        return run_compute(cfg.compute, cfg.seed, Instrumentation(backend, injector))
+        return run_compute(cfg.compute, cfg.seed, Instrumentation(backend, injector), peaks.gemm)
     if check == "collective":
-        init_group(backend.dist_backend, rank, world, str(Path(plan.workdir) / "store"))
         return run_collective(
-            cfg.collective, cfg.seed, Instrumentation(backend, injector), rank, world
+            cfg.collective, cfg.seed, Instrumentation(backend, injector), rank, world, peaks.busbw
         )
     if check == "memory":
-        return run_memory(cfg.memory, cfg.seed, Instrumentation(backend, injector))
+        return run_memory(cfg.memory, cfg.seed, Instrumentation(backend, injector), peaks.copy)
     if check == "golden":
         return golden_check(cfg.golden, backend, injector)
     raise ValueError(f"unknown check {check!r}")
@@ -107,10 +257,7 @@ def _run_check(
 
 def write_report(report: WorkerReport, workdir: str | Path) -> None:
     """Write atomically, so the parent never reads half a report."""
-    path = report_path(workdir, report.rank)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(report.model_dump_json())
-    os.replace(tmp, path)
+    write_atomically(report_path(workdir, report.rank), report.model_dump_json())
 
 
 def _xla_entry(index: int, plan_path: str) -> None:

@@ -1,7 +1,7 @@
 """Helpers for probe tests: run the real CLI in a subprocess, as a Pod would.
 
-Runs use small budgets (a few seconds each on two CPU replicas); a healthy
-baseline is recorded once per session and shared.
+Runs use small budgets (8 s each on two CPU replicas: a run fills its budget);
+a healthy baseline is recorded once per session and shared.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Small enough for a quick test, large enough for every check to do real work.
-FAST = ["--budget", "6"]
+#: Small enough for a quick test, large enough for start-up, warm-up and every
+#: check's baseline rounds on two busy cores.
+FAST = ["--budget", "8"]
 
 
 @dataclass

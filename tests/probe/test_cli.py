@@ -1,7 +1,8 @@
 """The probe end to end, as a Pod runs it: CPU replicas in separate processes.
 
-Every run here uses a small budget (FAST) so the whole file takes well under a
-minute on two cores; the timing of full-size runs lives in bench/probe.
+Every run here uses a small budget (FAST, 8 s; a run fills its budget, so the
+whole file takes about three minutes on two cores); the timing of full-size runs
+lives in bench/probe.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def test_baseline_document_and_matching_run(tmp_path: Path, healthy_baseline: Pa
     baseline = json.loads(healthy_baseline.read_text())
     assert baseline["kind"] == "sdcprobe.baseline" and baseline["schema_version"] == 1
     assert set(baseline["digests"]) == {"compute", "collective", "memory", "golden"}
-    assert len(baseline["step_digests"]["golden"]) > 10
+    assert len(baseline["step_digests"]["golden"]) == 16  # the rounds every plan runs
     fp = run_cli(["fingerprint", "--device", "cpu", *FAST], tmp_path)
     assert fp.rc == 0 and json.loads(fp.stdout) == baseline["fingerprint"]
     run = run_cli([*RUN, "--checks", "golden", "--baseline", str(healthy_baseline)], tmp_path)
@@ -196,3 +197,48 @@ def test_baseline_under_another_fingerprint_is_inconclusive(
     env = {"SDCPROBE_BASELINE": healthy_baseline.read_text()}
     again = run_cli(["run", *small], tmp_path, env=env)
     assert again.rc == 2 and "config_hash" in again.doc["reason"]
+
+
+def test_result_reports_the_plan_and_fills_the_budget(tmp_path: Path) -> None:
+    budget = 12.0
+    run = run_cli(["run", "--device", "cpu", "--budget", str(budget), "--seed", "7"], tmp_path)
+    assert run.rc == 0, run.stderr[-3000:]
+    doc = run.doc
+    plan = doc["plan"]
+    assert doc["seed"] == 7 and plan["budget_s"] == budget and plan["error"] is None
+    minimum = {"compute": 2, "collective": 2, "memory": 5, "golden": 16}
+    # The plan never exceeds the budget, unless start-up on a busy machine left less
+    # than the smallest complete plan: that one runs, and the plan shows the overrun.
+    assert plan["planned_s"] <= budget or plan["rounds"] == minimum, plan
+    assert doc["duration_s"] >= 0.8 * budget  # it fills the budget
+    assert plan["run"] == plan["rounds"]
+    counts = list(plan["rounds"].values())
+    assert min(counts) >= 2 and plan["rounds"]["memory"] >= 5
+    for check, chances in plan["catch"].items():
+        n = plan["run"][check]
+        assert chances == [round(1 - (1 - p) ** n, 4) for p in plan["catch_p"]]
+    compute = run.check("compute")["metrics"]
+    assert compute["peak_ratio_min"] > 0 and "float32:" in compute["peak_gflops"]
+    assert run.check("collective")["metrics"]["busbw_ratio"] > 0
+    assert run.check("memory")["metrics"]["copy_gbps"] > 0
+    assert run.termination is not None and len(run.termination.encode()) <= 4096
+    # Another seed computes other data: other digests, same verdict.
+    other = run_cli([*RUN, "--seed", "8", "--checks", "compute,golden"], tmp_path)
+    assert other.rc == 0, other.stderr[-3000:]
+    assert other.check("golden")["digest"] != run.check("golden")["digest"]
+    assert other.doc["fingerprint"]["config_hash"] != doc["fingerprint"]["config_hash"]
+
+
+def test_bad_seeds_budgets_and_deadlines_are_inconclusive_with_a_reason(tmp_path: Path) -> None:
+    for seed in ("abc", "1.5", "-1", str(1 << 31)):
+        run = run_cli([*RUN, "--seed", seed], tmp_path)
+        assert run.rc == 2 and "--seed" in run.doc["reason"], run.doc["reason"]
+    tiny = run_cli([*RUN, "--budget", "2"], tmp_path)
+    assert tiny.rc == 2 and "too small" in tiny.doc["reason"]
+    late = run_cli([*RUN, "--budget", "60", "--deadline", "30"], tmp_path)
+    assert late.rc == 2 and "deadline" in late.doc["reason"]
+    # The smallest complete plan (here 400 pinned golden steps) does not fit: no partial plan.
+    short = run_cli(["run", "--device", "cpu", "--budget", "4", "--steps", "400"], tmp_path)
+    assert short.rc == 2, short.stderr[-3000:]
+    assert "too small" in short.doc["reason"] and short.doc["plan"]["error"]
+    assert all(c["verdict"] == "inconclusive" for c in short.doc["checks"].values())

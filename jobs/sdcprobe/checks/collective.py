@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from sdcprobe.config import CollectiveConfig
 from sdcprobe.instrument import Instrumentation, tensor_digest
-from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest
+from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
 #: How long a rank waits for its peers before the check is inconclusive.
 TIMEOUT = timedelta(seconds=120)
@@ -46,10 +46,57 @@ def init_group(backend_name: str, rank: int, world: int, store_path: str) -> Non
     dist.init_process_group(backend_name, store=store, rank=rank, world_size=world, timeout=TIMEOUT)
 
 
+#: Message sizes (fp32 elements) the bus-bandwidth sweep tries, per backend.
+BUSBW_LADDER: dict[str, tuple[int, ...]] = {
+    "cpu": (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22),
+    "cuda": (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28),
+    "xla": (1 << 20, 1 << 22, 1 << 24, 1 << 26),
+}
+
+
+def _allreduce_factor(world: int) -> float:
+    n = max(world, 1)
+    return 2 * (n - 1) / n
+
+
+def measure_busbw(cfg: CollectiveConfig, ins: Instrumentation, world: int) -> float:
+    """The best all-reduce bus bandwidth (GB/s, nccl-tests' definition) this node's
+    devices reach now, over a sweep of message sizes up to and including the
+    check's own. Every rank must call it (it runs collectives)."""
+    backend = ins.backend
+    device = backend.collective_device
+    ladder = BUSBW_LADDER["cpu" if device.type == "cpu" else backend.name]
+    best = 0.0
+    for elements in sorted({*(e for e in ladder if e <= cfg.elements), cfg.elements}):
+        buf = torch.ones(elements, dtype=torch.float32, device=device)
+        dist.all_reduce(buf)  # untimed: connection and buffer set-up
+        backend.sync()
+        dist.barrier()
+        # A fixed count: every rank must issue the same collectives.
+        reps, t0 = 4, time.perf_counter()
+        for _ in range(reps):
+            dist.all_reduce(buf)
+        backend.sync()
+        # The slowest rank's time is the collective's time.
+        elapsed = torch.tensor([time.perf_counter() - t0], dtype=torch.float64).to(device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        seconds = float(backend.to_host(elapsed)[0])
+        best = max(best, elements * 4 * _allreduce_factor(world) * reps / seconds / 1e9)
+    return best
+
+
 def run_collective(
-    cfg: CollectiveConfig, seed: int, ins: Instrumentation, rank: int, world: int
+    cfg: CollectiveConfig,
+    seed: int,
+    ins: Instrumentation,
+    rank: int,
+    world: int,
+    best_busbw: float | None = None,
 ) -> CheckTrace:
-    """Run the collective check; the process group must already be initialised."""
+    """Run the collective check; the process group must already be initialised.
+
+    ``best_busbw`` (GB/s, from :func:`measure_busbw` in the same run) turns the
+    checked all-reduces' bus bandwidth into a ratio to the best."""
     backend = ins.backend
     device = backend.collective_device
     start, cpu0 = time.perf_counter(), time.process_time()
@@ -57,7 +104,9 @@ def run_collective(
     evidence: list[Evidence] = []
     timings: dict[str, float] = {"allreduce": 0.0, "allgather": 0.0, "broadcast": 0.0}
     nbytes = cfg.elements * 4
+    round_times: list[float] = []
     for step in range(cfg.rounds):
+        r0 = time.perf_counter()
         ins.set_step(step)
         inputs = [rank_input(seed, step, r, world, cfg.elements) for r in range(world)]
         expected_sum = torch.stack(inputs).sum(0)  # exact: integers below 2^24
@@ -128,11 +177,12 @@ def run_collective(
             )
         items["broadcast"] = tensor_digest(got)[:STEP_DIGEST_CHARS]
         steps.append(items)
+        round_times.append(time.perf_counter() - r0)
 
     # nccl-tests bus bandwidth: the traffic each link carries, comparable across sizes.
     n = max(world, 1)
     rounds = cfg.rounds
-    factors = {"allreduce": 2 * (n - 1) / n, "allgather": (n - 1) / n * n, "broadcast": 1.0}
+    factors = {"allreduce": _allreduce_factor(n), "allgather": (n - 1) / n * n, "broadcast": 1.0}
     metrics: dict[str, int | float | str | None] = {
         "world": world,
         "bytes": nbytes,
@@ -141,6 +191,10 @@ def run_collective(
     for op, secs in timings.items():
         if secs > 0:
             metrics[f"{op}_busbw_gbps"] = round(nbytes * factors[op] * rounds / secs / 1e9, 4)
+    checked = metrics.get("allreduce_busbw_gbps")
+    if best_busbw and isinstance(checked, float) and world > 1:
+        metrics["best_busbw_gbps"] = round(best_busbw, 4)
+        metrics["busbw_ratio"] = round(checked / best_busbw, 3)
     return CheckTrace(
         digest=trace_digest(steps),
         steps=steps,
@@ -148,4 +202,5 @@ def run_collective(
         metrics=metrics,
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - cpu0,
+        round_s=typical_round(round_times),
     )

@@ -34,7 +34,7 @@ import torch
 from sdcprobe.backends import Backend
 from sdcprobe.config import MemoryConfig
 from sdcprobe.instrument import Instrumentation
-from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest
+from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
 WORD_BYTES = 4
 _MIB = 1 << 20
@@ -48,8 +48,11 @@ def _int32(values: torch.Tensor) -> torch.Tensor:
     return torch.where(values >= 1 << 31, values - (1 << 32), values).to(torch.int32)
 
 
-def pattern_row(name: str, seed: int, words: int) -> torch.Tensor:
-    """One row of pattern ``name`` as ``words`` int32 words, on the host."""
+def pattern_row(name: str, seed: int, words: int, cycle: int = 0) -> torch.Tensor:
+    """One row of pattern ``name`` as ``words`` int32 words, on the host.
+
+    ``cycle`` counts how often the pattern list came round before: the fixed
+    patterns repeat, the random one is drawn anew every cycle."""
     i = torch.arange(words, dtype=torch.int64)
     if name in ("walking-ones", "walking-zeros"):
         ones = torch.bitwise_left_shift(torch.ones_like(i), i % 32)
@@ -58,7 +61,7 @@ def pattern_row(name: str, seed: int, words: int) -> torch.Tensor:
         even, odd = (0x55555555, 0xAAAAAAAA)[:: 1 if name == "checkerboard" else -1]
         values = torch.where(i % 2 == 0, even, odd)
     elif name == "random":
-        gen = torch.Generator().manual_seed(seed * 1_000_039 + 11)
+        gen = torch.Generator().manual_seed(seed * 1_000_039 + 11 + cycle * 7_919_011)
         values = torch.randint(0, 1 << 32, (words,), generator=gen, dtype=torch.int64)
     else:
         raise ValueError(f"unknown memory pattern {name!r}")
@@ -141,6 +144,32 @@ def _expected(
     return block.clone() if materialise else block
 
 
+def _allocate(plan: MemoryPlan, backend: Backend) -> tuple[list[torch.Tensor], MemoryPlan]:
+    """The blocks under test, allocated once; fewer if memory was taken since we looked."""
+    rows, words = plan.rows_per_block, plan.block_bytes // WORD_BYTES // plan.rows_per_block
+    blocks: list[torch.Tensor] = []
+    for _ in range(plan.blocks):
+        try:
+            blocks.append(torch.empty(rows, words, dtype=torch.int32, device=backend.device))
+        except torch.OutOfMemoryError:
+            if not blocks:
+                raise
+            torch.cuda.empty_cache()
+            break
+    if len(blocks) < plan.blocks:
+        plan = replace(plan, blocks=len(blocks), bytes=len(blocks) * plan.block_bytes)
+    return blocks, plan
+
+
+def _fill(block: torch.Tensor, row: torch.Tensor, keys: torch.Tensor | None) -> None:
+    """Write one block of the pattern in place."""
+    view = row.expand(block.shape[0], row.numel())
+    if keys is None:
+        block.copy_(view)
+    else:
+        torch.bitwise_xor(view, keys, out=block)
+
+
 def _count_wrong(block: torch.Tensor, expected: torch.Tensor, backend: Backend) -> torch.Tensor:
     """Number of words that differ, as a device scalar (no host sync)."""
     if backend.name == "xla":
@@ -188,8 +217,32 @@ def _pattern_digest(cfg: MemoryConfig, name: str, row: torch.Tensor) -> hashlib.
     return h
 
 
-def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace:
-    """Run the memory check on ``ins.backend``'s device (every pattern once)."""
+def measure_copy(cfg: MemoryConfig, backend: Backend) -> float:
+    """Plain device-to-device copy bandwidth now (GB/s, bytes read plus written, as
+    STREAM counts a copy) over one block of the check's size."""
+    plan = plan_memory(cfg, backend)
+    words = plan.block_bytes // WORD_BYTES
+    src = torch.ones(words, dtype=torch.int32, device=backend.device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    backend.step_boundary()
+    backend.sync()
+    reps, t0 = 0, time.perf_counter()
+    while reps < 3 or (time.perf_counter() - t0 < 0.02 and reps < 64):
+        dst.copy_(src)
+        backend.step_boundary()
+        backend.sync()
+        reps += 1
+    elapsed = time.perf_counter() - t0
+    return 2 * plan.block_bytes * reps / elapsed / 1e9
+
+
+def run_memory(
+    cfg: MemoryConfig, seed: int, ins: Instrumentation, copy_gbps: float | None = None
+) -> CheckTrace:
+    """Run the memory check on ``ins.backend``'s device: ``cfg.rounds`` rounds, round
+    r writing pattern r mod len(patterns). ``copy_gbps`` (from :func:`measure_copy`
+    in the same run) turns the write and read-back bandwidth into ratios."""
     backend = ins.backend
     start, cpu0 = time.perf_counter(), time.process_time()
     plan = plan_memory(cfg, backend)
@@ -198,26 +251,31 @@ def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace
     evidence: list[Evidence] = []
     write_s = read_s = 0.0
     rows = plan.rows_per_block
-    for step, name in enumerate(cfg.patterns):
+    round_times: list[float] = []
+    reuse = backend.name != "xla"
+    held: list[torch.Tensor] = []
+    scratch: torch.Tensor | None = None
+    for step in range(cfg.rounds):
+        r0 = time.perf_counter()
+        name = cfg.patterns[step % len(cfg.patterns)]
         ins.set_step(step)
-        row_host = pattern_row(name, seed, cfg.row_words)
+        row_host = pattern_row(name, seed, cfg.row_words, step // len(cfg.patterns))
         row = row_host.to(backend.device)
         keys = [row_keys(name, b * rows, rows) for b in range(plan.blocks)]
         keys_dev = [k.to(backend.device) if k is not None else None for k in keys]
 
         t0 = time.perf_counter()
-        blocks: list[torch.Tensor] = []
-        for b in range(plan.blocks):
-            try:
+        if reuse:
+            if not held:  # allocated once, rewritten every round
+                held, plan = _allocate(plan, backend)
+            for b, block in enumerate(held):
+                _fill(block, row, keys_dev[b])
+            blocks = held
+        else:  # XLA tensors are immutable: every pattern gets fresh buffers
+            blocks = []
+            for b in range(plan.blocks):
                 blocks.append(_expected(row, keys_dev[b], rows, materialise=True))
-            except torch.OutOfMemoryError:
-                # Something else took memory after we looked: test what we got.
-                if not blocks:
-                    raise
-                plan = replace(plan, blocks=len(blocks), bytes=len(blocks) * plan.block_bytes)
-                torch.cuda.empty_cache()
-                break
-            backend.step_boundary()  # XLA: materialise each block before the next
+                backend.step_boundary()  # XLA: materialise each block before the next
         backend.sync()
         write_s += time.perf_counter() - t0
         if cfg.dwell_s > 0:
@@ -228,8 +286,14 @@ def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace
         t0 = time.perf_counter()
         counts: list[torch.Tensor] = []
         for b, block in enumerate(blocks):
-            counts.append(_count_wrong(block, _expected(row, keys_dev[b], rows), backend))
-            backend.step_boundary()
+            expected = _expected(row, keys_dev[b], rows)
+            if reuse:
+                if scratch is None:
+                    scratch = torch.empty_like(block)
+                counts.append(torch.count_nonzero(torch.bitwise_xor(block, expected, out=scratch)))
+            else:
+                counts.append(_count_wrong(block, expected, backend))
+                backend.step_boundary()
         wrong = backend.to_host(torch.stack(counts)).tolist()
         read_s += time.perf_counter() - t0
 
@@ -255,20 +319,33 @@ def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace
             )
         steps.append({name: digest.hexdigest()[:STEP_DIGEST_CHARS]})
         del blocks
+        round_times.append(time.perf_counter() - r0)
+    del held, scratch
     if backend.name == "cuda":
         torch.cuda.empty_cache()  # give the memory back to the checks that follow
 
-    passes = len(cfg.patterns) * plan.bytes
+    passes = cfg.rounds * plan.bytes
+    write_gbps = passes / write_s / 1e9 if write_s > 0 else None
+    read_gbps = passes / read_s / 1e9 if read_s > 0 else None
     metrics: dict[str, int | float | str | None] = {
         "bytes_tested": plan.bytes,
         "free_bytes": plan.free_bytes,
+        "rounds": cfg.rounds,
         "patterns": len(cfg.patterns),
         "dwell_s": cfg.dwell_s,
-        "write_gbps": round(passes / write_s / 1e9, 3) if write_s > 0 else None,
-        "read_gbps": round(passes / read_s / 1e9, 3) if read_s > 0 else None,
+        "write_gbps": round(write_gbps, 3) if write_gbps is not None else None,
+        "read_gbps": round(read_gbps, 3) if read_gbps is not None else None,
         "flips": flips.bits,
         "flipped_words": flips.words,
     }
+    if copy_gbps:
+        # A write pass moves each byte once and a copy twice (read and write):
+        # the ratios compare bytes per second of our passes with a copy's traffic.
+        metrics["copy_gbps"] = round(copy_gbps, 3)
+        if write_gbps is not None:
+            metrics["write_vs_copy"] = round(write_gbps / copy_gbps, 3)
+        if read_gbps is not None:
+            metrics["read_vs_copy"] = round(read_gbps / copy_gbps, 3)
     if flips.bits:
         metrics["flip_bits"] = ",".join(f"{b}:{n}" for b, n in sorted(flips.by_bit.items()))
         metrics["flip_offsets"] = " ".join(
@@ -281,4 +358,5 @@ def run_memory(cfg: MemoryConfig, seed: int, ins: Instrumentation) -> CheckTrace
         metrics=metrics,
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - cpu0,
+        round_s=typical_round(round_times),
     )

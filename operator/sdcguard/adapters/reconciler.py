@@ -67,6 +67,7 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.nodepatch import plan_node_patch
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
+from sdcguard.domain.seeds import screening_seed
 from sdcguard.domain.selection import Selector, owning_policy
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
@@ -280,6 +281,9 @@ class Reconciler:
             },
             priority_class=self.settings.probe_priority_class,
             check_params=tuple(dict.fromkeys(params)),
+            seed=screening_seed(
+                test.spec.seed, test.metadata.creation_timestamp, test.metadata.name
+            ),
         )
 
     def pod_end(
@@ -473,12 +477,13 @@ class Reconciler:
                     status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
                     self._write_test_status(test, status)
                 return test.model_copy(update={"status": status})
-            manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
-            self.writer.create_job(manifest)
+            request = self.probe_request(policy, test, node, node_body)
+            self.writer.create_job(build_probe_job(request))
             counts["jobs-created"] += 1
             status = status.model_copy(
                 update={
                     "phase": SDCTestPhase.RUNNING,
+                    "seed": request.seed,
                     "job_name": job_name(name),
                     "start_time": now,
                     "conditions": set_condition(

@@ -132,6 +132,10 @@ class SDCTestSpec(ApiModel):
     """1 for a first screening; counts re-runs (confirmations, retries after inconclusive)."""
     ticket_ref: NodeName | None = None
     """The RepairTicket a repairVerification test verifies."""
+    seed: int | None = Field(default=None, ge=0, le=2147483647)
+    """Pins the seed the probe draws every check's data from (e.g. to repeat a failing
+    screening's data). Unset: the operator uses the seed of the UTC day the test was
+    created and records it in status.seed."""
 
     @model_validator(mode="after")
     def _verification_has_ticket(self) -> SDCTestSpec:
@@ -166,6 +170,8 @@ class SDCTestStatus(ApiModel):
     """The probe Job."""
     fingerprint_hash: HexDigest | None = None
     """Fingerprint of the hardware and software that ran the probe."""
+    seed: int | None = Field(default=None, ge=0, le=2147483647)
+    """The seed the probe Job was given (spec.seed if pinned, else the day's seed)."""
     start_time: dt.datetime | None = None
     """When the probe started."""
     completion_time: dt.datetime | None = None

@@ -54,6 +54,8 @@ def probe_args(req: ProbeJobRequest) -> list[str]:
         "auto",
         "--budget",
         str(req.budget_seconds),
+        "--deadline",
+        str(req.active_deadline_seconds),
         "--result-file",
         "/dev/termination-log",
     ]

@@ -3,11 +3,14 @@
 ::
 
     kubectl sdc status                       fleet by state and pool, breakers, open tickets
-    kubectl sdc test NODE [--suite S]        screen a node now (an SDCTest, reason Manual)
+    kubectl sdc test NODE [--suite S] [--seed N]
+                                             screen a node now (an SDCTest, reason Manual);
+                                             --seed pins the probe's data seed
     kubectl sdc quarantine NODE --reason R   ask the operator to quarantine a node
     kubectl sdc release NODE --reason R      ask the operator to return a node to service
     kubectl sdc repaired TICKET --note N     record the repair side's resolution
-    kubectl sdc history NODE                 tests, tickets and events of a node, by time
+    kubectl sdc history NODE                 tests (with seeds), tickets and events of a node,
+                                             by time, and the seeds it has passed
     kubectl sdc baselines                    golden-value baselines per fingerprint
 """
 

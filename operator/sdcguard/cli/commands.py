@@ -335,9 +335,14 @@ def running_test(
 
 
 def start_test(
-    conn: Connection, node_name: str, suite: Suite | None, policy_name: str | None
+    conn: Connection,
+    node_name: str,
+    suite: Suite | None,
+    policy_name: str | None,
+    seed: int | None = None,
 ) -> Result:
-    """Create an SDCTest (reason Manual) for ``node_name``, unless one is running there."""
+    """Create an SDCTest (reason Manual) for ``node_name``, unless one is running there;
+    ``seed`` pins the probe's data."""
     node = get_node(conn, node_name)
     if policy_name:
         policy = SDCPolicy.model_validate(get_custom(conn, PLURAL_POLICIES, policy_name))
@@ -378,6 +383,7 @@ def start_test(
             policy_ref=policy.metadata.name,
             suite=suite,
             reason=ScreeningReason.MANUAL,
+            seed=seed,
         )
     )
     body = to_body(test)
@@ -652,6 +658,9 @@ def history_entries(
             detail += f", verdict {st['verdict']}"
         if st.get("reason"):
             detail += f" [{st['reason']}]"
+        seed = st.get("seed", spec.get("seed"))
+        if seed is not None:
+            detail += f", seed {seed}"
         checks = _checks_summary(st.get("checks") or [])
         if checks:
             detail += f"; {checks}"
@@ -667,6 +676,7 @@ def history_entries(
                 "reason": spec.get("reason"),
                 "startTime": st.get("startTime"),
                 "completionTime": st.get("completionTime"),
+                "seed": seed,
             }
         )
     for ticket in tickets:
@@ -717,6 +727,17 @@ def history_entries(
         )
     entries.sort(key=lambda e: (e["time"] or "", e["kind"], e["name"]))
     return entries
+
+
+def seeds_passed(tests: Iterable[Mapping[str, Any]]) -> list[int]:
+    """The distinct seeds of a node's passed screenings, in the order first passed."""
+    done: list[tuple[str, int]] = []
+    for test in tests:
+        st = test.get("status") or {}
+        seed = st.get("seed")
+        if st.get("verdict") == "Pass" and isinstance(seed, int):
+            done.append((str(st.get("completionTime") or ""), seed))
+    return list(dict.fromkeys(seed for _, seed in sorted(done)))
 
 
 def history(conn: Connection, node_name: str, limit: int | None) -> Result:
@@ -778,8 +799,10 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         entries = entries[-limit:]
     meta = _meta(node) if node else {}
     annotations = meta.get("annotations") or {}
+    passed = seeds_passed(tests)
     data = {
         "node": node_name,
+        "seedsPassed": passed,
         "exists": node is not None,
         "state": (meta.get("labels") or {}).get(keys.LABEL_STATE),
         "qualifiedAt": annotations.get(keys.QUALIFIED_AT),
@@ -792,6 +815,7 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         if node is not None
         else f"Node {node_name} no longer exists; its records:"
     )
+    header += f"\nSeeds passed ({len(passed)}): {' '.join(str(x) for x in passed) or 'none'}"
     table = Table(
         ["time", "kind", "name", "detail"],
         [[cell(e["time"]), e["kind"], e["name"], e["detail"]] for e in entries],

@@ -86,9 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[s.value for s in Suite],
         default=None,
         help="checks to run (default: acceptance for a node that never qualified, "
-        "repairVerification for one under repair, requalification otherwise)",
+        "requalification otherwise)",
     )
     test.add_argument("--policy", help="SDCPolicy to use (default: the one covering the node)")
+    test.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help="pin the probe's data seed, 0..2147483647 (default: the operator picks the day's)",
+    )
 
     for action, text in (
         ("quarantine", "ask the operator to quarantine a node (taint, cordon, ticket)"),
@@ -128,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer between 0 and 2147483647, got {text!r}"
+        ) from None
+    if not 0 <= value <= 2147483647:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2147483647, got {value}")
+    return value
+
+
 def run(args: argparse.Namespace) -> Result:
     """Execute the parsed command."""
     conn = connect(args.kubeconfig, args.context)
@@ -135,7 +153,7 @@ def run(args: argparse.Namespace) -> Result:
         return commands.status(conn)
     if args.command == "test":
         suite = Suite(args.suite) if args.suite else None
-        return commands.start_test(conn, args.node, suite, args.policy)
+        return commands.start_test(conn, args.node, suite, args.policy, args.seed)
     if args.command in ("quarantine", "release"):
         return commands.request_action(conn, args.command, args.node, args.reason)
     if args.command == "repaired":
