@@ -62,9 +62,11 @@ base_image() {
     if [ ! -s "$tar" ]; then
       local t0=$SECONDS
       say "base: mmdebstrap $SUITE with $BASE_PACKAGES (once per machine, about 1-2 min)"
-      mmdebstrap --quiet --variant=essential --include="$BASE_PACKAGES" "$SUITE" "$tar.tmp" \
+      # (the output's extension tells mmdebstrap to write a tarball)
+      rm -rf "$tar.tmp.tar"
+      mmdebstrap --quiet --variant=essential --include="$BASE_PACKAGES" "$SUITE" "$tar.tmp.tar" \
         || die "mmdebstrap failed (see above); it needs Debian's package mirror, as apt-get does"
-      mv "$tar.tmp" "$tar"
+      mv "$tar.tmp.tar" "$tar"
       say "base: rootfs $(du -h "$tar" | cut -f1) in $((SECONDS - t0))s"
     fi
     local ctr; ctr=$("${BUILDAH[@]}" from --pull-never scratch)
