@@ -634,6 +634,18 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
             f"{timeout:.0f}s ({last or 'not registered'}); see kubelet.log in {self.node_dir}"
         )
 
+    def pod_logs(self, namespace: str, pod: str, tail: int = 40) -> str:
+        """The last lines the kubelet logged for a Pod's containers (read from its log
+        directory; the API server has no client certificate for the kubelet)."""
+        lines: list[str] = []
+        logs = self.node_dir / "kubelet" / "pod-logs"
+        for path in sorted(logs.glob(f"{namespace}_{pod}_*/*/*.log")):
+            text = path.read_text(errors="replace").splitlines()[-tail:]
+            lines.append(f"--- {path.parent.name}/{path.name}")
+            # CRI log lines: TIMESTAMP STREAM FLAG MESSAGE
+            lines += [line.split(" ", 3)[-1] for line in text]
+        return "\n".join(lines)
+
     def _stop_process(self, name: str, timeout: float = 20) -> None:
         proc = self.processes.pop(name, None)
         if proc is None or proc.poll() is not None:
