@@ -132,6 +132,10 @@ build() {
   mv "$archive.tmp" "$archive"
   "${BUILDAH[@]}" rmi "$ref" >/dev/null
   say "$name: $ref ($(du -h "$archive" | cut -f1)) in $((SECONDS - t0))s"
+  # Keep the two newest archives per image (two checkouts at different
+  # contents do not rebuild each other's); the local node drops the images
+  # whose archives are gone.
+  ls -t "$OUT/$name"-*.oci.tar 2>/dev/null | tail -n +3 | xargs -r rm -f
   echo "$name $ref $archive"
 }
 

@@ -501,6 +501,15 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 
     def _import_images(self, built: dict[str, tuple[str, Path]]) -> bool:
         present = set(self.ctr("images", "ls", "-q").stdout.split())
+        # Images of this project whose archives images/build.sh pruned: their
+        # content and snapshots are garbage-collected by containerd.
+        kept = set()
+        for archive in (cache_dir() / "images").glob("*.oci.tar"):
+            name, tag = archive.name.removesuffix(".oci.tar").rsplit("-", 1)
+            kept.add(f"localhost/sdcguard-{name}:{tag}")
+        stale = [r for r in present if r.startswith("localhost/sdcguard-") and r not in kept]
+        if stale:
+            self.ctr("images", "rm", *stale, check=False)
         imported = False
         for name, (ref, archive) in built.items():
             if ref in present:
