@@ -108,6 +108,9 @@ build() {
   local name=$1 dockerfile=$2 args=$3; shift 3
   local ctx; ctx=$(mktemp -d)
   context "$ctx" "$dockerfile" "$@"
+  # pyproject.toml names README.md as the package's long description; the image
+  # does not need its text, and an edit of the README must not rebuild an image.
+  [ -f "$ctx/README.md" ] && echo "sdcguard: see the project's README." >"$ctx/README.md"
   local tag; tag=$(printf '%s %s %s' "$BASE_ID" "$args" "$(hash_dir "$ctx")" | sha)
   local ref="localhost/sdcguard-$name:$tag" archive="$OUT/$name-$tag.oci.tar"
   if [ -s "$archive" ]; then
