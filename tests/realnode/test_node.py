@@ -72,6 +72,43 @@ def test_pod_runs_as_nonroot_with_readonly_root_and_gets_a_termination_message(
     kubectl(real_cluster, "delete", "pod", name, "--wait=false")
 
 
+def test_a_pod_still_running_when_the_node_stops(real_cluster: LocalCluster) -> None:
+    """Left running on purpose: the session's teardown stops the node under it and
+    checks that no process, mount, network namespace or cgroup remains."""
+    assert real_cluster.node is not None
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "left-running", "namespace": "default"},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": real_cluster.node.image_refs["operator"],
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", "import time; time.sleep(3600)"],
+                    "volumeMounts": [{"name": "mem", "mountPath": "/scratch"}],
+                }
+            ],
+            "volumes": [{"name": "mem", "emptyDir": {"medium": "Memory"}}],
+        },
+    }
+    kubectl_apply(real_cluster, pod)
+    deadline = time.monotonic() + 60
+    phase = ""
+    while time.monotonic() < deadline:
+        phase = json.loads(kubectl(real_cluster, "get", "pod", "left-running", "-o", "json"))[
+            "status"
+        ].get("phase", "")
+        if phase == "Running":
+            break
+        time.sleep(1)
+    assert phase == "Running"
+    assert real_cluster.node.ctr("tasks", "ls", "-q").stdout.split()
+
+
 def kubectl_apply(cluster: LocalCluster, obj: dict[str, object]) -> None:
     import subprocess
 
