@@ -21,15 +21,17 @@
 # Prints one line per image on stdout: NAME REFERENCE ARCHIVE.
 #
 # Why buildah: it builds Dockerfiles without a daemon, runs as a plain command
-# (RUN steps under chroot isolation, vfs storage: no overlay or user-namespace
-# setup needed), writes OCI archives directly, and ships as a Debian package.
+# (RUN steps under chroot isolation, no user-namespace setup), writes OCI
+# archives directly, and ships as a Debian package. Its overlay storage and
+# layer cache live in the cache too, so a change of the probe's code rebuilds
+# only the layers above torch.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
 OUT="$CACHE/images"
 WHEELS="$CACHE/wheelhouse-py311"
-STORE="$CACHE/buildah"
+STORE="$CACHE/buildah-overlay"
 SUITE=bookworm
 # libstdc++6: torch and pydantic-core link it (python:3.11-slim carries it too).
 BASE_PACKAGES="python3,python3-venv,ca-certificates,libstdc++6"
@@ -41,7 +43,8 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "building images with buildah here needs root (chroot isolation); rerun as root"
 bash "$REPO/tests/cluster/node/setup-host.sh"
 
-BUILDAH=(buildah --root "$STORE/root" --runroot "$STORE/run" --storage-driver vfs)
+BUILDAH=(buildah --root "$STORE/root" --runroot "$STORE/run" --storage-driver overlay)
+rm -rf "$CACHE/buildah"  # the vfs store of earlier versions of this script
 mkdir -p "$OUT" "$WHEELS" "$STORE"
 exec 8>"$OUT/.lock"
 flock 8
@@ -124,7 +127,7 @@ build() {
     --build-arg PIP_FIND_LINKS=/wheels)
   local a
   for a in $args; do bargs+=(--build-arg "$a"); done
-  "${BUILDAH[@]}" bud --quiet --pull-never --isolation chroot --layers=false \
+  "${BUILDAH[@]}" bud --quiet --pull-never --isolation chroot --layers \
     -v "$WHEELS:/wheels:ro" -f "$ctx/$dockerfile" "${bargs[@]}" -t "$ref" "$ctx" >&2 \
     || { rm -rf "$ctx"; die "buildah bud of $name failed (see above)"; }
   rm -rf "$ctx"
@@ -133,7 +136,6 @@ build() {
   # the archive is imported on this machine only (push to a registry compresses).
   "${BUILDAH[@]}" push --quiet --disable-compression "$ref" "oci-archive:$archive.tmp:$ref" >&2
   mv "$archive.tmp" "$archive"
-  "${BUILDAH[@]}" rmi "$ref" >/dev/null
   say "$name: $ref ($(du -h "$archive" | cut -f1)) in $((SECONDS - t0))s"
   # Keep the two newest archives per image (two checkouts at different
   # contents do not rebuild each other's); the local node drops the images
