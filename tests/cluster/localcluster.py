@@ -7,11 +7,12 @@ started here on loopback with:
 - TLS from a throwaway CA, an admin bearer token (group ``system:masters``);
 - the Node and RBAC authorizers and the NodeRestriction admission plugin;
 - service-account signing keys, so TokenRequest tokens authenticate for real;
-- only the controllers tests need (Job, garbage collector, TTL-after-finished,
-  service accounts, namespaces, root CA publisher, node lifecycle for
-  NotReady) and not the taint-eviction controller, so nothing is evicted
-  behind a test's back;
-- the real scheduler.
+- the controller-manager's default controllers (Deployments, ReplicaSets,
+  PodDisruptionBudgets, Jobs, garbage collection, node lifecycle, ...) except
+  the taint-eviction controller, so nothing is evicted behind a test's back;
+- the real scheduler;
+- optionally (``real_node=True``, ``up --real-node``) a real node: containerd,
+  CNI, a kubelet and a test device plugin (``tests/cluster/realnode.py``).
 
 Used three ways: the pytest session fixture (``tests/conftest.py``), the demo
 and benchmarks (``LocalCluster`` in a ``with`` block), and by hand::
@@ -39,27 +40,27 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from tests.cluster import realnode
+from tests.cluster.realnode import NODE_NAME, ClusterError, RealNode
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 DEFAULT_STATE_DIR = REPO / ".localcluster"
-CONTROLLERS = ",".join(
-    [
-        "job-controller",
-        "garbage-collector-controller",
-        "ttl-after-finished-controller",
-        "serviceaccount-controller",
-        "namespace-controller",
-        "root-ca-certificate-publisher-controller",
-        # Marks nodes whose heartbeats stop NotReady (a dead simulator must
-        # look dead). Taint-based eviction is a separate controller that is
-        # deliberately left out, so nothing is evicted behind a test's back.
-        "node-lifecycle-controller",
-    ]
-)
-
-
-class ClusterError(RuntimeError):
-    """A control-plane problem a person can act on; the message says how."""
+# Every controller the controller-manager runs by default ("*": Deployment,
+# ReplicaSet, disruption for PDBs, Job, CronJob, DaemonSet, StatefulSet,
+# endpoints, garbage collector, TTL-after-finished, service accounts,
+# namespaces, root CA publisher, node lifecycle, pod GC, ...), less one:
+# - taint-eviction-controller: it deletes Pods from nodes tainted NoExecute
+#   (a NotReady simulated node, a node a test taints); tests decide when Pods
+#   go, so nothing is evicted behind their back. The node-lifecycle
+#   controller still marks nodes whose heartbeats stop NotReady.
+# Controllers that need a cloud provider (cloud-node-lifecycle, route,
+# service-lb) and node IPAM (no --allocate-node-cidrs) stay off as in any
+# cluster without them; bootstrap-signer and token-cleaner are off by default.
+CONTROLLERS = "*,-taint-eviction-controller"
 
 
 def log(message: str) -> None:
@@ -213,6 +214,10 @@ class LocalCluster:
     apiserver_port: int | None = None
     extra_apiserver_args: list[str] = field(default_factory=list)
     controllers: str = CONTROLLERS
+    real_node: bool = False
+    """Also start a real node (containerd + kubelet + test device plugin); needs root."""
+    real_node_images: tuple[str, ...] = ("operator", "probe")
+    """Images (images/build.sh names) the real node imports; the pause image always."""
     """kube-controller-manager --controllers (benchmarks of huge simulated fleets drop
     node-lifecycle-controller, which would mark nodes without heartbeats NotReady)."""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -222,7 +227,9 @@ class LocalCluster:
     server: str = ""
     kubeconfig: Path = Path()
     token: str = ""
+    node_token: str = ""
     bin_dirs: list[str] = field(default_factory=list)
+    node: RealNode | None = None
 
     def __enter__(self) -> LocalCluster:
         try:
@@ -259,8 +266,13 @@ class LocalCluster:
         t0 = time.monotonic()
         make_pki(pki)
         self.token = secrets.token_hex(16)
+        # The real node's kubelet authenticates as system:node:<name> (Node
+        # authorizer, NodeRestriction); the token is there whether or not a
+        # node is started, so one can join a running control plane.
+        self.node_token = secrets.token_hex(16)
         (self.state_dir / "tokens.csv").write_text(
             f'{self.token},admin,admin-uid,"system:masters"\n'
+            f'{self.node_token},system:node:{NODE_NAME},node-uid,"system:nodes"\n'
         )
         etcd_port, peer_port = free_port(), free_port()
         api_port = self.apiserver_port or free_port()
@@ -308,6 +320,10 @@ class LocalCluster:
                 "--profiling=false",
                 "--event-ttl=2h",
                 f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+                # The real node registers a local address as its InternalIP;
+                # without this the API server would resolve the node's hostname
+                # through the machine's DNS (traffic off the machine) for logs.
+                "--kubelet-preferred-address-types=InternalIP",
                 *self.extra_apiserver_args,
             ],
         )
@@ -346,6 +362,16 @@ class LocalCluster:
         )
         self._wait_default_serviceaccount(timeout=60)
         log(f"control plane ready at {self.server} in {time.monotonic() - t0:.1f}s")
+        if self.real_node:
+            self.start_real_node()
+
+    def start_real_node(self) -> RealNode:
+        """Join a real node (containerd, kubelet, device plugin) to this control plane."""
+        if self.node is None:
+            node = RealNode(self, images=self.real_node_images)
+            self.node = node
+            node.start()
+        return self.node
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         assert self.state_dir is not None
@@ -385,9 +411,9 @@ class LocalCluster:
     def _ssl(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
-    def request(self, path: str, timeout: float = 5) -> tuple[int, bytes]:
+    def request(self, path: str, timeout: float = 5, method: str = "GET") -> tuple[int, bytes]:
         req = urllib.request.Request(
-            self.server + path, headers={"Authorization": f"Bearer {self.token}"}
+            self.server + path, headers={"Authorization": f"Bearer {self.token}"}, method=method
         )
         try:
             with urllib.request.urlopen(req, timeout=timeout, context=self._ssl()) as resp:
@@ -417,7 +443,12 @@ class LocalCluster:
         raise ClusterError("the service-account controller did not create default/default")
 
     def stop(self) -> None:
-        """Stop every process (apiserver first, etcd last) and remove temp state."""
+        """Stop the real node, then each process (apiserver first, etcd last); remove temp state."""
+        if self.node is not None:
+            try:
+                self.node.stop()
+            finally:
+                self.node = None
         order = ["kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
         for name in order:
             proc = self.processes.get(name)
@@ -453,6 +484,14 @@ def down(state_dir: Path) -> int:
     if not pids_file.exists():
         return 0
     entries = [line.split() for line in pids_file.read_text().splitlines() if line.strip()]
+    if (state_dir / "node").exists():
+        # The kubelet and device plugin first (nothing restarts containers), then
+        # the node's containers, mounts, namespaces and cgroups, and containerd.
+        for name, pid in entries:
+            if name in ("node-kubelet", "node-deviceplugin") and _pid_alive(int(pid)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGTERM)
+        realnode.cleanup(state_dir / "node", realnode.RealNode.containerd_root_dir())
     stopped = 0
     for _name, pid in reversed(entries):
         if _pid_alive(int(pid)):
@@ -476,6 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     up_p = sub.add_parser("up", help="start the control plane in the background")
     up_p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     up_p.add_argument("--port", type=int, default=None, help="kube-apiserver port")
+    up_p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also start a real node: containerd, CNI, kubelet, test device plugin (root)",
+    )
     down_p = sub.add_parser("down", help="stop a control plane started with up")
     down_p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     sub.add_parser("build", help="build/fetch the binaries only")
@@ -491,7 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         if (args.state_dir / "pids").exists():
             down(args.state_dir)
         cluster = LocalCluster(
-            state_dir=args.state_dir, die_with_parent=False, apiserver_port=args.port
+            state_dir=args.state_dir,
+            die_with_parent=False,
+            apiserver_port=args.port,
+            real_node=args.real_node,
         )
         try:
             cluster.start()
@@ -499,6 +546,10 @@ def main(argv: list[str] | None = None) -> int:
             cluster.stop()
             raise
         print(cluster.kubeconfig)
+        if cluster.node is not None:
+            subprocess.run(
+                ["kubectl", "get", "nodes", "-o", "wide"], env=cluster.env(), check=False
+            )
         log(f"export KUBECONFIG={cluster.kubeconfig}; PATH={':'.join(cluster.bin_dirs)}:$PATH")
         log("stop with: python tests/cluster/localcluster.py down")
         return 0

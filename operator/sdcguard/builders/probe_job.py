@@ -138,7 +138,10 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                 "image": req.image,
                 "command": ["python", "-m", "sdcprobe"],
                 "args": probe_args(req),
-                "env": [{"name": k, "value": v} for k, v in req.env],
+                # HOME on the writable /tmp: user 65532 has no home directory and
+                # the root filesystem is read-only (torch and triton cache there).
+                "env": [{"name": "HOME", "value": "/tmp"}]
+                + [{"name": k, "value": v} for k, v in req.env],
                 "resources": {"limits": limits, "requests": requests},
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",
@@ -148,10 +151,18 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                "volumeMounts": [
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "shm", "mountPath": "/dev/shm"},
+                ],
             }
         ],
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
+        # A container's own /dev/shm is 64 MiB; NCCL between the GPUs of a node and
+        # torch's worker processes share memory there.
+        "volumes": [
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        ],
     }
     if req.priority_class:
         pod_spec["priorityClassName"] = req.priority_class

@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Builds the project's container images with buildah, without a daemon and
+# without a container registry:
+#
+#   base      Debian bookworm + python3 from Debian's packages (mmdebstrap), the
+#             BASE_IMAGE of the others here (users build FROM their own).
+#   operator  images/operator/Dockerfile
+#   probe     jobs/images/Dockerfile.probe (torch from PyPI: CUDA and CPU)
+#   xla       jobs/images/Dockerfile.xla (torch + torch-xla[tpu])
+#   pause     the local node's sandbox image (tests/cluster/node/pause)
+#
+#   bash images/build.sh [operator] [probe] [xla] [pause]   (default: pause operator probe)
+#
+# Each image is tagged by the hash of what goes into it (Dockerfile, build
+# context files, base image, build arguments) as localhost/sdcguard-NAME:HASH
+# and saved as an OCI archive under $SDCGUARD_CACHE/images, so a machine
+# builds each content once; `ctr images import` takes the archive. Python
+# packages come from a wheelhouse in the cache (pip download once, keyed by
+# the pinned versions) and are installed in the build with --no-index, so the
+# 4 GB of torch wheels are downloaded once per machine, not once per build.
+# Prints one line per image on stdout: NAME REFERENCE ARCHIVE.
+#
+# Why buildah: it builds Dockerfiles without a daemon, runs as a plain command
+# (RUN steps under chroot isolation, no user-namespace setup), writes OCI
+# archives directly, and ships as a Debian package. Its overlay storage and
+# layer cache live in the cache too, so a change of the probe's code rebuilds
+# only the layers above torch.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
+OUT="$CACHE/images"
+WHEELS="$CACHE/wheelhouse-py311"
+STORE="$CACHE/buildah-overlay"
+SUITE=bookworm
+# libstdc++6: torch and pydantic-core link it (python:3.11-slim carries it too).
+BASE_PACKAGES="python3,python3-venv,ca-certificates,libstdc++6"
+
+say() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(uname -s)" = Linux ] || die "building images needs Linux (found $(uname -s))"
+[ "$(id -u)" = 0 ] || die "building images with buildah here needs root (chroot isolation); rerun as root"
+bash "$REPO/tests/cluster/node/setup-host.sh"
+
+BUILDAH=(buildah --root "$STORE/root" --runroot "$STORE/run" --storage-driver overlay)
+rm -rf "$CACHE/buildah"  # the vfs store of earlier versions of this script
+mkdir -p "$OUT" "$WHEELS" "$STORE"
+exec 8>"$OUT/.lock"
+flock 8
+
+PY="${PY:-}"
+if [ -z "$PY" ]; then
+  PY=$(ls -d "$CACHE"/venv-py311-*/bin/python 2>/dev/null | head -1 || true)
+fi
+[ -n "$PY" ] || PY=python3
+
+sha() { sha256sum | cut -c1-12; }
+
+# base: a rootfs from Debian packages, imported as localhost/sdcguard-base:KEY.
+base_image() {
+  local key; key=$(printf '%s %s %s' "$SUITE" "$BASE_PACKAGES" "$(mmdebstrap --version)" | sha)
+  local ref="localhost/sdcguard-base:$key" tar="$OUT/base-$key.rootfs.tar"
+  if ! "${BUILDAH[@]}" inspect --type image "$ref" >/dev/null 2>&1; then
+    if [ ! -s "$tar" ]; then
+      local t0=$SECONDS
+      say "base: mmdebstrap $SUITE with $BASE_PACKAGES (once per machine, about 1-2 min)"
+      # (the output's extension tells mmdebstrap to write a tarball)
+      rm -rf "$tar.tmp.tar"
+      mmdebstrap --quiet --variant=essential --include="$BASE_PACKAGES" "$SUITE" "$tar.tmp.tar" \
+        || die "mmdebstrap failed (see above); it needs Debian's package mirror, as apt-get does"
+      mv "$tar.tmp.tar" "$tar"
+      say "base: rootfs $(du -h "$tar" | cut -f1) in $((SECONDS - t0))s"
+    fi
+    local ctr; ctr=$("${BUILDAH[@]}" from --pull-never scratch)
+    "${BUILDAH[@]}" add "$ctr" "$tar" / >/dev/null
+    "${BUILDAH[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      --cmd /bin/sh "$ctr"
+    "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$ref" >/dev/null
+    say "base: $ref"
+  fi
+  BASE_REF=$ref
+  BASE_ID=$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$ref")
+}
+
+# wheelhouse REQUIREMENT...: download the wheels once per set of pins.
+wheelhouse() {
+  local key; key=$(printf '%s\n' "$@" | sort | sha)
+  [ -e "$WHEELS/.complete-$key" ] && return 0
+  say "wheelhouse: pip download $* (once per machine; torch is about 4 GB)"
+  # The venv's pip runs on this machine's Python 3.11 (bookworm's, like the
+  # base), so it picks the wheels the image's Python takes.
+  "$PY" -m pip download --quiet --progress-bar off --only-binary=:all: -d "$WHEELS" "$@" "setuptools>=69" wheel \
+    || die "pip download failed (see above); check that the Python package index is reachable"
+  touch "$WHEELS/.complete-$key"
+}
+
+# context DIR PATH...: the build context, from the files git knows (tracked,
+# or new and not ignored), so caches and build outputs never leak in.
+context() {
+  local dir=$1; shift
+  (cd "$REPO" && git ls-files -z -co --exclude-standard -- "$@") \
+    | (cd "$REPO" && while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done) \
+    | (cd "$REPO" && tar --null -T - -cf -) | tar -xf - -C "$dir"
+}
+
+hash_dir() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha; }
+
+# build NAME DOCKERFILE "BUILD-ARGS" PATH...
+build() {
+  local name=$1 dockerfile=$2 args=$3; shift 3
+  local ctx; ctx=$(mktemp -d)
+  context "$ctx" "$dockerfile" "$@"
+  # pyproject.toml names README.md as the package's long description; the image
+  # does not need its text, and an edit of the README must not rebuild an image.
+  [ -f "$ctx/README.md" ] && echo "sdcguard: see the project's README." >"$ctx/README.md"
+  local tag; tag=$(printf '%s %s %s' "$BASE_ID" "$args" "$(hash_dir "$ctx")" | sha)
+  local ref="localhost/sdcguard-$name:$tag" archive="$OUT/$name-$tag.oci.tar"
+  if [ -s "$archive" ]; then
+    rm -rf "$ctx"
+    echo "$name $ref $archive"
+    return 0
+  fi
+  local t0=$SECONDS
+  say "$name: building $ref from $dockerfile"
+  local bargs=(--build-arg "BASE_IMAGE=$BASE_REF" --build-arg PIP_NO_INDEX=1
+    --build-arg PIP_FIND_LINKS=/wheels)
+  local a
+  for a in $args; do bargs+=(--build-arg "$a"); done
+  "${BUILDAH[@]}" bud --quiet --pull-never --isolation chroot --layers \
+    -v "$WHEELS:/wheels:ro" -f "$ctx/$dockerfile" "${bargs[@]}" -t "$ref" "$ctx" >&2 \
+    || { rm -rf "$ctx"; die "buildah bud of $name failed (see above)"; }
+  rm -rf "$ctx"
+  say "$name: built in $((SECONDS - t0))s; saving the OCI archive"
+  # Uncompressed layers: gzip of a torch layer costs minutes on 2 cores, and
+  # the archive is imported on this machine only (push to a registry compresses).
+  "${BUILDAH[@]}" push --quiet --disable-compression "$ref" "oci-archive:$archive.tmp:$ref" >&2
+  mv "$archive.tmp" "$archive"
+  say "$name: $ref ($(du -h "$archive" | cut -f1)) in $((SECONDS - t0))s"
+  # Keep the two newest archives per image (two checkouts at different
+  # contents do not rebuild each other's); the local node drops the images
+  # whose archives are gone.
+  ls -t "$OUT/$name"-*.oci.tar 2>/dev/null | tail -n +3 | xargs -r rm -f
+  echo "$name $ref $archive"
+}
+
+pause_image() {
+  local bin; bin=$(bash "$REPO/tests/cluster/build-binaries.sh" | tr ':' '\n' | tail -1)/pause
+  [ -x "$bin" ] || die "the pause binary was not built ($bin)"
+  local tag; tag=$(sha <"$bin")
+  local ref="localhost/sdcguard-pause:$tag" archive="$OUT/pause-$tag.oci.tar"
+  if [ ! -s "$archive" ]; then
+    local ctr; ctr=$("${BUILDAH[@]}" from --pull-never scratch)
+    "${BUILDAH[@]}" copy "$ctr" "$bin" /pause >/dev/null
+    "${BUILDAH[@]}" config --entrypoint '["/pause"]' --user 65535:65535 "$ctr"
+    "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$ref" >/dev/null
+    "${BUILDAH[@]}" push --quiet "$ref" "oci-archive:$archive.tmp:$ref" >&2
+    mv "$archive.tmp" "$archive"
+    "${BUILDAH[@]}" rmi "$ref" >/dev/null
+    say "pause: $ref"
+  fi
+  echo "pause $ref $archive"
+}
+
+dockerfile_arg() { sed -n "s/^ARG $2=//p" "$REPO/$1" | head -1; }
+
+pin_operator() {
+  "$PY" - "$REPO/pyproject.toml" <<'PY'
+import importlib.metadata as md, re, sys, tomllib
+from packaging.requirements import Requirement
+deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
+seen, stack = {}, [Requirement(d).name for d in deps]
+while stack:
+    n = stack.pop()
+    key = re.sub(r"[-_.]+", "-", n).lower()
+    if key in seen:
+        continue
+    dist = md.distribution(n)
+    seen[key] = f"{dist.metadata['Name']}=={dist.version}"
+    for r in dist.requires or []:
+        req = Requirement(r)
+        if not req.marker or req.marker.evaluate({"extra": ""}):
+            stack.append(req.name)
+print("\n".join(seen[k] for k in sorted(seen)))
+PY
+}
+
+if [ "${1:-}" = --pin-operator ]; then
+  { sed -n '/^#/p' "$REPO/images/operator/requirements.txt"; pin_operator; } >"$REPO/images/operator/requirements.txt.new"
+  mv "$REPO/images/operator/requirements.txt.new" "$REPO/images/operator/requirements.txt"
+  exit 0
+fi
+
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=(pause operator probe)
+for name in "${want[@]}"; do
+  case "$name" in
+    pause) pause_image ;;
+    operator)
+      base_image
+      mapfile -t reqs < <(grep -v '^#' "$REPO/images/operator/requirements.txt" | grep .)
+      wheelhouse "${reqs[@]}"
+      build operator images/operator/Dockerfile "" images/operator pyproject.toml README.md \
+        operator jobs/sdcprobe ;;
+    probe)
+      base_image
+      f=jobs/images/Dockerfile.probe
+      wheelhouse "torch==$(dockerfile_arg $f TORCH_VERSION)" "numpy==$(dockerfile_arg $f NUMPY_VERSION)" \
+        "pydantic==$(dockerfile_arg $f PYDANTIC_VERSION)"
+      build probe "$f" "" jobs/sdcprobe ;;
+    xla)
+      base_image
+      f=jobs/images/Dockerfile.xla
+      wheelhouse "torch==$(dockerfile_arg $f TORCH_VERSION)" \
+        "torch-xla[tpu]==$(dockerfile_arg $f TORCH_XLA_VERSION)" \
+        "numpy==$(dockerfile_arg $f NUMPY_VERSION)" "pydantic==$(dockerfile_arg $f PYDANTIC_VERSION)"
+      build xla "$f" "" jobs/sdcprobe ;;
+    *) die "unknown image $name (operator, probe, xla, pause)" ;;
+  esac
+done
