@@ -8,7 +8,7 @@ set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
 GROUP_A=(tests/unit tests/probe tests/sim tests/e2e tests/bench)
-GROUP_B=(tests/cluster tests/operator tests/badinput tests/chaos tests/chart tests/cli tests/notify)
+GROUP_B=(tests/cluster tests/autoscaling tests/operator tests/badinput tests/chaos tests/chart tests/cli tests/notify)
 for dir in tests/*/; do
   [ "$(basename "$dir")" = __pycache__ ] && continue
   dir=${dir%/}
