@@ -11,6 +11,7 @@ from sdcguard.builders.probe_job import (
     TEST_LABEL,
     ProbeJobRequest,
     build_probe_job,
+    job_name,
     label_value,
 )
 
@@ -66,3 +67,11 @@ def test_observers_read_the_full_test_name_from_the_annotation() -> None:
     pod["metadata"]["labels"][TEST_LABEL] = "short-test"
     legacy = probe_pod(pod)
     assert legacy is not None and legacy.test_name == "short-test"
+
+
+def test_tests_of_one_long_named_node_get_distinct_valid_job_names() -> None:
+    names = {job_name(f"{NODE}-93965-{n}") for n in range(1, 6)}
+    assert len(names) == 5
+    for name in names:
+        assert len(name) <= 63 and LABEL_VALUE.match(name), name
+    assert job_name("short-test-1") == "sdcprobe-short-test-1"

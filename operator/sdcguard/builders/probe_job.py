@@ -52,8 +52,10 @@ def label_value(text: str) -> str:
 
 
 def job_name(test_name: str) -> str:
-    """The Job is named after its SDCTest, so creating it twice is a 409, not a duplicate."""
-    return f"sdcprobe-{test_name}"[:63].rstrip("-.")
+    """The Job is named after its SDCTest, so creating it twice is a 409, not a duplicate.
+    A name too long for the Job's ``job-name`` label (63) ends in a hash of the whole, so
+    the tests of one node (which differ only at the end) never share a Job."""
+    return label_value(f"sdcprobe-{test_name}")
 
 
 def probe_args(req: ProbeJobRequest) -> list[str]:
