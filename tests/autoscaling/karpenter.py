@@ -29,6 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.sim.catalogue import CATALOGUE
+from tests.cluster.localcluster import _die_with_parent
 
 HERE = Path(__file__).resolve().parent
 KARPENTER_VERSION = os.environ.get("KARPENTER_VERSION", "1.15.0")
@@ -177,6 +178,7 @@ class KarpenterProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent,  # no Karpenter left behind by a killed test run
         )
         log.close()
         deadline = time.monotonic() + timeout
