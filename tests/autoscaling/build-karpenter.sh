@@ -39,7 +39,7 @@ package tools
 
 import _ "sigs.k8s.io/karpenter/kwok"
 GO
-export GOTOOLCHAIN="$KARPENTER_GO+auto"
+export GOTOOLCHAIN=auto  # the local Go, or the module's Go release when the local one is older
 say "resolving sigs.k8s.io/karpenter v$KARPENTER_VERSION with $KARPENTER_GO (go mod tidy; fetches that toolchain once if needed)"
 (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) \
   || { tail -5 "$work/tidy.log" >&2; die "go module download failed for sigs.k8s.io/karpenter v$KARPENTER_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
