@@ -25,6 +25,9 @@ SICK = FaultProfile(
     faults=[{"site": "matmul", "rate": 1.0e-2, "bits": "exp", "mode": "flip", "device": 1}]
 )
 GPU_TYPE = "p5.48xlarge"
+#: NodePool roles whose nodes the simulator makes sick, and healthy ones.
+SICK_POOLS = ("sick", "rsick")
+HEALTHY_POOLS = ("gated", "plain", "spare", "rspare")
 
 
 @dataclass
@@ -37,7 +40,7 @@ class World:
     operator: OperatorProcess
 
     def pool(self, role: str) -> str:
-        """NodePool names of this run: ``gated``, ``plain``, ``sick``, ``spare``."""
+        """NodePool names of this run, by role (``SICK_POOLS``, ``HEALTHY_POOLS``)."""
         return f"{role}-{self.case}"
 
 
@@ -57,15 +60,15 @@ def world(
         SimOptions(heartbeat_seconds=5, workdir=workdir / "sim", repair=False),
     )
     rules = [
-        AdoptRule({K.NODEPOOL_LABEL: f"sick-{case}"}, fault_profile=SICK, name="sick"),
         *(
-            AdoptRule({K.NODEPOOL_LABEL: f"{r}-{case}"}, name=r)
-            for r in ("gated", "plain", "spare")
+            AdoptRule({K.NODEPOOL_LABEL: f"{r}-{case}"}, fault_profile=SICK, name=r)
+            for r in SICK_POOLS
         ),
+        *(AdoptRule({K.NODEPOOL_LABEL: f"{r}-{case}"}, name=r) for r in HEALTHY_POOLS),
     ]
     adopter = NodeAdopter(sim, rules)
     operator = OperatorProcess(cluster.kubeconfig, workdir / "operator.log")
-    pools = [f"{r}-{case}" for r in ("gated", "plain", "sick", "spare")]
+    pools = [f"{r}-{case}" for r in (*SICK_POOLS, *HEALTHY_POOLS)]
     try:
         sim.start()
         adopter.start()

@@ -14,6 +14,7 @@ from typing import Any
 from kubernetes import client
 
 from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
+from sdcguard.sim.repair import external_ref
 from tests.autoscaling import karpenter as K
 from tests.autoscaling.conftest import GPU_TYPE, World
 from tests.operator.harness import (
@@ -242,3 +243,77 @@ def test_quarantine_keeps_node_and_gets_replacement_capacity(world: World) -> No
     assert [c["metadata"]["name"] for c in claims] == [sick["metadata"]["name"]]
     assert not claims[0]["metadata"].get("deletionTimestamp")
     assert (core.read_node(sick_node).metadata.labels or {}).get(STATE_LABEL) == "Quarantined"
+
+
+def test_replace_deletes_the_node_and_karpenter_its_node_claim(world: World) -> None:
+    """``repair.strategy: Replace``: once the repair side takes the ticket, sdcguard deletes
+    the Node; Karpenter's termination then deletes its NodeClaim (the instance)."""
+    w, core = world, client.CoreV1Api(world.api)
+    custom = client.CustomObjectsApi(w.api)
+    label = f"{w.case}-r"
+    for role, weight in (("rsick", 100), ("rspare", 10)):
+        pool = K.node_pool(
+            w.pool(role),
+            node_class_name=f"kwok-{w.case}",
+            instance_types=[GPU_TYPE],
+            labels={CASE_LABEL: label},
+            startup_taints=GATE_TAINT,
+            gpu_limit=8,
+            weight=weight,
+        )
+        K.create(w.api, pool)
+    _policy(w, f"p-{label}", label, repair={"strategy": "Replace", "maxRepairCycles": 2})
+    _gpu_pod(w, f"r-0-{w.case}", label, run_seconds=600)
+
+    claim = wait_for(
+        lambda: [c for c in K.node_claims(w.api, w.pool("rsick")) if c["status"].get("nodeName")],
+        90,
+        "the sick node to register",
+    )[0]
+    sick_node = claim["status"]["nodeName"]
+    wait_for(
+        lambda: (core.read_node(sick_node).metadata.labels or {}).get(STATE_LABEL) == "Quarantined",
+        240,
+        "the sick node to be quarantined",
+        every=1,
+    )
+    ticket = wait_for(
+        lambda: list_custom(w.api, "repairtickets", sick_node), 30, "its RepairTicket"
+    )[0]
+    name = ticket["metadata"]["name"]
+    # The repair side takes the ticket.
+    custom.patch_cluster_custom_object(
+        GROUP, VERSION, "repairtickets", name, {"spec": {"external": external_ref("test", name)}}
+    )
+
+    def node_gone() -> bool:
+        try:
+            core.read_node(sick_node)
+        except client.exceptions.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(node_gone, 90, "the sick Node to be deleted", every=1)
+    wait_for(
+        lambda: (
+            claim["metadata"]["name"] not in {c["metadata"]["name"] for c in K.node_claims(w.api)}
+        ),
+        90,
+        "Karpenter to delete the sick node's NodeClaim",
+        every=1,
+    )
+    pod = wait_for(
+        lambda: (
+            p
+            if (p := core.read_namespaced_pod(f"r-0-{w.case}", "default")).status.phase == "Running"
+            else None
+        ),
+        240,
+        "the pending pod to run",
+        every=1,
+    )
+    assert (core.read_node(pod.spec.node_name).metadata.labels or {}).get(STATE_LABEL) == (
+        "Qualified"
+    )
+    status = custom.get_cluster_custom_object(GROUP, VERSION, "repairtickets", name).get("status")
+    print(f"ticket {name} after the replacement: phase {(status or {}).get('phase')}")
