@@ -14,7 +14,7 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv binaries checkov images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
+.PHONY: help venv binaries karpenter checkov images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - simulated fleet through the full lifecycle on a local control plane"
@@ -38,6 +38,11 @@ $(VENV)/.complete:
 
 binaries:
 	@bash tests/cluster/build-binaries.sh >/dev/null
+
+# Karpenter's kwok cloud provider for the autoscaling tests, built from its Go
+# module and cached by version like the control plane.
+karpenter:
+	@bash tests/autoscaling/build-karpenter.sh >/dev/null
 
 # The manifest scanner the chart tests run, in a venv of its own keyed by its
 # version (its pins clash with the project's venv).
@@ -63,13 +68,13 @@ typecheck: venv
 unit: venv checkov
 	$(PY) -m pytest -q -m "not cluster and not e2e" tests
 
-cluster: venv binaries
+cluster: venv binaries karpenter
 	$(PY) -m pytest -q -m "cluster and not e2e" tests
 
 e2e: venv binaries
 	$(PY) -m pytest -q -m e2e tests
 
-test: lint typecheck binaries checkov
+test: lint typecheck binaries karpenter checkov
 	@PY=$(PY) bash images/build.sh >/dev/null || echo "[images] not built (see above): the tests under tests/realnode will fail; the others run"
 	PY=$(PY) bash tests/run-suites.sh
 

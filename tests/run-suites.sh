@@ -8,7 +8,7 @@ set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
 GROUP_A=(tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training)
-GROUP_B=(tests/cluster tests/realnode tests/operator tests/badinput tests/chaos tests/chart tests/cli tests/notify tests/reports)
+GROUP_B=(tests/cluster tests/realnode tests/autoscaling tests/operator tests/badinput tests/chaos tests/chart tests/cli tests/notify tests/reports)
 for dir in tests/*/; do
   [ "$(basename "$dir")" = __pycache__ ] && continue
   dir=${dir%/}

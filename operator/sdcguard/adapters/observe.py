@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_LABEL
+from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTATION, TEST_LABEL
 from sdcguard.domain.quantity import whole_quantity
 
 OUR_PREFIX = "sdcguard.dev/"
@@ -171,7 +171,9 @@ def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
     if not is_probe_pod(meta):
         return None
-    test = (meta.get("labels") or {}).get(TEST_LABEL)
+    test = (meta.get("annotations") or {}).get(TEST_ANNOTATION) or (meta.get("labels") or {}).get(
+        TEST_LABEL
+    )
     if not test:
         return None
     status = status or {}
@@ -214,7 +216,9 @@ class ProbeJob:
 
 def probe_job(body: Mapping[str, Any]) -> ProbeJob | None:
     meta, status = body.get("metadata", {}), body.get("status", {}) or {}
-    test = (meta.get("labels") or {}).get(TEST_LABEL)
+    test = (meta.get("annotations") or {}).get(TEST_ANNOTATION) or (meta.get("labels") or {}).get(
+        TEST_LABEL
+    )
     if not test or not is_probe_pod(meta):
         return None
     failed_reason = None

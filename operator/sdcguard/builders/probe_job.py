@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from sdcguard.api.policy import DEFAULT_PROBE_REQUESTS
 
 TEST_LABEL = "sdcguard.dev/test"
+#: The SDCTest's full name; the label holds it only when it fits a label value (63).
+TEST_ANNOTATION = "sdcguard.dev/test"
 NODE_LABEL = "sdcguard.dev/node"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "sdcprobe"
@@ -39,9 +42,20 @@ class ProbeJobRequest:
     check_params: tuple[tuple[str, str], ...] = ()
 
 
+def label_value(text: str) -> str:
+    """``text`` as a label value: itself when it fits (63 characters), else a prefix and a
+    hash of the whole (autoscalers name nodes up to 253 characters; tests add a suffix)."""
+    if len(text) <= 63:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{text[:52].rstrip('-._')}-{digest}"
+
+
 def job_name(test_name: str) -> str:
-    """The Job is named after its SDCTest, so creating it twice is a 409, not a duplicate."""
-    return f"sdcprobe-{test_name}"[:63].rstrip("-.")
+    """The Job is named after its SDCTest, so creating it twice is a 409, not a duplicate.
+    A name too long for the Job's ``job-name`` label (63) ends in a hash of the whole, so
+    the tests of one node (which differ only at the end) never share a Job."""
+    return label_value(f"sdcprobe-{test_name}")
 
 
 def probe_args(req: ProbeJobRequest) -> list[str]:
@@ -88,8 +102,8 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
     labels = {
         COMPONENT_LABEL: COMPONENT,
         MANAGED_BY: "sdcguard",
-        TEST_LABEL: req.test_name,
-        NODE_LABEL: req.node_name,
+        TEST_LABEL: label_value(req.test_name),
+        NODE_LABEL: label_value(req.node_name),
     }
     limits: dict[str, str] = dict(req.resources.get("limits", {}))
     requests: dict[str, str] = {
@@ -173,6 +187,7 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             "name": job_name(req.test_name),
             "namespace": req.namespace,
             "labels": labels,
+            "annotations": {TEST_ANNOTATION: req.test_name},
             # Deleting the SDCTest garbage-collects its Job and Pod.
             "ownerReferences": [
                 {
@@ -192,7 +207,10 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             "template": {
                 "metadata": {
                     "labels": labels,
-                    "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+                    "annotations": {
+                        "karpenter.sh/do-not-disrupt": "true",
+                        TEST_ANNOTATION: req.test_name,
+                    },
                 },
                 "spec": pod_spec,
             },

@@ -62,6 +62,13 @@ deleted Pod's process is stopped and the Pod deleted with grace period 0. Any
 other Pod "runs" for its ``sim.sdcguard.dev/run-seconds`` annotation (default
 60 s) and Succeeds. Probe stdout/stderr/result files stay in the work dir.
 
+**Adopted nodes** (:mod:`~sdcguard.sim.adopt`). An autoscaler with a fake cloud (Karpenter's
+kwok provider) creates Node objects itself; a :class:`~sdcguard.sim.adopt.NodeAdopter` takes
+on those matching an ``AdoptRule``'s labels (e.g. ``karpenter.sh/nodepool=gpu``) whose
+instance type is in the catalogue: it writes their kubelet status, keeps them Ready and runs
+their Pods like the fleet's own, with the rule's fault profile. Use it with
+``adoption_fleet(name)``, a fleet of no nodes of its own.
+
 **Customer workloads** (:mod:`~sdcguard.sim.workloads`). Pods in namespace
 ``customer`` arrive as a Poisson process, ask for one or all accelerators of
 an instance type, go through the real scheduler (so taints and cordons count)

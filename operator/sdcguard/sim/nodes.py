@@ -231,5 +231,13 @@ class Heartbeats:
         beat = self._beats.get(name)
         return None if beat is None else time.monotonic() - beat.last_ok
 
+    def adopt(self, cfg: NodeConfig, uid: str) -> None:
+        """Keep an existing Node (created by someone else) Ready from the next round on."""
+        now = self.clock()
+        self._beats[cfg.name] = _Beat(uid=uid, ready_since=now, last_ok=time.monotonic())
+        if all(n.name != cfg.name for n in self.nodes):
+            self.nodes.append(cfg)
+        self.kube.renew_lease(cfg.name, uid, micro_ts(now), LEASE_DURATION_SECONDS)
+
     def forget(self, name: str) -> None:
         self._beats.pop(name, None)

@@ -127,6 +127,19 @@ class FleetState:
     def config(self, name: str) -> NodeConfig:
         return self._nodes[name].config
 
+    def add(self, config: NodeConfig) -> bool:
+        """Take on a node that joined after start (see :mod:`~sdcguard.sim.adopt`);
+        False if it is already known."""
+        with self._lock:
+            if config.name in self._nodes:
+                return False
+            self._nodes[config.name] = _NodeRuntime(
+                config=config,
+                fault_profile=config.fault_profile,
+                rng=random.Random(f"{self.fleet.seed}:{config.name}"),
+            )
+            return True
+
     # Faults -----------------------------------------------------------------
     def draw_faults(self, name: str) -> str | None:
         """The ``SDCPROBE_FAULTS`` value for the next probe run on ``name``, or None.
