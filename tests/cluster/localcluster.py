@@ -50,6 +50,7 @@ CONTROLLERS = ",".join(
         "serviceaccount-controller",
         "namespace-controller",
         "root-ca-certificate-publisher-controller",
+        "disruption-controller",  # PodDisruptionBudgets: evictions answer 429 when one forbids
         # Marks nodes whose heartbeats stop NotReady (a dead simulator must
         # look dead). Taint-based eviction is a separate controller that is
         # deliberately left out, so nothing is evicted behind a test's back.

@@ -208,32 +208,87 @@ def test_replace_strategy_deletes_the_node_once_the_ticket_is_taken(api_client, 
         assert ticket["status"]["phase"] == "InRepair"
 
 
-def test_quarantine_with_drain_evicts_workloads(api_client, operator) -> None:
+def test_quarantine_drain_taints_first_and_waits_out_a_disruption_budget(
+    api_client, operator
+) -> None:
+    """The taint and cordon go on before any eviction; a PodDisruptionBudget that refuses
+    the eviction (429) neither stops the quarantine nor ends the drain: once the budget
+    allows it, the pod is evicted."""
     case = new_case()
     node = f"drain-{case}"
+    pod_name = f"web-{case}"
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
+    policy_api = client.PolicyV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        create_policy(api_client, case, quarantine={"cordon": True, "drain": True})
+        create_policy(
+            api_client,
+            case,
+            quarantine={"cordon": True, "drain": True, "drainTimeoutSeconds": 300},
+        )
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         core.create_namespaced_pod(
             "default",
             client.V1Pod(
-                metadata=client.V1ObjectMeta(name=f"web-{case}"),
+                metadata=client.V1ObjectMeta(name=pod_name, labels={"app": pod_name}),
                 spec=client.V1PodSpec(
                     node_name=node,
                     containers=[client.V1Container(name="web", image="example.invalid/web")],
                 ),
             ),
         )
-        _annotate(api_client, node, {"sdcguard.dev/quarantine": "bad HBM row"})
-        wait_for(lambda: node_state(api_client, node) == "Quarantined", 30, "quarantine")
+        # Running and Ready, as a kubelet would report it (a Pending pod ignores PDBs).
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        core.patch_namespaced_pod_status(
+            pod_name,
+            "default",
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                }
+            },
+        )
+        policy_api.create_namespaced_pod_disruption_budget(
+            "default",
+            client.V1PodDisruptionBudget(
+                metadata=client.V1ObjectMeta(name=pod_name),
+                spec=client.V1PodDisruptionBudgetSpec(
+                    min_available=1,
+                    selector=client.V1LabelSelector(match_labels={"app": pod_name}),
+                ),
+            ),
+        )
+        wait_for(
+            lambda: policy_api.read_namespaced_pod_disruption_budget(pod_name, "default").status,
+            30,
+            "the disruption controller to process the budget",
+        )
 
-        def evicted() -> bool:
+        def leaving() -> bool:
             try:
-                pod = core.read_namespaced_pod(f"web-{case}", "default")
+                pod = core.read_namespaced_pod(pod_name, "default")
             except ApiException as exc:
                 return exc.status == 404
             return pod.metadata.deletion_timestamp is not None
 
-        wait_for(evicted, 30, "the workload to be evicted")
+        try:
+            _annotate(api_client, node, {"sdcguard.dev/quarantine": "bad HBM row"})
+            wait_for(lambda: node_state(api_client, node) == "Quarantined", 30, "quarantine")
+            n = read_node(api_client, node)
+            assert QUARANTINE in taint_keys(api_client, node) and n.spec.unschedulable
+            assert list_custom(api_client, "repairtickets", node), "the ticket is opened"
+            time.sleep(4)  # a few eviction retries, each refused by the budget
+            assert not leaving(), "the budget allows no disruption"
+            assert "sdcguard.dev/drain-until" in (read_node(api_client, node).metadata.annotations)
+        finally:
+            policy_api.delete_namespaced_pod_disruption_budget(pod_name, "default")
+        wait_for(leaving, 60, "the workload to be evicted once the budget is gone")
+        wait_for(
+            lambda: (
+                "sdcguard.dev/drain-until"
+                not in (read_node(api_client, node).metadata.annotations or {})
+            ),
+            30,
+            "the drain to end",
+        )

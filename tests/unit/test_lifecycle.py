@@ -103,6 +103,10 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
         {"Test:repairVerification/RepairVerification"},
     ),
     (S.EXCLUDED, E.OPTED_IN): (S.UNQUALIFIED, {"RevokeQualification"}),
+    (S.QUARANTINED, E.DRAIN_DUE): (S.QUARANTINED, {"Drain"}),
+    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, set()),
+    (S.REPAIRING, E.DRAIN_DUE): (S.REPAIRING, {"Drain"}),
+    (S.REPAIRING, E.DRAIN_TIMED_OUT): (S.REPAIRING, set()),
 }
 for _state in (
     S.UNQUALIFIED,

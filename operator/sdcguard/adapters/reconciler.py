@@ -65,7 +65,7 @@ from sdcguard.domain.lifecycle import (
     Retire,
     SetTicketPhase,
 )
-from sdcguard.domain.nodepatch import plan_node_patch
+from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
 from sdcguard.domain.selection import owning_policy
 from sdcguard.metrics import Metrics
@@ -1145,13 +1145,23 @@ class Reconciler:
         now: dt.datetime,
         counts: Counter[str],
     ) -> None:
-        """Objects first (tests, tickets), then the node patch, then Events: a crash in
-        between repeats the same decision, and deterministic names make the repeat a
-        no-op (an Event may be lost; it only tells what the objects record)."""
+        """Apply one decision in this order:
+
+        1. objects: SDCTests, RepairTickets and their phase changes;
+        2. the node patch (labels, annotations, taints, cordon, ownership), one write;
+        3. evictions (a drain), so evicted pods find the node tainted and cordoned; an
+           eviction error is logged and retried by a later pass, it never undoes 1-2;
+        4. statuses: a new ticket's Open status;
+        5. Events, which only tell what the objects already record;
+        6. deleting the Node (replacement, retirement by deletion).
+
+        A crash in between repeats the same decision, and deterministic names make the
+        repeat a no-op (an Event may be lost)."""
         node_name = decision.node
         body = view.nodes[node_name]
         node = NodeFacts.from_body(body, policy.spec.accelerators, policy.spec.budgets.pool_label)
         delete_node = False
+        drain = False
         events: list[EmitEvent] = []
         opened: list[CreateTicket] = []
         for action in decision.actions:
@@ -1178,9 +1188,7 @@ class Reconciler:
                 if self.settings.routine_events or not action.routine:
                     events.append(action)
             elif isinstance(action, Drain):
-                counts["pods-evicted"] += self.writer.evict_pods_on_node(
-                    node_name, skip_namespaces=(self.settings.namespace,)
-                )
+                drain = True
             elif isinstance(action, DeleteNode):
                 delete_node = True
         patch = plan_node_patch(node, decision.actions)
@@ -1189,6 +1197,8 @@ class Reconciler:
             self.writer.patch_node(node_name, patch.body(rv))
             self.expect_nodes[node_name] = rv
             counts["node-patches"] += 1
+        if drain:
+            self._drain(node_name, patch, node, counts)
         # A new ticket's status (Open, its history) after the taint: the ticket itself,
         # created before the patch, is the record of why (a ticket without a status
         # reads as Open), so the quarantine waits for one write less.
@@ -1219,6 +1229,36 @@ class Reconciler:
             )
         if delete_node:
             self.writer.delete_node(node_name)
+
+    def _drain(
+        self, node_name: str, patch: NodePatch, node: NodeFacts, counts: Counter[str]
+    ) -> None:
+        """Evict the node's pods; once none is left to ask, the drain's deadline goes."""
+        try:
+            result = self.writer.evict_pods_on_node(
+                node_name, skip_namespaces=(self.settings.namespace,)
+            )
+        except Exception as exc:  # the list failed: a later pass (DrainDue) asks again
+            counts["drain-errors"] += 1
+            log.warning(
+                "drain failed; retrying", node=node_name, error=f"{type(exc).__name__}: {exc}"
+            )
+            return
+        counts["pods-evicted"] += result.asked
+        counts["pods-eviction-refused"] += result.blocked
+        pending = patch.annotations.get(keys.DRAIN_UNTIL, node.annotations.get(keys.DRAIN_UNTIL))
+        if not result.done:
+            log.info(
+                "drain incomplete; retrying",
+                node=node_name,
+                refused=result.blocked,
+                failed=result.failed,
+                until=pending,
+            )
+        elif pending is not None:
+            self.writer.patch_node(
+                node_name, {"metadata": {"annotations": {keys.DRAIN_UNTIL: None}}}
+            )
 
     def _create_test(
         self, policy: SDCPolicy, node: str, action: CreateTest, counts: Counter[str]

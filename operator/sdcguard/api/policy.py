@@ -351,7 +351,10 @@ class Quarantine(ApiModel):
     cordon: bool = True
     """Also mark the node unschedulable (undone only if sdcguard cordoned it)."""
     drain: bool = False
-    """Evict running pods after cordoning. Off: running work finishes on its own."""
+    """Evict running pods after cordoning and tainting. Off: running work finishes on its own."""
+    drain_timeout_seconds: int = Field(default=600, ge=0, le=86400)
+    """How long evictions that a PodDisruptionBudget refuses (429) are retried, with
+    back-off, before the drain gives up with a warning Event (the node stays quarantined)."""
 
     @model_validator(mode="after")
     def _drain_needs_cordon(self) -> Quarantine:

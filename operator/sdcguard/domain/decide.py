@@ -251,6 +251,7 @@ class _Reader:
             self._outcome,
             self._adoption,
             self._ticket,
+            self._draining,
             self._suspicion,
             self._schedule,
         ):
@@ -415,6 +416,27 @@ class _Reader:
             return _Step(E.REPAIR_STARTED, f"ticket {ticket.name} acknowledged")
         return None
 
+    def _draining(self) -> _Step | None:
+        """A drain whose evictions a PodDisruptionBudget refused goes on, with back-off,
+        until ``sdcguard.dev/drain-until``."""
+        if self.state not in (S.QUARANTINED, S.REPAIRING):
+            return None
+        raw = self.node.annotations.get(keys.DRAIN_UNTIL)
+        if raw is None:
+            return None
+        until = keys.parse_time(raw)
+        if until is None or until <= self.now or not self.policy.quarantine.drain:
+            return _Step(
+                E.DRAIN_TIMED_OUT,
+                "pods are left: evictions were refused until the drain's time ran out",
+                {keys.DRAIN_UNTIL: None},
+                requeue=REQUEUE_MAX,
+            )
+        timeout = dt.timedelta(seconds=self.policy.quarantine.drain_timeout_seconds)
+        elapsed = (self.now - (until - timeout)).total_seconds()
+        backoff = min(60.0, max(2.0, elapsed / 2), _until(until, self.now))
+        return _Step(E.DRAIN_DUE, "evicting pods again", requeue=backoff)
+
     def _suspicion(self) -> _Step | None:
         key = keys.REQUEST_SUSPECT
         if key not in self.node.annotations or self.state == S.TESTING:
@@ -564,7 +586,13 @@ class _Binder:
             case Uncordon():
                 return action if node.cordoned_by_us else None
             case Drain():
-                return action if policy.quarantine.drain else None
+                if not policy.quarantine.drain or policy.mode == Mode.OBSERVE:
+                    return None
+                timeout = policy.quarantine.drain_timeout_seconds
+                if self.step.event != E.DRAIN_DUE and timeout > 0:
+                    until = self.r.now + dt.timedelta(seconds=timeout)
+                    self.changes[keys.DRAIN_UNTIL] = keys.format_time(until)
+                return action
             case SetAutoscalerAnnotations(on=True):
                 in_place = policy.repair.strategy == RepairStrategy.IN_PLACE
                 missing = any(k not in node.annotations for k in keys.AUTOSCALER_ANNOTATIONS)
@@ -640,7 +668,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         row = transition(state, step.event)
         target = row.target
         template = list(row.actions)
-        requeue = REQUEUE_AFTER_TRANSITION
+        requeue = REQUEUE_AFTER_TRANSITION if step.requeue is None else step.requeue
     binder = _Binder(reader, step, target)
     bound = [a for a in (binder.bind(t) for t in template) if a is not None]
     if _unseen_and_waiting(reader, step, bound):
@@ -661,6 +689,8 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         bound.insert(0, SetLabel(target))
     if node.state != target:
         binder.changes[keys.STATE_SINCE] = keys.format_time(now)
+    if target not in (S.QUARANTINED, S.REPAIRING):
+        binder.changes[keys.DRAIN_UNTIL] = None  # a drain ends with the quarantine
     if step.event is not None and keys.CURRENT_TEST not in binder.changes:
         binder.changes[keys.CURRENT_TEST] = (
             None  # leaving a test behind: its outcome no longer counts

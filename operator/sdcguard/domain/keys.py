@@ -13,6 +13,7 @@ Set by sdcguard (bookkeeping, so that a restart loses nothing):
 - ``sdcguard.dev/suspect-checks``, ``sdcguard.dev/evidence``: the failed checks and SDCTests
   behind a suspicion
 - ``sdcguard.dev/inconclusive``, ``sdcguard.dev/retry-after``: back-off after inconclusive results
+- ``sdcguard.dev/drain-until``: a quarantine drain whose evictions are retried until then
 
 Set by people and workloads (sdcguard acts, then removes the annotation):
 
@@ -44,6 +45,7 @@ SUSPECT_CHECKS = PREFIX + "suspect-checks"
 EVIDENCE = PREFIX + "evidence"
 INCONCLUSIVE = PREFIX + "inconclusive"
 RETRY_AFTER = PREFIX + "retry-after"
+DRAIN_UNTIL = PREFIX + "drain-until"
 
 REQUEST_SUSPECT = PREFIX + "suspect"
 REQUEST_QUARANTINE = PREFIX + "quarantine"

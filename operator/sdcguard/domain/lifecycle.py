@@ -84,6 +84,10 @@ class Event(StrEnum):
     OPTED_IN = "OptedIn"
     MANUAL_QUARANTINE = "ManualQuarantine"
     MANUAL_RELEASE = "ManualRelease"
+    DRAIN_DUE = "DrainDue"
+    """A quarantine drain left pods that a PodDisruptionBudget kept: evict them again."""
+    DRAIN_TIMED_OUT = "DrainTimedOut"
+    """The drain's time (spec.quarantine.drainTimeoutSeconds) ran out with pods left."""
 
 
 class TaintRole(StrEnum):
@@ -130,7 +134,12 @@ class Uncordon:
 
 @dataclass(frozen=True)
 class Drain:
-    """Evict the node's pods (respecting PodDisruptionBudgets); only when the policy says so."""
+    """Evict the node's pods (respecting PodDisruptionBudgets); only when the policy says so.
+
+    Applied after the node patch (the quarantine taint and cordon are on before any pod
+    is asked to leave, so evicted pods cannot land on the node again). Evictions that a
+    PodDisruptionBudget refuses are retried (``DrainDue``) until
+    ``sdcguard.dev/drain-until``."""
 
 
 @dataclass(frozen=True)
@@ -362,6 +371,19 @@ def _resolution(source: NodeState) -> list[Transition]:
     ]
 
 
+def _draining(source: NodeState) -> list[Transition]:
+    """Evictions a PodDisruptionBudget refused: again, until the drain's time runs out."""
+    return [
+        _row(source, E.DRAIN_DUE, source, Drain()),
+        _row(
+            source,
+            E.DRAIN_TIMED_OUT,
+            source,
+            EmitEvent("DrainIncomplete", "{node}: {detail}", warning=True),
+        ),
+    ]
+
+
 def _manual(
     source: NodeState, *, quarantine: bool = True, release: bool = True
 ) -> list[Transition]:
@@ -527,8 +549,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     *_resolution(S.QUARANTINED),
     *_manual(S.QUARANTINED, quarantine=False),
+    *_draining(S.QUARANTINED),
     *_resolution(S.REPAIRING),
     *_manual(S.REPAIRING, quarantine=False),
+    *_draining(S.REPAIRING),
     # Verifying: the stricter suite decides whether the repair worked.
     _row(
         S.VERIFYING,
