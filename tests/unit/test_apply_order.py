@@ -172,3 +172,42 @@ def test_a_quarantine_in_observe_mode_sets_no_drain() -> None:
     decision = decide(observed, spec, NOW)
     assert Drain() not in decision.actions
     assert all(keys.DRAIN_UNTIL not in dict(getattr(a, "changes", ())) for a in decision.actions)
+
+
+def test_an_illegal_transition_costs_only_its_node(monkeypatch: Any) -> None:
+    """One node whose event has no row: counted, a condition on the policy, the other
+    nodes decided and written as usual (it used to fail the whole pass, every 2 s)."""
+    import importlib
+
+    decide_mod = importlib.import_module("sdcguard.domain.decide")
+    from sdcguard.domain.lifecycle import IllegalTransition
+
+    real = decide_mod.transition
+
+    def transition(state: NodeState, event: Event) -> Any:
+        if event == Event.MANUAL_QUARANTINE and state == NodeState.QUALIFIED:
+            raise IllegalTransition(state, event)
+        return real(state, event)
+
+    monkeypatch.setattr(decide_mod, "transition", transition)
+    metrics = Metrics()
+    writer = _Recorder(api=client.ApiClient(), metrics=metrics)
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    fresh = _body()
+    fresh["metadata"] = {
+        **fresh["metadata"],
+        "name": "gpu-2",
+        "labels": {},
+        "annotations": {},
+    }
+    fresh["spec"] = {"taints": [{"key": "sdcguard.dev/unqualified", "effect": "NoSchedule"}]}
+    view = FleetView(nodes={"gpu-1": _body(), "gpu-2": fresh}, policies={"fleet": {}})
+    rec.run_pass(_policy_body(), view, NOW)
+    kinds = [kind for kind, _ in writer.calls]
+    assert "sdctests-create" in kinds, "the other node's acceptance test starts"
+    assert "repairtickets-create" not in kinds, "the bad node is left as it is"
+    sample = metrics.illegal_transitions.labels(from_state="Qualified", event="ManualQuarantine")
+    assert sample._value.get() == 1
+    status = next(body for kind, body in writer.calls if kind == "sdcpolicies-status")
+    cond = next(c for c in status["conditions"] if c["type"] == "IllegalTransition")
+    assert cond["status"] == "True" and "gpu-1 (Qualified on ManualQuarantine)" in cond["message"]

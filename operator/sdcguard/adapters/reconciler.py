@@ -51,7 +51,7 @@ from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_na
 from sdcguard.domain import baselines, keys
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, pool_usage
-from sdcguard.domain.decide import Decision, decide_all, priority
+from sdcguard.domain.decide import Decision, iter_decisions, priority
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.lifecycle import (
     CloseTicket,
@@ -153,6 +153,8 @@ class PolicyMemory:
     """The last breaker computed, with what it was computed from (see _breaker)."""
     status_at: dt.datetime | None = None
     """When the policy's status was last brought up to date."""
+    illegal: dict[str, str] = field(default_factory=dict)
+    """Nodes whose last decision hit a (state, event) pair outside the table."""
 
     def set_member(self, node: str, member: PoolMember) -> None:
         old = self.members.get(node)
@@ -174,7 +176,7 @@ class PolicyMemory:
         member = self.members.pop(node, None)
         if member is not None:
             add_member(self.usage, member, -1)
-        for table in (self.waiting, self.due, self.states):
+        for table in (self.waiting, self.due, self.states, self.illegal):
             table.pop(node, None)
 
 
@@ -908,7 +910,14 @@ class Reconciler:
         others = memory.usage_without(o.node.name for o in observations)
         by_node = {o.node.name: o for o in observations}
         wake = REQUEUE_MAX_SECONDS
-        decisions = decide_all(observations, spec, now, others, between=self._serve_urgent)
+        decisions: list[Decision] = []
+        for count, decision in enumerate(iter_decisions(observations, spec, now, others)):
+            if count % 256 == 255:
+                self._serve_urgent()
+            decisions.append(decision)
+        illegal_before = dict(memory.illegal)
+        for decision in decisions:
+            self._note_illegal(name, memory, decision)
         # Budgets are granted in priority order; writes go out with the outcomes of
         # finished tests first (a release or quarantine never waits behind new starts).
         decisions.sort(key=lambda d: not _has_outcome(by_node[d.node]))
@@ -946,8 +955,12 @@ class Reconciler:
             wake = min(wake, max(0.0, (soonest - now).total_seconds()))
 
         states = Counter(memory.states.values())
-        if full or self._status_due(memory, policy, breaker, breaker_status, now):
-            self._write_policy_status(policy, breaker, breaker_status, states, now)
+        if (
+            full
+            or memory.illegal != illegal_before
+            or self._status_due(memory, policy, breaker, breaker_status, now)
+        ):
+            self._write_policy_status(policy, breaker, breaker_status, states, now, memory.illegal)
             memory.status_at = now
         elif memory.status_at is not None:
             # Held back by the interval: come back for it even if nothing else happens.
@@ -970,6 +983,25 @@ class Reconciler:
         if not self._depth:
             self.last_counts = counts
         return wake
+
+    def _note_illegal(self, policy: str, memory: PolicyMemory, decision: Decision) -> None:
+        """A node whose event has no row costs only that node: counted, logged with the
+        node, kept for the policy's IllegalTransition condition until it decides cleanly."""
+        exc = decision.illegal
+        if exc is None:
+            memory.illegal.pop(decision.node, None)
+            return
+        self.metrics.illegal_transitions.labels(
+            from_state=exc.state.value, event=exc.event.value
+        ).inc()
+        log.error(
+            "illegal transition; node left as it is",
+            policy=policy,
+            node=decision.node,
+            state=exc.state.value,
+            trigger=exc.event.value,
+        )
+        memory.illegal[decision.node] = f"{exc.state.value} on {exc.event.value}"
 
     def _advance_guarded(
         self,
@@ -1429,11 +1461,27 @@ class Reconciler:
         breaker_status: BreakerStatus,
         states: Counter[str],
         now: dt.datetime,
+        illegal: Mapping[str, str],
     ) -> None:
         """Write the policy's status if it changed."""
         old = policy.status or SDCPolicyStatus()
+        bad = sorted(illegal.items())
         conditions = set_condition(
             old.conditions,
+            "IllegalTransition",
+            "True" if bad else "False",
+            "NodesLeftAsTheyAre" if bad else "NoneSeen",
+            (
+                f"{len(bad)} nodes hit a transition outside the lifecycle table (a bug; "
+                "see the operator log): " + ", ".join(f"{n} ({why})" for n, why in bad[:10])
+            )[:1024]
+            if bad
+            else "every decision followed the lifecycle table",
+            now,
+            policy.metadata.generation,
+        )
+        conditions = set_condition(
+            conditions,
             "BreakerOpen",
             "True" if breaker.open else "False",
             "Tripped" if breaker.open else "WithinLimit",

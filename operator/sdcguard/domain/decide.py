@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sdcguard.api import (
@@ -63,6 +63,7 @@ from sdcguard.domain.lifecycle import (
     Drain,
     EmitEvent,
     Event,
+    IllegalTransition,
     MarkQualified,
     NodeState,
     RaiseCycle,
@@ -110,6 +111,8 @@ class Decision:
     """Whether the decision holds a node that was serving (counts against maxUnavailable)."""
     waits_for_budget: bool = False
     """A test is due but the pool's budget is used up: a candidate when budget frees up."""
+    illegal: IllegalTransition | None = None
+    """The event chosen has no row in this state (a bug): nothing is done for the node."""
 
     @property
     def changed(self) -> bool:
@@ -756,34 +759,54 @@ def priority(observed: Observed) -> tuple[int, dt.datetime, str]:
     return (_PRIORITY.get(state, 5), observed.node.qualified_at or _EPOCH, observed.node.name)
 
 
-def decide_all(
+def iter_decisions(
     observations: Iterable[Observed],
     policy: SDCPolicySpec,
     now: dt.datetime,
     others: Mapping[str, PoolUsage] | None = None,
-    between: Callable[[], None] | None = None,
-) -> list[Decision]:
-    """Decide nodes of a policy in one pass, so budgets hold across nodes.
+) -> Iterator[Decision]:
+    """Decide nodes of a policy in one pass, so budgets hold across nodes; lazily, so
+    a caller may attend to something urgent between two nodes of a long pass.
 
     Pool usage is computed from all observations plus ``others`` (the usage by pool of
     the policy's nodes not decided in this pass, as last seen), then each decision
     that starts a test reserves its share before the next node is decided. Repairs and
-    new nodes go first, then suspects, then the longest-qualified nodes. ``between``
-    (if given) is called every 256 nodes, so a caller can attend to something urgent
-    during a long pass.
+    new nodes go first, then suspects, then the longest-qualified nodes.
+
+    A node whose event has no row in the lifecycle table (a bug) costs only that node:
+    its decision does nothing and carries ``illegal``.
     """
     ordered = sorted(observations, key=priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
     pools = dict(others or {})
     for observed in ordered:
         add_member(pools, observed.pool_member(holding))
-    decisions = []
-    for count, observed in enumerate(ordered):
-        if between is not None and count % 256 == 255:
-            between()
+    for observed in ordered:
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
-        decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
+        try:
+            decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
+        except IllegalTransition as exc:
+            yield Decision(
+                node=observed.node.name,
+                previous=observed.node.state,
+                state=exc.state,
+                event=None,
+                actions=(),
+                requeue_after=REQUEUE_WAITING,
+                note=str(exc),
+                illegal=exc,
+            )
+            continue
         if decision.starts_test:
             pools[observed.node.pool] = usage.reserve(takes_node=decision.takes_node)
-        decisions.append(decision)
-    return decisions
+        yield decision
+
+
+def decide_all(
+    observations: Iterable[Observed],
+    policy: SDCPolicySpec,
+    now: dt.datetime,
+    others: Mapping[str, PoolUsage] | None = None,
+) -> list[Decision]:
+    """Every decision of :func:`iter_decisions`, in priority order."""
+    return list(iter_decisions(observations, policy, now, others))
