@@ -29,7 +29,6 @@ from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
 from sdcguard.api import SDCTestPhase
-from sdcguard.api.policy import DEFAULT_ACCELERATORS
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
@@ -71,7 +70,6 @@ class Runtime:
     last_busy: dict[str, dt.datetime]
     started: dt.datetime
     executor: concurrent.futures.ThreadPoolExecutor
-    accelerators: tuple[str, ...] = DEFAULT_ACCELERATORS
 
 
 RT = Runtime()
@@ -160,8 +158,9 @@ async def nodes_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
 
 @kopf.index("", "v1", "pods")
 async def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse]:
-    """Workload pods holding accelerators, by node: such a node is not idle."""
-    use = observe.pod_use(body, RT.accelerators)
+    """Workload pods holding devices, by node: such a node is not idle for a policy
+    whose spec.accelerators the pod requests (every extended resource is kept)."""
+    use = observe.pod_use(body)
     return {use.node_name: use} if use else {}
 
 
@@ -176,10 +175,10 @@ async def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
         "Succeeded",
         "Failed",
     )
-    if ended and observe.pod_use({**body, "status": {"phase": "Running"}}, RT.accelerators):
+    if ended and observe.pod_use({**body, "status": {"phase": "Running"}}):
         RT.last_busy[node] = _now()
         _poke([node])
-    elif type in ("ADDED", "MODIFIED") and observe.pod_use(body, RT.accelerators):
+    elif type in ("ADDED", "MODIFIED") and observe.pod_use(body):
         _poke([node])
 
 
@@ -192,7 +191,7 @@ async def node_gone(type: str, name: str, **_: Any) -> None:
 
 @kopf.index("", "v1", "pods")
 async def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand]:
-    demand = observe.pending_demand(body, RT.accelerators)
+    demand = observe.pending_demand(body)
     return {"pending": demand} if demand else {}
 
 

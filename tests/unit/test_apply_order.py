@@ -211,3 +211,76 @@ def test_an_illegal_transition_costs_only_its_node(monkeypatch: Any) -> None:
     status = next(body for kind, body in writer.calls if kind == "sdcpolicies-status")
     cond = next(c for c in status["conditions"] if c["type"] == "IllegalTransition")
     assert cond["status"] == "True" and "gpu-1 (Qualified on ManualQuarantine)" in cond["message"]
+
+
+def _neuron_node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"{name}-uid-0000",
+            "resourceVersion": "3",
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "labels": {"sdcguard.dev/state": "Qualified"},
+            "annotations": {keys.QUALIFIED_AT: "2025-05-01T10:00:00Z"},
+        },
+        "spec": {"taints": []},
+        "status": {
+            "allocatable": {"aws.amazon.com/neuroncore": "32"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def _pod(node: str | None, resources: dict[str, str], phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"train-{node}", "namespace": "ml"},
+        "spec": {
+            **({"nodeName": node} if node else {}),
+            "containers": [{"name": "c", "resources": {"limits": resources}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_idle_and_pending_demand_use_the_policys_accelerators() -> None:
+    """A node running pods that request a Neuron core resource (not in the default list)
+    is busy for a policy that lists it, and a pending pod asking for it holds screening
+    back; a pod asking for another device does neither."""
+    from sdcguard.adapters import observe
+
+    policy_body = {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCPolicy",
+        "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
+        "spec": {
+            "accelerators": ["aws.amazon.com/neuroncore"],
+            "triggers": {"maxQualificationAge": "1h"},
+            "budgets": {"maxUnavailable": "100%"},
+        },
+    }
+
+    def tests_started(pods: list[dict[str, Any]]) -> int:
+        metrics = Metrics()
+        writer = _Recorder(api=client.ApiClient(), metrics=metrics)
+        rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+        view = FleetView(
+            nodes={"trn-1": _neuron_node("trn-1"), "trn-2": _neuron_node("trn-2")},
+            policies={"fleet": {}},
+        )
+        for pod in pods:
+            if (use := observe.pod_use(pod)) is not None:
+                view.busy.setdefault(use.node_name, []).append(use)
+            if (demand := observe.pending_demand(pod)) is not None:
+                view.pending.append(demand)
+        rec.run_pass(policy_body, view, NOW)
+        return sum(1 for kind, _ in writer.calls if kind == "sdctests-create")
+
+    assert tests_started([]) == 2, "both expired qualifications are screened"
+    assert tests_started([_pod("trn-1", {"aws.amazon.com/neuroncore": "32"})]) == 1
+    pending = _pod(None, {"aws.amazon.com/neuroncore": "16"}, phase="Pending")
+    assert tests_started([pending]) == 0, "a pending pod needs these nodes"
+    other = [
+        _pod("trn-1", {"example.com/nic": "1"}),
+        _pod(None, {"example.com/nic": "1"}, "Pending"),
+    ]
+    assert tests_started(other) == 2, "another device makes no node busy"

@@ -900,7 +900,7 @@ class Reconciler:
                     node=node,
                     test=self._current_test(node, tests_by_node.get(node_name, [])),
                     ticket=self._open_ticket(view.tickets.get(node_name, [])),
-                    idle_since=self._idle_since(node_name, node, view),
+                    idle_since=self._idle_since(node_name, spec.accelerators, view),
                     pending_pod_needs_node=self._needed(node_name, spec.accelerators, view),
                     breaker_open=breaker.open,
                 )
@@ -1139,13 +1139,14 @@ class Reconciler:
         return TicketFacts.from_api(newest)
 
     @staticmethod
-    def _idle_since(name: str, node: NodeFacts, view: FleetView) -> dt.datetime | None:
-        """None while a workload uses the node's accelerators; else since when it is idle.
+    def _idle_since(name: str, accelerators: Iterable[str], view: FleetView) -> dt.datetime | None:
+        """None while a workload uses the node's accelerators (the policy's
+        spec.accelerators); else since when it is idle.
 
         The time a workload last left is kept in memory; a node never seen busy counts
         as idle since it was created, so it does not look "used" after a restart.
         """
-        if view.busy.get(name):
+        if any(use.uses_any(accelerators) for use in view.busy.get(name, ())):
             return None
         last = view.last_busy.get(name)
         if last is not None:
