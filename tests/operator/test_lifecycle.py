@@ -300,11 +300,13 @@ def test_breaker_trips_when_three_of_five_fail(api_client, operator) -> None:
 
 
 def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:
+    """Nodes that register gated, one of them with SDC: in Observe mode the gate comes off
+    at once, verdicts are recorded, and no taint, cordon or ticket follows."""
     case = new_case()
     nodes = [f"obs-{case}-{i}" for i in range(2)]
     trusted_baseline(api_client)
     outcomes = {nodes[0]: "pass", nodes[1]: "sdc"}
-    with gpu_nodes(api_client, nodes, case=case, gated=False), ProbeKubelet(api_client, outcomes):
+    with gpu_nodes(api_client, nodes, case=case, gated=True), ProbeKubelet(api_client, outcomes):
         create_policy(api_client, case, mode="Observe", confirmation={"reruns": 0})
         wait_for(
             lambda: (

@@ -348,6 +348,26 @@ def test_observe_mode_emits_no_node_mutations_or_tickets() -> None:
     assert held.actions == (), "no healing in Observe mode"
 
 
+@pytest.mark.parametrize("budget", [1, 0], ids=["room", "no-room"])
+def test_observe_mode_lets_a_node_that_registered_gated_in_at_once(budget: int) -> None:
+    """Observe changes no scheduling, and that includes the gate: a node that arrives with
+    the gate taint loses it at first sight, whether its acceptance test can start now
+    or waits for budget, and whatever the test says later."""
+    p = policy(mode="Observe", budgets={"maxConcurrentTests": 1})
+    usage = PoolUsage(tests=1 - budget)
+    n = node(taints=(Taint(GATE, "NoSchedule"),))
+    d = decide(observe(n, usage=usage), p, NOW)
+    assert d.starts_test == bool(budget)
+    n = applied(n, d)
+    assert taint_keys(n) == set() and not n.unschedulable
+    assert n.labels[keys.LABEL_STATE] in ("Testing", "Unqualified")
+    if budget:
+        failed = decide(
+            observe(n, test=sdctest(n.current_test or "", verdict=Verdict.INCONCLUSIVE)), p, NOW
+        )
+        assert taint_keys(applied(n, failed)) == set(), "never gated again in Observe mode"
+
+
 def test_switching_to_enforce_applies_what_the_state_implies() -> None:
     n, _ = quarantined_story(policy(mode="Observe"))
     d = decide(observe(n), policy(), NOW)

@@ -21,7 +21,9 @@ gate taint put on at registration is adopted, since it exists for sdcguard to
 remove); a node is uncordoned only if sdcguard cordoned it; autoscaler annotations
 are removed only if sdcguard set them; Observe mode drops every action that changes
 scheduling, deletes a node or reaches a repair system (see lifecycle.OBSERVE_SUPPRESSED)
-and keeps labels, annotations, tests and Events, so the state machine still runs.
+and keeps labels, annotations, tests and Events, so the state machine still runs. In
+Observe mode a node that registered with the gate taint has it removed at first sight:
+the gate exists for sdcguard, and Observe must not keep a node out of work.
 
 Adapters apply the actions in order: objects first (tests, tickets), the node patch
 (see nodepatch) last, so a crash in between repeats the same decision, and names
@@ -674,7 +676,9 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         requeue = REQUEUE_AFTER_TRANSITION if step.requeue is None else step.requeue
     binder = _Binder(reader, step, target)
     bound = [a for a in (binder.bind(t) for t in template) if a is not None]
-    if _unseen_and_waiting(reader, step, bound):
+    observe = policy.mode == Mode.OBSERVE
+    gate = policy.taints.gate
+    if not (observe and node.has_taint(gate)) and _unseen_and_waiting(reader, step, bound):
         # A gated node that waits for its acceptance test: its taint says all there is
         # to say. Label and adopt nothing yet (the reservation does both), so a node
         # costs no write until its test starts.
@@ -705,9 +709,13 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         bound.append(Annotate(changes))
 
     suppressed: tuple[Action, ...] = ()
-    if policy.mode == Mode.OBSERVE:
+    if observe:
         suppressed = tuple(a for a in bound if isinstance(a, OBSERVE_SUPPRESSED))
         bound = [a for a in bound if not isinstance(a, OBSERVE_SUPPRESSED)]
+        if node.has_taint(gate):
+            # Observe changes no scheduling, and that includes sdcguard's own gate: a node
+            # that registered with it is let in at once, whatever its tests will say.
+            bound.append(RemoveTaint(TaintRole.GATE, gate, registered=True))
     starts_test = any(isinstance(a, CreateTest) for a in bound)
     # Only a node that was serving counts against maxUnavailable when we reserve it.
     takes_node = state in (S.QUALIFIED, S.SUSPECT) and any(

@@ -116,10 +116,12 @@ class AddTaint:
 
 @dataclass(frozen=True)
 class RemoveTaint:
-    """Remove a taint, only if it is recorded as ours."""
+    """Remove a taint, only if it is recorded as ours (or, with ``registered``, the gate
+    taint a node registered with: it exists only for sdcguard to remove)."""
 
     role: TaintRole
     key: str = ""
+    registered: bool = False
 
 
 @dataclass(frozen=True)
