@@ -4,6 +4,7 @@ foreign taints and cordons, manual quarantine and release, the replace strategy,
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -11,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.operator.harness import (
     GATE,
     GROUP,
+    NS,
     QUARANTINE,
     TESTING,
     VERSION,
@@ -204,8 +206,53 @@ def test_replace_strategy_deletes_the_node_once_the_ticket_is_taken(api_client, 
             return False
 
         wait_for(gone, 60, "the node to be deleted for replacement")
-        ticket = list_custom(api_client, "repairtickets", node)[0]
-        assert ticket["status"]["phase"] == "InRepair"
+
+        def closed() -> dict[str, Any] | None:
+            t = list_custom(api_client, "repairtickets", node)[0]
+            return t if (t.get("status") or {}).get("phase") == "Closed" else None
+
+        ticket = wait_for(closed, 30, "the ticket to close once the node is gone")
+        assert ticket["spec"]["resolution"] == "Replaced"
+        phases = [h["phase"] for h in ticket["status"]["history"]]
+        assert phases[-2:] == ["InRepair", "Closed"] and phases.count("Closed") == 1
+        assert ticket["status"]["closedAt"]
+
+
+def test_a_release_during_a_test_cancels_the_test_and_its_job(api_client, operator) -> None:
+    case = new_case()
+    node = f"rel-{case}"
+    trusted_baseline(api_client)
+    batch = client.BatchV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        create_policy(api_client, case)
+
+        def jobs() -> list[Any]:
+            return batch.list_namespaced_job(NS, label_selector=f"sdcguard.dev/node={node}").items
+
+        wait_for(jobs, 60, "the probe Job")
+        _annotate(api_client, node, {"sdcguard.dev/release": "needed now"})
+
+        def cancelled() -> list[dict[str, Any]]:
+            return [
+                t
+                for t in list_custom(api_client, "sdctests", node)
+                if (t.get("status") or {}).get("phase") == "Cancelled"
+            ]
+
+        (test,) = wait_for(cancelled, 30, "the running test to be cancelled")
+        assert test["status"]["completionTime"] and "needed now" in test["status"]["message"]
+        wait_for(
+            lambda: not [j for j in jobs() if j.metadata.deletion_timestamp is None],
+            30,
+            "the probe Job to be deleted",
+        )
+        time.sleep(4)  # a resync or two: the release is not undone by re-adopting the test
+        again = list_custom(api_client, "sdctests", node)
+        assert [t for t in again if t["metadata"]["name"] == test["metadata"]["name"]] == [test]
+        # Released, never qualified: screened again in its next idle window, by a new test.
+        assert node_state(api_client, node) in ("Qualified", "Testing")
+        current = read_node(api_client, node).metadata.annotations.get("sdcguard.dev/test")
+        assert current != test["metadata"]["name"]
 
 
 def test_quarantine_drain_taints_first_and_waits_out_a_disruption_budget(

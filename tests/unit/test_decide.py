@@ -637,3 +637,29 @@ def test_node_without_accelerators_or_not_ready_waits() -> None:
         "no allocatable accelerators" in decide(observe(node(accelerators=0)), policy(), NOW).note
     )
     assert "not Ready" in decide(observe(node(ready=False)), policy(), NOW).note
+
+
+def test_a_manual_release_cancels_the_running_test() -> None:
+    """A release during a test ends the test (it would otherwise be adopted again and the
+    release undone); with no test running there is nothing to cancel."""
+    from sdcguard.api import SDCTestPhase
+    from sdcguard.domain.lifecycle import CancelTest
+
+    n = node(
+        state=S.TESTING,
+        annotations={keys.CURRENT_TEST: "t1", keys.REQUEST_RELEASE: "needed for a demo"},
+        taints=(Taint(TESTING, "NoSchedule"),),
+    )
+    d = decide(observe(n, test=sdctest("t1")), policy(), NOW)
+    assert d.event == E.MANUAL_RELEASE and d.state == S.QUALIFIED
+    (cancel,) = only(d, CancelTest)
+    assert cancel.name == "t1" and "needed for a demo" in cancel.message
+    after = applied(n, d)
+    assert after.current_test is None
+    # The next look, with the test cancelled, neither adopts nor judges it.
+    done = sdctest("t1", phase=SDCTestPhase.CANCELLED)
+    again = decide(observe(after, test=done, idle_since=None), policy(), NOW)
+    assert again.event is None and again.state == S.QUALIFIED
+
+    finished = decide(observe(n, test=sdctest("t1", verdict=Verdict.PASS)), policy(), NOW)
+    assert not only(finished, CancelTest)

@@ -11,6 +11,7 @@ from sdcguard.domain.lifecycle import (
     TABLE,
     TRANSITIONS,
     AddTaint,
+    CancelTest,
     CloseTicket,
     Cordon,
     CreateTest,
@@ -118,9 +119,9 @@ for _state in (
     S.VERIFYING,
     S.RETIRED,
 ):
-    EXPECTED[(_state, E.OPTED_OUT)] = (S.EXCLUDED, RELEASE_EFFECTS)
+    EXPECTED[(_state, E.OPTED_OUT)] = (S.EXCLUDED, RELEASE_EFFECTS | {"CancelTest"})
 for _state in (S.UNQUALIFIED, S.TESTING, S.QUALIFIED, S.SUSPECT):
-    EXPECTED[(_state, E.MANUAL_QUARANTINE)] = (S.QUARANTINED, QUARANTINE_EFFECTS)
+    EXPECTED[(_state, E.MANUAL_QUARANTINE)] = (S.QUARANTINED, QUARANTINE_EFFECTS | {"CancelTest"})
 for _state in (
     S.UNQUALIFIED,
     S.TESTING,
@@ -130,7 +131,10 @@ for _state in (
     S.VERIFYING,
     S.RETIRED,
 ):
-    EXPECTED[(_state, E.MANUAL_RELEASE)] = (S.QUALIFIED, RELEASE_EFFECTS | {"CloseTicket"})
+    EXPECTED[(_state, E.MANUAL_RELEASE)] = (
+        S.QUALIFIED,
+        RELEASE_EFFECTS | {"CloseTicket", "CancelTest"},
+    )
 
 
 def _effect(action: object) -> str | None:
@@ -155,6 +159,7 @@ def _effect(action: object) -> str | None:
             | MarkQualified()
             | RevokeQualification()
             | CreateTicket()
+            | CancelTest()
             | CloseTicket()
             | RaiseCycle()
             | Retire()

@@ -34,6 +34,7 @@ from sdcguard.api import (
     Mode,
     NodeCounts,
     RepairTicket,
+    Resolution,
     SDCBaseline,
     SDCBaselineSpec,
     SDCPolicy,
@@ -51,9 +52,10 @@ from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_na
 from sdcguard.domain import baselines, keys
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, pool_usage
-from sdcguard.domain.decide import Decision, iter_decisions, priority
+from sdcguard.domain.decide import Decision, closes_as_replaced, iter_decisions, priority
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.lifecycle import (
+    CancelTest,
     CloseTicket,
     CreateTest,
     CreateTicket,
@@ -243,6 +245,8 @@ class Reconciler:
     """Finished screenings (Pass or SDC) by test name, with their policy: the breaker's
     samples, kept as tests are parsed."""
     _samples_version: int = 0
+    _replaced: dict[str, str | None] = field(default_factory=dict)
+    """Tickets closed as Replaced, with the resourceVersion they had (until it moves)."""
     _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
     _touched: set[str] = field(default_factory=set)
     _depth: int = 0
@@ -755,6 +759,8 @@ class Reconciler:
                 self._samples_version += 1
         for name in [n for n in self._tickets if n not in tickets]:
             del self._tickets[name]
+        for name in [n for n in self._replaced if n not in tickets]:
+            del self._replaced[name]
         for name in [n for n in self._facts if n not in view.nodes]:
             del self._facts[name]
 
@@ -853,6 +859,9 @@ class Reconciler:
             more = self._fill(memory, spec, facts)
             facts.update(self._scope(memory, name, spec, view, selectors, more))
         counts["nodes-decided"] = len(facts)
+        deleted = [n for n in view.tickets if n not in view.nodes] if full else sorted(vanished)
+        for node_name in deleted:
+            self._close_replaced(policy, view, node_name, now, counts)
 
         # Tests first: their outcome is what the node decisions read. A full pass
         # reads every test (and so refreshes the breaker's samples); a targeted one
@@ -1200,6 +1209,8 @@ class Reconciler:
         for action in decision.actions:
             if isinstance(action, CreateTest):
                 self._create_test(policy, node_name, action, counts)
+            elif isinstance(action, CancelTest):
+                self._cancel_test(view, node_name, action, now, counts)
             elif isinstance(action, CreateTicket):
                 if self._create_ticket(policy, body, action, counts):
                     opened.append(action)
@@ -1292,6 +1303,85 @@ class Reconciler:
             self.writer.patch_node(
                 node_name, {"metadata": {"annotations": {keys.DRAIN_UNTIL: None}}}
             )
+
+    def _close_replaced(
+        self,
+        policy: SDCPolicy,
+        view: FleetView,
+        node_name: str,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> None:
+        """Close, as Replaced, the tickets of a node deleted for replacement."""
+        for body in view.tickets.get(node_name, []):
+            ticket = self._ticket_obj(body)
+            if ticket is None or ticket.spec.policy_ref != policy.metadata.name:
+                continue
+            if not closes_as_replaced(TicketFacts.from_api(ticket), policy.spec, False):
+                continue
+            name = ticket.metadata.name
+            if self._replaced.get(name) == ticket.metadata.resource_version:
+                continue  # closed already; the watch has not brought it back yet
+            try:
+                if ticket.spec.resolution is None:
+                    self.writer.patch_custom(
+                        "repairtickets", name, {"spec": {"resolution": Resolution.REPLACED.value}}
+                    )
+                self._ticket_status(
+                    view,
+                    node_name,
+                    name,
+                    TicketPhase.CLOSED,
+                    f"node {node_name} deleted for replacement; its successor joins as new",
+                    now,
+                )
+            except ApiException as exc:
+                counts[f"ticket-close-error-{exc.status}"] += 1
+                continue
+            self._replaced[name] = ticket.metadata.resource_version
+            counts["tickets-replaced"] += 1
+            log.info("ticket closed: node replaced", ticket=name, node=node_name)
+
+    def _cancel_test(
+        self,
+        view: FleetView,
+        node_name: str,
+        action: CancelTest,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> None:
+        """The test ends as Cancelled (no verdict), and its probe Job goes."""
+        for body in view.tests.get(node_name, []):
+            known = self._test(body, node_name)
+            if known is None or known.name != action.name or known.running is None:
+                continue
+            test = known.running
+            expected = self.expect_tests.get(test.metadata.name)
+            if expected is not None and expected[0] == test.metadata.resource_version:
+                test = expected[1]
+            status = (test.status or SDCTestStatus()).model_copy(
+                update={
+                    "phase": SDCTestPhase.CANCELLED,
+                    "reason": "Cancelled",
+                    "message": action.message[:4096],
+                    "completion_time": now,
+                    "conditions": set_condition(
+                        (test.status or SDCTestStatus()).conditions,
+                        "Complete",
+                        "True",
+                        "Cancelled",
+                        action.message[:1024],
+                        now,
+                    ),
+                }
+            )
+            self._write_test_status(test, status)
+            self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
+            counts["tests-cancelled"] += 1
+            self.metrics.tests.labels(
+                suite=test.spec.suite.value, phase=SDCTestPhase.CANCELLED.value
+            ).inc()
+            log.info("test cancelled", test=test.metadata.name, node=node_name)
 
     def _create_test(
         self, policy: SDCPolicy, node: str, action: CreateTest, counts: Counter[str]

@@ -58,6 +58,7 @@ from sdcguard.domain.lifecycle import (
     Action,
     AddTaint,
     Annotate,
+    CancelTest,
     CloseTicket,
     Cordon,
     CreateTest,
@@ -78,7 +79,7 @@ from sdcguard.domain.lifecycle import (
     Uncordon,
     transition,
 )
-from sdcguard.domain.observed import NodeFacts, Observed
+from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
 
 PROBE_TOLERATED_CORDON = "node.kubernetes.io/unschedulable"
 """The cordon taint: probe Pods tolerate it so cordoned (quarantined) nodes can be verified."""
@@ -186,6 +187,16 @@ def recover_state(observed: Observed, policy: SDCPolicySpec) -> NodeState | None
     if node.qualified_at is not None:
         return S.QUALIFIED
     return None
+
+
+def closes_as_replaced(ticket: TicketFacts, policy: SDCPolicySpec, node_exists: bool) -> bool:
+    """With the Replace strategy, a ticket InRepair whose Node is gone is done: the
+    replacement joins as a new node (acceptance), so the ticket closes as Replaced."""
+    return (
+        not node_exists
+        and policy.repair.strategy == RepairStrategy.REPLACE
+        and ticket.phase == TicketPhase.IN_REPAIR
+    )
 
 
 class _Reader:
@@ -614,6 +625,11 @@ class _Binder:
                     attempt=self.step.attempt,
                     ticket=ticket.name if ticket else None,
                 )
+            case CancelTest():
+                test = r.obs.test
+                if test is None or test.finished:
+                    return None
+                return CancelTest(test.name, self.step.detail)
             case CreateTicket():
                 if ticket is not None:
                     return None

@@ -19,7 +19,8 @@ Set by people and workloads (sdcguard acts, then removes the annotation):
 
 - ``sdcguard.dev/suspect=<why>``: re-screen this node before it takes more work
 - ``sdcguard.dev/quarantine=<why>``: quarantine now
-- ``sdcguard.dev/release=<why>``: return to service without a test (ticket closed)
+- ``sdcguard.dev/release=<why>``: return to service without a test (a running test is
+  cancelled, the ticket closed; screened again in its next idle window)
 - label ``sdcguard.dev/exclude=true``: opt out; sdcguard removes its own taints and touches
   nothing else until the label is removed
 - on an SDCPolicy, ``sdcguard.dev/reset-breaker=<new value>``: close the circuit breaker

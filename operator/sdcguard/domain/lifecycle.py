@@ -198,6 +198,16 @@ class CreateTest:
 
 
 @dataclass(frozen=True)
+class CancelTest:
+    """End the node's running SDCTest as Cancelled and delete its probe Job: a person
+    decided the node's fate, so the test's outcome no longer counts (and a test left
+    running would be adopted again, undoing the decision)."""
+
+    name: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class CreateTicket:
     """Open a RepairTicket (its sinks are notified by the ticket adapter)."""
 
@@ -265,6 +275,7 @@ Action = (
     | SetAutoscalerAnnotations
     | DeleteNode
     | CreateTest
+    | CancelTest
     | CreateTicket
     | SetTicketPhase
     | CloseTicket
@@ -394,6 +405,7 @@ def _manual(
             source,
             E.OPTED_OUT,
             S.EXCLUDED,
+            CancelTest(),
             *RELEASE_ACTIONS,
             EmitEvent("Excluded", "{node} opted out (sdcguard.dev/exclude=true): {detail}"),
         )
@@ -404,6 +416,7 @@ def _manual(
                 source,
                 E.MANUAL_QUARANTINE,
                 S.QUARANTINED,
+                CancelTest(),
                 *QUARANTINE_ACTIONS,
                 EmitEvent("Quarantined", "{node} quarantined by request: {detail}", warning=True),
             )
@@ -414,6 +427,7 @@ def _manual(
                 source,
                 E.MANUAL_RELEASE,
                 S.QUALIFIED,
+                CancelTest(),
                 *RELEASE_ACTIONS,
                 CloseTicket(),
                 EmitEvent("Released", "{node} released by request: {detail}"),
