@@ -266,13 +266,24 @@ KEPT_FINISHED_STATUS = (
 
 def _trim_test(body: kopf.Body) -> dict[str, Any]:
     """An SDCTest as the operator reads it: a finished one keeps its outcome and each
-    check's name and verdict, not digests, metrics or conditions (kubectl shows those)."""
+    check's name, verdict and where it located a fault (for the RepairTicket), not
+    digests, metrics or conditions (kubectl shows those)."""
     trimmed = _trim(body)
     status = trimmed.get("status") or {}
     if status.get("phase") in FINISHED_PHASES:
         kept = {k: status[k] for k in KEPT_FINISHED_STATUS if k in status}
         kept["checks"] = [
-            {"name": c.get("name"), "verdict": c.get("verdict")}
+            {
+                k: c[k]
+                for k in (
+                    "name",
+                    "verdict",
+                    "oddDevice",
+                    "firstDivergentStep",
+                    "firstDivergentSubmodule",
+                )
+                if k in c
+            }
             for c in status.get("checks") or []
             if isinstance(c, dict)
         ]

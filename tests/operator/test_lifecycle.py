@@ -100,7 +100,7 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
     case = new_case()
     node = f"sick-{case}"
     trusted_baseline(api_client)
-    outcomes = {node: "sdc"}
+    outcomes = {node: "sdc@5@11"}  # device 5 disagrees from step 11
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
         policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
@@ -115,12 +115,21 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
         assert [t["spec"]["reason"] for t in tests] == ["Join", "Confirmation"]
         assert all(t["status"]["verdict"] == "SDC" for t in tests)
         golden = next(c for c in tests[0]["status"]["checks"] if c["name"] == "golden")
-        assert golden["oddDevice"] == 1 and golden["firstDivergentStep"] == 3
+        assert golden["oddDevice"] == 5 and golden["firstDivergentStep"] == 11
         tickets = list_custom(api_client, "repairtickets", node)
         assert len(tickets) == 1
         ticket = tickets[0]
         assert ticket["status"]["phase"] == "Open"
         assert set(ticket["spec"]["evidence"]) == {t["metadata"]["name"] for t in tests}
+        # The ticket carries where the fault was located, for each failing test.
+        assert sorted(
+            (f["test"], f["check"], f["oddDevice"], f["firstDivergentStep"])
+            for f in ticket["spec"]["findings"]
+        ) == sorted((t["metadata"]["name"], "golden", 5, 11) for t in tests)
+        assert all(
+            f["firstDivergentSubmodule"] == "layers.0.attention.output"
+            for f in ticket["spec"]["findings"]
+        )
         assert ticket["spec"]["policyRef"] == policy
         assert {"Quarantined", "SDCSuspected"} <= set(_events(api_client, node))
 

@@ -31,6 +31,7 @@ from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     BreakerStatus,
+    Finding,
     Mode,
     NodeCounts,
     RepairTicket,
@@ -1212,7 +1213,7 @@ class Reconciler:
             elif isinstance(action, CancelTest):
                 self._cancel_test(view, node_name, action, now, counts)
             elif isinstance(action, CreateTicket):
-                if self._create_ticket(policy, body, action, counts):
+                if self._create_ticket(policy, body, action, view, counts):
                     opened.append(action)
             elif isinstance(action, SetTicketPhase):
                 self._ticket_status(view, node_name, action.name, action.phase, action.message, now)
@@ -1407,9 +1408,12 @@ class Reconciler:
         policy: SDCPolicy,
         node_body: Mapping[str, Any],
         action: CreateTicket,
+        view: FleetView,
         counts: Counter[str],
     ) -> bool:
         """Create the ticket; False when it existed (its status is then left alone)."""
+        evidence = list(dict.fromkeys(action.evidence))
+        findings = self._findings(view, str(node_body["metadata"]["name"]), evidence)
         meta, spec = node_body["metadata"], node_body["spec"]
         hardware = {
             k: v
@@ -1427,7 +1431,8 @@ class Reconciler:
                 "nodeName": meta["name"],
                 "policyRef": policy.metadata.name,
                 "hardware": hardware,
-                "evidence": list(dict.fromkeys(action.evidence)),
+                "evidence": evidence,
+                **({"findings": [to_body(f) for f in findings]} if findings else {}),
             },
         }
         created = self.writer.create_custom("repairtickets", body)
@@ -1436,6 +1441,21 @@ class Reconciler:
             return False
         counts["tickets-created"] += 1
         return True
+
+    def _findings(self, view: FleetView, node: str, evidence: list[str]) -> list[Finding]:
+        """Where the evidence tests' failed checks located the fault, in evidence order."""
+        by_name: dict[str, TestFacts] = {}
+        for body in view.tests.get(node, []):
+            known = self._test(body, node)
+            if known is None:
+                continue
+            facts = known.facts
+            written = self.expect_tests.get(known.name)
+            if written is not None and written[0] == _rv(body):
+                facts = TestFacts.from_api(written[1])  # judged in this pass, not back yet
+            by_name[known.name] = facts
+        found = [f for name in evidence if name in by_name for f in by_name[name].findings]
+        return found[:64]
 
     def _open_ticket_status(self, action: CreateTicket, now: dt.datetime) -> None:
         status = {
@@ -1497,10 +1517,18 @@ class Reconciler:
         if ticket is None or (action.test and action.test in ticket.spec.evidence):
             return
         evidence = [*ticket.spec.evidence, action.test] if action.test else ticket.spec.evidence
+        findings = [*ticket.spec.findings, *self._findings(view, node, [action.test])][-64:]
         self.writer.patch_custom(
             "repairtickets",
             action.name,
-            {"spec": {"evidence": evidence, "resolution": None, "resolutionNote": None}},
+            {
+                "spec": {
+                    "evidence": evidence,
+                    "findings": [to_body(f) for f in findings],
+                    "resolution": None,
+                    "resolutionNote": None,
+                }
+            },
         )
         status = ticket.status
         cycle = (status.cycle if status else 1) + 1

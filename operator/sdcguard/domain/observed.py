@@ -9,6 +9,7 @@ from typing import Any
 
 from sdcguard.api import (
     CheckVerdict,
+    Finding,
     RepairTicket,
     Resolution,
     ScreeningReason,
@@ -154,6 +155,8 @@ class TestFacts:
     passed_checks: frozenset[str] = frozenset()
     fingerprint: str = ""
     completed_at: dt.datetime | None = None
+    findings: tuple[Finding, ...] = ()
+    """Where each failed check located the fault (copied onto the RepairTicket)."""
 
     @property
     def finished(self) -> bool:
@@ -176,6 +179,17 @@ class TestFacts:
             passed_checks=frozenset(c.name for c in checks if c.verdict == CheckVerdict.PASS),
             fingerprint=(status.fingerprint_hash or "") if status else "",
             completed_at=status.completion_time if status else None,
+            findings=tuple(
+                Finding(
+                    test=test.metadata.name,
+                    check=c.name,
+                    odd_device=c.odd_device,
+                    first_divergent_step=c.first_divergent_step,
+                    first_divergent_submodule=c.first_divergent_submodule,
+                )
+                for c in checks
+                if c.verdict == CheckVerdict.SDC
+            ),
         )
 
 
