@@ -219,7 +219,12 @@ def breaker_violations(policy_doc: dict[str, Any], tests: dict[str, dict[str, An
     tripped = stored.tripped_at if stored.state.value == "Open" else None
     last = max((s.at for s in samples), default=dt.datetime.now(dt.UTC))
     view = breaker_mod.evaluate(
-        samples, policy.spec.circuit_breaker, last, stored.reset_at, tripped
+        samples,
+        policy.spec.circuit_breaker,
+        last,
+        stored.reset_at,
+        tripped,
+        breaker_mod.failures_to_confirm(policy.spec.confirmation),
     )
     out = []
     if view.open != (stored.state.value == "Open"):
@@ -232,7 +237,7 @@ def breaker_violations(policy_doc: dict[str, Any], tests: dict[str, dict[str, An
     cond = next((c for c in status.conditions if c.type == "BreakerOpen"), None)
     if cond is None or (cond.status == "True") != view.open:
         out.append(f"BreakerOpen condition {cond and cond.status} disagrees with the samples")
-    elif f"{view.failures} of {view.samples} screenings failed" not in cond.message:
+    elif f"{view.failures} of {view.samples} nodes screened" not in cond.message:
         out.append(f"BreakerOpen message {cond.message!r} does not explain the window")
     seen = Counter(s.test for s in samples)
     out += [f"breaker counts SDCTest {t} {n} times" for t, n in seen.items() if n > 1]

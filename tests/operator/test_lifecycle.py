@@ -6,6 +6,7 @@ the probe's own models; the e2e tests run the real probe through the simulator.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kubernetes import client
@@ -273,39 +274,64 @@ def test_budget_is_never_exceeded(api_client, operator) -> None:
         assert peak == 2
 
 
-def test_breaker_trips_when_three_of_five_fail(api_client, operator) -> None:
+def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) -> None:
+    """Six nodes screened one at a time, the first four with SDC, each confirmed by a
+    re-run. The breaker counts nodes (confirmation re-runs are not extra samples): three
+    are quarantined, the fourth's confirmed failure trips it and is held, without a
+    re-test loop, until a person resets the breaker; healthy nodes still qualify."""
     case = new_case()
-    nodes = [f"brk-{case}-{i}" for i in range(5)]
+    nodes = [f"brk-{case}-{i}" for i in range(6)]
     trusted_baseline(api_client)
-    outcomes = {n: ("sdc" if i < 3 else "pass") for i, n in enumerate(nodes)}
+    outcomes = {n: ("sdc" if i < 4 else "pass") for i, n in enumerate(nodes)}
+    custom = client.CustomObjectsApi(api_client)
     with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
         policy = create_policy(
             api_client,
             case,
-            confirmation={"reruns": 0},
-            circuitBreaker={"window": "1h", "minSamples": 5, "maxFailureFraction": 0.5},
+            confirmation={"reruns": 1},
+            circuitBreaker={"window": "1h", "minSamples": 4, "maxFailureFraction": 0.5},
             budgets={"maxConcurrentTests": 1, "maxUnavailable": "100%"},
         )
-        custom = client.CustomObjectsApi(api_client)
 
-        def breaker() -> dict[str, Any] | None:
-            status = (
-                custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy).get(
-                    "status"
-                )
-                or {}
-            )
-            cond = next(
-                (c for c in status.get("conditions", []) if c["type"] == "BreakerOpen"), None
-            )
-            return cond if cond and cond["status"] == "True" else None
+        def status() -> dict[str, Any]:
+            body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
+            return body.get("status") or {}
 
-        cond = wait_for(breaker, 150, "the breaker to trip")
-        assert "3 of 5 screenings failed" in cond["message"]
-        states = [node_state(api_client, n) for n in nodes]
-        # Failures before the trip were quarantined; the breaker holds later ones.
-        assert states.count("Quarantined") <= 3
-        assert set(states) <= {"Quarantined", "Qualified", "Suspect", "Testing", "Unqualified"}
+        def held() -> dict[str, Any] | None:
+            s = status()
+            cond = next((c for c in s.get("conditions", []) if c["type"] == "BreakerOpen"), None)
+            ok = cond and cond["status"] == "True" and (s.get("breaker") or {}).get("heldNodes")
+            return s if ok else None
+
+        s = wait_for(held, 150, "the breaker to trip and hold a node")
+        assert s["breaker"]["heldNodes"] == [nodes[3]]
+        cond = next(c for c in s["conditions"] if c["type"] == "BreakerOpen")
+        assert "3 of 4 nodes screened had confirmed failures" in cond["message"]
+        states = [node_state(api_client, n) for n in nodes[:4]]
+        assert states == ["Quarantined"] * 3 + ["Suspect"]
+        annotations = read_node(api_client, nodes[3]).metadata.annotations or {}
+        assert "circuit breaker open" in annotations.get("sdcguard.dev/held", "")
+        wait_for(
+            lambda: all(node_state(api_client, n) == "Qualified" for n in nodes[4:]),
+            90,
+            "healthy new nodes to qualify while the breaker is open",
+        )
+        tests_held = len(list_custom(api_client, "sdctests", nodes[3]))
+        time.sleep(8)  # resyncs of the test operator (5 s) and its inconclusive back-off
+        assert len(list_custom(api_client, "sdctests", nodes[3])) == tests_held, "re-tested"
+        assert node_state(api_client, nodes[3]) == "Suspect"
+
+        # A person investigates and resets the breaker: the held node is re-tested and,
+        # failing again, quarantined.
+        custom.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "sdcpolicies",
+            policy,
+            {"metadata": {"annotations": {"sdcguard.dev/reset-breaker": "oncall-1"}}},
+        )
+        wait_for(lambda: node_state(api_client, nodes[3]) == "Quarantined", 90, "quarantine")
+        assert "sdcguard.dev/held" not in (read_node(api_client, nodes[3]).metadata.annotations)
 
 
 def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:

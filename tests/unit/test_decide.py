@@ -390,8 +390,15 @@ def test_breaker_open_holds_quarantine_and_routine_screening() -> None:
     d = decide(observe(n, test=rerun, breaker_open=True), p, NOW)
     assert (d.event, d.state) == (E.QUARANTINE_HELD, S.SUSPECT)
     assert not only(d, CreateTicket) and not only(d, Cordon)
+    assert d.held and "re-tested when it closes" in d.note
     n = applied(n, d)
-    assert n.evidence == ("t1", "c1") and n.retry_after is not None
+    assert n.evidence == ("t1", "c1") and keys.HELD in n.annotations
+    # Held: not re-tested while the breaker stays open, however long it stays open (a
+    # re-test loop fed the breaker new failures and kept it open), and says why.
+    for hours in (0, 1, 24):
+        waiting = decide(observe(n, breaker_open=True), p, NOW + hours * HOUR)
+        assert waiting.event is None and waiting.held
+        assert "quarantine held: circuit breaker open" in waiting.note
     expired = node(state=S.QUALIFIED, qualified_at=NOW - 500 * HOUR)
     held = decide(observe(expired, breaker_open=True), p, NOW)
     assert held.event is None and "circuit breaker open" in held.note
@@ -403,6 +410,7 @@ def test_breaker_open_holds_quarantine_and_routine_screening() -> None:
     n = applied(n, d)
     d = decide(observe(n, test=finish(retest, Verdict.SDC, failed=("golden",))), p, later)
     assert (d.event, d.state) == (E.TEST_FAILED, S.QUARANTINED)
+    assert keys.HELD not in applied(n, d).annotations and not d.held
 
 
 def test_flaky_node_stays_suspect_and_held_until_a_later_pass() -> None:

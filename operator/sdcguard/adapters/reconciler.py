@@ -158,6 +158,8 @@ class PolicyMemory:
     """When the policy's status was last brought up to date."""
     illegal: dict[str, str] = field(default_factory=dict)
     """Nodes whose last decision hit a (state, event) pair outside the table."""
+    held: set[str] = field(default_factory=set)
+    """Nodes whose confirmed failure the open breaker holds."""
 
     def set_member(self, node: str, member: PoolMember) -> None:
         old = self.members.get(node)
@@ -181,6 +183,7 @@ class PolicyMemory:
             add_member(self.usage, member, -1)
         for table in (self.waiting, self.due, self.states, self.illegal):
             table.pop(node, None)
+        self.held.discard(node)
 
 
 @dataclass(frozen=True)
@@ -951,6 +954,10 @@ class Reconciler:
                     continue
             memory.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
+            if decision.held:
+                memory.held.add(node_name)
+            else:
+                memory.held.discard(node_name)
             if decision.waits_for_budget:
                 memory.waiting[node_name] = (priority(observed), observed.node.pool)
             else:
@@ -970,6 +977,8 @@ class Reconciler:
             or memory.illegal != illegal_before
             or self._status_due(memory, policy, breaker, breaker_status, now)
         ):
+            held = sorted(memory.held)[:1000]
+            breaker_status = breaker_status.model_copy(update={"held_nodes": held})
             self._write_policy_status(policy, breaker, breaker_status, states, now, memory.illegal)
             memory.status_at = now
         elif memory.status_at is not None:
@@ -1569,6 +1578,7 @@ class Reconciler:
             now,
             reset,
             samples,
+            breaker_mod.failures_to_confirm(policy.spec.confirmation),
         )
         memory.breaker = (key, now, result)
         return result

@@ -420,8 +420,11 @@ class Repair(ApiModel):
 
 
 class CircuitBreaker(ApiModel):
-    """Stops quarantines when too many screenings fail at once (a bad image or driver, not a
-    bad fleet). Reset by hand: annotate the policy sdcguard.dev/reset-breaker=<new value>."""
+    """Stops quarantines when too many of the screened nodes fail at once (a bad image or
+    driver, not a bad fleet). Counts distinct nodes: those screened in the window, and of
+    those the nodes whose SDC verdict was confirmed (reproduced by a re-run, or a single
+    one with confirmation.reruns 0). Reset by hand: annotate the policy
+    sdcguard.dev/reset-breaker=<new value>."""
 
     window: Duration = Field(
         default="1h",
@@ -434,9 +437,10 @@ class CircuitBreaker(ApiModel):
     )
     """Sliding window of screenings the breaker looks at."""
     min_samples: int = Field(default=5, ge=1, le=10000)
-    """Screenings the window must hold before the breaker can trip."""
+    """Distinct nodes screened in the window before the breaker can trip."""
     max_failure_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
-    """Trip when more than this fraction of the window's screenings found SDC."""
+    """Trip when more than this fraction of the nodes screened in the window had
+    confirmed failures."""
 
     @field_validator("window")
     @classmethod
@@ -592,13 +596,19 @@ class BreakerStatus(ApiModel):
     tripped_at: dt.datetime | None = None
     """When it opened."""
     reason: Annotated[str, StringConstraints(max_length=1024)] = ""
-    """Why it is in this state, e.g. "3 of 5 screenings failed in the last 1h (limit 50%)"."""
+    """Why it is in this state, e.g. "3 of 5 nodes screened had confirmed failures in the
+    last 1h (limit 50%)"."""
     samples: list[BreakerSample] = Field(default_factory=list, max_length=1000)
     """Recent screenings (pruned to what the breaker needs)."""
     window_samples: int = Field(default=0, ge=0)
-    """Screenings in the current window."""
+    """Distinct nodes screened in the current window."""
     window_failures: int = Field(default=0, ge=0)
-    """Of those, screenings that found SDC."""
+    """Of those, nodes with a confirmed failure."""
+    held_nodes: list[Annotated[str, StringConstraints(max_length=253)]] = Field(
+        default_factory=list, max_length=1000
+    )
+    """Nodes whose confirmed failure is held while the breaker is open (Suspect, tainted,
+    not re-tested until it closes or a person asks)."""
     reset_marker: Annotated[str, StringConstraints(max_length=253)] | None = None
     """The last sdcguard.dev/reset-breaker annotation value acted on."""
     reset_at: dt.datetime | None = None

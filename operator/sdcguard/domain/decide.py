@@ -116,6 +116,8 @@ class Decision:
     """A test is due but the pool's budget is used up: a candidate when budget frees up."""
     illegal: IllegalTransition | None = None
     """The event chosen has no row in this state (a bug): nothing is done for the node."""
+    held: bool = False
+    """The node's confirmed failure is held by the open circuit breaker."""
 
     @property
     def changed(self) -> bool:
@@ -330,8 +332,12 @@ class _Reader:
             return _Step(E.TEST_PASSED, found.message, {**_forget_test(), **_forget_suspicion()})
         if found.outcome == Outcome.CONFIRMED:
             if self.obs.breaker_open:
-                held = self._suspicion_kept(found.suspect_checks, evidence, back_off=True)
-                detail = f"{found.message}; quarantine held: circuit breaker open"
+                held = self._suspicion_kept(found.suspect_checks, evidence, back_off=False)
+                held[keys.HELD] = f"circuit breaker open; confirmed by {test.name}"
+                detail = (
+                    f"{found.message}; quarantine held: circuit breaker open "
+                    "(re-tested when it closes, or on request)"
+                )
                 return _Step(E.QUARANTINE_HELD, detail, held)
             changes = {**_forget_test(), **_forget_suspicion()}
             return _Step(E.TEST_FAILED, found.message, changes, evidence=evidence)
@@ -527,6 +533,13 @@ class _Reader:
         return self._start(event, why)
 
     def _retest_suspect(self) -> _Step | None:
+        if keys.HELD in self.node.annotations and self.obs.breaker_open:
+            return _Step(
+                None,
+                "quarantine held: circuit breaker open; re-tested when it closes, or on "
+                "request (kubectl sdc test)",
+                requeue=REQUEUE_WAITING,
+            )
         if self.obs.idle_since is None and not self.holding():
             return _Step(None, "suspect; waiting for an idle window", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=not self.holding())
@@ -556,7 +569,7 @@ def _forget_test() -> Changes:
 
 
 def _forget_suspicion() -> Changes:
-    return {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None}
+    return {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None, keys.HELD: None}
 
 
 def _forget_all() -> Changes:
@@ -733,6 +746,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
             # that registered with it is let in at once, whatever its tests will say.
             bound.append(RemoveTaint(TaintRole.GATE, gate, registered=True))
     starts_test = any(isinstance(a, CreateTest) for a in bound)
+    held = target == S.SUSPECT and {**node.annotations, **binder.changes}.get(keys.HELD)
     # Only a node that was serving counts against maxUnavailable when we reserve it.
     takes_node = state in (S.QUALIFIED, S.SUSPECT) and any(
         isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound
@@ -749,6 +763,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         starts_test=starts_test,
         takes_node=takes_node,
         waits_for_budget=reader.budget_blocked and not starts_test,
+        held=bool(held),
     )
 
 

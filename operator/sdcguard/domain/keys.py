@@ -14,6 +14,8 @@ Set by sdcguard (bookkeeping, so that a restart loses nothing):
   behind a suspicion
 - ``sdcguard.dev/inconclusive``, ``sdcguard.dev/retry-after``: back-off after inconclusive results
 - ``sdcguard.dev/drain-until``: a quarantine drain whose evictions are retried until then
+- ``sdcguard.dev/held``: a confirmed failure whose quarantine the open circuit breaker
+  holds (the node stays Suspect and reserved; re-tested when the breaker closes)
 
 Set by people and workloads (sdcguard acts, then removes the annotation):
 
@@ -47,6 +49,7 @@ EVIDENCE = PREFIX + "evidence"
 INCONCLUSIVE = PREFIX + "inconclusive"
 RETRY_AFTER = PREFIX + "retry-after"
 DRAIN_UNTIL = PREFIX + "drain-until"
+HELD = PREFIX + "held"
 
 REQUEST_SUSPECT = PREFIX + "suspect"
 REQUEST_QUARANTINE = PREFIX + "quarantine"
