@@ -97,6 +97,38 @@ def test_consensus_establishes_baseline_then_qualifies(api_client, operator) -> 
         )
 
 
+def test_tests_awaiting_a_baseline_leave_room_for_the_quorum(api_client, operator) -> None:
+    """The chart's defaults, two tests at once and a quorum of 3: the first two screenings
+    wait for a baseline, and the third node is screened at once (it used to wait for
+    their deadline), so all three qualify."""
+    case = new_case()
+    custom = client.CustomObjectsApi(api_client)
+    for item in list_custom(api_client, "sdcbaselines"):
+        custom.delete_cluster_custom_object(
+            GROUP, VERSION, "sdcbaselines", item["metadata"]["name"]
+        )
+    nodes = [f"quo-{case}-{i}" for i in range(3)]
+    with (
+        gpu_nodes(api_client, nodes, case=case),
+        ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
+    ):
+        create_policy(
+            api_client,
+            case,
+            baseline={"mode": "Consensus", "quorum": 3},
+            budgets={"maxConcurrentTests": 2, "maxUnavailable": "100%"},
+            probe={"budgetSeconds": 30, "activeDeadlineSeconds": 600, "cpuDevices": 2},
+        )
+        wait_for(
+            lambda: all(node_state(api_client, n) == "Qualified" for n in nodes),
+            60,
+            "all three nodes to qualify by consensus (well before the 600 s deadline)",
+        )
+        (baseline,) = list_custom(api_client, "sdcbaselines")
+        assert baseline["spec"]["trusted"] is True
+        assert sorted(baseline["spec"]["recordedFrom"]) == sorted(nodes)
+
+
 def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, operator) -> None:
     case = new_case()
     node = f"sick-{case}"

@@ -157,6 +157,9 @@ class TestFacts:
     completed_at: dt.datetime | None = None
     findings: tuple[Finding, ...] = ()
     """Where each failed check located the fault (copied onto the RepairTicket)."""
+    awaiting_baseline: bool = False
+    """The probe has ended and its digests wait for enough nodes to agree on a baseline:
+    the test holds its node but runs nothing (it does not use the test budget)."""
 
     @property
     def finished(self) -> bool:
@@ -189,6 +192,10 @@ class TestFacts:
                 )
                 for c in checks
                 if c.verdict == CheckVerdict.SDC
+            ),
+            awaiting_baseline=any(
+                c.type == "AwaitingBaseline" and c.status == "True"
+                for c in (status.conditions if status else [])
             ),
         )
 
@@ -252,5 +259,9 @@ class Observed:
             )
         else:
             held = False
-        testing = self.test is not None and not self.test.finished
+        # A test whose probe ended and that only waits for a baseline's quorum runs
+        # nothing: counting it would keep out the very candidates the quorum waits for.
+        testing = (
+            self.test is not None and not self.test.finished and not self.test.awaiting_baseline
+        )
         return PoolMember(pool=self.node.pool, held=held, testing=testing)
