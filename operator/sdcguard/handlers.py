@@ -24,11 +24,12 @@ from typing import Any
 
 import kopf
 import structlog
+from pydantic import ValidationError
 
 from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
-from sdcguard.api import SDCTestPhase
+from sdcguard.api import SDCPolicy, SDCTestPhase
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
@@ -504,11 +505,40 @@ async def policy_loop(
         RT.wakes.remove(wake)
 
 
-@kopf.timer(GROUP, VERSION, "repairtickets", interval=15, initial_delay=1)
-def announce_ticket(body: kopf.Body, **_: Any) -> None:
+@kopf.index(GROUP, VERSION, "sdcpolicies")
+async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
+    """Every policy's spec, for the ticket timer (no GET per ticket and tick)."""
+    meta = body.get("metadata", {})
+    return {
+        name: {
+            "metadata": {
+                k: meta[k] for k in ("name", "generation", "resourceVersion") if k in meta
+            },
+            "spec": dict(body.get("spec") or {}),
+        }
+    }
+
+
+def _ticket_pending(body: kopf.Body, **_: Any) -> bool:
+    return ticket_sinks.needs_announcing(dict(body))
+
+
+@kopf.timer(GROUP, VERSION, "repairtickets", interval=15, initial_delay=1, when=_ticket_pending)
+def announce_ticket(body: kopf.Body, spec: kopf.Spec, **kwargs: Any) -> None:
     """Deliver ticket events to the policy's sinks (webhook, Jira) until delivered.
 
-    A receiver that is down only delays the announcement: the quarantine has already
-    happened, and the retry is this timer's next tick.
+    Only tickets with an event left to deliver have a timer (open ones, and closed ones
+    until their closing event is delivered). A receiver that is down only delays the
+    announcement: the quarantine has already happened, and the retry waits for the
+    sink's Retry-After or the back-off.
     """
-    ticket_sinks.announce(dict(body), RT.reconciler.writer, RT.metrics, _now())
+    ref = str(spec.get("policyRef") or "")
+    specs: kopf.Index[str, Any] = kwargs["policy_specs_index"]
+    stored = next(iter(specs.get(ref, [])), None)
+    policy = None
+    if stored is not None:
+        try:
+            policy = SDCPolicy.model_validate(stored)
+        except ValidationError:
+            policy = None
+    ticket_sinks.announce(dict(body), policy, RT.reconciler.writer, RT.metrics, _now())

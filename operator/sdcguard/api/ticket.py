@@ -144,6 +144,11 @@ class Notification(ApiModel):
     """Sent with every attempt so a sink creates the external ticket once."""
     last_attempt: dt.datetime | None = None
     """When delivery was last tried."""
+    next_attempt: dt.datetime | None = None
+    """Not retried before then (the back-off, or a sink's Retry-After)."""
+    permanent: bool = False
+    """A sink refused the request itself (a 4xx, a misconfigured sink or Secret): retried
+    only hourly, in case its configuration was fixed; see the NotificationFailed condition."""
 
 
 class RepairTicketStatus(ApiModel):
