@@ -284,3 +284,63 @@ def test_idle_and_pending_demand_use_the_policys_accelerators() -> None:
         _pod(None, {"example.com/nic": "1"}, "Pending"),
     ]
     assert tests_started(other) == 2, "another device makes no node busy"
+
+
+def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
+    """spec.probe.command and args and suites[].timeoutSeconds are not accepted and
+    ignored: the Job runs the command, passes the extra arguments after sdcguard's, and
+    gives the probe the suite's time (within the Job's deadline)."""
+    from sdcguard.api import SDCPolicy, SDCTest
+    from sdcguard.builders.probe_job import build_probe_job
+    from sdcguard.domain.observed import NodeFacts
+
+    policy_doc = {
+        "metadata": {"name": "fleet"},
+        "spec": {
+            "probe": {
+                "command": ["/opt/probe/bin/sdcprobe"],
+                "args": ["--threads", "4"],
+                "activeDeadlineSeconds": 1800,
+            },
+            "suites": {
+                "requalification": [
+                    {"name": "compute", "timeoutSeconds": 300},
+                    {"name": "golden", "timeoutSeconds": 200},
+                ]
+            },
+        },
+    }
+    policy = SDCPolicy.model_validate(policy_doc)
+    test = SDCTest.model_validate(
+        {
+            "metadata": {"name": "gpu-1-0a1b2-3", "uid": "u"},
+            "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "suite": "requalification"},
+        }
+    )
+    metrics = Metrics()
+    rec = Reconciler(
+        writer=_Recorder(api=client.ApiClient(), metrics=metrics),
+        settings=Settings(metrics_port=0),
+        metrics=metrics,
+    )
+    body = _body()
+    facts = NodeFacts.from_body(body, policy.spec.accelerators)
+    job = build_probe_job(rec.probe_request(policy, test, facts, body))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["/opt/probe/bin/sdcprobe"]
+    args = container["args"]
+    assert args[:3] == ["run", "--checks", "compute,golden"] and args[-2:] == ["--threads", "4"]
+    assert args[args.index("--timeout") + 1] == "500"
+    short = SDCPolicy.model_validate(
+        {
+            **policy_doc,
+            "spec": {
+                **policy_doc["spec"],
+                "probe": {"activeDeadlineSeconds": 300, "budgetSeconds": 120},
+            },
+        }
+    )
+    job = build_probe_job(rec.probe_request(short, test, facts, body))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "sdcprobe"]
+    assert container["args"][container["args"].index("--timeout") + 1] == "270"

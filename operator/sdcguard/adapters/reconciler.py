@@ -31,6 +31,7 @@ from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     BreakerStatus,
+    CheckSpec,
     Finding,
     Mode,
     NodeCounts,
@@ -84,6 +85,12 @@ TICKET_STATUS_GRACE = dt.timedelta(seconds=30)
 """A new ticket's own status write lands well within this; after it, one is missing."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 T = TypeVar("T")
+
+
+def probe_timeout(checks: Iterable[CheckSpec], active_deadline: int) -> int:
+    """The probe's hard limit for its workers: the suite's per-check timeouts added up,
+    within the Job's deadline (less a margin to report the result)."""
+    return max(10, min(sum(c.timeout_seconds for c in checks), active_deadline - 30))
 
 
 def _utcnow() -> dt.datetime:
@@ -290,6 +297,9 @@ class Reconciler:
             },
             priority_class=self.settings.probe_priority_class,
             check_params=tuple(dict.fromkeys(params)),
+            command=tuple(spec.probe.command or ()),
+            extra_args=tuple(spec.probe.args or ()),
+            timeout_seconds=probe_timeout(checks, spec.probe.active_deadline_seconds),
         )
 
     def pod_end(

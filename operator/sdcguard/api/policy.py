@@ -147,7 +147,9 @@ class CheckSpec(ApiModel):
     name: CheckName
     """The check: compute, collective, golden or memory."""
     timeout_seconds: int = Field(default=600, ge=10, le=86400)
-    """Time the probe gives this check before it reports a timeout."""
+    """Time this check may take. The probe's hard limit for its workers (--timeout) is
+    the sum over the suite's checks, within activeDeadlineSeconds; past it the test is
+    inconclusive (Timeout), never a pass."""
     params: dict[Annotated[str, StringConstraints(max_length=63)], int | ShortText] = Field(
         default_factory=dict, max_length=32
     )
@@ -250,11 +252,13 @@ class ProbeSpec(ApiModel):
     command: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=32
     )
-    """Overrides the image's entrypoint."""
+    """Overrides the container's command (default: python -m sdcprobe); it must accept
+    the probe's arguments (run --checks ... --budget ... --result-file ...)."""
     args: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=64
     )
-    """Overrides the image's arguments (the suite and baseline are passed separately)."""
+    """Extra arguments, added after the ones sdcguard passes (checks, budget, timeout,
+    check parameters)."""
     resources: ResourceList = Field(default_factory=ResourceList)
     """CPU and memory for the probe container."""
     cpu_devices: int = Field(default=0, ge=0, le=64)

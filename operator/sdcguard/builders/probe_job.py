@@ -35,6 +35,12 @@ class ProbeJobRequest:
     env: tuple[tuple[str, str], ...] = ()
     priority_class: str = ""
     check_params: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] = ()
+    """The container's command (empty: ``python -m sdcprobe``)."""
+    extra_args: tuple[str, ...] = ()
+    """Added after the arguments sdcguard passes (spec.probe.args)."""
+    timeout_seconds: int | None = None
+    """The probe's hard limit for its workers (``--timeout``)."""
 
 
 def job_name(test_name: str) -> str:
@@ -59,9 +65,11 @@ def probe_args(req: ProbeJobRequest) -> list[str]:
         args += ["--cpu-devices", str(req.cpu_devices)]
     if req.seed is not None:
         args += ["--seed", str(req.seed)]
+    if req.timeout_seconds is not None:
+        args += ["--timeout", str(req.timeout_seconds)]
     for key, value in req.check_params:
         args += [f"--{key}", value]
-    return args
+    return [*args, *req.extra_args]
 
 
 def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
@@ -120,7 +128,7 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             {
                 "name": "sdcprobe",
                 "image": req.image,
-                "command": ["python", "-m", "sdcprobe"],
+                "command": list(req.command) or ["python", "-m", "sdcprobe"],
                 "args": probe_args(req),
                 "env": [{"name": k, "value": v} for k, v in req.env],
                 "resources": {"limits": limits, "requests": requests},
