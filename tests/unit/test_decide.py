@@ -528,9 +528,23 @@ def test_suspect_annotation_is_honoured_and_consumed() -> None:
     assert (d.event, d.state) == (E.SUSPECTED, S.SUSPECT)
     n = applied(n, d)
     assert keys.REQUEST_SUSPECT not in n.annotations
+    # Held at once: no new work lands (running work finishes), so it is re-screened
+    # before it takes more work, and a pending pod does not hold the re-test back.
+    assert TESTING in taint_keys(n)
     busy = decide(observe(n, idle_since=None), policy(), NOW)
-    assert busy.event is None and "idle window" in busy.note
-    d = decide(observe(n), policy(), NOW)
+    assert busy.event is None and "held; waiting for running work" in busy.note
+    d = decide(observe(n, pending_pod_needs_node=True), policy(), NOW)
+    assert d.event == E.RETEST_DUE and d.starts_test and not d.takes_node
+    # triggers.holdSuspects off: schedulable, re-screened in an idle window, after pods.
+    unheld = policy(triggers={"holdSuspects": False})
+    n = node(state=S.QUALIFIED, qualified_at=NOW - HOUR, annotations={keys.REQUEST_SUSPECT: "x"})
+    d = decide(observe(n, idle_since=None), unheld, NOW)
+    n = applied(n, d)
+    assert d.state == S.SUSPECT and taint_keys(n) == set()
+    assert "idle window" in decide(observe(n, idle_since=None), unheld, NOW).note
+    waits = decide(observe(n, pending_pod_needs_node=True), unheld, NOW)
+    assert waits.event is None and "pending pod" in waits.note
+    d = decide(observe(n), unheld, NOW)
     assert d.event == E.RETEST_DUE and only(d, AddTaint)
     off = decide(
         observe(node(state=S.QUALIFIED, annotations={keys.REQUEST_SUSPECT: "x"})),

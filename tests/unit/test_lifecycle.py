@@ -70,7 +70,7 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.QUALIFIED, E.IDLE_DUE): (S.TESTING, {"+testing", "Test:requalification/ReturnFromUse"}),
     (S.QUALIFIED, E.EXPIRY_DUE): (S.TESTING, {"+testing", "Test:requalification/Expiry"}),
     (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"+testing"}),
-    (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, set()),
+    (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, {"+testing"}),
     (S.SUSPECT, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
     (S.SUSPECT, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
     (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, {_confirm()}),

@@ -114,6 +114,10 @@ class Triggers(ApiModel):
     """A qualification older than this is renewed in the node's next idle window. "0": never."""
     on_suspect: bool = True
     """Honour the sdcguard.dev/suspect node annotation that workloads and people set."""
+    hold_suspects: bool = True
+    """Reserve a node reported suspect at once (the testing taint: running work finishes,
+    no new work lands), so it is re-screened before it takes more work. Off: it stays
+    schedulable and is re-screened in its next idle window, after pending pods."""
     inconclusive_backoff: Duration = "10m"
     """Wait before re-screening after an inconclusive result; doubles per repeat, up to 16x."""
 

@@ -540,8 +540,15 @@ class _Reader:
                 "request (kubectl sdc test)",
                 requeue=REQUEUE_WAITING,
             )
-        if self.obs.idle_since is None and not self.holding():
-            return _Step(None, "suspect; waiting for an idle window", requeue=REQUEUE_WAITING)
+        if self.obs.idle_since is None:
+            # Held (our testing taint): no new work lands; the re-test starts once the
+            # running work is done, and pending pods do not hold it back.
+            why = (
+                "held; waiting for running work to finish"
+                if self.holding()
+                else ("waiting for an idle window")
+            )
+            return _Step(None, f"suspect; {why}", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=not self.holding())
         if blocked:
             return _Step(None, f"suspect; re-test waits: {blocked}", requeue=self._wait_requeue())
@@ -597,6 +604,10 @@ class _Binder:
         r, node, policy = self.r, self.r.node, self.r.policy
         ticket = r.obs.ticket
         match action:
+            case AddTaint(role=TaintRole.TESTING) if (
+                self.step.event == E.SUSPECTED and not policy.triggers.hold_suspects
+            ):
+                return None
             case AddTaint(role=role):
                 key = _taint_key(policy, role)
                 if node.has_taint(key) and (key in node.owned_taints or role != TaintRole.GATE):

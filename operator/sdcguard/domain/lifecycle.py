@@ -505,6 +505,8 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.QUALIFIED,
         E.SUSPECTED,
         S.SUSPECT,
+        # Held (triggers.holdSuspects): no new work until the re-test clears it.
+        AddTaint(TESTING),
         EmitEvent("Suspected", "{node} reported suspect: {detail}", warning=True),
     ),
     *_manual(S.QUALIFIED, release=False),
