@@ -20,7 +20,6 @@ import datetime as dt
 import itertools
 import os
 import random
-import re
 import threading
 import time
 import uuid
@@ -57,10 +56,6 @@ GATE, TESTING, QUARANTINE = (
     "sdcguard.dev/quarantined",
 )
 FINISHED = {p.value for p in SDCTestPhase if p.finished}
-KNOWN_BUGS: dict[str, str] = {
-    # Violations of a known, still open operator bug, by regular expression; a run
-    # that shows only these is reported as xfail. None open now.
-}
 OPEN_TICKET_PHASES = {"Open", "Acknowledged", "InRepair", "Verifying"}
 KILLS = 12
 NODES = 10
@@ -469,11 +464,7 @@ def test_operator_survives_kills_and_a_faulty_api(
                 f"breaker never counted screening {t}" for t in sorted(screened - sampled)
             ]
             assert kills >= 10
-            known = [v for v in violations if any(re.search(k, v) for k in KNOWN_BUGS)]
-            new = [v for v in violations if v not in known]
-            assert not new, f"seed {seed}: " + "\n".join(violations)
-            if known:
-                pytest.xfail(f"seed {seed}: only known bugs: " + "; ".join(known))
+            assert not violations, f"seed {seed}: " + "\n".join(violations)
         except BaseException:
             print("---- operator log (tail) ----\n" + operator.log_tail(60))
             print("---- nodes ----\n" + describe(api_client, nodes), flush=True)

@@ -275,35 +275,68 @@ def test_idle_return_from_use_retests(api_client, operator) -> None:
 
 
 def test_budget_is_never_exceeded(api_client, operator) -> None:
+    """maxConcurrentTests while ten new nodes take their acceptance test, then
+    maxUnavailable (20% of ten: two) while the qualified nodes are re-screened on expiry:
+    never more than two serving nodes are held at once, and the limit is reached."""
     case = new_case()
     nodes = [f"budget-{case}-{i}" for i in range(10)]
     trusted_baseline(api_client)
+
+    def running() -> list[dict[str, Any]]:
+        return [
+            t
+            for t in list_custom(api_client, "sdctests")
+            if t["spec"]["nodeName"] in nodes
+            and (t.get("status") or {}).get("phase")
+            not in ("Passed", "Failed", "Inconclusive", "Cancelled")
+        ]
+
     with (
         gpu_nodes(api_client, nodes, case=case),
         ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
     ):
-        create_policy(api_client, case, budgets={"maxConcurrentTests": 2, "maxUnavailable": "100%"})
+        create_policy(
+            api_client,
+            case,
+            budgets={"maxConcurrentTests": 2, "maxUnavailable": "20%"},
+            triggers={"maxQualificationAge": "1m"},
+        )
         peak = 0
-        import time as _time
-
-        deadline = _time.monotonic() + 150
-        while _time.monotonic() < deadline:
-            running = [
-                t
-                for t in list_custom(api_client, "sdctests")
-                if t["spec"]["nodeName"] in nodes
-                and (t.get("status") or {}).get("phase")
-                not in ("Passed", "Failed", "Inconclusive", "Cancelled")
-            ]
-            peak = max(peak, len(running))
-            assert len(running) <= 2, (
-                f"{len(running)} tests at once: {[t['metadata']['name'] for t in running]}"
-            )
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            now_running = running()
+            peak = max(peak, len(now_running))
+            assert len(now_running) <= 2, [t["metadata"]["name"] for t in now_running]
             if all(node_state(api_client, n) == "Qualified" for n in nodes):
                 break
-            _time.sleep(0.2)
+            time.sleep(0.2)
         assert all(node_state(api_client, n) == "Qualified" for n in nodes)
         assert peak == 2
+
+        # Re-screening on expiry takes serving nodes: maxUnavailable bounds them.
+        core = client.CoreV1Api(api_client)
+        held_peak = 0
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            held = [
+                n.metadata.name
+                for n in core.list_node(label_selector=f"sdcguard.test/case={case}").items
+                if TESTING in {t.key for t in n.spec.taints or []}
+            ]
+            held_peak = max(held_peak, len(held))
+            assert len(held) <= 2, f"{len(held)} serving nodes held at once: {held}"
+            screened = {
+                t["spec"]["nodeName"]
+                for t in list_custom(api_client, "sdctests")
+                if t["spec"]["nodeName"] in nodes
+                and t["spec"]["reason"] == "Expiry"
+                and (t.get("status") or {}).get("phase") == "Passed"
+            }
+            if screened == set(nodes):
+                break
+            time.sleep(0.2)
+        assert screened == set(nodes), f"not re-screened: {sorted(set(nodes) - screened)}"
+        assert held_peak == 2
 
 
 def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) -> None:
