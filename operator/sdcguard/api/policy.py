@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -291,6 +292,17 @@ MAX_UNAVAILABLE_RANGE = "spec.budgets.maxUnavailable: percent must be between 0%
 MAX_UNAVAILABLE_NEGATIVE = "spec.budgets.maxUnavailable: a node count must not be negative"
 _PERCENT = re.compile(r"^[0-9]+%$")
 _PERCENT_0_100 = re.compile(r"^(100|[1-9]?[0-9])%$")
+
+
+def allowed_unavailable(max_unavailable: int | str, nodes: int) -> int:
+    """Nodes of a pool of ``nodes`` that ``spec.budgets.maxUnavailable`` lets sdcguard
+    hold: a count, or a percent rounded down (a non-zero percent allows at least one)."""
+    if isinstance(max_unavailable, int):
+        return max_unavailable
+    percent = int(max_unavailable.rstrip("%"))
+    if percent == 0 or nodes == 0:
+        return 0
+    return max(1, math.floor(nodes * percent / 100))
 
 
 class Budgets(ApiModel):
