@@ -72,6 +72,15 @@ from sdcguard.domain.lifecycle import (
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
 from sdcguard.domain.selection import owning_policy
+from sdcguard.domain.testphase import (
+    CreateJob,
+    MarkAwaitingBaseline,
+    TestEvent,
+    WriteStatus,
+    phase_event,
+    phase_transition,
+    verdict_phase,
+)
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 
@@ -466,63 +475,47 @@ class Reconciler:
         now: dt.datetime,
         counts: Counter[str],
     ) -> SDCTest:
-        """Move one unfinished test along; returns the test as it is now."""
+        """Move one unfinished test along one row of ``testphase.TEST_TRANSITIONS``;
+        returns the test as it is now."""
         status = test.status or SDCTestStatus()
-        name = test.metadata.name
-        if node is None or node_body is None:
-            return self._finish(
-                test,
-                status,
-                Verdict.INCONCLUSIVE,
-                "NodeGone",
-                f"node {test.spec.node_name} no longer exists",
-                now,
-                counts,
-            )
-        if status.phase in (SDCTestPhase.PENDING, SDCTestPhase.RESERVING):
-            # Reserved: our testing taint (or the quarantine taint, for verification of a
-            # repaired node) keeps other work off. Observe mode reserves nothing.
-            taints = policy.spec.taints
-            reserved = (
-                node.has_taint(taints.testing)
-                or node.has_taint(taints.quarantine)
-                or policy.spec.mode == Mode.OBSERVE
-            )
-            if not reserved:
-                if status.phase == SDCTestPhase.PENDING:
-                    status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
-                    self._write_test_status(test, status)
-                return test.model_copy(update={"status": status})
-            manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
-            self.writer.create_job(manifest)
-            counts["jobs-created"] += 1
-            status = status.model_copy(
-                update={
-                    "phase": SDCTestPhase.RUNNING,
-                    "job_name": job_name(name),
-                    "start_time": now,
-                    "conditions": set_condition(
-                        status.conditions,
-                        "JobCreated",
-                        "True",
-                        "JobCreated",
-                        f"probe Job {self.settings.namespace}/{job_name(name)}",
-                        now,
-                    ),
-                }
-            )
-            self._write_test_status(test, status)
-            return test.model_copy(update={"status": status})
-        if status.phase != SDCTestPhase.RUNNING:
+        judgement: Judgement | None = None
+        end: PodEnd | None = None
+        finished_at: dt.datetime | None = None
+        awaiting = False
+        if node is not None and status.phase == SDCTestPhase.RUNNING:
+            end, finished_at = self.pod_end(test, view, now)
+            if end is not None:
+                judgement = self.judge(policy, test, end, view, now)
+                awaiting = self._awaits_quorum(policy, status, judgement, now)
+        taints = policy.spec.taints
+        # Reserved: our testing taint (or the quarantine taint, for verification of a
+        # repaired node) keeps other work off. Observe mode reserves nothing.
+        reserved = node is not None and (
+            node.has_taint(taints.testing)
+            or node.has_taint(taints.quarantine)
+            or policy.spec.mode == Mode.OBSERVE
+        )
+        event = phase_event(
+            status.phase,
+            node_exists=node is not None and node_body is not None,
+            reserved=reserved,
+            verdict=judgement.verdict if judgement else None,
+            awaiting_baseline=awaiting,
+        )
+        if event is None:
             return test
-        end, finished_at = self.pod_end(test, view, now)
-        if end is None:
-            return test
-        judgement = self.judge(policy, test, end, view, now)
-        if judgement.verdict == Verdict.INCONCLUSIVE and judgement.reason == "BaselineAbsent":
-            started = status.start_time or now
-            wait = dt.timedelta(seconds=policy.spec.probe.active_deadline_seconds)
-            if now - started < wait:
+        row = phase_transition(status.phase, event)
+        verdict, reason = Verdict.INCONCLUSIVE, "NodeGone"
+        message = f"node {test.spec.node_name} no longer exists"
+        if judgement is not None:
+            verdict, reason, message = judgement.verdict, judgement.reason, judgement.message
+        for action in row.actions:
+            if isinstance(action, CreateJob):
+                assert node is not None and node_body is not None
+                manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
+                self.writer.create_job(manifest)
+                counts["jobs-created"] += 1
+            elif isinstance(action, MarkAwaitingBaseline):
                 conds = set_condition(
                     status.conditions,
                     "AwaitingBaseline",
@@ -534,20 +527,66 @@ class Reconciler:
                 if conds != status.conditions:
                     status = status.model_copy(update={"conditions": conds})
                     self._write_test_status(test, status)
-                return test.model_copy(update={"status": status})
+            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RESERVING:
+                status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
+                self._write_test_status(test, status)
+            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RUNNING:
+                status = self._running_status(test, status, now)
+                self._write_test_status(test, status)
+            elif isinstance(action, WriteStatus):
+                if judgement is not None:
+                    self._count_judgement(judgement, finished_at, now)
+                    status = status.model_copy(
+                        update={
+                            "checks": judgement.check_statuses(),
+                            "fingerprint_hash": (
+                                judgement.fingerprint.hash if judgement.fingerprint else None
+                            ),
+                        }
+                    )
+                return self._finish(test, status, verdict, reason, message, now, counts)
+        return test.model_copy(update={"status": status})
+
+    def _awaits_quorum(
+        self,
+        policy: SDCPolicy,
+        status: SDCTestStatus,
+        judgement: Judgement,
+        now: dt.datetime,
+    ) -> bool:
+        """No baseline yet: wait (the digests are candidates) until the Job's deadline."""
+        if judgement.verdict != Verdict.INCONCLUSIVE or judgement.reason != "BaselineAbsent":
+            return False
+        started = status.start_time or now
+        return now - started < dt.timedelta(seconds=policy.spec.probe.active_deadline_seconds)
+
+    def _running_status(
+        self, test: SDCTest, status: SDCTestStatus, now: dt.datetime
+    ) -> SDCTestStatus:
+        name = test.metadata.name
+        return status.model_copy(
+            update={
+                "phase": SDCTestPhase.RUNNING,
+                "job_name": job_name(name),
+                "start_time": now,
+                "conditions": set_condition(
+                    status.conditions,
+                    "JobCreated",
+                    "True",
+                    "JobCreated",
+                    f"probe Job {self.settings.namespace}/{job_name(name)}",
+                    now,
+                ),
+            }
+        )
+
+    def _count_judgement(
+        self, judgement: Judgement, finished_at: dt.datetime | None, now: dt.datetime
+    ) -> None:
         if finished_at is not None and judgement.verdict == Verdict.SDC:
             self.metrics.finish_to_quarantine.observe(max(0.0, (now - finished_at).total_seconds()))
         for check in judgement.checks:
             self.metrics.screenings.labels(check=check.name, verdict=check.verdict.value).inc()
-        status = status.model_copy(
-            update={
-                "checks": judgement.check_statuses(),
-                "fingerprint_hash": judgement.fingerprint.hash if judgement.fingerprint else None,
-            }
-        )
-        return self._finish(
-            test, status, judgement.verdict, judgement.reason, judgement.message, now, counts
-        )
 
     def _finish(
         self,
@@ -559,15 +598,7 @@ class Reconciler:
         now: dt.datetime,
         counts: Counter[str],
     ) -> SDCTest:
-        # Failed means wrong answers were found; a crash or timeout is no evidence either
-        # way, so it is Inconclusive (the verdict column still says Crash or Timeout).
-        phase = (
-            SDCTestPhase.PASSED
-            if verdict == Verdict.PASS
-            else SDCTestPhase.FAILED
-            if verdict == Verdict.SDC
-            else SDCTestPhase.INCONCLUSIVE
-        )
+        phase = verdict_phase(verdict)
         conditions = set_condition(
             status.conditions, "Complete", "True", reason or verdict.value, message[:1024], now
         )
@@ -1379,9 +1410,13 @@ class Reconciler:
             expected = self.expect_tests.get(test.metadata.name)
             if expected is not None and expected[0] == test.metadata.resource_version:
                 test = expected[1]
+            current = (test.status or SDCTestStatus()).phase
+            if current.finished:
+                continue
+            row = phase_transition(current, TestEvent.CANCELLED)  # WriteStatus, DeleteJob
             status = (test.status or SDCTestStatus()).model_copy(
                 update={
-                    "phase": SDCTestPhase.CANCELLED,
+                    "phase": row.target,
                     "reason": "Cancelled",
                     "message": action.message[:4096],
                     "completion_time": now,
