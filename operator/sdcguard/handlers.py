@@ -28,7 +28,8 @@ from pydantic import ValidationError
 
 from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
-from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
+from sdcguard.adapters.pass_state import FleetView, UrgentWork
+from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import SDCPolicy, SDCTestPhase
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
@@ -445,7 +446,7 @@ async def _pass(
                 nodes, pods, jobs = wake.take_urgent()
                 if nodes:
                     view = _urgent_view(indexes, nodes, pods, jobs)
-                    RT.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes))
+                    RT.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes, _now()))
         wake_in = await future
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
         log.exception("reconcile pass failed", policy=name)
@@ -494,7 +495,7 @@ async def policy_loop(
             urgent, pods, jobs = wake.take_urgent()
             if urgent:  # decided first, from a view of just these nodes
                 view = _urgent_view(indexes, urgent, pods, jobs)
-                RT.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent))
+                RT.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent, _now()))
             dirty = None if full else frozenset(wake.dirty)
             wake.dirty, wake.full = set(), False
             wake_in = await _pass(name, body, indexes, dirty, wake)
