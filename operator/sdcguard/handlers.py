@@ -30,13 +30,12 @@ from sdcguard.adapters import observe, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.pass_state import FleetView, UrgentWork
 from sdcguard.adapters.reconciler import Reconciler
-from sdcguard.api import SDCPolicy, SDCTestPhase
+from sdcguard.api import GROUP, VERSION, SDCPolicy, SDCTestPhase
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings, load_settings
 
-GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 log = structlog.get_logger("sdcguard")
 
 

@@ -11,7 +11,6 @@ from typing import Any
 import structlog
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.adapters import observe
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
     FleetView,
@@ -20,11 +19,17 @@ from sdcguard.adapters.pass_state import (
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api import (
     Finding,
+    HardwareIdentity,
+    ObjectMeta,
     RepairTicket,
+    RepairTicketSpec,
     Resolution,
     SDCPolicy,
+    SDCTest,
     SDCTestPhase,
+    SDCTestSpec,
     SDCTestStatus,
+    Suite,
     TicketPhase,
     set_condition,
     to_body,
@@ -269,19 +274,18 @@ class Executor(TestRunner):
     def _create_test(
         self, policy: SDCPolicy, node: str, action: CreateTest, counts: Counter[str]
     ) -> None:
-        body = {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "SDCTest",
-            "metadata": {"name": action.name, "labels": {"sdcguard.dev/node": node[:63]}},
-            "spec": {
-                "nodeName": node,
-                "policyRef": policy.metadata.name,
-                "suite": (action.suite or "requalification"),
-                "reason": action.reason.value,
-                "attempt": action.attempt,
-                **({"ticketRef": action.ticket} if action.ticket else {}),
-            },
-        }
+        test = SDCTest(
+            metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: node[:63]}),
+            spec=SDCTestSpec(
+                node_name=node,
+                policy_ref=policy.metadata.name,
+                suite=action.suite or Suite.REQUALIFICATION,
+                reason=action.reason,
+                attempt=action.attempt,
+                ticket_ref=action.ticket,
+            ),
+        )
+        body = to_body(test)
         created = self.writer.create_custom("sdctests", body)
         counts["tests-created" if created is not None else "tests-existed"] += 1
 
@@ -297,26 +301,23 @@ class Executor(TestRunner):
         evidence = list(dict.fromkeys(action.evidence))
         findings = self._findings(view, str(node_body["metadata"]["name"]), evidence)
         meta, spec = node_body["metadata"], node_body["spec"]
-        hardware = {
-            k: v
-            for k, v in (
-                ("providerID", spec.get("providerID")),
-                ("systemUUID", (node_body["status"].get("nodeInfo") or {}).get("systemUUID")),
-            )
-            if v
-        }
-        body = {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "RepairTicket",
-            "metadata": {"name": action.name, "labels": {"sdcguard.dev/node": meta["name"][:63]}},
-            "spec": {
-                "nodeName": meta["name"],
-                "policyRef": policy.metadata.name,
-                "hardware": hardware,
-                "evidence": evidence,
-                **({"findings": [to_body(f) for f in findings]} if findings else {}),
-            },
-        }
+        ticket = RepairTicket(
+            metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: meta["name"][:63]}),
+            spec=RepairTicketSpec(
+                node_name=meta["name"],
+                policy_ref=policy.metadata.name,
+                hardware=HardwareIdentity.model_validate(
+                    {
+                        "providerID": spec.get("providerID") or None,
+                        "systemUUID": (node_body["status"].get("nodeInfo") or {}).get("systemUUID")
+                        or None,
+                    }
+                ),
+                evidence=evidence,
+                findings=findings,
+            ),
+        )
+        body = to_body(ticket)
         created = self.writer.create_custom("repairtickets", body)
         if created is None:
             counts["tickets-existed"] += 1
@@ -357,7 +358,7 @@ class Executor(TestRunner):
         writing its status, which follows the taint) gets it, dated at its creation."""
         for body in bodies:
             meta = body.get("metadata") or {}
-            created = observe.parse_time(meta.get("creationTimestamp"))
+            created = keys.parse_time(meta.get("creationTimestamp"))
             if body.get("status") or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"

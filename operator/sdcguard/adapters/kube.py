@@ -17,11 +17,10 @@ import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.api import GROUP, VERSION
 from sdcguard.metrics import Metrics
 
-GROUP = "sdcguard.dev"
 FIELD_MANAGER = "sdcguard"
-VERSION = "v1alpha1"
 log = structlog.get_logger("sdcguard.kube")
 
 

@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import structlog
 
-from sdcguard.adapters import observe
 from sdcguard.adapters.pass_state import (
     _EPOCH,
     FleetView,
@@ -83,7 +82,7 @@ def idle_since(name: str, accelerators: Iterable[str], view: FleetView) -> dt.da
     last = view.last_busy.get(name)
     if last is not None:
         return last
-    created = observe.parse_time(view.nodes[name]["metadata"].get("creationTimestamp"))
+    created = keys.parse_time(view.nodes[name]["metadata"].get("creationTimestamp"))
     return created or _EPOCH
 
 

@@ -14,20 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_LABEL
+from sdcguard.domain.keys import parse_time
 from sdcguard.domain.quantity import whole_quantity
 
 OUR_PREFIX = "sdcguard.dev/"
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    if not value:
-        return None
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 KEPT_FOREIGN_ANNOTATIONS = (

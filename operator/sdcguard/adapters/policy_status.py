@@ -9,7 +9,6 @@ from collections.abc import Mapping
 import structlog
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.adapters import observe
 from sdcguard.adapters.pass_state import (
     STATUS_EVERY,
     FleetView,
@@ -176,7 +175,7 @@ class PolicyReporter(ReconcilerState):
                 status = body.get("status") or {}
                 if status.get("phase") in (None, "Closed", "Retired"):
                     continue
-                opened = observe.parse_time(status.get("openedAt"))
+                opened = keys.parse_time(status.get("openedAt"))
                 if opened is not None:
                     ages.append((now - opened).total_seconds())
         buckets = {"lt1h": 0, "1h-24h": 0, "1d-7d": 0, "gt7d": 0}

@@ -20,6 +20,7 @@ from sdcguard.adapters.pass_state import (
 )
 from sdcguard.api import (
     Mode,
+    ObjectMeta,
     SDCBaseline,
     SDCBaselineSpec,
     SDCPolicy,
@@ -211,15 +212,8 @@ class TestRunner(ReconcilerState):
         spec_body = to_body(update.spec)
         status_body = to_body(update.status)
         if current is None:
-            self.writer.create_custom(
-                "sdcbaselines",
-                {
-                    "apiVersion": "sdcguard.dev/v1alpha1",
-                    "kind": "SDCBaseline",
-                    "metadata": {"name": name},
-                    "spec": spec_body,
-                },
-            )
+            baseline = SDCBaseline(metadata=ObjectMeta(name=name), spec=update.spec)
+            self.writer.create_custom("sdcbaselines", to_body(baseline))
         elif update.spec != current.spec:
             self.writer.patch_custom("sdcbaselines", name, {"spec": spec_body})
         self.writer.patch_custom_status("sdcbaselines", name, status_body)

@@ -35,6 +35,8 @@ import datetime as dt
 PREFIX = "sdcguard.dev/"
 LABEL_STATE = PREFIX + "state"
 LABEL_EXCLUDE = PREFIX + "exclude"
+LABEL_NODE = PREFIX + "node"
+"""On SDCTests and RepairTickets: the node they are about (for label selectors)."""
 
 OWNED_TAINTS = PREFIX + "owned-taints"
 CORDONED_BY_US = PREFIX + "cordoned-by-us"
@@ -66,14 +68,19 @@ def format_time(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(value: str | None) -> dt.datetime | None:
-    """An RFC 3339 time, or None for a missing or unreadable value (never raises)."""
+def parse_time(value: object) -> dt.datetime | None:
+    """An RFC 3339 time (or a datetime, as some clients hand them over), in UTC if it
+    names no zone; None for a missing or unreadable value (never raises). The one time
+    parser of the operator."""
     if not value:
         return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    if isinstance(value, dt.datetime):
+        parsed = value
+    else:
+        try:
+            parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
