@@ -564,7 +564,9 @@ def test_metrics_tell_the_fleet_story(api_client, operator) -> None:
         def settled() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
             m = scrape()
             key = ("sdcguard_nodes", (("policy", policy), ("state", "Quarantined")))
-            return m if m.get(key) == 1 else None
+            # Open tickets by age are brought up to date by full passes (every resync).
+            tickets = sum(v for (n, _), v in m.items() if n == "sdcguard_repair_tickets_open")
+            return m if m.get(key) == 1 and tickets >= 1 else None
 
         m = wait_for(settled, 30, "the quarantine to show in /metrics")
         assert m[("sdcguard_nodes", (("policy", policy), ("state", "Qualified")))] == 1
