@@ -41,6 +41,7 @@ from sdcguard.adapters.pass_state import (
 from sdcguard.adapters.policy_status import PolicyReporter
 from sdcguard.api import (
     SDCPolicy,
+    SDCPolicySpec,
     SDCTest,
     TicketPhase,
 )
@@ -227,7 +228,74 @@ class Reconciler(Executor, PolicyReporter):
         for node_name in deleted:
             self._close_replaced(policy, view, node_name, now, counts)
 
-        # Tests first: their outcome is what the node decisions read. A full pass
+        tests_by_node = self._advance_tests(policy, view, facts, vanished, full, now, counts)
+        breaker, breaker_status = self._breaker(policy, now)
+
+        observations = self._observe(
+            spec, memory, view, facts, tests_by_node, breaker.open, now, counts
+        )
+        holding = frozenset({spec.taints.testing, spec.taints.quarantine})
+        others = memory.usage_without(o.node.name for o in observations)
+        by_node = {o.node.name: o for o in observations}
+        decisions: list[Decision] = []
+        for count, decision in enumerate(iter_decisions(observations, spec, now, others)):
+            if count % 256 == 255:
+                self._serve_urgent()
+            decisions.append(decision)
+        illegal_before = dict(memory.illegal)
+        for decision in decisions:
+            self._note_illegal(name, memory, decision)
+        wake = self._act(policy, memory, view, decisions, by_node, holding, now, counts)
+        if not full and memory.due:
+            soonest = min(memory.due.values())
+            wake = min(wake, max(0.0, (soonest - now).total_seconds()))
+
+        states = Counter(memory.states.values())
+        if (
+            full
+            or memory.illegal != illegal_before
+            or self._status_due(memory, policy, breaker, breaker_status, now)
+        ):
+            held = sorted(memory.held)[:1000]
+            breaker_status = breaker_status.model_copy(update={"held_nodes": held})
+            self._write_policy_status(policy, breaker, breaker_status, states, now, memory.illegal)
+            memory.status_at = now
+        elif memory.status_at is not None:
+            # Held back by the interval: come back for it even if nothing else happens.
+            left = STATUS_EVERY - (now - memory.status_at)
+            wake = min(wake, max(0.0, left.total_seconds()))
+        self._export(name, states, breaker)
+        if full:
+            self._export_usage(name, holding, observations, view, now)
+        self.metrics.reconcile_passes.inc()
+        writes = Counter(self.writer.writes)
+        writes.subtract(writes_before)
+        counts.update({f"writes-{k}": v for k, v in writes.items() if v})
+        log.info(
+            "reconcile pass",
+            policy=name,
+            kind="full" if full else ("urgent" if not fill else "targeted"),
+            nodes=len(memory.states),
+            **dict(sorted(counts.items())),
+        )
+        if not self._depth:
+            self.last_counts = counts
+        return wake
+
+    def _advance_tests(
+        self,
+        policy: SDCPolicy,
+        view: FleetView,
+        facts: Mapping[str, NodeFacts],
+        vanished: set[str],
+        full: bool,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> dict[str, list[KnownTest]]:
+        """Move the policy's unfinished tests along, first: their outcome is what the
+        node decisions read; returns the tests by node."""
+        name = policy.metadata.name
+        # A full pass
         # reads every test (and so refreshes the breaker's samples); a targeted one
         # only the decided nodes' tests.
         tests_by_node: dict[str, list[KnownTest]] = {}
@@ -249,9 +317,22 @@ class Reconciler(Executor, PolicyReporter):
                         self._note_sample(test.metadata.name, node_name, test)
                 tests_by_node.setdefault(node_name, []).append(known)
 
-        breaker, breaker_status = self._breaker(policy, now)
+        return tests_by_node
 
-        observations = []
+    def _observe(
+        self,
+        spec: SDCPolicySpec,
+        memory: PolicyMemory,
+        view: FleetView,
+        facts: Mapping[str, NodeFacts],
+        tests_by_node: Mapping[str, list[KnownTest]],
+        breaker_open: bool,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> list[Observed]:
+        """What ``decide`` reads about each node to decide (observation assembly); skips
+        nodes whose last write has not come back through the watch."""
+        observations: list[Observed] = []
         for count, (node_name, node) in enumerate(facts.items()):
             if count % 256 == 255:
                 self._serve_urgent()
@@ -275,22 +356,26 @@ class Reconciler(Executor, PolicyReporter):
                     ticket=self._open_ticket(view.tickets.get(node_name, [])),
                     idle_since=idle_since(node_name, spec.accelerators, view),
                     pending_pod_needs_node=needed(node_name, spec.accelerators, view),
-                    breaker_open=breaker.open,
+                    breaker_open=breaker_open,
                 )
             )
 
-        holding = frozenset({spec.taints.testing, spec.taints.quarantine})
-        others = memory.usage_without(o.node.name for o in observations)
-        by_node = {o.node.name: o for o in observations}
+        return observations
+
+    def _act(
+        self,
+        policy: SDCPolicy,
+        memory: PolicyMemory,
+        view: FleetView,
+        decisions: list[Decision],
+        by_node: Mapping[str, Observed],
+        holding: frozenset[str],
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> float:
+        """Apply the decisions and remember what they leave; returns seconds until the
+        next look a decision asked for."""
         wake = REQUEUE_MAX_SECONDS
-        decisions: list[Decision] = []
-        for count, decision in enumerate(iter_decisions(observations, spec, now, others)):
-            if count % 256 == 255:
-                self._serve_urgent()
-            decisions.append(decision)
-        illegal_before = dict(memory.illegal)
-        for decision in decisions:
-            self._note_illegal(name, memory, decision)
         # Budgets are granted in priority order; writes go out with the outcomes of
         # finished tests first (a release or quarantine never waits behind new starts).
         decisions.sort(key=lambda d: not _has_outcome(by_node[d.node]))
@@ -327,40 +412,6 @@ class Reconciler(Executor, PolicyReporter):
                 wake = min(wake, decision.requeue_after)
             else:
                 memory.due.pop(node_name, None)
-        if not full and memory.due:
-            soonest = min(memory.due.values())
-            wake = min(wake, max(0.0, (soonest - now).total_seconds()))
-
-        states = Counter(memory.states.values())
-        if (
-            full
-            or memory.illegal != illegal_before
-            or self._status_due(memory, policy, breaker, breaker_status, now)
-        ):
-            held = sorted(memory.held)[:1000]
-            breaker_status = breaker_status.model_copy(update={"held_nodes": held})
-            self._write_policy_status(policy, breaker, breaker_status, states, now, memory.illegal)
-            memory.status_at = now
-        elif memory.status_at is not None:
-            # Held back by the interval: come back for it even if nothing else happens.
-            left = STATUS_EVERY - (now - memory.status_at)
-            wake = min(wake, max(0.0, left.total_seconds()))
-        self._export(name, states, breaker)
-        if full:
-            self._export_usage(name, holding, observations, view, now)
-        self.metrics.reconcile_passes.inc()
-        writes = Counter(self.writer.writes)
-        writes.subtract(writes_before)
-        counts.update({f"writes-{k}": v for k, v in writes.items() if v})
-        log.info(
-            "reconcile pass",
-            policy=name,
-            kind="full" if full else ("urgent" if not fill else "targeted"),
-            nodes=len(memory.states),
-            **dict(sorted(counts.items())),
-        )
-        if not self._depth:
-            self.last_counts = counts
         return wake
 
     def _note_illegal(self, policy: str, memory: PolicyMemory, decision: Decision) -> None:
