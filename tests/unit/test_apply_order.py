@@ -301,6 +301,7 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
                 "command": ["/opt/probe/bin/sdcprobe"],
                 "args": ["--threads", "4"],
                 "activeDeadlineSeconds": 1800,
+                "budgetSeconds": 300,
             },
             "suites": {
                 "requalification": [
@@ -344,3 +345,10 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python", "-m", "sdcprobe"]
     assert container["args"][container["args"].index("--timeout") + 1] == "270"
+    # Never below the budget the probe plans for, nor past the Job's deadline.
+    from sdcguard.adapters.pass_state import probe_timeout
+    from sdcguard.api import CheckSpec
+
+    few = [CheckSpec(name="compute", timeout_seconds=60)]
+    assert probe_timeout(few, budget=900, active_deadline=1800) == 900
+    assert probe_timeout(few * 40, budget=60, active_deadline=60) == 60

@@ -41,10 +41,13 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 T = TypeVar("T")
 
 
-def probe_timeout(checks: Iterable[CheckSpec], active_deadline: int) -> int:
-    """The probe's hard limit for its workers: the suite's per-check timeouts added up,
-    within the Job's deadline (less a margin to report the result)."""
-    return max(10, min(sum(c.timeout_seconds for c in checks), active_deadline - 30))
+def probe_timeout(checks: Iterable[CheckSpec], budget: int, active_deadline: int) -> int:
+    """The probe's hard limit for its workers: the suite's per-check timeouts added up
+    (never below the budget the probe plans for), within the Job's deadline, less a
+    margin to report the result when the deadline leaves room for one."""
+    wanted = max(sum(c.timeout_seconds for c in checks), budget)
+    limit = active_deadline - 30 if active_deadline - 30 >= budget else active_deadline
+    return min(wanted, limit)
 
 
 def _has_outcome(observed: Observed) -> bool:

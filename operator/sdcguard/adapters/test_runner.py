@@ -88,7 +88,9 @@ class TestRunner(ReconcilerState):
             check_params=tuple(dict.fromkeys(params)),
             command=tuple(spec.probe.command or ()),
             extra_args=tuple(spec.probe.args or ()),
-            timeout_seconds=probe_timeout(checks, spec.probe.active_deadline_seconds),
+            timeout_seconds=probe_timeout(
+                checks, spec.probe.budget_seconds, spec.probe.active_deadline_seconds
+            ),
         )
 
     def pod_end(

@@ -153,8 +153,8 @@ class CheckSpec(ApiModel):
     """The check: compute, collective, golden or memory."""
     timeout_seconds: int = Field(default=600, ge=10, le=86400)
     """Time this check may take. The probe's hard limit for its workers (--timeout) is
-    the sum over the suite's checks, within activeDeadlineSeconds; past it the test is
-    inconclusive (Timeout), never a pass."""
+    the sum over the suite's checks (at least probe.budgetSeconds), within
+    activeDeadlineSeconds; past it the test is inconclusive (Timeout), never a pass."""
     params: dict[Annotated[str, StringConstraints(max_length=63)], int | ShortText] = Field(
         default_factory=dict, max_length=32
     )
