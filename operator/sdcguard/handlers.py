@@ -24,18 +24,19 @@ from typing import Any
 
 import kopf
 import structlog
+from pydantic import ValidationError
 
 from sdcguard.adapters import observe, reports, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
-from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
-from sdcguard.api import SDCTestPhase
-from sdcguard.api.policy import DEFAULT_ACCELERATORS, NodeSelector
+from sdcguard.adapters.pass_state import FleetView, UrgentWork
+from sdcguard.adapters.reconciler import Reconciler
+from sdcguard.api import GROUP, VERSION, SDCPolicy, SDCTestPhase
+from sdcguard.api.policy import NodeSelector
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings, load_settings
 
-GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 log = structlog.get_logger("sdcguard")
 
 
@@ -62,20 +63,25 @@ class Wake:
 
 
 class Runtime:
-    """Process-wide state shared by the handlers (one operator per process)."""
+    """The operator's state shared by its handlers: made by the startup handler and
+    kept in Kopf's memo (``memo.rt``), which every handler receives; no module globals."""
 
-    settings: Settings
-    metrics: Metrics
-    reconciler: Reconciler
-    wakes: list[Wake]
-    last_busy: dict[str, dt.datetime]
-    started: dt.datetime
-    executor: concurrent.futures.ThreadPoolExecutor
-    accelerators: tuple[str, ...] = DEFAULT_ACCELERATORS
+    def __init__(self, settings: Settings, metrics: Metrics, reconciler: Reconciler) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.reconciler = reconciler
+        self.wakes: list[Wake] = []
+        self.last_busy: dict[str, dt.datetime] = {}
+        self.started = _now()
+        # One worker thread runs every pass (they are serialized anyway): one malloc arena.
+        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
+        self.policy_seen: dict[str, Any] = {}
+        """Each policy's generation and sdcguard annotations, as last seen."""
 
 
-RT = Runtime()
-POLICY_SEEN: dict[str, Any] = {}
+def _rt(memo: Any) -> Runtime:
+    rt: Runtime = memo.rt
+    return rt
 
 
 def _now() -> dt.datetime:
@@ -83,6 +89,7 @@ def _now() -> dt.datetime:
 
 
 def _poke(
+    rt: Runtime,
     nodes: Iterable[str] | None = None,
     *,
     urgent: bool = False,
@@ -91,7 +98,7 @@ def _poke(
 ) -> None:
     """Wake every policy loop: these nodes' observations changed (None: anything may
     have; look at every node). Handlers are coroutines, so this runs in the loop."""
-    for wake in getattr(RT, "wakes", ()):
+    for wake in rt.wakes:
         if pod is not None:
             wake.ended_pods[pod.test_name] = pod
         if job is not None:
@@ -106,27 +113,22 @@ def _poke(
         wake.event.set()
 
 
-def _test_node(test_name: str, fallback: str | None) -> list[str]:
-    node = RT.reconciler.test_nodes.get(test_name) if hasattr(RT, "reconciler") else None
+def _test_node(rt: Runtime, test_name: str, fallback: str | None) -> list[str]:
+    node = rt.reconciler.test_nodes.get(test_name)
     node = node or fallback
     return [node] if node else []
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    RT.settings = load_settings()
-    configure_logging(RT.settings.log_format, RT.settings.log_level)
-    RT.metrics = Metrics()
-    if RT.settings.metrics_port:
-        RT.metrics.serve(RT.settings.metrics_port)
-    api = make_api_client()
-    writer = KubeWriter(api=api, metrics=RT.metrics, dry_run=RT.settings.dry_run)
-    RT.reconciler = Reconciler(writer=writer, settings=RT.settings, metrics=RT.metrics)
-    RT.wakes = []
-    # One worker thread runs every pass (they are serialized anyway): one malloc arena.
-    RT.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
-    RT.last_busy = {}
-    RT.started = _now()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config = load_settings()
+    configure_logging(config.log_format, config.log_level)
+    metrics = Metrics()
+    if config.metrics_port:
+        metrics.serve(config.metrics_port)
+    writer = KubeWriter(api=make_api_client(), metrics=metrics, dry_run=config.dry_run)
+    rt = Runtime(config, metrics, Reconciler(writer=writer, settings=config, metrics=metrics))
+    memo.rt = rt
     # We post our own Events on transitions; Kopf's per-handler events are noise.
     settings.posting.enabled = False
     settings.posting.level = logging.WARNING
@@ -141,34 +143,37 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.networking.request_timeout = RT.settings.api_timeout_seconds * 3
+    settings.networking.request_timeout = rt.settings.api_timeout_seconds * 3
     settings.batching.error_delays = [1, 2, 5, 10, 20]
     # A probe's end should reach its node in tens of milliseconds: do not hold events
     # back for more of the same object (Kopf's default waits 0.1 s).
     settings.batching.batch_window = 0.02
-    log.info("operator starting", namespace=RT.settings.namespace, dry_run=RT.settings.dry_run)
+    log.info("operator starting", namespace=rt.settings.namespace, dry_run=rt.settings.dry_run)
 
 
 # Indexes ------------------------------------------------------------------
 
 
 @kopf.index("", "v1", "nodes")
-async def nodes_index(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
-    _poke([name])
+async def nodes_index(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    rt = _rt(memo)
+    _poke(rt, [name])
     return {name: observe.trim_node(body)}
 
 
 @kopf.index("", "v1", "pods")
 async def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse]:
-    """Workload pods holding accelerators, by node: such a node is not idle."""
-    use = observe.pod_use(body, RT.accelerators)
+    """Workload pods holding devices, by node: such a node is not idle for a policy
+    whose spec.accelerators the pod requests (every extended resource is kept)."""
+    use = observe.pod_use(body)
     return {use.node_name: use} if use else {}
 
 
 @kopf.on.event("", "v1", "pods")
-async def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
+async def workload_left(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Remember when a workload stopped using a node's accelerators: "idle for" counts
     from then. Event handlers store nothing on the Pod."""
+    rt = _rt(memo)
     node = (body.get("spec") or {}).get("nodeName")
     if not node or observe.is_probe_pod(body.get("metadata", {})):
         return
@@ -176,40 +181,43 @@ async def workload_left(type: str, body: kopf.Body, **_: Any) -> None:
         "Succeeded",
         "Failed",
     )
-    if ended and observe.pod_use({**body, "status": {"phase": "Running"}}, RT.accelerators):
-        RT.last_busy[node] = _now()
-        _poke([node])
-    elif type in ("ADDED", "MODIFIED") and observe.pod_use(body, RT.accelerators):
-        _poke([node])
+    if ended and observe.pod_use({**body, "status": {"phase": "Running"}}):
+        rt.last_busy[node] = _now()
+        _poke(rt, [node])
+    elif type in ("ADDED", "MODIFIED") and observe.pod_use(body):
+        _poke(rt, [node])
 
 
 @kopf.on.event("", "v1", "nodes")
-async def node_gone(type: str, name: str, **_: Any) -> None:
+async def node_gone(type: str, name: str, memo: kopf.Memo, **_: Any) -> None:
     """A deleted node's test and bookkeeping are settled at once (indexes only drop it)."""
+    rt = _rt(memo)
     if type == "DELETED":
-        _poke([name])
+        _poke(rt, [name])
 
 
 @kopf.index("", "v1", "pods")
 async def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand]:
-    demand = observe.pending_demand(body, RT.accelerators)
+    demand = observe.pending_demand(body)
     return {"pending": demand} if demand else {}
 
 
 @kopf.index("", "v1", "pods", labels={COMPONENT_LABEL: COMPONENT})
 async def probe_pods_index(
-    body: kopf.Body, namespace: str | None, **_: Any
+    body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> dict[str, observe.ProbePod]:
     # Only the operator's namespace: a Pod labelled like a probe elsewhere (anyone who
     # may create Pods somewhere could forge one) must never pass or fail a node.
-    if namespace != RT.settings.namespace:
+    rt = _rt(memo)
+    if namespace != rt.settings.namespace:
         return {}
     pod = observe.probe_pod(body)
     if pod is None:
         return {}
     ended = pod.phase in ("Succeeded", "Failed")
     _poke(
-        [pod.node_name] if pod.node_name else _test_node(pod.test_name, None),
+        rt,
+        [pod.node_name] if pod.node_name else _test_node(rt, pod.test_name, None),
         urgent=ended,
         pod=pod if ended else None,
     )
@@ -218,16 +226,17 @@ async def probe_pods_index(
 
 @kopf.index("batch", "v1", "jobs", labels={COMPONENT_LABEL: COMPONENT})
 async def probe_jobs_index(
-    body: kopf.Body, namespace: str | None, **_: Any
+    body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> dict[str, observe.ProbeJob]:
-    if namespace != RT.settings.namespace:
+    rt = _rt(memo)
+    if namespace != rt.settings.namespace:
         return {}
     job = observe.probe_job(body)
     if job is None:
         return {}
     label = (body.get("metadata", {}).get("labels") or {}).get(NODE_LABEL)
     ended = job.failed_reason is not None
-    _poke(_test_node(job.test_name, label), urgent=ended, job=job if ended else None)
+    _poke(rt, _test_node(rt, job.test_name, label), urgent=ended, job=job if ended else None)
     return {job.test_name: job}
 
 
@@ -267,13 +276,24 @@ KEPT_FINISHED_STATUS = (
 
 def _trim_test(body: kopf.Body) -> dict[str, Any]:
     """An SDCTest as the operator reads it: a finished one keeps its outcome and each
-    check's name and verdict, not digests, metrics or conditions (kubectl shows those)."""
+    check's name, verdict and where it located a fault (for the RepairTicket), not
+    digests, metrics or conditions (kubectl shows those)."""
     trimmed = _trim(body)
     status = trimmed.get("status") or {}
     if status.get("phase") in FINISHED_PHASES:
         kept = {k: status[k] for k in KEPT_FINISHED_STATUS if k in status}
         kept["checks"] = [
-            {"name": c.get("name"), "verdict": c.get("verdict")}
+            {
+                k: c[k]
+                for k in (
+                    "name",
+                    "verdict",
+                    "oddDevice",
+                    "firstDivergentStep",
+                    "firstDivergentSubmodule",
+                )
+                if k in c
+            }
             for c in status.get("checks") or []
             if isinstance(c, dict)
         ]
@@ -282,38 +302,48 @@ def _trim_test(body: kopf.Body) -> dict[str, Any]:
 
 
 @kopf.index(GROUP, VERSION, "sdctests")
-async def tests_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
+async def tests_index(
+    body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
+) -> dict[str, dict[str, Any]]:
+    rt = _rt(memo)
     node = str(spec.get("nodeName", ""))
-    _poke([node])
+    _poke(rt, [node])
     return {node: _trim_test(body)}
 
 
 @kopf.index(GROUP, VERSION, "repairtickets")
-async def tickets_index(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, dict[str, Any]]:
+async def tickets_index(
+    body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
+) -> dict[str, dict[str, Any]]:
+    rt = _rt(memo)
     node = str(spec.get("nodeName", ""))
-    _poke([node])
+    _poke(rt, [node])
     return {node: _trim(body)}
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
 async def policies_index(
-    name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
+    name: str, spec: kopf.Spec, meta: kopf.Meta, memo: kopf.Memo, **_: Any
 ) -> dict[str, NodeSelector]:
     """Every policy's selector: one policy owns each node (domain.selection).
 
     A change of spec (generation) or of our annotations (a breaker reset) makes every
     loop look at all nodes; our own status writes do not."""
+    rt = _rt(memo)
     ours = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(GROUP)}
     seen = (meta.get("generation"), sorted(ours.items()))
-    if POLICY_SEEN.get(name) != seen:
-        POLICY_SEEN[name] = seen
-        _poke()
+    if rt.policy_seen.get(name) != seen:
+        rt.policy_seen[name] = seen
+        _poke(rt)
     return {name: NodeSelector.model_validate(spec.get("nodeSelector") or {})}
 
 
 @kopf.index(GROUP, VERSION, "sdcbaselines")
-async def baselines_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
-    _poke()
+async def baselines_index(
+    body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
+) -> dict[str, dict[str, Any]]:
+    rt = _rt(memo)
+    _poke(rt)
     return {name: dict(body)}
 
 
@@ -334,13 +364,14 @@ INDEX_NAMES = (
 
 
 def _urgent_view(
+    rt: Runtime,
     indexes: dict[str, kopf.Index[str, Any]],
     nodes: frozenset[str],
     pods: dict[str, observe.ProbePod],
     jobs: dict[str, observe.ProbeJob],
 ) -> FleetView:
     """The view of urgent nodes, with the ended Pods and Jobs as their events said."""
-    view = _view(indexes, only=nodes)
+    view = _view(rt, indexes, only=nodes)
     for test, pod in pods.items():
         others = [p for p in view.probe_pods.get(test, []) if p.name != pod.name]
         view.probe_pods[test] = [*others, pod]
@@ -349,7 +380,7 @@ def _urgent_view(
 
 
 def _view(
-    indexes: dict[str, kopf.Index[str, Any]], only: frozenset[str] | None = None
+    rt: Runtime, indexes: dict[str, kopf.Index[str, Any]], only: frozenset[str] | None = None
 ) -> FleetView:
     """A consistent copy of the indexes for one pass (they change while it runs).
 
@@ -376,10 +407,10 @@ def _view(
             probe_jobs={k: first(v) for k, v in indexes["probe_jobs_index"].items()},
             tests=all_of("tests_index"),
             tickets=all_of("tickets_index"),
-            last_busy=dict(RT.last_busy),
+            last_busy=dict(rt.last_busy),
             pending=pending,
             baselines=baselines,
-            operator_started=RT.started,
+            operator_started=rt.started,
             policies=policies,
         )
     nodes_index = indexes["nodes_index"]
@@ -397,16 +428,17 @@ def _view(
         probe_jobs={k: first(jobs_index[k]) for k in names if k in jobs_index},
         tests=tests,
         tickets=all_of("tickets_index", only),
-        last_busy={k: RT.last_busy[k] for k in only if k in RT.last_busy},
+        last_busy={k: rt.last_busy[k] for k in only if k in rt.last_busy},
         pending=pending,
         baselines=baselines,
-        operator_started=RT.started,
+        operator_started=rt.started,
         policies=policies,
         complete=False,
     )
 
 
 async def _pass(
+    rt: Runtime,
     name: str,
     body: kopf.Body,
     indexes: dict[str, kopf.Index[str, Any]],
@@ -420,7 +452,7 @@ async def _pass(
     """
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(
-        RT.executor, RT.reconciler.run_pass, dict(body), _view(indexes), _now(), dirty
+        rt.executor, rt.reconciler.run_pass, dict(body), _view(rt, indexes), _now(), dirty
     )
     try:
         while not future.done():
@@ -432,8 +464,8 @@ async def _pass(
                 wake.urgent_event.clear()
                 nodes, pods, jobs = wake.take_urgent()
                 if nodes:
-                    view = _urgent_view(indexes, nodes, pods, jobs)
-                    RT.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes))
+                    view = _urgent_view(rt, indexes, nodes, pods, jobs)
+                    rt.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes, _now()))
         wake_in = await future
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
         log.exception("reconcile pass failed", policy=name)
@@ -441,25 +473,26 @@ async def _pass(
         return 2.0
     finally:
         # Work offered as the pass ended: served first by the next pass, which runs now.
-        left = RT.reconciler.take_unserved()
+        left = rt.reconciler.take_unserved()
         for work in left:
-            RT.reconciler.offer_urgent(work)
+            rt.reconciler.offer_urgent(work)
         if left:
             wake.urgent.update(n for work in left for n in work.nodes)
             wake.event.set()
-    return min(RT.settings.resync_seconds, max(0.05, wake_in))
+    return min(rt.settings.resync_seconds, max(0.05, wake_in))
 
 
 @kopf.daemon(GROUP, VERSION, "sdcpolicies", cancellation_timeout=10)
 async def policy_loop(
-    name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any
+    name: str, body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     """Reconcile the policy's nodes as their observations change, urgently when a
     probe ended, and all of them every resync period."""
+    rt = _rt(memo)
     indexes = {key: kwargs[key] for key in INDEX_NAMES}
-    settings = RT.settings
+    settings = rt.settings
     wake = Wake()
-    RT.wakes.append(wake)
+    rt.wakes.append(wake)
     next_full = next_look = 0.0
     try:
         while not stopped:
@@ -481,31 +514,61 @@ async def policy_loop(
             full = wake.full or time.monotonic() >= next_full
             urgent, pods, jobs = wake.take_urgent()
             if urgent:  # decided first, from a view of just these nodes
-                view = _urgent_view(indexes, urgent, pods, jobs)
-                RT.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent))
+                view = _urgent_view(rt, indexes, urgent, pods, jobs)
+                rt.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent, _now()))
             dirty = None if full else frozenset(wake.dirty)
             wake.dirty, wake.full = set(), False
-            wake_in = await _pass(name, body, indexes, dirty, wake)
+            wake_in = await _pass(rt, name, body, indexes, dirty, wake)
             if full:
                 next_full = time.monotonic() + settings.resync_seconds
             next_look = time.monotonic() + wake_in
     finally:
-        RT.wakes.remove(wake)
+        rt.wakes.remove(wake)
 
 
-@kopf.timer(GROUP, VERSION, "repairtickets", interval=15, initial_delay=1)
-def announce_ticket(body: kopf.Body, **_: Any) -> None:
+@kopf.index(GROUP, VERSION, "sdcpolicies")
+async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
+    """Every policy's spec, for the ticket timer (no GET per ticket and tick)."""
+    meta = body.get("metadata", {})
+    return {
+        name: {
+            "metadata": {
+                k: meta[k] for k in ("name", "generation", "resourceVersion") if k in meta
+            },
+            "spec": dict(body.get("spec") or {}),
+        }
+    }
+
+
+def _ticket_pending(body: kopf.Body, **_: Any) -> bool:
+    return ticket_sinks.needs_announcing(dict(body))
+
+
+@kopf.timer(GROUP, VERSION, "repairtickets", interval=15, initial_delay=1, when=_ticket_pending)
+def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs: Any) -> None:
     """Deliver ticket events to the policy's sinks (webhook, Jira) until delivered.
 
-    A receiver that is down only delays the announcement: the quarantine has already
-    happened, and the retry is this timer's next tick.
+    Only tickets with an event left to deliver have a timer (open ones, and closed ones
+    until their closing event is delivered). A receiver that is down only delays the
+    announcement: the quarantine has already happened, and the retry waits for the
+    sink's Retry-After or the back-off.
     """
-    ticket_sinks.announce(dict(body), RT.reconciler.writer, RT.metrics, _now())
+    rt = _rt(memo)
+    ref = str(spec.get("policyRef") or "")
+    specs: kopf.Index[str, Any] = kwargs["policy_specs_index"]
+    stored = next(iter(specs.get(ref, [])), None)
+    policy = None
+    if stored is not None:
+        try:
+            policy = SDCPolicy.model_validate(stored)
+        except ValidationError:
+            policy = None
+    ticket_sinks.announce(dict(body), policy, rt.reconciler.writer, rt.metrics, _now())
 
 
 @kopf.on.event(GROUP, VERSION, "sdcreports")
-async def report_seen(type: str, body: kopf.Body, **_: Any) -> None:
+async def report_seen(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A training job's SDCReport: admitted once (status written), remembered after."""
     if type != "DELETED":
-        admission = reports.admission_for(RT.reconciler.writer)
+        admission = reports.admission_for(_rt(memo).reconciler.writer)
         await asyncio.to_thread(admission.handle, dict(body), _now())

@@ -20,7 +20,6 @@ import datetime as dt
 import itertools
 import os
 import random
-import re
 import threading
 import time
 import uuid
@@ -57,10 +56,6 @@ GATE, TESTING, QUARANTINE = (
     "sdcguard.dev/quarantined",
 )
 FINISHED = {p.value for p in SDCTestPhase if p.finished}
-KNOWN_BUGS: dict[str, str] = {
-    # Violations of a known, still open operator bug, by regular expression; a run
-    # that shows only these is reported as xfail. None open now.
-}
 OPEN_TICKET_PHASES = {"Open", "Acknowledged", "InRepair", "Verifying"}
 KILLS = 12
 NODES = 10
@@ -219,7 +214,12 @@ def breaker_violations(policy_doc: dict[str, Any], tests: dict[str, dict[str, An
     tripped = stored.tripped_at if stored.state.value == "Open" else None
     last = max((s.at for s in samples), default=dt.datetime.now(dt.UTC))
     view = breaker_mod.evaluate(
-        samples, policy.spec.circuit_breaker, last, stored.reset_at, tripped
+        samples,
+        policy.spec.circuit_breaker,
+        last,
+        stored.reset_at,
+        tripped,
+        breaker_mod.failures_to_confirm(policy.spec.confirmation),
     )
     out = []
     if view.open != (stored.state.value == "Open"):
@@ -232,7 +232,7 @@ def breaker_violations(policy_doc: dict[str, Any], tests: dict[str, dict[str, An
     cond = next((c for c in status.conditions if c.type == "BreakerOpen"), None)
     if cond is None or (cond.status == "True") != view.open:
         out.append(f"BreakerOpen condition {cond and cond.status} disagrees with the samples")
-    elif f"{view.failures} of {view.samples} screenings failed" not in cond.message:
+    elif f"{view.failures} of {view.samples} nodes screened" not in cond.message:
         out.append(f"BreakerOpen message {cond.message!r} does not explain the window")
     seen = Counter(s.test for s in samples)
     out += [f"breaker counts SDCTest {t} {n} times" for t, n in seen.items() if n > 1]
@@ -464,11 +464,7 @@ def test_operator_survives_kills_and_a_faulty_api(
                 f"breaker never counted screening {t}" for t in sorted(screened - sampled)
             ]
             assert kills >= 10
-            known = [v for v in violations if any(re.search(k, v) for k in KNOWN_BUGS)]
-            new = [v for v in violations if v not in known]
-            assert not new, f"seed {seed}: " + "\n".join(violations)
-            if known:
-                pytest.xfail(f"seed {seed}: only known bugs: " + "; ".join(known))
+            assert not violations, f"seed {seed}: " + "\n".join(violations)
         except BaseException:
             print("---- operator log (tail) ----\n" + operator.log_tail(60))
             print("---- nodes ----\n" + describe(api_client, nodes), flush=True)

@@ -117,7 +117,12 @@ HEALTHY = {c: _digest(f"healthy-{c}") for c in ("compute", "collective", "golden
 def result_message(
     outcome: str, checks: tuple[str, ...] = ("compute", "collective", "golden")
 ) -> tuple[int, str]:
-    """(exit code, termination message) of a probe run with ``outcome``."""
+    """(exit code, termination message) of a probe run with ``outcome``.
+
+    ``sdc@D@S``: SDC found by golden on device D from step S (plain ``sdc``: 1 and 3)."""
+    outcome, _, where = outcome.partition("@")
+    device, _, step = where.partition("@")
+    odd_device, first_step = int(device or 1), int(step or 3)
     if outcome == "garbage":
         return 0, "Segmentation fault (core dumped)"
     if outcome == "empty":
@@ -130,10 +135,10 @@ def result_message(
         if outcome == "sdc" and check == "golden":
             results[check] = CheckResult(
                 verdict="fail",
-                reason="device 1 disagrees with device 0 from step 3",
+                reason=f"device {odd_device} disagrees with the others from step {first_step}",
                 digest=_digest("corrupted"),
-                odd_device=1,
-                first_divergent_step=3,
+                odd_device=odd_device,
+                first_divergent_step=first_step,
                 first_divergent_submodule="layers.0.attention.output",
             )
             continue
@@ -173,7 +178,8 @@ class ProbeKubelet:
     def __init__(self, api: client.ApiClient, outcomes: dict[str, str]) -> None:
         self.core = client.CoreV1Api(api)
         self.outcomes = outcomes
-        """node -> pass | sdc | mismatch | garbage | empty | truncated | never."""
+        """node -> pass | sdc | sdc@DEVICE@STEP | mismatch | garbage | empty | truncated |
+        never."""
         self.completed: list[tuple[str, str, str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

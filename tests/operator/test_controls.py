@@ -4,6 +4,7 @@ foreign taints and cordons, manual quarantine and release, the replace strategy,
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -11,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.operator.harness import (
     GATE,
     GROUP,
+    NS,
     QUARANTINE,
     TESTING,
     VERSION,
@@ -79,6 +81,52 @@ def test_workload_suspicion_and_manual_test_rescreen_a_qualified_node(api_client
         assert done[0]["status"]["jobName"]
         wait_for(lambda: TESTING not in taint_keys(api_client, node), 30, "the reservation to end")
         assert node_state(api_client, node) == "Qualified"
+
+
+def _gpu_pod(name: str, node: str | None) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, namespace="default"),
+        spec=client.V1PodSpec(
+            node_name=node,
+            containers=[
+                client.V1Container(
+                    name="train",
+                    image="example.invalid/train",
+                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
+                )
+            ],
+        ),
+    )
+
+
+def test_a_suspect_node_takes_no_more_work_until_it_is_rescreened(api_client, operator) -> None:
+    """A workload reports the node it runs on: the node is held at once (no new work can
+    land), the re-test waits for that workload to finish, and then runs even though a
+    pending pod asks for this kind of node."""
+    case = new_case()
+    node = f"hold-{case}"
+    trusted_baseline(api_client)
+    core = client.CoreV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
+        core.create_namespaced_pod("default", _gpu_pod(f"train-{case}", node))
+        core.patch_namespaced_pod_status(
+            f"train-{case}", "default", {"status": {"phase": "Running"}}
+        )
+        core.create_namespaced_pod("default", _gpu_pod(f"queued-{case}", None))
+        try:
+            _annotate(api_client, node, {"sdcguard.dev/suspect": "loss spike in job llm-7b"})
+            wait_for(lambda: node_state(api_client, node) == "Suspect", 30, "suspicion")
+            assert TESTING in taint_keys(api_client, node), "a suspect node takes no new work"
+            time.sleep(3)
+            assert "Suspect" not in _reasons(api_client, node), "re-tested under a workload"
+            core.delete_namespaced_pod(f"train-{case}", "default", grace_period_seconds=0)
+            wait_for(lambda: "Suspect" in _reasons(api_client, node), 60, "the re-test")
+            wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "cleared")
+            wait_for(lambda: TESTING not in taint_keys(api_client, node), 30, "released")
+        finally:
+            core.delete_namespaced_pod(f"queued-{case}", "default", grace_period_seconds=0)
 
 
 def test_paused_policy_starts_nothing_and_opt_out_touches_nothing(api_client, operator) -> None:
@@ -204,39 +252,139 @@ def test_replace_strategy_deletes_the_node_once_the_ticket_is_taken(api_client, 
             return False
 
         wait_for(gone, 60, "the node to be deleted for replacement")
-        ticket = list_custom(api_client, "repairtickets", node)[0]
-        assert ticket["status"]["phase"] == "InRepair"
+
+        def closed() -> dict[str, Any] | None:
+            t = list_custom(api_client, "repairtickets", node)[0]
+            return t if (t.get("status") or {}).get("phase") == "Closed" else None
+
+        ticket = wait_for(closed, 30, "the ticket to close once the node is gone")
+        assert ticket["spec"]["resolution"] == "Replaced"
+        phases = [h["phase"] for h in ticket["status"]["history"]]
+        assert phases[-2:] == ["InRepair", "Closed"] and phases.count("Closed") == 1
+        assert ticket["status"]["closedAt"]
 
 
-def test_quarantine_with_drain_evicts_workloads(api_client, operator) -> None:
+def test_a_release_during_a_test_cancels_the_test_and_its_job(api_client, operator) -> None:
+    case = new_case()
+    node = f"rel-{case}"
+    trusted_baseline(api_client)
+    batch = client.BatchV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        create_policy(api_client, case)
+
+        def jobs() -> list[Any]:
+            return batch.list_namespaced_job(NS, label_selector=f"sdcguard.dev/node={node}").items
+
+        wait_for(jobs, 60, "the probe Job")
+        _annotate(api_client, node, {"sdcguard.dev/release": "needed now"})
+
+        def cancelled() -> list[dict[str, Any]]:
+            return [
+                t
+                for t in list_custom(api_client, "sdctests", node)
+                if (t.get("status") or {}).get("phase") == "Cancelled"
+            ]
+
+        (test,) = wait_for(cancelled, 30, "the running test to be cancelled")
+        assert test["status"]["completionTime"] and "needed now" in test["status"]["message"]
+        wait_for(
+            lambda: not [j for j in jobs() if j.metadata.deletion_timestamp is None],
+            30,
+            "the probe Job to be deleted",
+        )
+        time.sleep(4)  # a resync or two: the release is not undone by re-adopting the test
+        again = list_custom(api_client, "sdctests", node)
+        assert [t for t in again if t["metadata"]["name"] == test["metadata"]["name"]] == [test]
+        # Released, never qualified: screened again in its next idle window, by a new test.
+        assert node_state(api_client, node) in ("Qualified", "Testing")
+        current = read_node(api_client, node).metadata.annotations.get("sdcguard.dev/test")
+        assert current != test["metadata"]["name"]
+
+
+def test_quarantine_drain_taints_first_and_waits_out_a_disruption_budget(
+    api_client, operator
+) -> None:
+    """The taint and cordon go on before any eviction; a PodDisruptionBudget that refuses
+    the eviction (429) neither stops the quarantine nor ends the drain: once the budget
+    allows it, the pod is evicted."""
     case = new_case()
     node = f"drain-{case}"
+    pod_name = f"web-{case}"
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
+    policy_api = client.PolicyV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        create_policy(api_client, case, quarantine={"cordon": True, "drain": True})
+        create_policy(
+            api_client,
+            case,
+            quarantine={"cordon": True, "drain": True, "drainTimeoutSeconds": 300},
+        )
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         core.create_namespaced_pod(
             "default",
             client.V1Pod(
-                metadata=client.V1ObjectMeta(name=f"web-{case}"),
+                metadata=client.V1ObjectMeta(name=pod_name, labels={"app": pod_name}),
                 spec=client.V1PodSpec(
                     node_name=node,
                     containers=[client.V1Container(name="web", image="example.invalid/web")],
                 ),
             ),
         )
-        _annotate(api_client, node, {"sdcguard.dev/quarantine": "bad HBM row"})
-        wait_for(lambda: node_state(api_client, node) == "Quarantined", 30, "quarantine")
+        # Running and Ready, as a kubelet would report it (a Pending pod ignores PDBs).
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        core.patch_namespaced_pod_status(
+            pod_name,
+            "default",
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                }
+            },
+        )
+        policy_api.create_namespaced_pod_disruption_budget(
+            "default",
+            client.V1PodDisruptionBudget(
+                metadata=client.V1ObjectMeta(name=pod_name),
+                spec=client.V1PodDisruptionBudgetSpec(
+                    min_available=1,
+                    selector=client.V1LabelSelector(match_labels={"app": pod_name}),
+                ),
+            ),
+        )
+        wait_for(
+            lambda: policy_api.read_namespaced_pod_disruption_budget(pod_name, "default").status,
+            30,
+            "the disruption controller to process the budget",
+        )
 
-        def evicted() -> bool:
+        def leaving() -> bool:
             try:
-                pod = core.read_namespaced_pod(f"web-{case}", "default")
+                pod = core.read_namespaced_pod(pod_name, "default")
             except ApiException as exc:
                 return exc.status == 404
             return pod.metadata.deletion_timestamp is not None
 
-        wait_for(evicted, 30, "the workload to be evicted")
+        try:
+            _annotate(api_client, node, {"sdcguard.dev/quarantine": "bad HBM row"})
+            wait_for(lambda: node_state(api_client, node) == "Quarantined", 30, "quarantine")
+            n = read_node(api_client, node)
+            assert QUARANTINE in taint_keys(api_client, node) and n.spec.unschedulable
+            assert list_custom(api_client, "repairtickets", node), "the ticket is opened"
+            time.sleep(4)  # a few eviction retries, each refused by the budget
+            assert not leaving(), "the budget allows no disruption"
+            assert "sdcguard.dev/drain-until" in (read_node(api_client, node).metadata.annotations)
+        finally:
+            policy_api.delete_namespaced_pod_disruption_budget(pod_name, "default")
+        wait_for(leaving, 60, "the workload to be evicted once the budget is gone")
+        wait_for(
+            lambda: (
+                "sdcguard.dev/drain-until"
+                not in (read_node(api_client, node).metadata.annotations or {})
+            ),
+            30,
+            "the drain to end",
+        )
 
 
 def test_match_expressions_choose_the_nodes_a_policy_screens(api_client, operator) -> None:

@@ -31,7 +31,9 @@ def samples(*failed: bool, start: dt.datetime = NOW - 30 * MIN) -> list[Sample]:
 def test_three_of_five_failing_trips() -> None:
     view = evaluate(samples(True, False, True, False, True), CONFIG, NOW)
     assert view.open and view.tripped_at == NOW - 26 * MIN
-    assert view.explain().startswith("3 of 5 screenings failed in the last 1h (limit 50%)")
+    assert view.explain().startswith(
+        "3 of 5 nodes screened had confirmed failures in the last 1h (limit 50%)"
+    )
     assert "sdcguard.dev/reset-breaker" in view.explain()
 
 
@@ -39,23 +41,25 @@ def test_passes_that_complete_the_minimum_trip_it() -> None:
     """Three failures first, then two passes: the fifth sample makes the window count."""
     view = evaluate(samples(True, True, True, False, False), CONFIG, NOW)
     assert view.open and view.tripped_at == NOW - 26 * MIN
-    assert view.explain().startswith("3 of 5 screenings failed")
+    assert view.explain().startswith("3 of 5 nodes screened had confirmed failures")
 
 
 def test_half_is_not_more_than_half() -> None:
     view = evaluate(samples(True, False, True, False, False, False), CONFIG, NOW)
     assert not view.open
-    assert view.explain() == "2 of 6 screenings failed in the last 1h (limit 50%)"
+    assert view.explain() == (
+        "2 of 6 nodes screened had confirmed failures in the last 1h (limit 50%)"
+    )
 
 
 def test_too_few_samples_never_trip() -> None:
     view = evaluate(samples(True, True, True, True), CONFIG, NOW)
     assert not view.open
-    assert "at least 5 screenings" in view.explain()
+    assert "at least 5 nodes screened" in view.explain()
 
 
 def test_failures_spread_beyond_the_window_do_not_trip() -> None:
-    spread = [Sample(NOW - i * 40 * MIN, i % 2 == 0) for i in range(6)]
+    spread = [Sample(NOW - i * 40 * MIN, i % 2 == 0, f"n{i}") for i in range(6)]
     assert not evaluate(spread, CONFIG, NOW).open
 
 
@@ -93,63 +97,101 @@ def test_status_round_trip_rebuilds_the_same_state() -> None:
 times = st.integers(min_value=0, max_value=6 * 60).map(lambda m: NOW - m * MIN)
 
 
+nodes = st.integers(min_value=0, max_value=7).map(lambda i: f"n{i}")
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(times, st.booleans()), max_size=40))
-def test_pruning_never_changes_the_state(raw: list[tuple[dt.datetime, bool]]) -> None:
-    recorded = [Sample(at, failed) for at, failed in raw]
-    view = evaluate(recorded, CONFIG, NOW)
+@given(st.lists(st.tuples(times, st.booleans(), nodes), max_size=40), st.sampled_from([1, 2]))
+def test_pruning_never_changes_the_state(
+    raw: list[tuple[dt.datetime, bool, str]], confirm: int
+) -> None:
+    recorded = [Sample(at, failed, node) for at, failed, node in raw]
+    view = evaluate(recorded, CONFIG, NOW, confirm=confirm)
     kept = prune(recorded, CONFIG, NOW, tripped_at=view.tripped_at)
-    assert evaluate(kept, CONFIG, NOW) == view
+    assert evaluate(kept, CONFIG, NOW, confirm=confirm) == view
     assert all(s.at > NOW - 2 * dt.timedelta(hours=1) for s in kept)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 300), st.booleans()), max_size=40))
-def test_stepping_through_time_latches_the_first_trip(raw: list[tuple[int, bool]]) -> None:
+@given(st.lists(st.tuples(st.integers(0, 300), st.booleans(), nodes), max_size=40))
+def test_stepping_through_time_latches_the_first_trip(raw: list[tuple[int, bool, str]]) -> None:
     """Recording samples as they come, pass after pass, opens the breaker at the first
     failure whose window trips, and it stays open."""
     start = NOW - 300 * MIN
-    events = sorted((start + m * MIN, failed) for m, failed in raw)
+    events = sorted((start + m * MIN, failed, node) for m, failed, node in raw)
     status = None
     first_trip = None
-    for at, failed in events:
-        view, status = advance(status, CONFIG, at, new_samples=[Sample(at, failed)])
+    for at, failed, node in events:
+        view, status = advance(status, CONFIG, at, new_samples=[Sample(at, failed, node)])
         if view.open and first_trip is None:
             first_trip = view.tripped_at
         assert view.open == (first_trip is not None)
         assert view.tripped_at == first_trip
 
 
-def _reference(ordered: list[Sample], config: CircuitBreaker, now: dt.datetime) -> Sample | None:
+def _counts(window: list[Sample], confirm: int) -> tuple[int, int]:
+    """(distinct nodes screened, nodes with at least ``confirm`` SDC verdicts)."""
+    nodes = {s.node for s in window}
+    failed = {n for n in nodes if sum(1 for s in window if s.node == n and s.failed) >= confirm}
+    return len(nodes), len(failed)
+
+
+def _reference(
+    ordered: list[Sample], config: CircuitBreaker, now: dt.datetime, confirm: int
+) -> Sample | None:
     """The first recent screening whose window trips, window by window (quadratic)."""
     span = dt.timedelta(hours=1)
     for sample in ordered:
         if sample.at <= now - span:
             continue
         window = [s for s in ordered if sample.at - span < s.at <= sample.at]
-        failures = sum(1 for s in window if s.failed)
-        if (
-            len(window) >= config.min_samples
-            and failures / len(window) > config.max_failure_fraction
-        ):
+        count, failures = _counts(window, confirm)
+        if count >= config.min_samples and failures / count > config.max_failure_fraction:
             return sample
     return None
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 150), st.booleans()), max_size=60))
-def test_one_sweep_finds_the_trip_every_window_would(raw: list[tuple[int, bool]]) -> None:
+@given(
+    st.lists(st.tuples(st.integers(0, 150), st.booleans(), nodes), max_size=60),
+    st.sampled_from([1, 2]),
+)
+def test_one_sweep_finds_the_trip_every_window_would(
+    raw: list[tuple[int, bool, str]], confirm: int
+) -> None:
     """Duplicate times included: the sweep's windows are the windows of the definition."""
-    ordered = sorted((Sample(NOW - m * MIN, f) for m, f in raw), key=lambda s: s.at)
-    view = evaluate(ordered, CONFIG, NOW)
-    first = _reference(ordered, CONFIG, NOW)
+    ordered = sorted((Sample(NOW - m * MIN, f, n) for m, f, n in raw), key=lambda s: s.at)
+    view = evaluate(ordered, CONFIG, NOW, confirm=confirm)
+    first = _reference(ordered, CONFIG, NOW, confirm)
     assert view.tripped_at == (first.at if first else None)
     if first is not None:
         window = [s for s in ordered if first.at - dt.timedelta(hours=1) < s.at <= first.at]
-        assert (view.samples, view.failures) == (len(window), sum(s.failed for s in window))
+        assert (view.samples, view.failures) == _counts(window, confirm)
+
+
+def test_re_runs_and_re_tests_of_two_bad_nodes_do_not_trip_it() -> None:
+    """Five nodes, two of them bad: each confirmed (two SDC verdicts) and re-tested again
+    and again. Counted by screening that was 10 of 13 and tripped a 50% breaker; counted
+    by node it is 2 of 5."""
+    bad = [Sample(NOW - (30 - i) * MIN, True, f"bad{i % 2}", f"t{i}") for i in range(10)]
+    good = [Sample(NOW - 5 * MIN, False, f"ok{i}", f"p{i}") for i in range(3)]
+    view = evaluate([*bad, *good], CONFIG, NOW, confirm=2)
+    assert not view.open and (view.failures, view.samples) == (2, 5)
+    third = [Sample(NOW - 2 * MIN, True, "ok0", "x1"), Sample(NOW - MIN, True, "ok0", "x2")]
+    assert evaluate([*bad, *good, *third], CONFIG, NOW, confirm=2).open, "3 of 5 trips"
+
+
+def test_an_unconfirmed_failure_is_not_a_failed_node() -> None:
+    """One SDC verdict that a re-run did not reproduce (flaky) counts the node as screened."""
+    flaky = [Sample(NOW - 10 * MIN, True, f"n{i}") for i in range(3)]
+    rest = [Sample(NOW - 5 * MIN, False, f"m{i}") for i in range(2)]
+    assert not evaluate([*flaky, *rest], CONFIG, NOW, confirm=2).open
+    assert evaluate([*flaky, *rest], CONFIG, NOW, confirm=1).open, "no re-runs: one confirms"
 
 
 def test_breaker_over_thousands_of_screenings_is_quick() -> None:
-    many = [Sample(NOW - dt.timedelta(seconds=i), i % 97 == 0) for i in range(20000)]
+    many = [
+        Sample(NOW - dt.timedelta(seconds=i), i % 97 == 0, f"n{i % 5000}") for i in range(20000)
+    ]
     view = evaluate(many, CONFIG, NOW)
     assert not view.open and view.samples == 3600

@@ -113,3 +113,41 @@ def test_budgets_are_never_exceeded(
         if taken:
             limit = allowed_unavailable(max_unavailable, usage.nodes)
             assert usage.unavailable + taken <= limit
+
+
+def test_tests_awaiting_a_baseline_do_not_block_the_quorum_they_wait_for() -> None:
+    """The chart's defaults: two concurrent tests, quorum 3. Two acceptance tests whose
+    probes ended wait for a third node to agree; that third node's test must start now,
+    not when the two time out half an hour later."""
+    import dataclasses
+
+    from sdcguard.api import ScreeningReason, Suite
+
+    spec = policy(budgets={"maxConcurrentTests": 2}, baseline={"quorum": 3})
+    waiting = []
+    for i in range(2):
+        n = node(
+            f"gpu-{i}",
+            state=NodeState.TESTING,
+            annotations={keys.CURRENT_TEST: f"t{i}"},
+            taints=(Taint("sdcguard.dev/testing", "NoSchedule"),),
+        )
+        test = dataclasses.replace(
+            sdctest(f"t{i}", suite=Suite.ACCEPTANCE, reason=ScreeningReason.JOIN),
+            awaiting_baseline=True,
+        )
+        waiting.append(Observed(node=n, test=test, idle_since=NOW - HOUR))
+    third = Observed(
+        node=node("gpu-2", taints=(Taint("sdcguard.dev/unqualified", "NoSchedule"),)),
+        idle_since=NOW - HOUR,
+    )
+    decisions = {d.node: d for d in decide_all([*waiting, third], spec, NOW)}
+    assert decisions["gpu-2"].starts_test
+    # A test whose probe still runs does count.
+    running = [
+        dataclasses.replace(o, test=dataclasses.replace(o.test, awaiting_baseline=False))
+        for o in waiting
+        if o.test is not None
+    ]
+    decisions = {d.node: d for d in decide_all([*running, third], spec, NOW)}
+    assert not decisions["gpu-2"].starts_test and decisions["gpu-2"].waits_for_budget

@@ -348,6 +348,26 @@ def test_observe_mode_emits_no_node_mutations_or_tickets() -> None:
     assert held.actions == (), "no healing in Observe mode"
 
 
+@pytest.mark.parametrize("budget", [1, 0], ids=["room", "no-room"])
+def test_observe_mode_lets_a_node_that_registered_gated_in_at_once(budget: int) -> None:
+    """Observe changes no scheduling, and that includes the gate: a node that arrives with
+    the gate taint loses it at first sight, whether its acceptance test can start now
+    or waits for budget, and whatever the test says later."""
+    p = policy(mode="Observe", budgets={"maxConcurrentTests": 1})
+    usage = PoolUsage(tests=1 - budget)
+    n = node(taints=(Taint(GATE, "NoSchedule"),))
+    d = decide(observe(n, usage=usage), p, NOW)
+    assert d.starts_test == bool(budget)
+    n = applied(n, d)
+    assert taint_keys(n) == set() and not n.unschedulable
+    assert n.labels[keys.LABEL_STATE] in ("Testing", "Unqualified")
+    if budget:
+        failed = decide(
+            observe(n, test=sdctest(n.current_test or "", verdict=Verdict.INCONCLUSIVE)), p, NOW
+        )
+        assert taint_keys(applied(n, failed)) == set(), "never gated again in Observe mode"
+
+
 def test_switching_to_enforce_applies_what_the_state_implies() -> None:
     n, _ = quarantined_story(policy(mode="Observe"))
     d = decide(observe(n), policy(), NOW)
@@ -370,8 +390,15 @@ def test_breaker_open_holds_quarantine_and_routine_screening() -> None:
     d = decide(observe(n, test=rerun, breaker_open=True), p, NOW)
     assert (d.event, d.state) == (E.QUARANTINE_HELD, S.SUSPECT)
     assert not only(d, CreateTicket) and not only(d, Cordon)
+    assert d.held and "re-tested when it closes" in d.note
     n = applied(n, d)
-    assert n.evidence == ("t1", "c1") and n.retry_after is not None
+    assert n.evidence == ("t1", "c1") and keys.HELD in n.annotations
+    # Held: not re-tested while the breaker stays open, however long it stays open (a
+    # re-test loop fed the breaker new failures and kept it open), and says why.
+    for hours in (0, 1, 24):
+        waiting = decide(observe(n, breaker_open=True), p, NOW + hours * HOUR)
+        assert waiting.event is None and waiting.held
+        assert "quarantine held: circuit breaker open" in waiting.note
     expired = node(state=S.QUALIFIED, qualified_at=NOW - 500 * HOUR)
     held = decide(observe(expired, breaker_open=True), p, NOW)
     assert held.event is None and "circuit breaker open" in held.note
@@ -383,6 +410,7 @@ def test_breaker_open_holds_quarantine_and_routine_screening() -> None:
     n = applied(n, d)
     d = decide(observe(n, test=finish(retest, Verdict.SDC, failed=("golden",))), p, later)
     assert (d.event, d.state) == (E.TEST_FAILED, S.QUARANTINED)
+    assert keys.HELD not in applied(n, d).annotations and not d.held
 
 
 def test_flaky_node_stays_suspect_and_held_until_a_later_pass() -> None:
@@ -500,9 +528,23 @@ def test_suspect_annotation_is_honoured_and_consumed() -> None:
     assert (d.event, d.state) == (E.SUSPECTED, S.SUSPECT)
     n = applied(n, d)
     assert keys.REQUEST_SUSPECT not in n.annotations
+    # Held at once: no new work lands (running work finishes), so it is re-screened
+    # before it takes more work, and a pending pod does not hold the re-test back.
+    assert TESTING in taint_keys(n)
     busy = decide(observe(n, idle_since=None), policy(), NOW)
-    assert busy.event is None and "idle window" in busy.note
-    d = decide(observe(n), policy(), NOW)
+    assert busy.event is None and "held; waiting for running work" in busy.note
+    d = decide(observe(n, pending_pod_needs_node=True), policy(), NOW)
+    assert d.event == E.RETEST_DUE and d.starts_test and not d.takes_node
+    # triggers.holdSuspects off: schedulable, re-screened in an idle window, after pods.
+    unheld = policy(triggers={"holdSuspects": False})
+    n = node(state=S.QUALIFIED, qualified_at=NOW - HOUR, annotations={keys.REQUEST_SUSPECT: "x"})
+    d = decide(observe(n, idle_since=None), unheld, NOW)
+    n = applied(n, d)
+    assert d.state == S.SUSPECT and taint_keys(n) == set()
+    assert "idle window" in decide(observe(n, idle_since=None), unheld, NOW).note
+    waits = decide(observe(n, pending_pod_needs_node=True), unheld, NOW)
+    assert waits.event is None and "pending pod" in waits.note
+    d = decide(observe(n), unheld, NOW)
     assert d.event == E.RETEST_DUE and only(d, AddTaint)
     off = decide(
         observe(node(state=S.QUALIFIED, annotations={keys.REQUEST_SUSPECT: "x"})),
@@ -617,3 +659,29 @@ def test_node_without_accelerators_or_not_ready_waits() -> None:
         "no allocatable accelerators" in decide(observe(node(accelerators=0)), policy(), NOW).note
     )
     assert "not Ready" in decide(observe(node(ready=False)), policy(), NOW).note
+
+
+def test_a_manual_release_cancels_the_running_test() -> None:
+    """A release during a test ends the test (it would otherwise be adopted again and the
+    release undone); with no test running there is nothing to cancel."""
+    from sdcguard.api import SDCTestPhase
+    from sdcguard.domain.lifecycle import CancelTest
+
+    n = node(
+        state=S.TESTING,
+        annotations={keys.CURRENT_TEST: "t1", keys.REQUEST_RELEASE: "needed for a demo"},
+        taints=(Taint(TESTING, "NoSchedule"),),
+    )
+    d = decide(observe(n, test=sdctest("t1")), policy(), NOW)
+    assert d.event == E.MANUAL_RELEASE and d.state == S.QUALIFIED
+    (cancel,) = only(d, CancelTest)
+    assert cancel.name == "t1" and "needed for a demo" in cancel.message
+    after = applied(n, d)
+    assert after.current_test is None
+    # The next look, with the test cancelled, neither adopts nor judges it.
+    done = sdctest("t1", phase=SDCTestPhase.CANCELLED)
+    again = decide(observe(after, test=done, idle_since=None), policy(), NOW)
+    assert again.event is None and again.state == S.QUALIFIED
+
+    finished = decide(observe(n, test=sdctest("t1", verdict=Verdict.PASS)), policy(), NOW)
+    assert not only(finished, CancelTest)

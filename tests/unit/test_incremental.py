@@ -171,7 +171,7 @@ def test_urgent_work_is_served_during_a_pass_and_the_pass_skips_its_nodes() -> N
     rec, writer = _reconciler()
     fresh = dict(nodes)
     fresh["gpu-1"] = _node_body("gpu-1", rv=2, **{keys.REQUEST_QUARANTINE: "fans"})
-    rec.offer_urgent(UrgentWork(_policy_body(5), _view(fresh), frozenset({"gpu-1"})))
+    rec.offer_urgent(UrgentWork(_policy_body(5), _view(fresh), frozenset({"gpu-1"}), NOW))
     rec.run_pass(_policy_body(5), _view(nodes), NOW)
     assert rec.take_unserved() == []
     # gpu-1 was decided once, from the fresher view (quarantined: a ticket, a patch);
@@ -217,8 +217,8 @@ def test_urgent_work_with_a_partial_view_forgets_no_other_node() -> None:
     later = _view({"gpu-1": partial.nodes["gpu-1"]})
     later.complete = False
     # Two offers in a row are served as one pass over the merged view.
-    rec.offer_urgent(UrgentWork(_policy_body(5), partial, frozenset({"gpu-1"})))
-    rec.offer_urgent(UrgentWork(_policy_body(5), later, frozenset({"gpu-1"})))
+    rec.offer_urgent(UrgentWork(_policy_body(5), partial, frozenset({"gpu-1"}), NOW))
+    rec.offer_urgent(UrgentWork(_policy_body(5), later, frozenset({"gpu-1"}), NOW))
     rec.run_pass(_policy_body(5), _view(nodes), NOW, dirty=())
     assert writer.by_node == Counter({"gpu-1": 2})
     assert writer.writes["repairtickets-create"] == 1

@@ -11,6 +11,7 @@ from sdcguard.domain.lifecycle import (
     TABLE,
     TRANSITIONS,
     AddTaint,
+    CancelTest,
     CloseTicket,
     Cordon,
     CreateTest,
@@ -69,7 +70,7 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.QUALIFIED, E.IDLE_DUE): (S.TESTING, {"+testing", "Test:requalification/ReturnFromUse"}),
     (S.QUALIFIED, E.EXPIRY_DUE): (S.TESTING, {"+testing", "Test:requalification/Expiry"}),
     (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"+testing"}),
-    (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, set()),
+    (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, {"+testing"}),
     (S.SUSPECT, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
     (S.SUSPECT, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
     (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, {_confirm()}),
@@ -103,6 +104,10 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
         {"Test:repairVerification/RepairVerification"},
     ),
     (S.EXCLUDED, E.OPTED_IN): (S.UNQUALIFIED, {"RevokeQualification"}),
+    (S.QUARANTINED, E.DRAIN_DUE): (S.QUARANTINED, {"Drain"}),
+    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, set()),
+    (S.REPAIRING, E.DRAIN_DUE): (S.REPAIRING, {"Drain"}),
+    (S.REPAIRING, E.DRAIN_TIMED_OUT): (S.REPAIRING, set()),
 }
 for _state in (
     S.UNQUALIFIED,
@@ -114,9 +119,9 @@ for _state in (
     S.VERIFYING,
     S.RETIRED,
 ):
-    EXPECTED[(_state, E.OPTED_OUT)] = (S.EXCLUDED, RELEASE_EFFECTS)
+    EXPECTED[(_state, E.OPTED_OUT)] = (S.EXCLUDED, RELEASE_EFFECTS | {"CancelTest"})
 for _state in (S.UNQUALIFIED, S.TESTING, S.QUALIFIED, S.SUSPECT):
-    EXPECTED[(_state, E.MANUAL_QUARANTINE)] = (S.QUARANTINED, QUARANTINE_EFFECTS)
+    EXPECTED[(_state, E.MANUAL_QUARANTINE)] = (S.QUARANTINED, QUARANTINE_EFFECTS | {"CancelTest"})
 for _state in (
     S.UNQUALIFIED,
     S.TESTING,
@@ -126,7 +131,10 @@ for _state in (
     S.VERIFYING,
     S.RETIRED,
 ):
-    EXPECTED[(_state, E.MANUAL_RELEASE)] = (S.QUALIFIED, RELEASE_EFFECTS | {"CloseTicket"})
+    EXPECTED[(_state, E.MANUAL_RELEASE)] = (
+        S.QUALIFIED,
+        RELEASE_EFFECTS | {"CloseTicket", "CancelTest"},
+    )
 
 
 def _effect(action: object) -> str | None:
@@ -151,6 +159,7 @@ def _effect(action: object) -> str | None:
             | MarkQualified()
             | RevokeQualification()
             | CreateTicket()
+            | CancelTest()
             | CloseTicket()
             | RaiseCycle()
             | Retire()

@@ -17,11 +17,10 @@ import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.api import GROUP, VERSION
 from sdcguard.metrics import Metrics
 
-GROUP = "sdcguard.dev"
 FIELD_MANAGER = "sdcguard"
-VERSION = "v1alpha1"
 log = structlog.get_logger("sdcguard.kube")
 
 
@@ -170,11 +169,15 @@ class KubeWriter:
         except ApiException as exc:  # an Event is never worth failing a transition
             log.warning("event not recorded", reason=reason, name=name, status=exc.status)
 
-    def evict_pods_on_node(self, node: str, skip_namespaces: tuple[str, ...] = ()) -> int:
+    def evict_pods_on_node(
+        self, node: str, skip_namespaces: tuple[str, ...] = ()
+    ) -> EvictionResult:
         """Evict the node's workload pods (not DaemonSet or mirror pods) through the
-        Eviction API, so PodDisruptionBudgets are respected. Returns pods asked to leave."""
+        Eviction API, so PodDisruptionBudgets are respected. Never raises for one pod:
+        a refusal (429, a PodDisruptionBudget) or an error is counted, and the caller
+        tries again later."""
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-        asked = 0
+        asked = blocked = failed = 0
         for pod in pods:
             meta, status = pod.metadata, pod.status
             if meta is None or not meta.name or not meta.namespace:
@@ -184,6 +187,8 @@ class KubeWriter:
                 continue
             if "kubernetes.io/config.mirror" in (meta.annotations or {}):
                 continue
+            if meta.deletion_timestamp is not None:
+                continue  # already leaving
             if status is not None and status.phase in ("Succeeded", "Failed"):
                 continue
             if not self._count("pod-eviction"):
@@ -197,7 +202,28 @@ class KubeWriter:
                     ),
                 )
                 asked += 1
-            except ApiException as exc:  # 429: a PDB says not now; the next pass retries
-                if exc.status not in (404, 429):
-                    raise
-        return asked
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                if exc.status == 429:
+                    blocked += 1
+                else:
+                    failed += 1
+                    log.warning(
+                        "eviction failed", pod=f"{meta.namespace}/{meta.name}", status=exc.status
+                    )
+        return EvictionResult(asked=asked, blocked=blocked, failed=failed)
+
+
+@dataclass(frozen=True)
+class EvictionResult:
+    """Pods asked to leave, refused by a PodDisruptionBudget (429), and failed otherwise."""
+
+    asked: int = 0
+    blocked: int = 0
+    failed: int = 0
+
+    @property
+    def done(self) -> bool:
+        """Every workload pod has been asked to leave."""
+        return not (self.blocked or self.failed)

@@ -36,7 +36,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, cast
 
 from sdcguard.api import (
     GROUP,
@@ -46,6 +46,7 @@ from sdcguard.api import (
     RepairTicket,
     TicketPhase,
     TicketSink,
+    to_body,
 )
 
 WEBHOOK_SCHEMA_VERSION = "1"
@@ -95,6 +96,16 @@ class ExternalPayload(TypedDict):
     url: str | None
 
 
+class FindingPayload(TypedDict, total=False):
+    """Where one failed check of one SDCTest located the fault."""
+
+    test: str
+    check: str
+    oddDevice: int
+    firstDivergentStep: int
+    firstDivergentSubmodule: str
+
+
 class TicketPayload(TypedDict):
     """The RepairTicket as receivers see it."""
 
@@ -104,6 +115,7 @@ class TicketPayload(TypedDict):
     policyRef: str | None
     hardware: HardwarePayload
     evidence: list[str]
+    findings: list[FindingPayload]
     phase: str
     cycle: int
     openedAt: str | None
@@ -209,6 +221,7 @@ def build_payload(
             "policyRef": ticket.spec.policy_ref,
             "hardware": hardware,
             "evidence": list(ticket.spec.evidence),
+            "findings": [cast(FindingPayload, to_body(f)) for f in ticket.spec.findings],
             "phase": (status.phase if status else TicketPhase.OPEN).value,
             "cycle": status.cycle if status else 1,
             "openedAt": _rfc3339(status.opened_at if status else None),

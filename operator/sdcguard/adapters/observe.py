@@ -14,20 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTATION, TEST_LABEL
+from sdcguard.domain.keys import parse_time
 from sdcguard.domain.quantity import whole_quantity
 
 OUR_PREFIX = "sdcguard.dev/"
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    if not value:
-        return None
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 KEPT_FOREIGN_ANNOTATIONS = (
@@ -75,14 +65,22 @@ def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _requests(pod_spec: Mapping[str, Any], resources: Iterable[str]) -> dict[str, int]:
-    wanted = set(resources)
+def is_extended_resource(name: str) -> bool:
+    """A device resource (``vendor.example/device``), as opposed to cpu, memory,
+    ephemeral-storage and hugepages: every accelerator a policy may list is one."""
+    return "/" in name and not name.startswith(("kubernetes.io/", "requests."))
+
+
+def _requests(pod_spec: Mapping[str, Any], resources: Iterable[str] | None) -> dict[str, int]:
+    """Requested devices by resource; ``resources`` None: every extended resource (the
+    indexes keep them all, and each policy reads its own spec.accelerators)."""
+    wanted = None if resources is None else set(resources)
     total: dict[str, int] = {}
     for container in pod_spec.get("containers", []) or []:
         res = container.get("resources") or {}
         merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
         for name, value in merged.items():
-            if name in wanted:
+            if name in wanted if wanted is not None else is_extended_resource(name):
                 total[name] = total.get(name, 0) + whole_quantity(value)
     return {k: v for k, v in total.items() if v > 0}
 
@@ -102,17 +100,31 @@ class PodUse:
     namespace: str
     name: str
     node_name: str
+    resources: frozenset[str] = frozenset()
+    """The device resources it requests (a policy counts only its own accelerators)."""
+
+    def uses_any(self, accelerators: Iterable[str]) -> bool:
+        return not self.resources.isdisjoint(accelerators)
 
 
-def pod_use(body: Mapping[str, Any], resources: Iterable[str]) -> PodUse | None:
-    """A running/starting non-DaemonSet, non-probe pod using accelerators, else None."""
+def pod_use(body: Mapping[str, Any], resources: Iterable[str] | None = None) -> PodUse | None:
+    """A running/starting non-DaemonSet, non-probe pod requesting devices (``resources``,
+    or None: any extended resource), else None."""
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
     node = spec.get("nodeName")
     if not node or (status or {}).get("phase") in ("Succeeded", "Failed"):
         return None
-    if _is_daemonset_pod(meta) or is_probe_pod(meta) or not _requests(spec, resources):
+    if _is_daemonset_pod(meta) or is_probe_pod(meta):
         return None
-    return PodUse(namespace=meta.get("namespace", ""), name=meta.get("name", ""), node_name=node)
+    requested = _requests(spec, resources)
+    if not requested:
+        return None
+    return PodUse(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        node_name=node,
+        resources=frozenset(requested),
+    )
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,9 @@ class PendingDemand:
     node_selector: Mapping[str, str]
 
 
-def pending_demand(body: Mapping[str, Any], resources: Iterable[str]) -> PendingDemand | None:
+def pending_demand(
+    body: Mapping[str, Any], resources: Iterable[str] | None = None
+) -> PendingDemand | None:
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
     if spec.get("nodeName") or (status or {}).get("phase") != "Pending" or is_probe_pod(meta):
         return None

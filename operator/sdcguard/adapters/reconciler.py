@@ -17,584 +17,46 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import queue
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any
 
 import structlog
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from sdcguard.adapters import observe
-from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.executor import Executor
+from sdcguard.adapters.observations import current_test, idle_since, needed, seq_floor
+from sdcguard.adapters.pass_state import (
+    _EPOCH,
+    REQUEUE_MAX_SECONDS,
+    STATUS_EVERY,
+    FleetView,
+    KnownTest,
+    PolicyMemory,
+    UrgentWork,
+    _has_outcome,
+)
+from sdcguard.adapters.policy_status import PolicyReporter
 from sdcguard.api import (
-    BreakerStatus,
-    Mode,
-    NodeCounts,
-    RepairTicket,
-    SDCBaseline,
-    SDCBaselineSpec,
     SDCPolicy,
-    SDCPolicyStatus,
+    SDCPolicySpec,
     SDCTest,
-    SDCTestPhase,
-    SDCTestStatus,
     TicketPhase,
-    Verdict,
-    baseline_name,
-    set_condition,
-    to_body,
 )
-from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
-from sdcguard.domain import baselines, keys
-from sdcguard.domain import breaker as breaker_mod
-from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, pool_usage
-from sdcguard.domain.decide import Decision, decide_all, priority
-from sdcguard.domain.judging import Judgement, PodEnd, judge_result
-from sdcguard.domain.lifecycle import (
-    CloseTicket,
-    CreateTest,
-    CreateTicket,
-    DeleteNode,
-    Drain,
-    EmitEvent,
-    NodeState,
-    RaiseCycle,
-    Retire,
-    SetTicketPhase,
-)
-from sdcguard.domain.nodepatch import plan_node_patch
-from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
-from sdcguard.domain.seeds import screening_seed
+from sdcguard.domain.decide import Decision, iter_decisions, priority
+from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
 from sdcguard.domain.selection import Selector, owning_policy
-from sdcguard.metrics import Metrics
-from sdcguard.settings import Settings
 
 log = structlog.get_logger("sdcguard.reconcile")
 
-AWAITING_BASELINE_REASONS = ("BaselineAbsent", "NoTrustedBaseline", "BaselinePending")
-PROBE_VANISHED_GRACE = dt.timedelta(seconds=120)
-REQUEUE_MAX_SECONDS = 3600.0
-STATUS_EVERY = dt.timedelta(seconds=5)
-TICKET_STATUS_GRACE = dt.timedelta(seconds=30)
-"""A new ticket's own status write lands well within this; after it, one is missing."""
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-T = TypeVar("T")
+__all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
 
 
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _has_outcome(observed: Observed) -> bool:
-    """The node's current test has finished: its decision releases, quarantines or
-    re-runs, and is applied before any new start."""
-    return observed.test is not None and observed.test.finished
-
-
-@dataclass
-class FleetView:
-    """A consistent copy of the indexes for one pass."""
-
-    nodes: dict[str, dict[str, Any]]
-    busy: dict[str, list[observe.PodUse]] = field(default_factory=dict)
-    pending: list[observe.PendingDemand] = field(default_factory=list)
-    probe_pods: dict[str, list[observe.ProbePod]] = field(default_factory=dict)
-    probe_jobs: dict[str, observe.ProbeJob] = field(default_factory=dict)
-    tests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    tickets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    last_busy: dict[str, dt.datetime] = field(default_factory=dict)
-    operator_started: dt.datetime | None = None
-    policies: dict[str, Selector] = field(default_factory=dict)
-    """Every policy's name and node selector (one policy owns each node)."""
-    complete: bool = True
-    """False: only some nodes' entries (urgent work), enough to decide just those."""
-
-    def merged(self, newer: FleetView) -> FleetView:
-        """This partial view updated with a newer one (urgent work offered in a row)."""
-        return FleetView(
-            nodes={**self.nodes, **newer.nodes},
-            busy={**self.busy, **newer.busy},
-            pending=newer.pending,
-            probe_pods={**self.probe_pods, **newer.probe_pods},
-            probe_jobs={**self.probe_jobs, **newer.probe_jobs},
-            tests={**self.tests, **newer.tests},
-            tickets={**self.tickets, **newer.tickets},
-            baselines=newer.baselines,
-            last_busy=newer.last_busy,
-            operator_started=newer.operator_started,
-            policies=newer.policies,
-            complete=self.complete and newer.complete,
-        )
-
-
-def _rv(body: Mapping[str, Any]) -> str:
-    return str((body.get("metadata") or {}).get("resourceVersion", ""))
-
-
-@dataclass
-class PolicyMemory:
-    """What earlier passes learned about one policy's nodes, so that a pass can decide
-    only the nodes whose observations changed (or whose time came) and still keep the
-    pool budgets over all of them. Losing it costs one full pass, nothing else."""
-
-    members: dict[str, PoolMember] = field(default_factory=dict)
-    """Every owned node's share of its pool's usage, as last decided."""
-    waiting: dict[str, tuple[tuple[int, dt.datetime, str], str]] = field(default_factory=dict)
-    """Nodes with a test due but no budget: node -> (priority, pool)."""
-    due: dict[str, dt.datetime] = field(default_factory=dict)
-    """When each node asked to be decided again."""
-    states: dict[str, str] = field(default_factory=dict)
-    usage: dict[str, PoolUsage] = field(default_factory=dict)
-    """``members`` summed by pool, kept up to date with them."""
-    breaker: tuple[Any, ...] | None = None
-    """The last breaker computed, with what it was computed from (see _breaker)."""
-    status_at: dt.datetime | None = None
-    """When the policy's status was last brought up to date."""
-
-    def set_member(self, node: str, member: PoolMember) -> None:
-        old = self.members.get(node)
-        if old is not None:
-            add_member(self.usage, old, -1)
-        self.members[node] = member
-        add_member(self.usage, member)
-
-    def usage_without(self, nodes: Iterable[str]) -> dict[str, PoolUsage]:
-        """Pool usage of every node but ``nodes``."""
-        usage = dict(self.usage)
-        for node in nodes:
-            member = self.members.get(node)
-            if member is not None:
-                add_member(usage, member, -1)
-        return usage
-
-    def forget(self, node: str) -> None:
-        member = self.members.pop(node, None)
-        if member is not None:
-            add_member(self.usage, member, -1)
-        for table in (self.waiting, self.due, self.states):
-            table.pop(node, None)
-
-
-@dataclass(frozen=True)
-class KnownTest:
-    """What a pass keeps of an SDCTest: the whole object while it runs (it is moved
-    along), only its facts once finished (thousands of those stay in memory)."""
-
-    name: str
-    policy: str
-    created: dt.datetime
-    facts: TestFacts
-    running: SDCTest | None
-
-    @property
-    def finished(self) -> bool:
-        return self.facts.finished
-
-    @classmethod
-    def of(cls, test: SDCTest) -> KnownTest:
-        facts = TestFacts.from_api(test)
-        return cls(
-            name=test.metadata.name,
-            policy=test.spec.policy_ref,
-            created=test.metadata.creation_timestamp or _EPOCH,
-            facts=facts,
-            running=None if facts.finished else test,
-        )
-
-
-@dataclass(frozen=True)
-class UrgentWork:
-    """Nodes whose probe just ended, with the view they were seen in: served between
-    the steps of a longer pass, so a finished test never waits behind one."""
-
-    policy: Mapping[str, Any]
-    view: FleetView
-    nodes: frozenset[str]
-
-
-@dataclass
-class Reconciler:
-    """Runs passes; holds only caches that a restart may lose without harm."""
-
-    writer: KubeWriter
-    settings: Settings
-    metrics: Metrics
-    # name -> resourceVersion the object had when we last wrote it; skip until it moves.
-    expect_nodes: dict[str, str] = field(default_factory=dict)
-    expect_tests: dict[str, tuple[str, SDCTest]] = field(default_factory=dict)
-    """SDCTest name -> (resourceVersion before our status write, the test as written):
-    until the watch brings the write back, a pass goes on from what we wrote."""
-    last_counts: Counter[str] = field(default_factory=Counter)
-    test_nodes: dict[str, str] = field(default_factory=dict)
-    """SDCTest name -> node name, for events that name only the test."""
-    _lock: threading.RLock = field(default_factory=threading.RLock)
-    _memory: dict[str, PolicyMemory] = field(default_factory=dict)
-    # Parsed objects by name, with the resourceVersion they were parsed at: a pass
-    # parses only what changed since the last one.
-    _tests: dict[str, tuple[str, KnownTest | None]] = field(default_factory=dict)
-    _tickets: dict[str, tuple[str, RepairTicket | None]] = field(default_factory=dict)
-    _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
-    _samples: dict[str, tuple[str, breaker_mod.Sample]] = field(default_factory=dict)
-    """Finished screenings (Pass or SDC) by test name, with their policy: the breaker's
-    samples, kept as tests are parsed."""
-    _samples_version: int = 0
-    _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
-    _touched: set[str] = field(default_factory=set)
-    _depth: int = 0
-
-    # -- probe Jobs and judging ----------------------------------------------
-
-    def probe_request(
-        self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: Mapping[str, Any]
-    ) -> ProbeJobRequest:
-        spec = policy.spec
-        checks = spec.suites.checks(test.spec.suite)
-        capacity = (node_body.get("status") or {}).get("allocatable") or {}
-        resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
-        count = int(str(capacity.get(resource, "0"))) if resource else 0
-        budget = spec.probe.budget_seconds
-        params: list[tuple[str, str]] = []
-        for check in checks:
-            for key, value in sorted(check.params.items()):
-                params.append((key, str(value)))
-        return ProbeJobRequest(
-            test_name=test.metadata.name,
-            test_uid=test.metadata.uid or "",
-            node_name=node.name,
-            namespace=self.settings.namespace,
-            image=spec.probe.image or self.settings.default_probe_image,
-            checks=tuple(c.name.value for c in checks),
-            budget_seconds=budget,
-            active_deadline_seconds=spec.probe.active_deadline_seconds,
-            ttl_seconds_after_finished=spec.probe.ttl_seconds_after_finished,
-            accelerator_resource=resource,
-            accelerator_count=count,
-            tolerated_taint_keys=(spec.taints.gate, spec.taints.testing, spec.taints.quarantine),
-            cpu_devices=spec.probe.cpu_devices or None,
-            resources={
-                "requests": {k: str(v) for k, v in spec.probe.resources.requests.items()},
-                "limits": {k: str(v) for k, v in spec.probe.resources.limits.items()},
-            },
-            priority_class=self.settings.probe_priority_class,
-            check_params=tuple(dict.fromkeys(params)),
-            seed=screening_seed(
-                test.spec.seed, test.metadata.creation_timestamp, test.metadata.name
-            ),
-        )
-
-    def pod_end(
-        self, test: SDCTest, view: FleetView, now: dt.datetime
-    ) -> tuple[PodEnd | None, dt.datetime | None]:
-        """How the test's probe Pod ended, or None while it runs."""
-        name = test.metadata.name
-        pods = view.probe_pods.get(name, [])
-        job = view.probe_jobs.get(name)
-        ended = [p for p in pods if p.phase in ("Succeeded", "Failed") and p.exit_code is not None]
-        if ended:
-            pod = max(ended, key=lambda p: p.finished or now)
-            crashed = pod.terminated_reason not in ("", "Completed", "Error")
-            return (
-                PodEnd(
-                    message=pod.termination_message,
-                    exit_code=pod.exit_code,
-                    timed_out=pod.pod_reason == "DeadlineExceeded",
-                    crashed=crashed,
-                    detail=pod.terminated_reason or pod.pod_reason,
-                ),
-                pod.finished,
-            )
-        if job is not None and job.failed_reason:
-            timed_out = job.failed_reason == "DeadlineExceeded"
-            return (
-                PodEnd(
-                    message=None,
-                    exit_code=None,
-                    timed_out=timed_out,
-                    crashed=not timed_out,
-                    detail=job.failed_reason,
-                ),
-                now,
-            )
-        status = test.status
-        started = status.start_time if status else None
-        deadline = dt.timedelta(seconds=0)
-        if started is not None and job is None and not pods:
-            deadline = now - started
-        if started is not None and deadline > PROBE_VANISHED_GRACE:
-            return (
-                PodEnd(
-                    message=None,
-                    exit_code=None,
-                    crashed=True,
-                    detail="ProbeVanished: the probe Job and Pod are gone",
-                ),
-                now,
-            )
-        return None, None
-
-    def judge(
-        self, policy: SDCPolicy, test: SDCTest, end: PodEnd, view: FleetView, now: dt.datetime
-    ) -> Judgement:
-        """Judge, and take part in baseline consensus when no baseline is trusted yet."""
-        expected = [c.name.value for c in policy.spec.suites.checks(test.spec.suite)]
-        known = self._baseline_specs(view)
-        judgement = judge_result(end, expected, known)
-        fp = judgement.fingerprint
-        if (
-            fp is None
-            or judgement.verdict != Verdict.INCONCLUSIVE
-            or judgement.injected
-            or not judgement.digests
-        ):
-            return judgement
-        current = known.get(fp.hash)
-        if (
-            current is not None
-            and current.trusted
-            and all(check in current.digests for check in judgement.digests)
-        ):
-            return judgement
-        trusted = self._record_candidate(policy, test, judgement, view, now)
-        if trusted is not None:
-            return judge_result(end, expected, {**known, fp.hash: trusted})
-        return judgement
-
-    def _baseline_specs(self, view: FleetView) -> dict[str, SDCBaselineSpec]:
-        specs: dict[str, SDCBaselineSpec] = {}
-        for body in view.baselines.values():
-            try:
-                baseline = SDCBaseline.model_validate(body)
-            except ValidationError:
-                continue
-            specs[baseline.spec.fingerprint.hash] = baseline.spec
-        return specs
-
-    def _record_candidate(
-        self,
-        policy: SDCPolicy,
-        test: SDCTest,
-        judgement: Judgement,
-        view: FleetView,
-        now: dt.datetime,
-    ) -> SDCBaselineSpec | None:
-        """Add this node's digests to its fingerprint's candidates; returns the baseline
-        if consensus made it trusted just now. Disagreeing nodes are reported suspect."""
-        fp = judgement.fingerprint
-        assert fp is not None
-        name = baseline_name(fp.hash)
-        body = view.baselines.get(name)
-        current = SDCBaseline.model_validate(body) if body is not None else None
-        candidates = current.status.candidates if current and current.status else []
-        if any(
-            c.node_name == test.spec.node_name and c.test_name == test.metadata.name
-            for c in candidates
-        ):
-            return None  # already recorded in an earlier pass
-        update = baselines.record_candidate(
-            current.spec if current else None,
-            current.status if current else None,
-            fingerprint=baselines.fingerprint_spec(fp),
-            node=test.spec.node_name,
-            test=test.metadata.name,
-            digests=judgement.digests,
-            settings=policy.spec.baseline,
-            now=now,
-        )
-        spec_body = to_body(update.spec)
-        status_body = to_body(update.status)
-        if current is None:
-            self.writer.create_custom(
-                "sdcbaselines",
-                {
-                    "apiVersion": "sdcguard.dev/v1alpha1",
-                    "kind": "SDCBaseline",
-                    "metadata": {"name": name},
-                    "spec": spec_body,
-                },
-            )
-        elif update.spec != current.spec:
-            self.writer.patch_custom("sdcbaselines", name, {"spec": spec_body})
-        self.writer.patch_custom_status("sdcbaselines", name, status_body)
-        view.baselines[name] = {
-            "metadata": {"name": name},
-            "spec": spec_body,
-            "status": status_body,
-        }
-        log.info(
-            "baseline candidate", baseline=name, node=test.spec.node_name, message=update.message
-        )
-        for suspect in update.suspects:
-            self._report_suspect(suspect, f"digests disagree with baseline {name[:20]}", view)
-        return update.spec if update.became_trusted else None
-
-    def _report_suspect(self, node: str, why: str, view: FleetView) -> None:
-        """Mark a node suspect the way a workload would (the lifecycle takes it from there)."""
-        body = view.nodes.get(node)
-        if body is None or keys.REQUEST_SUSPECT in (body["metadata"].get("annotations") or {}):
-            return
-        self.writer.patch_node(node, {"metadata": {"annotations": {keys.REQUEST_SUSPECT: why}}})
-
-    # -- tests: Pending -> Running -> judged ------------------------------------
-
-    def advance_test(
-        self,
-        policy: SDCPolicy,
-        test: SDCTest,
-        node: NodeFacts | None,
-        node_body: Mapping[str, Any] | None,
-        view: FleetView,
-        now: dt.datetime,
-        counts: Counter[str],
-    ) -> SDCTest:
-        """Move one unfinished test along; returns the test as it is now."""
-        status = test.status or SDCTestStatus()
-        name = test.metadata.name
-        if node is None or node_body is None:
-            return self._finish(
-                test,
-                status,
-                Verdict.INCONCLUSIVE,
-                "NodeGone",
-                f"node {test.spec.node_name} no longer exists",
-                now,
-                counts,
-            )
-        if status.phase in (SDCTestPhase.PENDING, SDCTestPhase.RESERVING):
-            # Reserved: our testing taint (or the quarantine taint, for verification of a
-            # repaired node) keeps other work off. Observe mode reserves nothing.
-            taints = policy.spec.taints
-            reserved = (
-                node.has_taint(taints.testing)
-                or node.has_taint(taints.quarantine)
-                or policy.spec.mode == Mode.OBSERVE
-            )
-            if not reserved:
-                if status.phase == SDCTestPhase.PENDING:
-                    status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
-                    self._write_test_status(test, status)
-                return test.model_copy(update={"status": status})
-            request = self.probe_request(policy, test, node, node_body)
-            self.writer.create_job(build_probe_job(request))
-            counts["jobs-created"] += 1
-            status = status.model_copy(
-                update={
-                    "phase": SDCTestPhase.RUNNING,
-                    "seed": request.seed,
-                    "job_name": job_name(name),
-                    "start_time": now,
-                    "conditions": set_condition(
-                        status.conditions,
-                        "JobCreated",
-                        "True",
-                        "JobCreated",
-                        f"probe Job {self.settings.namespace}/{job_name(name)}",
-                        now,
-                    ),
-                }
-            )
-            self._write_test_status(test, status)
-            return test.model_copy(update={"status": status})
-        if status.phase != SDCTestPhase.RUNNING:
-            return test
-        end, finished_at = self.pod_end(test, view, now)
-        if end is None:
-            return test
-        judgement = self.judge(policy, test, end, view, now)
-        if judgement.verdict == Verdict.INCONCLUSIVE and judgement.reason == "BaselineAbsent":
-            started = status.start_time or now
-            wait = dt.timedelta(seconds=policy.spec.probe.active_deadline_seconds)
-            if now - started < wait:
-                conds = set_condition(
-                    status.conditions,
-                    "AwaitingBaseline",
-                    "True",
-                    "AwaitingQuorum",
-                    "digests recorded; waiting for enough nodes to agree on a baseline",
-                    now,
-                )
-                if conds != status.conditions:
-                    status = status.model_copy(update={"conditions": conds})
-                    self._write_test_status(test, status)
-                return test.model_copy(update={"status": status})
-        if finished_at is not None and judgement.verdict == Verdict.SDC:
-            self.metrics.finish_to_quarantine.observe(max(0.0, (now - finished_at).total_seconds()))
-        for check in judgement.checks:
-            self.metrics.screenings.labels(check=check.name, verdict=check.verdict.value).inc()
-        status = status.model_copy(
-            update={
-                "checks": judgement.check_statuses(),
-                "fingerprint_hash": judgement.fingerprint.hash if judgement.fingerprint else None,
-            }
-        )
-        return self._finish(
-            test, status, judgement.verdict, judgement.reason, judgement.message, now, counts
-        )
-
-    def _finish(
-        self,
-        test: SDCTest,
-        status: SDCTestStatus,
-        verdict: Verdict,
-        reason: str,
-        message: str,
-        now: dt.datetime,
-        counts: Counter[str],
-    ) -> SDCTest:
-        # Failed means wrong answers were found; a crash or timeout is no evidence either
-        # way, so it is Inconclusive (the verdict column still says Crash or Timeout).
-        phase = (
-            SDCTestPhase.PASSED
-            if verdict == Verdict.PASS
-            else SDCTestPhase.FAILED
-            if verdict == Verdict.SDC
-            else SDCTestPhase.INCONCLUSIVE
-        )
-        conditions = set_condition(
-            status.conditions, "Complete", "True", reason or verdict.value, message[:1024], now
-        )
-        conditions = [c for c in conditions if c.type != "AwaitingBaseline"]
-        status = status.model_copy(
-            update={
-                "phase": phase,
-                "verdict": verdict,
-                "reason": (reason or verdict.value)[:64],
-                "message": message[:4096],
-                "completion_time": now,
-                "conditions": conditions,
-            }
-        )
-        self._write_test_status(test, status)
-        counts[f"tests-{phase.value.lower()}"] += 1
-        self.metrics.tests.labels(suite=test.spec.suite.value, phase=phase.value).inc()
-        if status.start_time is not None:
-            self.metrics.screening_duration.labels(suite=test.spec.suite.value).observe(
-                max(0.0, (now - status.start_time).total_seconds())
-            )
-        log.info(
-            "test finished",
-            test=test.metadata.name,
-            node=test.spec.node_name,
-            phase=phase.value,
-            verdict=verdict.value,
-            reason=reason,
-        )
-        return test.model_copy(update={"status": status})
-
-    def _write_test_status(self, test: SDCTest, status: SDCTestStatus) -> None:
-        try:
-            self.writer.patch_custom_status("sdctests", test.metadata.name, to_body(status))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        if test.metadata.resource_version:
-            written = test.model_copy(update={"status": status})
-            self.expect_tests[test.metadata.name] = (test.metadata.resource_version, written)
-
-    # -- the pass ----------------------------------------------------------------
+class Reconciler(Executor, PolicyReporter):
+    """Runs passes: observe, decide (pure), act. Holds only caches that a restart may
+    lose without harm (see ReconcilerState)."""
 
     def run_pass(
         self,
@@ -625,8 +87,6 @@ class Reconciler:
                 self._serve_urgent()
                 self._touched = set()
 
-    # -- urgent work -------------------------------------------------------------
-
     def offer_urgent(self, work: UrgentWork) -> None:
         """Hand nodes whose probe ended to the running pass (thread-safe)."""
         self._urgent.put(work)
@@ -651,13 +111,16 @@ class Reconciler:
             earlier = merged.get(key)
             if earlier is not None:
                 work = UrgentWork(
-                    work.policy, earlier.view.merged(work.view), earlier.nodes | work.nodes
+                    work.policy,
+                    earlier.view.merged(work.view),
+                    earlier.nodes | work.nodes,
+                    max(earlier.now, work.now),
                 )
             merged[key] = work
         for work in merged.values():
             self._depth += 1
             try:
-                self._run_pass(work.policy, work.view, _utcnow(), work.nodes, fill=False)
+                self._run_pass(work.policy, work.view, work.now, work.nodes, fill=False)
             except Exception:  # the loop's next pass decides again
                 log.exception("urgent pass failed", nodes=sorted(work.nodes)[:10])
             finally:
@@ -667,101 +130,6 @@ class Reconciler:
     def _skip(self, node: str) -> bool:
         """Urgent work served during this pass decided the node from fresher facts."""
         return not self._depth and node in self._touched
-
-    # -- parsing, once per resourceVersion -------------------------------------------
-
-    @staticmethod
-    def _cached(cache: dict[str, tuple[str, T]], body: Mapping[str, Any], parse: Any) -> T:
-        """``parse(body)``, or what it gave for this name at this resourceVersion."""
-        name = str((body.get("metadata") or {}).get("name", ""))
-        rv = _rv(body)
-        cached = cache.get(name)
-        if cached is not None and cached[0] == rv and rv:
-            return cached[1]
-        value: T = parse(body)
-        cache[name] = (rv, value)
-        return value
-
-    def _test(self, body: Mapping[str, Any], node_name: str) -> KnownTest | None:
-        def parse(body: Mapping[str, Any]) -> KnownTest | None:
-            try:
-                test = SDCTest.model_validate(body)
-            except ValidationError as exc:
-                log.warning("unreadable SDCTest skipped", node=node_name, error=str(exc)[:300])
-                self._note_sample(str(body.get("metadata", {}).get("name", "")), node_name, None)
-                return None
-            self.test_nodes[test.metadata.name] = node_name
-            self._note_sample(test.metadata.name, node_name, test)
-            return KnownTest.of(test)
-
-        known: KnownTest | None = self._cached(self._tests, body, parse)
-        return known
-
-    def _note_sample(self, name: str, node_name: str, test: SDCTest | None) -> None:
-        status = test.status if test is not None else None
-        sample = None
-        if (
-            test is not None
-            and status is not None
-            and status.completion_time is not None
-            and status.verdict in (Verdict.PASS, Verdict.SDC)
-        ):
-            sample = (
-                test.spec.policy_ref,
-                breaker_mod.Sample(
-                    status.completion_time, status.verdict == Verdict.SDC, node_name, name
-                ),
-            )
-        if self._samples.get(name) != sample:
-            if sample is None:
-                del self._samples[name]
-            else:
-                self._samples[name] = sample
-            self._samples_version += 1
-
-    def _ticket_obj(self, body: Mapping[str, Any]) -> RepairTicket | None:
-        def parse(body: Mapping[str, Any]) -> RepairTicket | None:
-            try:
-                return RepairTicket.model_validate(body)
-            except ValidationError:
-                return None
-
-        ticket: RepairTicket | None = self._cached(self._tickets, body, parse)
-        return ticket
-
-    def _node_facts(self, body: Mapping[str, Any], spec: Any) -> NodeFacts:
-        meta = body["metadata"]
-        key = (_rv(body), tuple(spec.accelerators), spec.budgets.pool_label)
-        cached = self._facts.get(meta["name"])
-        if cached is not None and cached[0] == key and key[0]:
-            return cached[1]
-        node = NodeFacts.from_body(body, spec.accelerators, spec.budgets.pool_label)
-        self._facts[meta["name"]] = (key, node)
-        return node
-
-    def _prune(self, view: FleetView) -> None:
-        """Drop parse caches of objects the view no longer has (full passes only)."""
-        tests = {
-            str((b.get("metadata") or {}).get("name", ""))
-            for bodies in view.tests.values()
-            for b in bodies
-        }
-        tickets = {
-            str((b.get("metadata") or {}).get("name", ""))
-            for bodies in view.tickets.values()
-            for b in bodies
-        }
-        for name in [n for n in self._tests if n not in tests]:
-            del self._tests[name]
-            self.test_nodes.pop(name, None)
-            if self._samples.pop(name, None) is not None:
-                self._samples_version += 1
-        for name in [n for n in self._tickets if n not in tickets]:
-            del self._tickets[name]
-        for name in [n for n in self._facts if n not in view.nodes]:
-            del self._facts[name]
-
-    # -- the pass ----------------------------------------------------------------
 
     def _scope(
         self,
@@ -856,8 +224,78 @@ class Reconciler:
             more = self._fill(memory, spec, facts)
             facts.update(self._scope(memory, name, spec, view, selectors, more))
         counts["nodes-decided"] = len(facts)
+        deleted = [n for n in view.tickets if n not in view.nodes] if full else sorted(vanished)
+        for node_name in deleted:
+            self._close_replaced(policy, view, node_name, now, counts)
 
-        # Tests first: their outcome is what the node decisions read. A full pass
+        tests_by_node = self._advance_tests(policy, view, facts, vanished, full, now, counts)
+        breaker, breaker_status = self._breaker(policy, now)
+
+        observations = self._observe(
+            spec, memory, view, facts, tests_by_node, breaker.open, now, counts
+        )
+        holding = frozenset({spec.taints.testing, spec.taints.quarantine})
+        others = memory.usage_without(o.node.name for o in observations)
+        by_node = {o.node.name: o for o in observations}
+        decisions: list[Decision] = []
+        for count, decision in enumerate(iter_decisions(observations, spec, now, others)):
+            if count % 256 == 255:
+                self._serve_urgent()
+            decisions.append(decision)
+        illegal_before = dict(memory.illegal)
+        for decision in decisions:
+            self._note_illegal(name, memory, decision)
+        wake = self._act(policy, memory, view, decisions, by_node, holding, now, counts)
+        if not full and memory.due:
+            soonest = min(memory.due.values())
+            wake = min(wake, max(0.0, (soonest - now).total_seconds()))
+
+        states = Counter(memory.states.values())
+        if (
+            full
+            or memory.illegal != illegal_before
+            or self._status_due(memory, policy, breaker, breaker_status, now)
+        ):
+            held = sorted(memory.held)[:1000]
+            breaker_status = breaker_status.model_copy(update={"held_nodes": held})
+            self._write_policy_status(policy, breaker, breaker_status, states, now, memory.illegal)
+            memory.status_at = now
+        elif memory.status_at is not None:
+            # Held back by the interval: come back for it even if nothing else happens.
+            left = STATUS_EVERY - (now - memory.status_at)
+            wake = min(wake, max(0.0, left.total_seconds()))
+        self._export(name, states, breaker)
+        if full:
+            self._export_usage(name, holding, observations, view, now)
+        self.metrics.reconcile_passes.inc()
+        writes = Counter(self.writer.writes)
+        writes.subtract(writes_before)
+        counts.update({f"writes-{k}": v for k, v in writes.items() if v})
+        log.info(
+            "reconcile pass",
+            policy=name,
+            kind="full" if full else ("urgent" if not fill else "targeted"),
+            nodes=len(memory.states),
+            **dict(sorted(counts.items())),
+        )
+        if not self._depth:
+            self.last_counts = counts
+        return wake
+
+    def _advance_tests(
+        self,
+        policy: SDCPolicy,
+        view: FleetView,
+        facts: Mapping[str, NodeFacts],
+        vanished: set[str],
+        full: bool,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> dict[str, list[KnownTest]]:
+        """Move the policy's unfinished tests along, first: their outcome is what the
+        node decisions read; returns the tests by node."""
+        name = policy.metadata.name
+        # A full pass
         # reads every test (and so refreshes the breaker's samples); a targeted one
         # only the decided nodes' tests.
         tests_by_node: dict[str, list[KnownTest]] = {}
@@ -879,9 +317,22 @@ class Reconciler:
                         self._note_sample(test.metadata.name, node_name, test)
                 tests_by_node.setdefault(node_name, []).append(known)
 
-        breaker, breaker_status = self._breaker(policy, now)
+        return tests_by_node
 
-        observations = []
+    def _observe(
+        self,
+        spec: SDCPolicySpec,
+        memory: PolicyMemory,
+        view: FleetView,
+        facts: Mapping[str, NodeFacts],
+        tests_by_node: Mapping[str, list[KnownTest]],
+        breaker_open: bool,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> list[Observed]:
+        """What ``decide`` reads about each node to decide (observation assembly); skips
+        nodes whose last write has not come back through the watch."""
+        observations: list[Observed] = []
         for count, (node_name, node) in enumerate(facts.items()):
             if count % 256 == 255:
                 self._serve_urgent()
@@ -897,23 +348,34 @@ class Reconciler:
                     continue
                 del self.expect_nodes[node_name]
             self._restore_ticket_status(view.tickets.get(node_name, []), now, counts)
-            node = self._seq_floor(node, tests_by_node.get(node_name, []), view)
+            node = seq_floor(node, tests_by_node.get(node_name, []), view)
             observations.append(
                 Observed(
                     node=node,
-                    test=self._current_test(node, tests_by_node.get(node_name, [])),
+                    test=current_test(node, tests_by_node.get(node_name, [])),
                     ticket=self._open_ticket(view.tickets.get(node_name, [])),
-                    idle_since=self._idle_since(node_name, node, view),
-                    pending_pod_needs_node=self._needed(node_name, spec.accelerators, view),
-                    breaker_open=breaker.open,
+                    idle_since=idle_since(node_name, spec.accelerators, view),
+                    pending_pod_needs_node=needed(node_name, spec.accelerators, view),
+                    breaker_open=breaker_open,
                 )
             )
 
-        holding = frozenset({spec.taints.testing, spec.taints.quarantine})
-        others = memory.usage_without(o.node.name for o in observations)
-        by_node = {o.node.name: o for o in observations}
+        return observations
+
+    def _act(
+        self,
+        policy: SDCPolicy,
+        memory: PolicyMemory,
+        view: FleetView,
+        decisions: list[Decision],
+        by_node: Mapping[str, Observed],
+        holding: frozenset[str],
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> float:
+        """Apply the decisions and remember what they leave; returns seconds until the
+        next look a decision asked for."""
         wake = REQUEUE_MAX_SECONDS
-        decisions = decide_all(observations, spec, now, others, between=self._serve_urgent)
         # Budgets are granted in priority order; writes go out with the outcomes of
         # finished tests first (a release or quarantine never waits behind new starts).
         decisions.sort(key=lambda d: not _has_outcome(by_node[d.node]))
@@ -937,6 +399,10 @@ class Reconciler:
                     continue
             memory.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
+            if decision.held:
+                memory.held.add(node_name)
+            else:
+                memory.held.discard(node_name)
             if decision.waits_for_budget:
                 memory.waiting[node_name] = (priority(observed), observed.node.pool)
             else:
@@ -946,35 +412,26 @@ class Reconciler:
                 wake = min(wake, decision.requeue_after)
             else:
                 memory.due.pop(node_name, None)
-        if not full and memory.due:
-            soonest = min(memory.due.values())
-            wake = min(wake, max(0.0, (soonest - now).total_seconds()))
-
-        states = Counter(memory.states.values())
-        if full or self._status_due(memory, policy, breaker, breaker_status, now):
-            self._write_policy_status(policy, breaker, breaker_status, states, now)
-            memory.status_at = now
-        elif memory.status_at is not None:
-            # Held back by the interval: come back for it even if nothing else happens.
-            left = STATUS_EVERY - (now - memory.status_at)
-            wake = min(wake, max(0.0, left.total_seconds()))
-        self._export(name, states, breaker)
-        if full:
-            self._export_usage(name, holding, observations, view, now)
-        self.metrics.reconcile_passes.inc()
-        writes = Counter(self.writer.writes)
-        writes.subtract(writes_before)
-        counts.update({f"writes-{k}": v for k, v in writes.items() if v})
-        log.info(
-            "reconcile pass",
-            policy=name,
-            kind="full" if full else ("urgent" if not fill else "targeted"),
-            nodes=len(memory.states),
-            **dict(sorted(counts.items())),
-        )
-        if not self._depth:
-            self.last_counts = counts
         return wake
+
+    def _note_illegal(self, policy: str, memory: PolicyMemory, decision: Decision) -> None:
+        """A node whose event has no row costs only that node: counted, logged with the
+        node, kept for the policy's IllegalTransition condition until it decides cleanly."""
+        exc = decision.illegal
+        if exc is None:
+            memory.illegal.pop(decision.node, None)
+            return
+        self.metrics.illegal_transitions.labels(
+            from_state=exc.state.value, event=exc.event.value
+        ).inc()
+        log.error(
+            "illegal transition; node left as it is",
+            policy=policy,
+            node=decision.node,
+            state=exc.state.value,
+            trigger=exc.event.value,
+        )
+        memory.illegal[decision.node] = f"{exc.state.value} on {exc.event.value}"
 
     def _advance_guarded(
         self,
@@ -1044,57 +501,6 @@ class Reconciler:
             return False
         return True
 
-    # -- observations --------------------------------------------------------------
-
-    @staticmethod
-    def _seq_floor(node: NodeFacts, tests: list[KnownTest], view: FleetView) -> NodeFacts:
-        """Never reuse the name of a finished SDCTest or closed RepairTicket.
-
-        Names come from the node's ``sdcguard.dev/seq`` counter. If that annotation was
-        mangled, or a crash left it behind an object that has since finished, the next
-        name could be an old object's: the create would answer 409 and the old outcome
-        would be taken for the new test. Objects still in flight are not counted, so a
-        decision repeated after a crash still finds (and adopts) what it created.
-        """
-        if not node.uid:
-            return node
-        marker = f"-{node.uid[:5]}-"
-
-        def seq(name: str) -> int | None:
-            """N of a name ending in -<uid[:5]>-N (a string test: a pattern per node
-            would overflow the regex cache on a big fleet)."""
-            _, found, tail = name.rpartition(marker)
-            return int(tail) if found and tail.isdecimal() else None
-
-        done: list[int] = []
-        for test in tests:
-            number = seq(test.name)
-            if number is not None and test.finished:
-                done.append(number)
-        for body in view.tickets.get(node.name, []):
-            number = seq(str(body.get("metadata", {}).get("name", "")))
-            if number is not None and (body.get("status") or {}).get("phase") in (
-                "Closed",
-                "Retired",
-            ):
-                done.append(number)
-        floor = max(done, default=0)
-        raw = node.annotations.get(keys.SEQ, "0")
-        if raw.isdigit() and int(raw) >= floor:
-            return node
-        return replace(node, annotations={**node.annotations, keys.SEQ: str(floor)})
-
-    @staticmethod
-    def _current_test(node: NodeFacts, tests: list[KnownTest]) -> TestFacts | None:
-        current = node.current_test
-        named = [t for t in tests if t.name == current]
-        if named:
-            return named[0].facts
-        running = [t for t in tests if not t.finished]
-        if not running:
-            return None
-        return max(running, key=lambda t: (t.created, t.name)).facts
-
     def _open_ticket(self, bodies: list[dict[str, Any]]) -> TicketFacts | None:
         tickets = []
         for body in bodies:
@@ -1110,399 +516,3 @@ class Reconciler:
             tickets, key=lambda t: (t.metadata.creation_timestamp or _EPOCH, t.metadata.name)
         )
         return TicketFacts.from_api(newest)
-
-    @staticmethod
-    def _idle_since(name: str, node: NodeFacts, view: FleetView) -> dt.datetime | None:
-        """None while a workload uses the node's accelerators; else since when it is idle.
-
-        The time a workload last left is kept in memory; a node never seen busy counts
-        as idle since it was created, so it does not look "used" after a restart.
-        """
-        if view.busy.get(name):
-            return None
-        last = view.last_busy.get(name)
-        if last is not None:
-            return last
-        created = observe.parse_time(view.nodes[name]["metadata"].get("creationTimestamp"))
-        return created or _EPOCH
-
-    @staticmethod
-    def _needed(name: str, accelerators: list[str], view: FleetView) -> bool:
-        """A pending pod asks for this node's kind of accelerator and would fit its labels."""
-        body = view.nodes[name]
-        labels = body["metadata"].get("labels") or {}
-        allocatable = body["status"].get("allocatable") or {}
-        offered = {r for r in accelerators if str(allocatable.get(r, "0")) not in ("0", "")}
-        for demand in view.pending:
-            if not offered & set(demand.resources):
-                continue
-            if all(labels.get(k) == v for k, v in demand.node_selector.items()):
-                return True
-        return False
-
-    # -- acting ----------------------------------------------------------------------
-
-    def apply(
-        self,
-        policy: SDCPolicy,
-        decision: Decision,
-        view: FleetView,
-        now: dt.datetime,
-        counts: Counter[str],
-    ) -> None:
-        """Objects first (tests, tickets), then the node patch, then Events: a crash in
-        between repeats the same decision, and deterministic names make the repeat a
-        no-op (an Event may be lost; it only tells what the objects record)."""
-        node_name = decision.node
-        body = view.nodes[node_name]
-        node = NodeFacts.from_body(body, policy.spec.accelerators, policy.spec.budgets.pool_label)
-        delete_node = False
-        events: list[EmitEvent] = []
-        opened: list[CreateTicket] = []
-        for action in decision.actions:
-            if isinstance(action, CreateTest):
-                self._create_test(policy, node_name, action, counts)
-            elif isinstance(action, CreateTicket):
-                if self._create_ticket(policy, body, action, counts):
-                    opened.append(action)
-            elif isinstance(action, SetTicketPhase):
-                self._ticket_status(view, node_name, action.name, action.phase, action.message, now)
-            elif isinstance(action, CloseTicket):
-                self._ticket_status(
-                    view, node_name, action.name, TicketPhase.CLOSED, action.message, now
-                )
-            elif isinstance(action, RaiseCycle):
-                self._raise_cycle(view, node_name, action, now)
-            elif isinstance(action, Retire):
-                if action.name:
-                    self._ticket_status(
-                        view, node_name, action.name, TicketPhase.RETIRED, "retired", now
-                    )
-                delete_node = delete_node or action.delete_node
-            elif isinstance(action, EmitEvent):
-                if self.settings.routine_events or not action.routine:
-                    events.append(action)
-            elif isinstance(action, Drain):
-                counts["pods-evicted"] += self.writer.evict_pods_on_node(
-                    node_name, skip_namespaces=(self.settings.namespace,)
-                )
-            elif isinstance(action, DeleteNode):
-                delete_node = True
-        patch = plan_node_patch(node, decision.actions)
-        if not patch.empty:
-            rv = str(body["metadata"].get("resourceVersion", ""))
-            self.writer.patch_node(node_name, patch.body(rv))
-            self.expect_nodes[node_name] = rv
-            counts["node-patches"] += 1
-        # A new ticket's status (Open, its history) after the taint: the ticket itself,
-        # created before the patch, is the record of why (a ticket without a status
-        # reads as Open), so the quarantine waits for one write less.
-        for ticket in opened:
-            self._open_ticket_status(ticket, now)
-        # Events last: they only tell; the objects and the node already say it all.
-        for event in events:
-            self.writer.event(
-                kind="Node",
-                name=node_name,
-                uid=node.uid or None,
-                reason=event.reason,
-                message=event.message,
-                now=now,
-                warning=event.warning,
-            )
-        if decision.changed:
-            counts[f"to-{decision.state.value.lower()}"] += 1
-            if decision.state == NodeState.QUARANTINED:
-                self.metrics.quarantines.labels(policy=policy.metadata.name).inc()
-            log.info(
-                "transition",
-                node=node_name,
-                previous=decision.previous,
-                state=decision.state.value,
-                trigger=decision.event,
-                note=decision.note,
-            )
-        if delete_node:
-            self.writer.delete_node(node_name)
-
-    def _create_test(
-        self, policy: SDCPolicy, node: str, action: CreateTest, counts: Counter[str]
-    ) -> None:
-        body = {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "SDCTest",
-            "metadata": {"name": action.name, "labels": {"sdcguard.dev/node": node[:63]}},
-            "spec": {
-                "nodeName": node,
-                "policyRef": policy.metadata.name,
-                "suite": (action.suite or "requalification"),
-                "reason": action.reason.value,
-                "attempt": action.attempt,
-                **({"ticketRef": action.ticket} if action.ticket else {}),
-            },
-        }
-        created = self.writer.create_custom("sdctests", body)
-        counts["tests-created" if created is not None else "tests-existed"] += 1
-
-    def _create_ticket(
-        self,
-        policy: SDCPolicy,
-        node_body: Mapping[str, Any],
-        action: CreateTicket,
-        counts: Counter[str],
-    ) -> bool:
-        """Create the ticket; False when it existed (its status is then left alone)."""
-        meta, spec = node_body["metadata"], node_body["spec"]
-        hardware = {
-            k: v
-            for k, v in (
-                ("providerID", spec.get("providerID")),
-                ("systemUUID", (node_body["status"].get("nodeInfo") or {}).get("systemUUID")),
-            )
-            if v
-        }
-        body = {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "RepairTicket",
-            "metadata": {"name": action.name, "labels": {"sdcguard.dev/node": meta["name"][:63]}},
-            "spec": {
-                "nodeName": meta["name"],
-                "policyRef": policy.metadata.name,
-                "hardware": hardware,
-                "evidence": list(dict.fromkeys(action.evidence)),
-            },
-        }
-        created = self.writer.create_custom("repairtickets", body)
-        if created is None:
-            counts["tickets-existed"] += 1
-            return False
-        counts["tickets-created"] += 1
-        return True
-
-    def _open_ticket_status(self, action: CreateTicket, now: dt.datetime) -> None:
-        status = {
-            "phase": TicketPhase.OPEN.value,
-            "cycle": 1,
-            "openedAt": keys.format_time(now),
-            "history": [
-                {"time": keys.format_time(now), "phase": "Open", "message": action.message[:1024]}
-            ],
-        }
-        self.writer.patch_custom_status("repairtickets", action.name, status)
-
-    def _restore_ticket_status(
-        self, bodies: list[dict[str, Any]], now: dt.datetime, counts: Counter[str]
-    ) -> None:
-        """A ticket whose status never came (the operator died between creating it and
-        writing its status, which follows the taint) gets it, dated at its creation."""
-        for body in bodies:
-            meta = body.get("metadata") or {}
-            created = observe.parse_time(meta.get("creationTimestamp"))
-            if body.get("status") or created is None or now - created < TICKET_STATUS_GRACE:
-                continue
-            message = "opened (status written after an interruption)"
-            self._open_ticket_status(CreateTicket(str(meta.get("name", "")), (), message), created)
-            counts["ticket-status-restored"] += 1
-
-    def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:
-        for body in view.tickets.get(node, []):
-            if body.get("metadata", {}).get("name") == name:
-                return self._ticket_obj(body)
-        return None
-
-    def _ticket_status(
-        self,
-        view: FleetView,
-        node: str,
-        name: str,
-        phase: TicketPhase,
-        message: str,
-        now: dt.datetime,
-    ) -> None:
-        ticket = self._ticket(view, node, name)
-        status = ticket.status if ticket and ticket.status else None
-        if status is not None and status.phase == phase:
-            return
-        history = [to_body(h) for h in (status.history if status else [])]
-        history.append(
-            {"time": keys.format_time(now), "phase": phase.value, "message": message[:1024]}
-        )
-        patch: dict[str, Any] = {"phase": phase.value, "history": history[-256:]}
-        if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
-            patch["closedAt"] = keys.format_time(now)
-        self.writer.patch_custom_status("repairtickets", name, patch)
-
-    def _raise_cycle(
-        self, view: FleetView, node: str, action: RaiseCycle, now: dt.datetime
-    ) -> None:
-        ticket = self._ticket(view, node, action.name)
-        if ticket is None or (action.test and action.test in ticket.spec.evidence):
-            return
-        evidence = [*ticket.spec.evidence, action.test] if action.test else ticket.spec.evidence
-        self.writer.patch_custom(
-            "repairtickets",
-            action.name,
-            {"spec": {"evidence": evidence, "resolution": None, "resolutionNote": None}},
-        )
-        status = ticket.status
-        cycle = (status.cycle if status else 1) + 1
-        history = [to_body(h) for h in (status.history if status else [])]
-        message = f"repair cycle {cycle}: verification {action.test} failed"
-        history.append({"time": keys.format_time(now), "phase": "Open", "message": message})
-        self.writer.patch_custom_status(
-            "repairtickets",
-            action.name,
-            {"phase": TicketPhase.OPEN.value, "cycle": cycle, "history": history[-256:]},
-        )
-
-    # -- policy status and breaker -------------------------------------------------
-
-    def _breaker(
-        self, policy: SDCPolicy, now: dt.datetime
-    ) -> tuple[breaker_mod.BreakerView, BreakerStatus]:
-        """The breaker now, and the status to store.
-
-        Its samples are the policy's finished SDCTests (a Pass or SDC verdict at its
-        completion time), rebuilt from the tests themselves, so no screening is ever
-        missed or counted twice, whatever failed or restarted in between; the stored
-        status only latches the trip (``trippedAt``) and the last reset. The result is
-        reused for up to a second while no sample and nothing stored changed."""
-        name = policy.metadata.name
-        memory = self._memory.setdefault(name, PolicyMemory())
-        reset = policy.metadata.annotations.get(keys.RESET_BREAKER)
-        key = (self._samples_version, policy.metadata.resource_version, reset)
-        if memory.breaker is not None:
-            cached_key, at, result = memory.breaker
-            if cached_key == key and dt.timedelta(0) <= now - at < dt.timedelta(seconds=1):
-                return result  # type: ignore[no-any-return]
-        samples = [sample for owner, sample in self._samples.values() if owner == name]
-        stored = policy.status.breaker if policy.status else None
-        result = breaker_mod.advance(
-            stored.model_copy(update={"samples": []}) if stored else None,
-            policy.spec.circuit_breaker,
-            now,
-            reset,
-            samples,
-        )
-        memory.breaker = (key, now, result)
-        return result
-
-    def _write_policy_status(
-        self,
-        policy: SDCPolicy,
-        breaker: breaker_mod.BreakerView,
-        breaker_status: BreakerStatus,
-        states: Counter[str],
-        now: dt.datetime,
-    ) -> None:
-        """Write the policy's status if it changed."""
-        old = policy.status or SDCPolicyStatus()
-        conditions = set_condition(
-            old.conditions,
-            "BreakerOpen",
-            "True" if breaker.open else "False",
-            "Tripped" if breaker.open else "WithinLimit",
-            breaker.explain(),
-            now,
-            policy.metadata.generation,
-        )
-        conditions = set_condition(
-            conditions,
-            "Ready",
-            "True",
-            "Reconciled",
-            f"{sum(states.values())} nodes; mode {policy.spec.mode.value}"
-            + ("; paused" if policy.spec.paused else ""),
-            now,
-            policy.metadata.generation,
-        )
-        new = old.model_copy(
-            update={
-                "observed_generation": policy.metadata.generation,
-                "conditions": conditions,
-                "breaker": breaker_status,
-                "counts": NodeCounts.model_validate(
-                    {s.value.lower(): states.get(s.value, 0) for s in NodeState}
-                ),
-            }
-        )
-        new = SDCPolicyStatus.model_validate(to_body(new))
-        if to_body(new) == to_body(old):
-            return
-        try:
-            self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, to_body(new))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    @staticmethod
-    def _status_due(
-        memory: PolicyMemory,
-        policy: SDCPolicy,
-        breaker: breaker_mod.BreakerView,
-        breaker_status: BreakerStatus,
-        now: dt.datetime,
-    ) -> bool:
-        """Between full passes the policy's status (counts, breaker window) is written at
-        most every STATUS_EVERY; a trip or reset of the breaker at once."""
-        old = policy.status or SDCPolicyStatus()
-        stored = old.breaker or BreakerStatus()
-        was_open = any(c.type == "BreakerOpen" and c.status == "True" for c in old.conditions)
-        if was_open != breaker.open or (breaker_status.state, breaker_status.tripped_at) != (
-            stored.state,
-            stored.tripped_at,
-        ):
-            return True
-        return memory.status_at is None or now - memory.status_at >= STATUS_EVERY
-
-    def _export_usage(
-        self,
-        policy: str,
-        holding: frozenset[str],
-        observations: list[Observed],
-        view: FleetView,
-        now: dt.datetime,
-    ) -> None:
-        """Budget in use per pool, and open tickets by age (for the SLA alert)."""
-        for pool, usage in pool_usage(o.pool_member(holding) for o in observations).items():
-            label = pool or "default"
-            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="tests").set(
-                usage.tests
-            )
-            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="unavailable").set(
-                usage.unavailable
-            )
-        ages: list[float] = []
-        for bodies in view.tickets.values():
-            for body in bodies:
-                status = body.get("status") or {}
-                if status.get("phase") in (None, "Closed", "Retired"):
-                    continue
-                opened = observe.parse_time(status.get("openedAt"))
-                if opened is not None:
-                    ages.append((now - opened).total_seconds())
-        buckets = {"lt1h": 0, "1h-24h": 0, "1d-7d": 0, "gt7d": 0}
-        for age in ages:
-            key = (
-                "lt1h"
-                if age < 3600
-                else "1h-24h"
-                if age < 86400
-                else "1d-7d"
-                if age < 7 * 86400
-                else "gt7d"
-            )
-            buckets[key] += 1
-        for key, count in buckets.items():
-            self.metrics.tickets_open.labels(age=key).set(count)
-        self.metrics.oldest_ticket.set(max(ages, default=0.0))
-
-    def _export(self, policy: str, states: Counter[str], breaker: breaker_mod.BreakerView) -> None:
-        for state in NodeState:
-            self.metrics.nodes.labels(policy=policy, state=state.value).set(
-                states.get(state.value, 0)
-            )
-        self.metrics.breaker_open.labels(policy=policy).set(1 if breaker.open else 0)
-        self.metrics.breaker_fraction.labels(policy=policy).set(
-            breaker.failures / breaker.samples if breaker.samples else 0.0
-        )

@@ -19,7 +19,8 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from sdcguard.adapters.kube import GROUP, VERSION, KubeWriter
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.api import GROUP, VERSION
 from sdcguard.api.common import set_condition
 from sdcguard.api.report import ReportPhase, SDCReport, SDCReportStatus
 from sdcguard.api.resources import to_body

@@ -72,6 +72,7 @@ from sdcguard.api.sdctest import (
 )
 from sdcguard.api.ticket import (
     ExternalRef,
+    Finding,
     HardwareIdentity,
     HistoryEntry,
     Notification,
@@ -119,6 +120,7 @@ __all__ = [
     "Condition",
     "Confirmation",
     "ExternalRef",
+    "Finding",
     "FingerprintSpec",
     "HardwareIdentity",
     "HistoryEntry",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -166,6 +167,10 @@ class Triggers(ApiModel):
     """A qualification older than this is renewed in the node's next idle window. "0": never."""
     on_suspect: bool = True
     """Honour the sdcguard.dev/suspect node annotation that workloads and people set."""
+    hold_suspects: bool = True
+    """Reserve a node reported suspect at once (the testing taint: running work finishes,
+    no new work lands), so it is re-screened before it takes more work. Off: it stays
+    schedulable and is re-screened in its next idle window, after pending pods."""
     inconclusive_backoff: Duration = "10m"
     """Wait before re-screening after an inconclusive result; doubles per repeat, up to 16x."""
 
@@ -199,7 +204,9 @@ class CheckSpec(ApiModel):
     name: CheckName
     """The check: compute, collective, golden or memory."""
     timeout_seconds: int = Field(default=600, ge=10, le=86400)
-    """Time the probe gives this check before it reports a timeout."""
+    """Time this check may take. The probe's hard limit for its workers (--timeout) is
+    the sum over the suite's checks (at least probe.budgetSeconds), within
+    activeDeadlineSeconds; past it the test is inconclusive (Timeout), never a pass."""
     params: dict[Annotated[str, StringConstraints(max_length=63)], int | ShortText] = Field(
         default_factory=dict, max_length=32
     )
@@ -310,11 +317,13 @@ class ProbeSpec(ApiModel):
     command: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=32
     )
-    """Overrides the image's entrypoint."""
+    """Overrides the container's command (default: python -m sdcprobe); it must accept
+    the probe's arguments (run --checks ... --budget ... --result-file ...)."""
     args: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=64
     )
-    """Overrides the image's arguments (the suite and baseline are passed separately)."""
+    """Extra arguments, added after the ones sdcguard passes (checks, budget, timeout,
+    check parameters)."""
     resources: ResourceList = Field(default_factory=ResourceList)
     """CPU and memory for the probe container."""
     cpu_devices: int = Field(default=0, ge=0, le=64)
@@ -344,6 +353,17 @@ MAX_UNAVAILABLE_NEGATIVE = "spec.budgets.maxUnavailable: a node count must not b
 _PERCENT = re.compile(r"^[0-9]+%$")
 PERCENT_0_100 = r"^(100|[1-9]?[0-9])%$"
 _PERCENT_0_100 = re.compile(PERCENT_0_100)
+
+
+def allowed_unavailable(max_unavailable: int | str, nodes: int) -> int:
+    """Nodes of a pool of ``nodes`` that ``spec.budgets.maxUnavailable`` lets sdcguard
+    hold: a count, or a percent rounded down (a non-zero percent allows at least one)."""
+    if isinstance(max_unavailable, int):
+        return max_unavailable
+    percent = int(max_unavailable.rstrip("%"))
+    if percent == 0 or nodes == 0:
+        return 0
+    return max(1, math.floor(nodes * percent / 100))
 
 
 class Budgets(ApiModel):
@@ -406,7 +426,10 @@ class Quarantine(ApiModel):
     cordon: bool = True
     """Also mark the node unschedulable (undone only if sdcguard cordoned it)."""
     drain: bool = False
-    """Evict running pods after cordoning. Off: running work finishes on its own."""
+    """Evict running pods after cordoning and tainting. Off: running work finishes on its own."""
+    drain_timeout_seconds: int = Field(default=600, ge=0, le=86400)
+    """How long evictions that a PodDisruptionBudget refuses (429) are retried, with
+    back-off, before the drain gives up with a warning Event (the node stays quarantined)."""
 
     @model_validator(mode="after")
     def _drain_needs_cordon(self) -> Quarantine:
@@ -472,8 +495,11 @@ class Repair(ApiModel):
 
 
 class CircuitBreaker(ApiModel):
-    """Stops quarantines when too many screenings fail at once (a bad image or driver, not a
-    bad fleet). Reset by hand: annotate the policy sdcguard.dev/reset-breaker=<new value>."""
+    """Stops quarantines when too many of the screened nodes fail at once (a bad image or
+    driver, not a bad fleet). Counts distinct nodes: those screened in the window, and of
+    those the nodes whose SDC verdict was confirmed (reproduced by a re-run, or a single
+    one with confirmation.reruns 0). Reset by hand: annotate the policy
+    sdcguard.dev/reset-breaker=<new value>."""
 
     window: Duration = Field(
         default="1h",
@@ -486,9 +512,10 @@ class CircuitBreaker(ApiModel):
     )
     """Sliding window of screenings the breaker looks at."""
     min_samples: int = Field(default=5, ge=1, le=10000)
-    """Screenings the window must hold before the breaker can trip."""
+    """Distinct nodes screened in the window before the breaker can trip."""
     max_failure_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
-    """Trip when more than this fraction of the window's screenings found SDC."""
+    """Trip when more than this fraction of the nodes screened in the window had
+    confirmed failures."""
 
     @field_validator("window")
     @classmethod
@@ -644,13 +671,19 @@ class BreakerStatus(ApiModel):
     tripped_at: dt.datetime | None = None
     """When it opened."""
     reason: Annotated[str, StringConstraints(max_length=1024)] = ""
-    """Why it is in this state, e.g. "3 of 5 screenings failed in the last 1h (limit 50%)"."""
+    """Why it is in this state, e.g. "3 of 5 nodes screened had confirmed failures in the
+    last 1h (limit 50%)"."""
     samples: list[BreakerSample] = Field(default_factory=list, max_length=1000)
     """Recent screenings (pruned to what the breaker needs)."""
     window_samples: int = Field(default=0, ge=0)
-    """Screenings in the current window."""
+    """Distinct nodes screened in the current window."""
     window_failures: int = Field(default=0, ge=0)
-    """Of those, screenings that found SDC."""
+    """Of those, nodes with a confirmed failure."""
+    held_nodes: list[Annotated[str, StringConstraints(max_length=253)]] = Field(
+        default_factory=list, max_length=1000
+    )
+    """Nodes whose confirmed failure is held while the breaker is open (Suspect, tainted,
+    not re-tested until it closes or a person asks)."""
     reset_marker: Annotated[str, StringConstraints(max_length=253)] | None = None
     """The last sdcguard.dev/reset-breaker annotation value acted on."""
     reset_at: dt.datetime | None = None

@@ -70,6 +70,23 @@ class ExternalRef(ApiModel):
     """Link to it: an http or https URL."""
 
 
+class Finding(ApiModel):
+    """One failed check of one SDCTest behind the ticket, located as far as the probe could."""
+
+    model_config = ConfigDict(frozen=True)
+
+    test: Id
+    """The SDCTest."""
+    check: Annotated[str, StringConstraints(max_length=64)]
+    """The check that found wrong answers (compute, collective, golden, memory)."""
+    odd_device: int | None = Field(default=None, ge=0)
+    """The device index that disagreed with the others, if one could be named."""
+    first_divergent_step: int | None = Field(default=None, ge=0)
+    """golden: the first training step whose values differ."""
+    first_divergent_submodule: Annotated[str, StringConstraints(max_length=256)] | None = None
+    """golden: the first submodule whose outputs differ at that step."""
+
+
 class RepairTicketSpec(ApiModel):
     """The incident: which node, why (evidence), and the repair side's answer."""
 
@@ -93,6 +110,9 @@ class RepairTicketSpec(ApiModel):
     """Hardware identity, for repeat-offender history."""
     evidence: list[Id] = Field(default_factory=list, max_length=64, json_schema_extra=SET_LIST)
     """SDCTest names that led to (and followed) the quarantine."""
+    findings: list[Finding] = Field(default_factory=list, max_length=64)
+    """What the failed checks of those tests located: the odd device, the first divergent
+    step and submodule, per test and check."""
     external: ExternalRef | None = None
     """The ticket in an external system; setting it acknowledges the ticket."""
     resolution: Resolution | None = None
@@ -125,6 +145,11 @@ class Notification(ApiModel):
     """Sent with every attempt so a sink creates the external ticket once."""
     last_attempt: dt.datetime | None = None
     """When delivery was last tried."""
+    next_attempt: dt.datetime | None = None
+    """Not retried before then (the back-off, or a sink's Retry-After)."""
+    permanent: bool = False
+    """A sink refused the request itself (a 4xx, a misconfigured sink or Secret): retried
+    only hourly, in case its configuration was fixed; see the NotificationFailed condition."""
 
 
 class RepairTicketStatus(ApiModel):

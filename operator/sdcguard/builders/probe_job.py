@@ -40,6 +40,12 @@ class ProbeJobRequest:
     env: tuple[tuple[str, str], ...] = ()
     priority_class: str = ""
     check_params: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] = ()
+    """The container's command (empty: ``python -m sdcprobe``)."""
+    extra_args: tuple[str, ...] = ()
+    """Added after the arguments sdcguard passes (spec.probe.args)."""
+    timeout_seconds: int | None = None
+    """The probe's hard limit for its workers (``--timeout``)."""
 
 
 def label_value(text: str) -> str:
@@ -77,9 +83,11 @@ def probe_args(req: ProbeJobRequest) -> list[str]:
         args += ["--cpu-devices", str(req.cpu_devices)]
     if req.seed is not None:
         args += ["--seed", str(req.seed)]
+    if req.timeout_seconds is not None:
+        args += ["--timeout", str(req.timeout_seconds)]
     for key, value in req.check_params:
         args += [f"--{key}", value]
-    return args
+    return [*args, *req.extra_args]
 
 
 def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
@@ -150,7 +158,7 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             {
                 "name": "sdcprobe",
                 "image": req.image,
-                "command": ["python", "-m", "sdcprobe"],
+                "command": list(req.command) or ["python", "-m", "sdcprobe"],
                 "args": probe_args(req),
                 # HOME on the writable /tmp: user 65532 has no home directory and
                 # the root filesystem is read-only (torch and triton cache there).

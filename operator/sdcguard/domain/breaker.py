@@ -1,14 +1,19 @@
-"""The circuit breaker: stop quarantining when too many screenings fail at once.
+"""The circuit breaker: stop quarantining when too many screened nodes fail at once.
 
 A storm of SDC verdicts is far more likely a bad probe image, driver or baseline than
-a fleet going bad at once (about 1 device in 1,000 has SDC). The breaker records one
-sample per finished screening (found SDC or not) and trips when, within a sliding
-``window``, at least ``minSamples`` screenings ran and more than
-``maxFailureFraction`` of them found SDC (3 of 5 with 0.5 trips; 2 of 4 does not).
+a fleet going bad at once (about 1 device in 1,000 has SDC). The breaker counts nodes,
+not screenings (as NVSentinel does): within a sliding ``window``, the distinct nodes
+screened, and of those the nodes with a *confirmed* failure (an SDC verdict reproduced
+by a re-run, or a single one when the policy confirms nothing, see
+:func:`failures_to_confirm`). It trips when at least ``minSamples`` nodes were screened
+and more than ``maxFailureFraction`` of them had confirmed failures (3 of 5 with 0.5
+trips; 2 of 4 does not). Confirmation re-runs and re-tests of one node never count
+twice, so a couple of bad nodes in a small pool cannot trip it on their own.
 
-While open, confirmed failures are held (the node stays Suspect and tainted) instead
-of quarantined, and routine re-screening stops; releases, repair verification and
-acceptance of new (gated) nodes continue. The breaker stays open until a person
+While open, confirmed failures are held (the node stays Suspect and tainted, marked
+``sdcguard.dev/held``, and is not re-tested until the breaker closes or a person asks)
+instead of quarantined, and routine re-screening stops; releases, repair verification
+and acceptance of new (gated) nodes continue. The breaker stays open until a person
 resets it by annotating the policy ``sdcguard.dev/reset-breaker=<any new value>``;
 samples from before the reset are then ignored.
 
@@ -24,7 +29,14 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sdcguard.api import BreakerSample, BreakerState, BreakerStatus, CircuitBreaker, parse_duration
+from sdcguard.api import (
+    BreakerSample,
+    BreakerState,
+    BreakerStatus,
+    CircuitBreaker,
+    Confirmation,
+    parse_duration,
+)
 from sdcguard.domain.keys import RESET_BREAKER, format_time
 
 MAX_SAMPLES = 500
@@ -40,24 +52,35 @@ class Sample:
     test: str = ""
 
 
+def failures_to_confirm(confirmation: Confirmation) -> int:
+    """SDC verdicts of one node that make its failure confirmed: the first and one that
+    reproduced it, or the first alone when the policy re-runs nothing."""
+    return 1 if confirmation.reruns == 0 else 2
+
+
 @dataclass(frozen=True)
 class BreakerView:
     """The breaker's state and the numbers behind it."""
 
     open: bool
     samples: int
-    """Screenings in the window that decided the state (the trip window while open)."""
+    """Distinct nodes screened in the window that decided the state (the trip window
+    while open)."""
     failures: int
+    """Of those, nodes with a confirmed failure."""
     tripped_at: dt.datetime | None
     window: str
     min_samples: int
     max_failure_fraction: float
 
     def explain(self) -> str:
-        """A sentence for the policy condition, e.g.
-        "3 of 5 screenings failed in the last 1h (limit 50%)"."""
+        """A sentence for the policy condition, e.g. "3 of 5 nodes screened had confirmed
+        failures in the last 1h (limit 50%)"."""
         limit = f"{self.max_failure_fraction * 100:g}%"
-        counts = f"{self.failures} of {self.samples} screenings failed in the last {self.window}"
+        counts = (
+            f"{self.failures} of {self.samples} nodes screened had confirmed failures "
+            f"in the last {self.window}"
+        )
         if self.open:
             assert self.tripped_at is not None
             return (
@@ -65,8 +88,48 @@ class BreakerView:
                 f"investigate, then annotate the policy {RESET_BREAKER}=<new value> to reset"
             )
         if self.samples < self.min_samples:
-            return f"{counts}; the breaker trips only with at least {self.min_samples} screenings"
+            return (
+                f"{counts}; the breaker trips only with at least {self.min_samples} nodes screened"
+            )
         return f"{counts} (limit {limit})"
+
+
+def _key(sample: Sample) -> str:
+    return sample.node or f"test:{sample.test}"
+
+
+class _Tally:
+    """Nodes in a window: screenings and SDC verdicts of each, as samples come and go."""
+
+    def __init__(self, confirm: int) -> None:
+        self.confirm = confirm
+        self.screened: dict[str, int] = {}
+        self.sdc: dict[str, int] = {}
+        self.failed = 0
+
+    def add(self, sample: Sample, step: int = 1) -> None:
+        key = _key(sample)
+        count = self.screened.get(key, 0) + step
+        if count:
+            self.screened[key] = count
+        else:
+            self.screened.pop(key, None)
+        if sample.failed:
+            before = self.sdc.get(key, 0)
+            after = before + step
+            self.sdc[key] = after
+            self.failed += (after >= self.confirm) - (before >= self.confirm)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.screened)
+
+
+def _tally(window: Iterable[Sample], confirm: int) -> _Tally:
+    tally = _Tally(confirm)
+    for sample in window:
+        tally.add(sample)
+    return tally
 
 
 def _window(samples: Sequence[Sample], end: dt.datetime, seconds: float) -> list[Sample]:
@@ -84,12 +147,16 @@ def _relevant(
 
 
 def _view(
-    window: Sequence[Sample], config: CircuitBreaker, tripped_at: dt.datetime | None
+    window: Sequence[Sample],
+    config: CircuitBreaker,
+    tripped_at: dt.datetime | None,
+    confirm: int,
 ) -> BreakerView:
+    tally = _tally(window, confirm)
     return BreakerView(
         open=tripped_at is not None,
-        samples=len(window),
-        failures=sum(1 for s in window if s.failed),
+        samples=tally.nodes,
+        failures=tally.failed,
         tripped_at=tripped_at,
         window=config.window,
         min_samples=config.min_samples,
@@ -103,39 +170,42 @@ def evaluate(
     now: dt.datetime,
     reset_at: dt.datetime | None = None,
     tripped_at: dt.datetime | None = None,
+    confirm: int = 1,
 ) -> BreakerView:
-    """The breaker at ``now``.
+    """The breaker at ``now``; ``confirm``: SDC verdicts that confirm one node's failure
+    (:func:`failures_to_confirm`).
 
     Open if it tripped before (``tripped_at``, from the status) and was not reset since,
     or if a window ending at a screening within the last ``window`` trips now. A pass
-    can trip it too: it may bring the window up to ``minSamples`` while the failed share
-    is already over the limit (3 failures, then 2 passes, with minSamples 5). Windows
-    ending earlier are not re-checked: pruned samples could not answer for them.
+    can trip it too: it may bring the window up to ``minSamples`` nodes while the failed
+    share is already over the limit (3 failed nodes, then 2 healthy ones, with
+    minSamples 5). Windows ending earlier are not re-checked: pruned samples could not
+    answer for them.
     """
     seconds = parse_duration(config.window)
     ordered = _relevant(samples, now, reset_at)
     if tripped_at is not None and (reset_at is None or tripped_at > reset_at):
-        return _view(_window(ordered, tripped_at, seconds), config, tripped_at)
+        return _view(_window(ordered, tripped_at, seconds), config, tripped_at, confirm)
     # Every window ending at a recent screening, in one sweep: both window edges only
-    # move forward, and a running count of failures gives each window's share.
+    # move forward, and a running tally per node gives each window's counts.
     span = dt.timedelta(seconds=seconds)
     recent = now - span
-    failed_before = [0]
-    for sample in ordered:
-        failed_before.append(failed_before[-1] + (1 if sample.failed else 0))
+    tally = _Tally(confirm)
     low = high = 0
     for sample in ordered:
-        if sample.at <= recent:
-            continue
         end = sample.at
         while high < len(ordered) and ordered[high].at <= end:
+            tally.add(ordered[high])
             high += 1
         while low < high and ordered[low].at <= end - span:
+            tally.add(ordered[low], -1)
             low += 1
-        count, failures = high - low, failed_before[high] - failed_before[low]
-        if count >= config.min_samples and failures / count > config.max_failure_fraction:
-            return _view(ordered[low:high], config, tripped_at=end)
-    return _view(_window(ordered, now, seconds), config, tripped_at=None)
+        if end <= recent:
+            continue
+        nodes, failed = tally.nodes, tally.failed
+        if nodes >= config.min_samples and failed / nodes > config.max_failure_fraction:
+            return _view(ordered[low:high], config, end, confirm)
+    return _view(_window(ordered, now, seconds), config, None, confirm)
 
 
 def prune(
@@ -202,6 +272,7 @@ def advance(
     now: dt.datetime,
     reset_annotation: str | None = None,
     new_samples: Iterable[Sample] = (),
+    confirm: int = 1,
 ) -> tuple[BreakerView, BreakerStatus]:
     """One step: the stored breaker plus new samples and the policy's reset annotation
     give the breaker now and the status to store."""
@@ -209,6 +280,6 @@ def advance(
     reset = observe_reset(reset_annotation, Reset(status.reset_marker, status.reset_at), now)
     samples = [*samples_from_status(status), *new_samples]
     tripped = status.tripped_at if status.state == BreakerState.OPEN else None
-    view = evaluate(samples, config, now, reset.at, tripped)
+    view = evaluate(samples, config, now, reset.at, tripped, confirm)
     kept = prune(samples, config, now, reset.at, view.tripped_at)
     return view, breaker_status(view, kept, reset)

@@ -15,11 +15,11 @@ expire for good. Use 0 or "0%" to forbid holding nodes at all.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from sdcguard.api import Budgets
+from sdcguard.api.policy import allowed_unavailable
 
 
 @dataclass(frozen=True)
@@ -56,16 +56,6 @@ class PoolMember:
     pool: str
     held: bool
     testing: bool
-
-
-def allowed_unavailable(max_unavailable: int | str, nodes: int) -> int:
-    """Nodes of a pool of ``nodes`` that may be held, from a count or a percent (see module)."""
-    if isinstance(max_unavailable, int):
-        return max_unavailable
-    percent = int(max_unavailable.rstrip("%"))
-    if percent == 0 or nodes == 0:
-        return 0
-    return max(1, math.floor(nodes * percent / 100))
 
 
 def can_reserve(usage: PoolUsage, budgets: Budgets, *, takes_node: bool) -> BudgetCheck:

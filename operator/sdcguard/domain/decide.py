@@ -21,7 +21,9 @@ gate taint put on at registration is adopted, since it exists for sdcguard to
 remove); a node is uncordoned only if sdcguard cordoned it; autoscaler annotations
 are removed only if sdcguard set them; Observe mode drops every action that changes
 scheduling, deletes a node or reaches a repair system (see lifecycle.OBSERVE_SUPPRESSED)
-and keeps labels, annotations, tests and Events, so the state machine still runs.
+and keeps labels, annotations, tests and Events, so the state machine still runs. In
+Observe mode a node that registered with the gate taint has it removed at first sight:
+the gate exists for sdcguard, and Observe must not keep a node out of work.
 
 Adapters apply the actions in order: objects first (tests, tickets), the node patch
 (see nodepatch) last, so a crash in between repeats the same decision, and names
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sdcguard.api import (
@@ -56,6 +58,7 @@ from sdcguard.domain.lifecycle import (
     Action,
     AddTaint,
     Annotate,
+    CancelTest,
     CloseTicket,
     Cordon,
     CreateTest,
@@ -63,6 +66,7 @@ from sdcguard.domain.lifecycle import (
     Drain,
     EmitEvent,
     Event,
+    IllegalTransition,
     MarkQualified,
     NodeState,
     RaiseCycle,
@@ -75,7 +79,7 @@ from sdcguard.domain.lifecycle import (
     Uncordon,
     transition,
 )
-from sdcguard.domain.observed import NodeFacts, Observed
+from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
 
 PROBE_TOLERATED_CORDON = "node.kubernetes.io/unschedulable"
 """The cordon taint: probe Pods tolerate it so cordoned (quarantined) nodes can be verified."""
@@ -110,6 +114,10 @@ class Decision:
     """Whether the decision holds a node that was serving (counts against maxUnavailable)."""
     waits_for_budget: bool = False
     """A test is due but the pool's budget is used up: a candidate when budget frees up."""
+    illegal: IllegalTransition | None = None
+    """The event chosen has no row in this state (a bug): nothing is done for the node."""
+    held: bool = False
+    """The node's confirmed failure is held by the open circuit breaker."""
 
     @property
     def changed(self) -> bool:
@@ -183,6 +191,16 @@ def recover_state(observed: Observed, policy: SDCPolicySpec) -> NodeState | None
     return None
 
 
+def closes_as_replaced(ticket: TicketFacts, policy: SDCPolicySpec, node_exists: bool) -> bool:
+    """With the Replace strategy, a ticket InRepair whose Node is gone is done: the
+    replacement joins as a new node (acceptance), so the ticket closes as Replaced."""
+    return (
+        not node_exists
+        and policy.repair.strategy == RepairStrategy.REPLACE
+        and ticket.phase == TicketPhase.IN_REPAIR
+    )
+
+
 class _Reader:
     """The observations of one node, read against the policy at one instant."""
 
@@ -251,6 +269,7 @@ class _Reader:
             self._outcome,
             self._adoption,
             self._ticket,
+            self._draining,
             self._suspicion,
             self._schedule,
         ):
@@ -313,8 +332,12 @@ class _Reader:
             return _Step(E.TEST_PASSED, found.message, {**_forget_test(), **_forget_suspicion()})
         if found.outcome == Outcome.CONFIRMED:
             if self.obs.breaker_open:
-                held = self._suspicion_kept(found.suspect_checks, evidence, back_off=True)
-                detail = f"{found.message}; quarantine held: circuit breaker open"
+                held = self._suspicion_kept(found.suspect_checks, evidence, back_off=False)
+                held[keys.HELD] = f"circuit breaker open; confirmed by {test.name}"
+                detail = (
+                    f"{found.message}; quarantine held: circuit breaker open "
+                    "(re-tested when it closes, or on request)"
+                )
                 return _Step(E.QUARANTINE_HELD, detail, held)
             changes = {**_forget_test(), **_forget_suspicion()}
             return _Step(E.TEST_FAILED, found.message, changes, evidence=evidence)
@@ -415,6 +438,27 @@ class _Reader:
             return _Step(E.REPAIR_STARTED, f"ticket {ticket.name} acknowledged")
         return None
 
+    def _draining(self) -> _Step | None:
+        """A drain whose evictions a PodDisruptionBudget refused goes on, with back-off,
+        until ``sdcguard.dev/drain-until``."""
+        if self.state not in (S.QUARANTINED, S.REPAIRING):
+            return None
+        raw = self.node.annotations.get(keys.DRAIN_UNTIL)
+        if raw is None:
+            return None
+        until = keys.parse_time(raw)
+        if until is None or until <= self.now or not self.policy.quarantine.drain:
+            return _Step(
+                E.DRAIN_TIMED_OUT,
+                "pods are left: evictions were refused until the drain's time ran out",
+                {keys.DRAIN_UNTIL: None},
+                requeue=REQUEUE_MAX,
+            )
+        timeout = dt.timedelta(seconds=self.policy.quarantine.drain_timeout_seconds)
+        elapsed = (self.now - (until - timeout)).total_seconds()
+        backoff = min(60.0, max(2.0, elapsed / 2), _until(until, self.now))
+        return _Step(E.DRAIN_DUE, "evicting pods again", requeue=backoff)
+
     def _suspicion(self) -> _Step | None:
         key = keys.REQUEST_SUSPECT
         if key not in self.node.annotations or self.state == S.TESTING:
@@ -489,8 +533,22 @@ class _Reader:
         return self._start(event, why)
 
     def _retest_suspect(self) -> _Step | None:
-        if self.obs.idle_since is None and not self.holding():
-            return _Step(None, "suspect; waiting for an idle window", requeue=REQUEUE_WAITING)
+        if keys.HELD in self.node.annotations and self.obs.breaker_open:
+            return _Step(
+                None,
+                "quarantine held: circuit breaker open; re-tested when it closes, or on "
+                "request (kubectl sdc test)",
+                requeue=REQUEUE_WAITING,
+            )
+        if self.obs.idle_since is None:
+            # Held (our testing taint): no new work lands; the re-test starts once the
+            # running work is done, and pending pods do not hold it back.
+            why = (
+                "held; waiting for running work to finish"
+                if self.holding()
+                else ("waiting for an idle window")
+            )
+            return _Step(None, f"suspect; {why}", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=not self.holding())
         if blocked:
             return _Step(None, f"suspect; re-test waits: {blocked}", requeue=self._wait_requeue())
@@ -518,7 +576,7 @@ def _forget_test() -> Changes:
 
 
 def _forget_suspicion() -> Changes:
-    return {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None}
+    return {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None, keys.HELD: None}
 
 
 def _forget_all() -> Changes:
@@ -546,6 +604,10 @@ class _Binder:
         r, node, policy = self.r, self.r.node, self.r.policy
         ticket = r.obs.ticket
         match action:
+            case AddTaint(role=TaintRole.TESTING) if (
+                self.step.event == E.SUSPECTED and not policy.triggers.hold_suspects
+            ):
+                return None
             case AddTaint(role=role):
                 key = _taint_key(policy, role)
                 if node.has_taint(key) and (key in node.owned_taints or role != TaintRole.GATE):
@@ -564,7 +626,13 @@ class _Binder:
             case Uncordon():
                 return action if node.cordoned_by_us else None
             case Drain():
-                return action if policy.quarantine.drain else None
+                if not policy.quarantine.drain or policy.mode == Mode.OBSERVE:
+                    return None
+                timeout = policy.quarantine.drain_timeout_seconds
+                if self.step.event != E.DRAIN_DUE and timeout > 0:
+                    until = self.r.now + dt.timedelta(seconds=timeout)
+                    self.changes[keys.DRAIN_UNTIL] = keys.format_time(until)
+                return action
             case SetAutoscalerAnnotations(on=True):
                 in_place = policy.repair.strategy == RepairStrategy.IN_PLACE
                 missing = any(k not in node.annotations for k in keys.AUTOSCALER_ANNOTATIONS)
@@ -581,6 +649,11 @@ class _Binder:
                     attempt=self.step.attempt,
                     ticket=ticket.name if ticket else None,
                 )
+            case CancelTest():
+                test = r.obs.test
+                if test is None or test.finished:
+                    return None
+                return CancelTest(test.name, self.step.detail)
             case CreateTicket():
                 if ticket is not None:
                     return None
@@ -640,10 +713,12 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         row = transition(state, step.event)
         target = row.target
         template = list(row.actions)
-        requeue = REQUEUE_AFTER_TRANSITION
+        requeue = REQUEUE_AFTER_TRANSITION if step.requeue is None else step.requeue
     binder = _Binder(reader, step, target)
     bound = [a for a in (binder.bind(t) for t in template) if a is not None]
-    if _unseen_and_waiting(reader, step, bound):
+    observe = policy.mode == Mode.OBSERVE
+    gate = policy.taints.gate
+    if not (observe and node.has_taint(gate)) and _unseen_and_waiting(reader, step, bound):
         # A gated node that waits for its acceptance test: its taint says all there is
         # to say. Label and adopt nothing yet (the reservation does both), so a node
         # costs no write until its test starts.
@@ -661,6 +736,8 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         bound.insert(0, SetLabel(target))
     if node.state != target:
         binder.changes[keys.STATE_SINCE] = keys.format_time(now)
+    if target not in (S.QUARANTINED, S.REPAIRING):
+        binder.changes[keys.DRAIN_UNTIL] = None  # a drain ends with the quarantine
     if step.event is not None and keys.CURRENT_TEST not in binder.changes:
         binder.changes[keys.CURRENT_TEST] = (
             None  # leaving a test behind: its outcome no longer counts
@@ -672,10 +749,15 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         bound.append(Annotate(changes))
 
     suppressed: tuple[Action, ...] = ()
-    if policy.mode == Mode.OBSERVE:
+    if observe:
         suppressed = tuple(a for a in bound if isinstance(a, OBSERVE_SUPPRESSED))
         bound = [a for a in bound if not isinstance(a, OBSERVE_SUPPRESSED)]
+        if node.has_taint(gate):
+            # Observe changes no scheduling, and that includes sdcguard's own gate: a node
+            # that registered with it is let in at once, whatever its tests will say.
+            bound.append(RemoveTaint(TaintRole.GATE, gate, registered=True))
     starts_test = any(isinstance(a, CreateTest) for a in bound)
+    held = target == S.SUSPECT and {**node.annotations, **binder.changes}.get(keys.HELD)
     # Only a node that was serving counts against maxUnavailable when we reserve it.
     takes_node = state in (S.QUALIFIED, S.SUSPECT) and any(
         isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound
@@ -692,6 +774,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         starts_test=starts_test,
         takes_node=takes_node,
         waits_for_budget=reader.budget_blocked and not starts_test,
+        held=bool(held),
     )
 
 
@@ -726,34 +809,54 @@ def priority(observed: Observed) -> tuple[int, dt.datetime, str]:
     return (_PRIORITY.get(state, 5), observed.node.qualified_at or _EPOCH, observed.node.name)
 
 
-def decide_all(
+def iter_decisions(
     observations: Iterable[Observed],
     policy: SDCPolicySpec,
     now: dt.datetime,
     others: Mapping[str, PoolUsage] | None = None,
-    between: Callable[[], None] | None = None,
-) -> list[Decision]:
-    """Decide nodes of a policy in one pass, so budgets hold across nodes.
+) -> Iterator[Decision]:
+    """Decide nodes of a policy in one pass, so budgets hold across nodes; lazily, so
+    a caller may attend to something urgent between two nodes of a long pass.
 
     Pool usage is computed from all observations plus ``others`` (the usage by pool of
     the policy's nodes not decided in this pass, as last seen), then each decision
     that starts a test reserves its share before the next node is decided. Repairs and
-    new nodes go first, then suspects, then the longest-qualified nodes. ``between``
-    (if given) is called every 256 nodes, so a caller can attend to something urgent
-    during a long pass.
+    new nodes go first, then suspects, then the longest-qualified nodes.
+
+    A node whose event has no row in the lifecycle table (a bug) costs only that node:
+    its decision does nothing and carries ``illegal``.
     """
     ordered = sorted(observations, key=priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
     pools = dict(others or {})
     for observed in ordered:
         add_member(pools, observed.pool_member(holding))
-    decisions = []
-    for count, observed in enumerate(ordered):
-        if between is not None and count % 256 == 255:
-            between()
+    for observed in ordered:
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
-        decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
+        try:
+            decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
+        except IllegalTransition as exc:
+            yield Decision(
+                node=observed.node.name,
+                previous=observed.node.state,
+                state=exc.state,
+                event=None,
+                actions=(),
+                requeue_after=REQUEUE_WAITING,
+                note=str(exc),
+                illegal=exc,
+            )
+            continue
         if decision.starts_test:
             pools[observed.node.pool] = usage.reserve(takes_node=decision.takes_node)
-        decisions.append(decision)
-    return decisions
+        yield decision
+
+
+def decide_all(
+    observations: Iterable[Observed],
+    policy: SDCPolicySpec,
+    now: dt.datetime,
+    others: Mapping[str, PoolUsage] | None = None,
+) -> list[Decision]:
+    """Every decision of :func:`iter_decisions`, in priority order."""
+    return list(iter_decisions(observations, policy, now, others))

@@ -13,12 +13,16 @@ Set by sdcguard (bookkeeping, so that a restart loses nothing):
 - ``sdcguard.dev/suspect-checks``, ``sdcguard.dev/evidence``: the failed checks and SDCTests
   behind a suspicion
 - ``sdcguard.dev/inconclusive``, ``sdcguard.dev/retry-after``: back-off after inconclusive results
+- ``sdcguard.dev/drain-until``: a quarantine drain whose evictions are retried until then
+- ``sdcguard.dev/held``: a confirmed failure whose quarantine the open circuit breaker
+  holds (the node stays Suspect and reserved; re-tested when the breaker closes)
 
 Set by people and workloads (sdcguard acts, then removes the annotation):
 
 - ``sdcguard.dev/suspect=<why>``: re-screen this node before it takes more work
 - ``sdcguard.dev/quarantine=<why>``: quarantine now
-- ``sdcguard.dev/release=<why>``: return to service without a test (ticket closed)
+- ``sdcguard.dev/release=<why>``: return to service without a test (a running test is
+  cancelled, the ticket closed; screened again in its next idle window)
 - label ``sdcguard.dev/exclude=true``: opt out; sdcguard removes its own taints and touches
   nothing else until the label is removed
 - on an SDCPolicy, ``sdcguard.dev/reset-breaker=<new value>``: close the circuit breaker
@@ -31,6 +35,8 @@ import datetime as dt
 PREFIX = "sdcguard.dev/"
 LABEL_STATE = PREFIX + "state"
 LABEL_EXCLUDE = PREFIX + "exclude"
+LABEL_NODE = PREFIX + "node"
+"""On SDCTests and RepairTickets: the node they are about (for label selectors)."""
 
 OWNED_TAINTS = PREFIX + "owned-taints"
 CORDONED_BY_US = PREFIX + "cordoned-by-us"
@@ -44,6 +50,8 @@ SUSPECT_CHECKS = PREFIX + "suspect-checks"
 EVIDENCE = PREFIX + "evidence"
 INCONCLUSIVE = PREFIX + "inconclusive"
 RETRY_AFTER = PREFIX + "retry-after"
+DRAIN_UNTIL = PREFIX + "drain-until"
+HELD = PREFIX + "held"
 
 REQUEST_SUSPECT = PREFIX + "suspect"
 REQUEST_QUARANTINE = PREFIX + "quarantine"
@@ -60,14 +68,19 @@ def format_time(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(value: str | None) -> dt.datetime | None:
-    """An RFC 3339 time, or None for a missing or unreadable value (never raises)."""
+def parse_time(value: object) -> dt.datetime | None:
+    """An RFC 3339 time (or a datetime, as some clients hand them over), in UTC if it
+    names no zone; None for a missing or unreadable value (never raises). The one time
+    parser of the operator."""
     if not value:
         return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    if isinstance(value, dt.datetime):
+        parsed = value
+    else:
+        try:
+            parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 

@@ -84,6 +84,10 @@ class Event(StrEnum):
     OPTED_IN = "OptedIn"
     MANUAL_QUARANTINE = "ManualQuarantine"
     MANUAL_RELEASE = "ManualRelease"
+    DRAIN_DUE = "DrainDue"
+    """A quarantine drain left pods that a PodDisruptionBudget kept: evict them again."""
+    DRAIN_TIMED_OUT = "DrainTimedOut"
+    """The drain's time (spec.quarantine.drainTimeoutSeconds) ran out with pods left."""
 
 
 class TaintRole(StrEnum):
@@ -112,10 +116,12 @@ class AddTaint:
 
 @dataclass(frozen=True)
 class RemoveTaint:
-    """Remove a taint, only if it is recorded as ours."""
+    """Remove a taint, only if it is recorded as ours (or, with ``registered``, the gate
+    taint a node registered with: it exists only for sdcguard to remove)."""
 
     role: TaintRole
     key: str = ""
+    registered: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,12 @@ class Uncordon:
 
 @dataclass(frozen=True)
 class Drain:
-    """Evict the node's pods (respecting PodDisruptionBudgets); only when the policy says so."""
+    """Evict the node's pods (respecting PodDisruptionBudgets); only when the policy says so.
+
+    Applied after the node patch (the quarantine taint and cordon are on before any pod
+    is asked to leave, so evicted pods cannot land on the node again). Evictions that a
+    PodDisruptionBudget refuses are retried (``DrainDue``) until
+    ``sdcguard.dev/drain-until``."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,16 @@ class CreateTest:
     name: str = ""
     attempt: int = 1
     ticket: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelTest:
+    """End the node's running SDCTest as Cancelled and delete its probe Job: a person
+    decided the node's fate, so the test's outcome no longer counts (and a test left
+    running would be adopted again, undoing the decision)."""
+
+    name: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -254,6 +275,7 @@ Action = (
     | SetAutoscalerAnnotations
     | DeleteNode
     | CreateTest
+    | CancelTest
     | CreateTicket
     | SetTicketPhase
     | CloseTicket
@@ -362,6 +384,19 @@ def _resolution(source: NodeState) -> list[Transition]:
     ]
 
 
+def _draining(source: NodeState) -> list[Transition]:
+    """Evictions a PodDisruptionBudget refused: again, until the drain's time runs out."""
+    return [
+        _row(source, E.DRAIN_DUE, source, Drain()),
+        _row(
+            source,
+            E.DRAIN_TIMED_OUT,
+            source,
+            EmitEvent("DrainIncomplete", "{node}: {detail}", warning=True),
+        ),
+    ]
+
+
 def _manual(
     source: NodeState, *, quarantine: bool = True, release: bool = True
 ) -> list[Transition]:
@@ -370,6 +405,7 @@ def _manual(
             source,
             E.OPTED_OUT,
             S.EXCLUDED,
+            CancelTest(),
             *RELEASE_ACTIONS,
             EmitEvent("Excluded", "{node} opted out (sdcguard.dev/exclude=true): {detail}"),
         )
@@ -380,6 +416,7 @@ def _manual(
                 source,
                 E.MANUAL_QUARANTINE,
                 S.QUARANTINED,
+                CancelTest(),
                 *QUARANTINE_ACTIONS,
                 EmitEvent("Quarantined", "{node} quarantined by request: {detail}", warning=True),
             )
@@ -390,6 +427,7 @@ def _manual(
                 source,
                 E.MANUAL_RELEASE,
                 S.QUALIFIED,
+                CancelTest(),
                 *RELEASE_ACTIONS,
                 CloseTicket(),
                 EmitEvent("Released", "{node} released by request: {detail}"),
@@ -467,6 +505,8 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.QUALIFIED,
         E.SUSPECTED,
         S.SUSPECT,
+        # Held (triggers.holdSuspects): no new work until the re-test clears it.
+        AddTaint(TESTING),
         EmitEvent("Suspected", "{node} reported suspect: {detail}", warning=True),
     ),
     *_manual(S.QUALIFIED, release=False),
@@ -527,8 +567,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     *_resolution(S.QUARANTINED),
     *_manual(S.QUARANTINED, quarantine=False),
+    *_draining(S.QUARANTINED),
     *_resolution(S.REPAIRING),
     *_manual(S.REPAIRING, quarantine=False),
+    *_draining(S.REPAIRING),
     # Verifying: the stricter suite decides whether the repair worked.
     _row(
         S.VERIFYING,

@@ -100,6 +100,9 @@ def plan_node_patch(node: NodeFacts, actions: Iterable[Action]) -> NodePatch:
                 elif key in owned or role == TaintRole.GATE:
                     taints = [Taint(key, effect, t.value) if t.key == key else t for t in taints]
                     owned.add(key)
+            case RemoveTaint(key=key, role=TaintRole.GATE, registered=True) if key:
+                taints = [t for t in taints if t.key != key]
+                owned.discard(key)
             case RemoveTaint(key=key) if key in owned:
                 taints = [t for t in taints if t.key != key]
                 owned.discard(key)

@@ -9,6 +9,7 @@ from typing import Any
 
 from sdcguard.api import (
     CheckVerdict,
+    Finding,
     RepairTicket,
     Resolution,
     ScreeningReason,
@@ -154,6 +155,11 @@ class TestFacts:
     passed_checks: frozenset[str] = frozenset()
     fingerprint: str = ""
     completed_at: dt.datetime | None = None
+    findings: tuple[Finding, ...] = ()
+    """Where each failed check located the fault (copied onto the RepairTicket)."""
+    awaiting_baseline: bool = False
+    """The probe has ended and its digests wait for enough nodes to agree on a baseline:
+    the test holds its node but runs nothing (it does not use the test budget)."""
 
     @property
     def finished(self) -> bool:
@@ -176,6 +182,21 @@ class TestFacts:
             passed_checks=frozenset(c.name for c in checks if c.verdict == CheckVerdict.PASS),
             fingerprint=(status.fingerprint_hash or "") if status else "",
             completed_at=status.completion_time if status else None,
+            findings=tuple(
+                Finding(
+                    test=test.metadata.name,
+                    check=c.name,
+                    odd_device=c.odd_device,
+                    first_divergent_step=c.first_divergent_step,
+                    first_divergent_submodule=c.first_divergent_submodule,
+                )
+                for c in checks
+                if c.verdict == CheckVerdict.SDC
+            ),
+            awaiting_baseline=any(
+                c.type == "AwaitingBaseline" and c.status == "True"
+                for c in (status.conditions if status else [])
+            ),
         )
 
 
@@ -238,5 +259,9 @@ class Observed:
             )
         else:
             held = False
-        testing = self.test is not None and not self.test.finished
+        # A test whose probe ended and that only waits for a baseline's quorum runs
+        # nothing: counting it would keep out the very candidates the quorum waits for.
+        testing = (
+            self.test is not None and not self.test.finished and not self.test.awaiting_baseline
+        )
         return PoolMember(pool=self.node.pool, held=held, testing=testing)

@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes import client
 
-from sdcguard.domain.budgets import allowed_unavailable
+from sdcguard.api.policy import allowed_unavailable
 from sdcguard.sim.fleet import FLEET_LABEL, Fleet
 from sdcguard.sim.kube import JsonDict, Kube, ListWatch
 from sdcguard.sim.state import FleetSnapshot, NodeActivity

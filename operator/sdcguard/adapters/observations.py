@@ -1,0 +1,100 @@
+"""Observation assembly: what ``decide`` reads about one node, from the pass's view:
+its current test, the floor of its name sequence, since when it is idle, and whether a
+pending pod needs it. Pure functions of their arguments (no I/O, no clock)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import replace
+
+import structlog
+
+from sdcguard.adapters.pass_state import (
+    _EPOCH,
+    FleetView,
+    KnownTest,
+)
+from sdcguard.domain import keys
+from sdcguard.domain.observed import NodeFacts, TestFacts
+
+log = structlog.get_logger("sdcguard.reconcile")
+
+
+def seq_floor(node: NodeFacts, tests: list[KnownTest], view: FleetView) -> NodeFacts:
+    """Never reuse the name of a finished SDCTest or closed RepairTicket.
+
+    Names come from the node's ``sdcguard.dev/seq`` counter. If that annotation was
+    mangled, or a crash left it behind an object that has since finished, the next
+    name could be an old object's: the create would answer 409 and the old outcome
+    would be taken for the new test. Objects still in flight are not counted, so a
+    decision repeated after a crash still finds (and adopts) what it created.
+    """
+    if not node.uid:
+        return node
+    marker = f"-{node.uid[:5]}-"
+
+    def seq(name: str) -> int | None:
+        """N of a name ending in -<uid[:5]>-N (a string test: a pattern per node
+        would overflow the regex cache on a big fleet)."""
+        _, found, tail = name.rpartition(marker)
+        return int(tail) if found and tail.isdecimal() else None
+
+    done: list[int] = []
+    for test in tests:
+        number = seq(test.name)
+        if number is not None and test.finished:
+            done.append(number)
+    for body in view.tickets.get(node.name, []):
+        number = seq(str(body.get("metadata", {}).get("name", "")))
+        if number is not None and (body.get("status") or {}).get("phase") in (
+            "Closed",
+            "Retired",
+        ):
+            done.append(number)
+    floor = max(done, default=0)
+    raw = node.annotations.get(keys.SEQ, "0")
+    if raw.isdigit() and int(raw) >= floor:
+        return node
+    return replace(node, annotations={**node.annotations, keys.SEQ: str(floor)})
+
+
+def current_test(node: NodeFacts, tests: list[KnownTest]) -> TestFacts | None:
+    current = node.current_test
+    named = [t for t in tests if t.name == current]
+    if named:
+        return named[0].facts
+    running = [t for t in tests if not t.finished]
+    if not running:
+        return None
+    return max(running, key=lambda t: (t.created, t.name)).facts
+
+
+def idle_since(name: str, accelerators: Iterable[str], view: FleetView) -> dt.datetime | None:
+    """None while a workload uses the node's accelerators (the policy's
+    spec.accelerators); else since when it is idle.
+
+    The time a workload last left is kept in memory; a node never seen busy counts
+    as idle since it was created, so it does not look "used" after a restart.
+    """
+    if any(use.uses_any(accelerators) for use in view.busy.get(name, ())):
+        return None
+    last = view.last_busy.get(name)
+    if last is not None:
+        return last
+    created = keys.parse_time(view.nodes[name]["metadata"].get("creationTimestamp"))
+    return created or _EPOCH
+
+
+def needed(name: str, accelerators: list[str], view: FleetView) -> bool:
+    """A pending pod asks for this node's kind of accelerator and would fit its labels."""
+    body = view.nodes[name]
+    labels = body["metadata"].get("labels") or {}
+    allocatable = body["status"].get("allocatable") or {}
+    offered = {r for r in accelerators if str(allocatable.get(r, "0")) not in ("0", "")}
+    for demand in view.pending:
+        if not offered & set(demand.resources):
+            continue
+        if all(labels.get(k) == v for k, v in demand.node_selector.items()):
+            return True
+    return False

@@ -1,0 +1,314 @@
+"""What one reconcile pass works on, and what passes remember between them: the view
+of the indexes, the per-policy memory, parsed tests, urgent work, and the shared
+state (caches and expectations) with the parse-once helpers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import queue
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+from pydantic import ValidationError
+
+from sdcguard.adapters import observe
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.api import (
+    CheckSpec,
+    RepairTicket,
+    SDCTest,
+    Verdict,
+)
+from sdcguard.domain import breaker as breaker_mod
+from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member
+from sdcguard.domain.observed import NodeFacts, Observed, TestFacts
+from sdcguard.domain.selection import Selector
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
+
+log = structlog.get_logger("sdcguard.reconcile")
+
+AWAITING_BASELINE_REASONS = ("BaselineAbsent", "NoTrustedBaseline", "BaselinePending")
+PROBE_VANISHED_GRACE = dt.timedelta(seconds=120)
+REQUEUE_MAX_SECONDS = 3600.0
+STATUS_EVERY = dt.timedelta(seconds=5)
+TICKET_STATUS_GRACE = dt.timedelta(seconds=30)
+"""A new ticket's own status write lands well within this; after it, one is missing."""
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+T = TypeVar("T")
+
+
+def probe_timeout(checks: Iterable[CheckSpec], budget: int, active_deadline: int) -> int:
+    """The probe's hard limit for its workers: the suite's per-check timeouts added up
+    (never below the budget the probe plans for), within the Job's deadline, less a
+    margin to report the result when the deadline leaves room for one."""
+    wanted = max(sum(c.timeout_seconds for c in checks), budget)
+    limit = active_deadline - 30 if active_deadline - 30 >= budget else active_deadline
+    return min(wanted, limit)
+
+
+def _has_outcome(observed: Observed) -> bool:
+    """The node's current test has finished: its decision releases, quarantines or
+    re-runs, and is applied before any new start."""
+    return observed.test is not None and observed.test.finished
+
+
+@dataclass
+class FleetView:
+    """A consistent copy of the indexes for one pass."""
+
+    nodes: dict[str, dict[str, Any]]
+    busy: dict[str, list[observe.PodUse]] = field(default_factory=dict)
+    pending: list[observe.PendingDemand] = field(default_factory=list)
+    probe_pods: dict[str, list[observe.ProbePod]] = field(default_factory=dict)
+    probe_jobs: dict[str, observe.ProbeJob] = field(default_factory=dict)
+    tests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    tickets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_busy: dict[str, dt.datetime] = field(default_factory=dict)
+    operator_started: dt.datetime | None = None
+    policies: dict[str, Selector] = field(default_factory=dict)
+    """Every policy's name and selector matchLabels (one policy owns each node)."""
+    complete: bool = True
+    """False: only some nodes' entries (urgent work), enough to decide just those."""
+
+    def merged(self, newer: FleetView) -> FleetView:
+        """This partial view updated with a newer one (urgent work offered in a row)."""
+        return FleetView(
+            nodes={**self.nodes, **newer.nodes},
+            busy={**self.busy, **newer.busy},
+            pending=newer.pending,
+            probe_pods={**self.probe_pods, **newer.probe_pods},
+            probe_jobs={**self.probe_jobs, **newer.probe_jobs},
+            tests={**self.tests, **newer.tests},
+            tickets={**self.tickets, **newer.tickets},
+            baselines=newer.baselines,
+            last_busy=newer.last_busy,
+            operator_started=newer.operator_started,
+            policies=newer.policies,
+            complete=self.complete and newer.complete,
+        )
+
+
+def _rv(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("resourceVersion", ""))
+
+
+@dataclass
+class PolicyMemory:
+    """What earlier passes learned about one policy's nodes, so that a pass can decide
+    only the nodes whose observations changed (or whose time came) and still keep the
+    pool budgets over all of them. Losing it costs one full pass, nothing else."""
+
+    members: dict[str, PoolMember] = field(default_factory=dict)
+    """Every owned node's share of its pool's usage, as last decided."""
+    waiting: dict[str, tuple[tuple[int, dt.datetime, str], str]] = field(default_factory=dict)
+    """Nodes with a test due but no budget: node -> (priority, pool)."""
+    due: dict[str, dt.datetime] = field(default_factory=dict)
+    """When each node asked to be decided again."""
+    states: dict[str, str] = field(default_factory=dict)
+    usage: dict[str, PoolUsage] = field(default_factory=dict)
+    """``members`` summed by pool, kept up to date with them."""
+    breaker: tuple[Any, ...] | None = None
+    """The last breaker computed, with what it was computed from (see _breaker)."""
+    status_at: dt.datetime | None = None
+    """When the policy's status was last brought up to date."""
+    illegal: dict[str, str] = field(default_factory=dict)
+    """Nodes whose last decision hit a (state, event) pair outside the table."""
+    held: set[str] = field(default_factory=set)
+    """Nodes whose confirmed failure the open breaker holds."""
+
+    def set_member(self, node: str, member: PoolMember) -> None:
+        old = self.members.get(node)
+        if old is not None:
+            add_member(self.usage, old, -1)
+        self.members[node] = member
+        add_member(self.usage, member)
+
+    def usage_without(self, nodes: Iterable[str]) -> dict[str, PoolUsage]:
+        """Pool usage of every node but ``nodes``."""
+        usage = dict(self.usage)
+        for node in nodes:
+            member = self.members.get(node)
+            if member is not None:
+                add_member(usage, member, -1)
+        return usage
+
+    def forget(self, node: str) -> None:
+        member = self.members.pop(node, None)
+        if member is not None:
+            add_member(self.usage, member, -1)
+        for table in (self.waiting, self.due, self.states, self.illegal):
+            table.pop(node, None)
+        self.held.discard(node)
+
+
+@dataclass(frozen=True)
+class KnownTest:
+    """What a pass keeps of an SDCTest: the whole object while it runs (it is moved
+    along), only its facts once finished (thousands of those stay in memory)."""
+
+    name: str
+    policy: str
+    created: dt.datetime
+    facts: TestFacts
+    running: SDCTest | None
+
+    @property
+    def finished(self) -> bool:
+        return self.facts.finished
+
+    @classmethod
+    def of(cls, test: SDCTest) -> KnownTest:
+        facts = TestFacts.from_api(test)
+        return cls(
+            name=test.metadata.name,
+            policy=test.spec.policy_ref,
+            created=test.metadata.creation_timestamp or _EPOCH,
+            facts=facts,
+            running=None if facts.finished else test,
+        )
+
+
+@dataclass(frozen=True)
+class UrgentWork:
+    """Nodes whose probe just ended, with the view they were seen in: served between
+    the steps of a longer pass, so a finished test never waits behind one."""
+
+    policy: Mapping[str, Any]
+    view: FleetView
+    nodes: frozenset[str]
+    now: dt.datetime
+    """When the view was taken: the time the urgent pass decides at (no hidden clock)."""
+
+
+@dataclass
+class ReconcilerState:
+    """What the reconciler keeps between passes; a restart may lose all of it."""
+
+    """Runs passes; holds only caches that a restart may lose without harm."""
+
+    writer: KubeWriter
+    settings: Settings
+    metrics: Metrics
+    # name -> resourceVersion the object had when we last wrote it; skip until it moves.
+    expect_nodes: dict[str, str] = field(default_factory=dict)
+    expect_tests: dict[str, tuple[str, SDCTest]] = field(default_factory=dict)
+    """SDCTest name -> (resourceVersion before our status write, the test as written):
+    until the watch brings the write back, a pass goes on from what we wrote."""
+    last_counts: Counter[str] = field(default_factory=Counter)
+    test_nodes: dict[str, str] = field(default_factory=dict)
+    """SDCTest name -> node name, for events that name only the test."""
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _memory: dict[str, PolicyMemory] = field(default_factory=dict)
+    # Parsed objects by name, with the resourceVersion they were parsed at: a pass
+    # parses only what changed since the last one.
+    _tests: dict[str, tuple[str, KnownTest | None]] = field(default_factory=dict)
+    _tickets: dict[str, tuple[str, RepairTicket | None]] = field(default_factory=dict)
+    _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
+    _samples: dict[str, tuple[str, breaker_mod.Sample]] = field(default_factory=dict)
+    """Finished screenings (Pass or SDC) by test name, with their policy: the breaker's
+    samples, kept as tests are parsed."""
+    _samples_version: int = 0
+    _replaced: dict[str, str | None] = field(default_factory=dict)
+    """Tickets closed as Replaced, with the resourceVersion they had (until it moves)."""
+    _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
+    _touched: set[str] = field(default_factory=set)
+    _depth: int = 0
+
+    @staticmethod
+    def _cached(cache: dict[str, tuple[str, T]], body: Mapping[str, Any], parse: Any) -> T:
+        """``parse(body)``, or what it gave for this name at this resourceVersion."""
+        name = str((body.get("metadata") or {}).get("name", ""))
+        rv = _rv(body)
+        cached = cache.get(name)
+        if cached is not None and cached[0] == rv and rv:
+            return cached[1]
+        value: T = parse(body)
+        cache[name] = (rv, value)
+        return value
+
+    def _test(self, body: Mapping[str, Any], node_name: str) -> KnownTest | None:
+        def parse(body: Mapping[str, Any]) -> KnownTest | None:
+            try:
+                test = SDCTest.model_validate(body)
+            except ValidationError as exc:
+                log.warning("unreadable SDCTest skipped", node=node_name, error=str(exc)[:300])
+                self._note_sample(str(body.get("metadata", {}).get("name", "")), node_name, None)
+                return None
+            self.test_nodes[test.metadata.name] = node_name
+            self._note_sample(test.metadata.name, node_name, test)
+            return KnownTest.of(test)
+
+        known: KnownTest | None = self._cached(self._tests, body, parse)
+        return known
+
+    def _note_sample(self, name: str, node_name: str, test: SDCTest | None) -> None:
+        status = test.status if test is not None else None
+        sample = None
+        if (
+            test is not None
+            and status is not None
+            and status.completion_time is not None
+            and status.verdict in (Verdict.PASS, Verdict.SDC)
+        ):
+            sample = (
+                test.spec.policy_ref,
+                breaker_mod.Sample(
+                    status.completion_time, status.verdict == Verdict.SDC, node_name, name
+                ),
+            )
+        if self._samples.get(name) != sample:
+            if sample is None:
+                del self._samples[name]
+            else:
+                self._samples[name] = sample
+            self._samples_version += 1
+
+    def _ticket_obj(self, body: Mapping[str, Any]) -> RepairTicket | None:
+        def parse(body: Mapping[str, Any]) -> RepairTicket | None:
+            try:
+                return RepairTicket.model_validate(body)
+            except ValidationError:
+                return None
+
+        ticket: RepairTicket | None = self._cached(self._tickets, body, parse)
+        return ticket
+
+    def _node_facts(self, body: Mapping[str, Any], spec: Any) -> NodeFacts:
+        meta = body["metadata"]
+        key = (_rv(body), tuple(spec.accelerators), spec.budgets.pool_label)
+        cached = self._facts.get(meta["name"])
+        if cached is not None and cached[0] == key and key[0]:
+            return cached[1]
+        node = NodeFacts.from_body(body, spec.accelerators, spec.budgets.pool_label)
+        self._facts[meta["name"]] = (key, node)
+        return node
+
+    def _prune(self, view: FleetView) -> None:
+        """Drop parse caches of objects the view no longer has (full passes only)."""
+        tests = {
+            str((b.get("metadata") or {}).get("name", ""))
+            for bodies in view.tests.values()
+            for b in bodies
+        }
+        tickets = {
+            str((b.get("metadata") or {}).get("name", ""))
+            for bodies in view.tickets.values()
+            for b in bodies
+        }
+        for name in [n for n in self._tests if n not in tests]:
+            del self._tests[name]
+            self.test_nodes.pop(name, None)
+            if self._samples.pop(name, None) is not None:
+                self._samples_version += 1
+        for name in [n for n in self._tickets if n not in tickets]:
+            del self._tickets[name]
+        for name in [n for n in self._replaced if n not in tickets]:
+            del self._replaced[name]
+        for name in [n for n in self._facts if n not in view.nodes]:
+            del self._facts[name]

@@ -1,0 +1,205 @@
+"""The policy's status (node counts, the circuit breaker, conditions) and metrics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Mapping
+
+import structlog
+from kubernetes.client.exceptions import ApiException
+
+from sdcguard.adapters.pass_state import (
+    STATUS_EVERY,
+    FleetView,
+    PolicyMemory,
+    ReconcilerState,
+)
+from sdcguard.api import (
+    BreakerStatus,
+    NodeCounts,
+    SDCPolicy,
+    SDCPolicyStatus,
+    set_condition,
+    to_body,
+)
+from sdcguard.domain import breaker as breaker_mod
+from sdcguard.domain import keys
+from sdcguard.domain.budgets import pool_usage
+from sdcguard.domain.lifecycle import (
+    NodeState,
+)
+from sdcguard.domain.observed import Observed
+
+log = structlog.get_logger("sdcguard.reconcile")
+
+
+class PolicyReporter(ReconcilerState):
+    """Computes the breaker and writes the policy's status and gauges."""
+
+    def _breaker(
+        self, policy: SDCPolicy, now: dt.datetime
+    ) -> tuple[breaker_mod.BreakerView, BreakerStatus]:
+        """The breaker now, and the status to store.
+
+        Its samples are the policy's finished SDCTests (a Pass or SDC verdict at its
+        completion time), rebuilt from the tests themselves, so no screening is ever
+        missed or counted twice, whatever failed or restarted in between; the stored
+        status only latches the trip (``trippedAt``) and the last reset. The result is
+        reused for up to a second while no sample and nothing stored changed."""
+        name = policy.metadata.name
+        memory = self._memory.setdefault(name, PolicyMemory())
+        reset = policy.metadata.annotations.get(keys.RESET_BREAKER)
+        key = (self._samples_version, policy.metadata.resource_version, reset)
+        if memory.breaker is not None:
+            cached_key, at, result = memory.breaker
+            if cached_key == key and dt.timedelta(0) <= now - at < dt.timedelta(seconds=1):
+                return result  # type: ignore[no-any-return]
+        samples = [sample for owner, sample in self._samples.values() if owner == name]
+        stored = policy.status.breaker if policy.status else None
+        result = breaker_mod.advance(
+            stored.model_copy(update={"samples": []}) if stored else None,
+            policy.spec.circuit_breaker,
+            now,
+            reset,
+            samples,
+            breaker_mod.failures_to_confirm(policy.spec.confirmation),
+        )
+        memory.breaker = (key, now, result)
+        return result
+
+    def _write_policy_status(
+        self,
+        policy: SDCPolicy,
+        breaker: breaker_mod.BreakerView,
+        breaker_status: BreakerStatus,
+        states: Counter[str],
+        now: dt.datetime,
+        illegal: Mapping[str, str],
+    ) -> None:
+        """Write the policy's status if it changed."""
+        old = policy.status or SDCPolicyStatus()
+        bad = sorted(illegal.items())
+        conditions = set_condition(
+            old.conditions,
+            "IllegalTransition",
+            "True" if bad else "False",
+            "NodesLeftAsTheyAre" if bad else "NoneSeen",
+            (
+                f"{len(bad)} nodes hit a transition outside the lifecycle table (a bug; "
+                "see the operator log): " + ", ".join(f"{n} ({why})" for n, why in bad[:10])
+            )[:1024]
+            if bad
+            else "every decision followed the lifecycle table",
+            now,
+            policy.metadata.generation,
+        )
+        conditions = set_condition(
+            conditions,
+            "BreakerOpen",
+            "True" if breaker.open else "False",
+            "Tripped" if breaker.open else "WithinLimit",
+            breaker.explain(),
+            now,
+            policy.metadata.generation,
+        )
+        conditions = set_condition(
+            conditions,
+            "Ready",
+            "True",
+            "Reconciled",
+            f"{sum(states.values())} nodes; mode {policy.spec.mode.value}"
+            + ("; paused" if policy.spec.paused else ""),
+            now,
+            policy.metadata.generation,
+        )
+        new = old.model_copy(
+            update={
+                "observed_generation": policy.metadata.generation,
+                "conditions": conditions,
+                "breaker": breaker_status,
+                "counts": NodeCounts.model_validate(
+                    {s.value.lower(): states.get(s.value, 0) for s in NodeState}
+                ),
+            }
+        )
+        new = SDCPolicyStatus.model_validate(to_body(new))
+        if to_body(new) == to_body(old):
+            return
+        try:
+            self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, to_body(new))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    @staticmethod
+    def _status_due(
+        memory: PolicyMemory,
+        policy: SDCPolicy,
+        breaker: breaker_mod.BreakerView,
+        breaker_status: BreakerStatus,
+        now: dt.datetime,
+    ) -> bool:
+        """Between full passes the policy's status (counts, breaker window) is written at
+        most every STATUS_EVERY; a trip or reset of the breaker at once."""
+        old = policy.status or SDCPolicyStatus()
+        stored = old.breaker or BreakerStatus()
+        was_open = any(c.type == "BreakerOpen" and c.status == "True" for c in old.conditions)
+        if was_open != breaker.open or (breaker_status.state, breaker_status.tripped_at) != (
+            stored.state,
+            stored.tripped_at,
+        ):
+            return True
+        return memory.status_at is None or now - memory.status_at >= STATUS_EVERY
+
+    def _export_usage(
+        self,
+        policy: str,
+        holding: frozenset[str],
+        observations: list[Observed],
+        view: FleetView,
+        now: dt.datetime,
+    ) -> None:
+        """Budget in use per pool, and open tickets by age (for the SLA alert)."""
+        for pool, usage in pool_usage(o.pool_member(holding) for o in observations).items():
+            label = pool or "default"
+            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="tests").set(
+                usage.tests
+            )
+            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="unavailable").set(
+                usage.unavailable
+            )
+        ages: list[float] = []
+        for bodies in view.tickets.values():
+            for body in bodies:
+                status = body.get("status") or {}
+                if status.get("phase") in (None, "Closed", "Retired"):
+                    continue
+                opened = keys.parse_time(status.get("openedAt"))
+                if opened is not None:
+                    ages.append((now - opened).total_seconds())
+        buckets = {"lt1h": 0, "1h-24h": 0, "1d-7d": 0, "gt7d": 0}
+        for age in ages:
+            key = (
+                "lt1h"
+                if age < 3600
+                else "1h-24h"
+                if age < 86400
+                else "1d-7d"
+                if age < 7 * 86400
+                else "gt7d"
+            )
+            buckets[key] += 1
+        for key, count in buckets.items():
+            self.metrics.tickets_open.labels(age=key).set(count)
+        self.metrics.oldest_ticket.set(max(ages, default=0.0))
+
+    def _export(self, policy: str, states: Counter[str], breaker: breaker_mod.BreakerView) -> None:
+        for state in NodeState:
+            self.metrics.nodes.labels(policy=policy, state=state.value).set(
+                states.get(state.value, 0)
+            )
+        self.metrics.breaker_open.labels(policy=policy).set(1 if breaker.open else 0)
+        self.metrics.breaker_fraction.labels(policy=policy).set(
+            breaker.failures / breaker.samples if breaker.samples else 0.0
+        )

@@ -1,0 +1,422 @@
+"""Moving SDCTests along the phase table (domain.testphase): probe Jobs, judging the
+probe's result, baseline consensus."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from sdcguard.adapters.pass_state import (
+    PROBE_VANISHED_GRACE,
+    FleetView,
+    ReconcilerState,
+    probe_timeout,
+)
+from sdcguard.api import (
+    Mode,
+    ObjectMeta,
+    SDCBaseline,
+    SDCBaselineSpec,
+    SDCPolicy,
+    SDCTest,
+    SDCTestPhase,
+    SDCTestStatus,
+    Verdict,
+    baseline_name,
+    set_condition,
+    to_body,
+)
+from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
+from sdcguard.domain import baselines, keys
+from sdcguard.domain.judging import Judgement, PodEnd, judge_result
+from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.seeds import screening_seed
+from sdcguard.domain.testphase import (
+    CreateJob,
+    MarkAwaitingBaseline,
+    WriteStatus,
+    phase_event,
+    phase_transition,
+    verdict_phase,
+)
+
+log = structlog.get_logger("sdcguard.reconcile")
+
+
+def _seed_of(test: SDCTest) -> int:
+    """The seed of this screening's data (pinned, or the day's; see domain.seeds)."""
+    return screening_seed(test.spec.seed, test.metadata.creation_timestamp, test.metadata.name)
+
+
+class TestRunner(ReconcilerState):
+    """Executes the rows of the SDCTest phase table."""
+
+    __test__ = False
+
+    def probe_request(
+        self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: Mapping[str, Any]
+    ) -> ProbeJobRequest:
+        spec = policy.spec
+        checks = spec.suites.checks(test.spec.suite)
+        capacity = (node_body.get("status") or {}).get("allocatable") or {}
+        resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
+        count = int(str(capacity.get(resource, "0"))) if resource else 0
+        budget = spec.probe.budget_seconds
+        params: list[tuple[str, str]] = []
+        for check in checks:
+            for key, value in sorted(check.params.items()):
+                params.append((key, str(value)))
+        return ProbeJobRequest(
+            test_name=test.metadata.name,
+            test_uid=test.metadata.uid or "",
+            node_name=node.name,
+            namespace=self.settings.namespace,
+            image=spec.probe.image or self.settings.default_probe_image,
+            checks=tuple(c.name.value for c in checks),
+            budget_seconds=budget,
+            active_deadline_seconds=spec.probe.active_deadline_seconds,
+            ttl_seconds_after_finished=spec.probe.ttl_seconds_after_finished,
+            accelerator_resource=resource,
+            accelerator_count=count,
+            tolerated_taint_keys=(spec.taints.gate, spec.taints.testing, spec.taints.quarantine),
+            cpu_devices=spec.probe.cpu_devices or None,
+            resources={
+                "requests": {k: str(v) for k, v in spec.probe.resources.requests.items()},
+                "limits": {k: str(v) for k, v in spec.probe.resources.limits.items()},
+            },
+            priority_class=self.settings.probe_priority_class,
+            check_params=tuple(dict.fromkeys(params)),
+            command=tuple(spec.probe.command or ()),
+            extra_args=tuple(spec.probe.args or ()),
+            timeout_seconds=probe_timeout(
+                checks, spec.probe.budget_seconds, spec.probe.active_deadline_seconds
+            ),
+            seed=_seed_of(test),
+        )
+
+    def pod_end(
+        self, test: SDCTest, view: FleetView, now: dt.datetime
+    ) -> tuple[PodEnd | None, dt.datetime | None]:
+        """How the test's probe Pod ended, or None while it runs."""
+        name = test.metadata.name
+        pods = view.probe_pods.get(name, [])
+        job = view.probe_jobs.get(name)
+        ended = [p for p in pods if p.phase in ("Succeeded", "Failed") and p.exit_code is not None]
+        if ended:
+            pod = max(ended, key=lambda p: p.finished or now)
+            crashed = pod.terminated_reason not in ("", "Completed", "Error")
+            return (
+                PodEnd(
+                    message=pod.termination_message,
+                    exit_code=pod.exit_code,
+                    timed_out=pod.pod_reason == "DeadlineExceeded",
+                    crashed=crashed,
+                    detail=pod.terminated_reason or pod.pod_reason,
+                ),
+                pod.finished,
+            )
+        if job is not None and job.failed_reason:
+            timed_out = job.failed_reason == "DeadlineExceeded"
+            return (
+                PodEnd(
+                    message=None,
+                    exit_code=None,
+                    timed_out=timed_out,
+                    crashed=not timed_out,
+                    detail=job.failed_reason,
+                ),
+                now,
+            )
+        status = test.status
+        started = status.start_time if status else None
+        deadline = dt.timedelta(seconds=0)
+        if started is not None and job is None and not pods:
+            deadline = now - started
+        if started is not None and deadline > PROBE_VANISHED_GRACE:
+            return (
+                PodEnd(
+                    message=None,
+                    exit_code=None,
+                    crashed=True,
+                    detail="ProbeVanished: the probe Job and Pod are gone",
+                ),
+                now,
+            )
+        return None, None
+
+    def judge(
+        self, policy: SDCPolicy, test: SDCTest, end: PodEnd, view: FleetView, now: dt.datetime
+    ) -> Judgement:
+        """Judge, and take part in baseline consensus when no baseline is trusted yet."""
+        expected = [c.name.value for c in policy.spec.suites.checks(test.spec.suite)]
+        known = self._baseline_specs(view)
+        judgement = judge_result(end, expected, known)
+        fp = judgement.fingerprint
+        if (
+            fp is None
+            or judgement.verdict != Verdict.INCONCLUSIVE
+            or judgement.injected
+            or not judgement.digests
+        ):
+            return judgement
+        current = known.get(fp.hash)
+        if (
+            current is not None
+            and current.trusted
+            and all(check in current.digests for check in judgement.digests)
+        ):
+            return judgement
+        trusted = self._record_candidate(policy, test, judgement, view, now)
+        if trusted is not None:
+            return judge_result(end, expected, {**known, fp.hash: trusted})
+        return judgement
+
+    def _baseline_specs(self, view: FleetView) -> dict[str, SDCBaselineSpec]:
+        specs: dict[str, SDCBaselineSpec] = {}
+        for body in view.baselines.values():
+            try:
+                baseline = SDCBaseline.model_validate(body)
+            except ValidationError:
+                continue
+            specs[baseline.spec.fingerprint.hash] = baseline.spec
+        return specs
+
+    def _record_candidate(
+        self,
+        policy: SDCPolicy,
+        test: SDCTest,
+        judgement: Judgement,
+        view: FleetView,
+        now: dt.datetime,
+    ) -> SDCBaselineSpec | None:
+        """Add this node's digests to its fingerprint's candidates; returns the baseline
+        if consensus made it trusted just now. Disagreeing nodes are reported suspect."""
+        fp = judgement.fingerprint
+        assert fp is not None
+        name = baseline_name(fp.hash)
+        body = view.baselines.get(name)
+        current = SDCBaseline.model_validate(body) if body is not None else None
+        candidates = current.status.candidates if current and current.status else []
+        if any(
+            c.node_name == test.spec.node_name and c.test_name == test.metadata.name
+            for c in candidates
+        ):
+            return None  # already recorded in an earlier pass
+        update = baselines.record_candidate(
+            current.spec if current else None,
+            current.status if current else None,
+            fingerprint=baselines.fingerprint_spec(fp),
+            node=test.spec.node_name,
+            test=test.metadata.name,
+            digests=judgement.digests,
+            settings=policy.spec.baseline,
+            now=now,
+        )
+        spec_body = to_body(update.spec)
+        status_body = to_body(update.status)
+        if current is None:
+            baseline = SDCBaseline(metadata=ObjectMeta(name=name), spec=update.spec)
+            self.writer.create_custom("sdcbaselines", to_body(baseline))
+        elif update.spec != current.spec:
+            self.writer.patch_custom("sdcbaselines", name, {"spec": spec_body})
+        self.writer.patch_custom_status("sdcbaselines", name, status_body)
+        view.baselines[name] = {
+            "metadata": {"name": name},
+            "spec": spec_body,
+            "status": status_body,
+        }
+        log.info(
+            "baseline candidate", baseline=name, node=test.spec.node_name, message=update.message
+        )
+        for suspect in update.suspects:
+            self._report_suspect(suspect, f"digests disagree with baseline {name[:20]}", view)
+        return update.spec if update.became_trusted else None
+
+    def _report_suspect(self, node: str, why: str, view: FleetView) -> None:
+        """Mark a node suspect the way a workload would (the lifecycle takes it from there)."""
+        body = view.nodes.get(node)
+        if body is None or keys.REQUEST_SUSPECT in (body["metadata"].get("annotations") or {}):
+            return
+        self.writer.patch_node(node, {"metadata": {"annotations": {keys.REQUEST_SUSPECT: why}}})
+
+    def advance_test(
+        self,
+        policy: SDCPolicy,
+        test: SDCTest,
+        node: NodeFacts | None,
+        node_body: Mapping[str, Any] | None,
+        view: FleetView,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> SDCTest:
+        """Move one unfinished test along one row of ``testphase.TEST_TRANSITIONS``;
+        returns the test as it is now."""
+        status = test.status or SDCTestStatus()
+        judgement: Judgement | None = None
+        end: PodEnd | None = None
+        finished_at: dt.datetime | None = None
+        awaiting = False
+        if node is not None and status.phase == SDCTestPhase.RUNNING:
+            end, finished_at = self.pod_end(test, view, now)
+            if end is not None:
+                judgement = self.judge(policy, test, end, view, now)
+                awaiting = self._awaits_quorum(policy, status, judgement, now)
+        taints = policy.spec.taints
+        # Reserved: our testing taint (or the quarantine taint, for verification of a
+        # repaired node) keeps other work off. Observe mode reserves nothing.
+        reserved = node is not None and (
+            node.has_taint(taints.testing)
+            or node.has_taint(taints.quarantine)
+            or policy.spec.mode == Mode.OBSERVE
+        )
+        event = phase_event(
+            status.phase,
+            node_exists=node is not None and node_body is not None,
+            reserved=reserved,
+            verdict=judgement.verdict if judgement else None,
+            awaiting_baseline=awaiting,
+        )
+        if event is None:
+            return test
+        row = phase_transition(status.phase, event)
+        verdict, reason = Verdict.INCONCLUSIVE, "NodeGone"
+        message = f"node {test.spec.node_name} no longer exists"
+        if judgement is not None:
+            verdict, reason, message = judgement.verdict, judgement.reason, judgement.message
+        for action in row.actions:
+            if isinstance(action, CreateJob):
+                assert node is not None and node_body is not None
+                manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
+                self.writer.create_job(manifest)
+                counts["jobs-created"] += 1
+            elif isinstance(action, MarkAwaitingBaseline):
+                conds = set_condition(
+                    status.conditions,
+                    "AwaitingBaseline",
+                    "True",
+                    "AwaitingQuorum",
+                    "digests recorded; waiting for enough nodes to agree on a baseline",
+                    now,
+                )
+                if conds != status.conditions:
+                    status = status.model_copy(update={"conditions": conds})
+                    self._write_test_status(test, status)
+            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RESERVING:
+                status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
+                self._write_test_status(test, status)
+            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RUNNING:
+                status = self._running_status(test, status, now)
+                self._write_test_status(test, status)
+            elif isinstance(action, WriteStatus):
+                if judgement is not None:
+                    self._count_judgement(judgement, finished_at, now)
+                    status = status.model_copy(
+                        update={
+                            "checks": judgement.check_statuses(),
+                            "fingerprint_hash": (
+                                judgement.fingerprint.hash if judgement.fingerprint else None
+                            ),
+                        }
+                    )
+                return self._finish(test, status, verdict, reason, message, now, counts)
+        return test.model_copy(update={"status": status})
+
+    def _awaits_quorum(
+        self,
+        policy: SDCPolicy,
+        status: SDCTestStatus,
+        judgement: Judgement,
+        now: dt.datetime,
+    ) -> bool:
+        """No baseline yet: wait (the digests are candidates) until the Job's deadline."""
+        if judgement.verdict != Verdict.INCONCLUSIVE or judgement.reason != "BaselineAbsent":
+            return False
+        started = status.start_time or now
+        return now - started < dt.timedelta(seconds=policy.spec.probe.active_deadline_seconds)
+
+    def _running_status(
+        self, test: SDCTest, status: SDCTestStatus, now: dt.datetime
+    ) -> SDCTestStatus:
+        name = test.metadata.name
+        return status.model_copy(
+            update={
+                "phase": SDCTestPhase.RUNNING,
+                "seed": _seed_of(test),
+                "job_name": job_name(name),
+                "start_time": now,
+                "conditions": set_condition(
+                    status.conditions,
+                    "JobCreated",
+                    "True",
+                    "JobCreated",
+                    f"probe Job {self.settings.namespace}/{job_name(name)}",
+                    now,
+                ),
+            }
+        )
+
+    def _count_judgement(
+        self, judgement: Judgement, finished_at: dt.datetime | None, now: dt.datetime
+    ) -> None:
+        if finished_at is not None and judgement.verdict == Verdict.SDC:
+            self.metrics.finish_to_quarantine.observe(max(0.0, (now - finished_at).total_seconds()))
+        for check in judgement.checks:
+            self.metrics.screenings.labels(check=check.name, verdict=check.verdict.value).inc()
+
+    def _finish(
+        self,
+        test: SDCTest,
+        status: SDCTestStatus,
+        verdict: Verdict,
+        reason: str,
+        message: str,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> SDCTest:
+        phase = verdict_phase(verdict)
+        conditions = set_condition(
+            status.conditions, "Complete", "True", reason or verdict.value, message[:1024], now
+        )
+        conditions = [c for c in conditions if c.type != "AwaitingBaseline"]
+        status = status.model_copy(
+            update={
+                "phase": phase,
+                "verdict": verdict,
+                "reason": (reason or verdict.value)[:64],
+                "message": message[:4096],
+                "completion_time": now,
+                "conditions": conditions,
+            }
+        )
+        self._write_test_status(test, status)
+        counts[f"tests-{phase.value.lower()}"] += 1
+        self.metrics.tests.labels(suite=test.spec.suite.value, phase=phase.value).inc()
+        if status.start_time is not None:
+            self.metrics.screening_duration.labels(suite=test.spec.suite.value).observe(
+                max(0.0, (now - status.start_time).total_seconds())
+            )
+        log.info(
+            "test finished",
+            test=test.metadata.name,
+            node=test.spec.node_name,
+            phase=phase.value,
+            verdict=verdict.value,
+            reason=reason,
+        )
+        return test.model_copy(update={"status": status})
+
+    def _write_test_status(self, test: SDCTest, status: SDCTestStatus) -> None:
+        try:
+            self.writer.patch_custom_status("sdctests", test.metadata.name, to_body(status))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        if test.metadata.resource_version:
+            written = test.model_copy(update={"status": status})
+            self.expect_tests[test.metadata.name] = (test.metadata.resource_version, written)

@@ -1,0 +1,354 @@
+"""The order in which one decision's writes go out, and drains that a PDB holds up.
+
+A recording writer stands in for the API server here (the operator tests run the
+same paths against a real one); it keeps every call in order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from kubernetes import client
+
+from sdcguard.adapters.kube import EvictionResult, KubeWriter
+from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.domain import keys
+from sdcguard.domain.decide import decide
+from sdcguard.domain.lifecycle import Drain, EmitEvent, Event, NodeState
+from sdcguard.domain.observed import Observed
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
+from tests.unit.factories import NOW, node, policy, ticket
+
+
+class _Recorder(KubeWriter):
+    """Every write in order; evictions answer as ``eviction`` says."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.calls: list[tuple[str, Any]] = []
+        self.eviction: EvictionResult | Exception = EvictionResult(asked=1)
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        self.calls.append(("node-patch", patch))
+
+    def create_custom(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        self.calls.append((f"{plural}-create", body))
+        return body
+
+    def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> None:
+        self.calls.append((f"{plural}-status", status))
+
+    def patch_custom(self, plural: str, name: str, patch: dict[str, Any]) -> None:
+        self.calls.append((f"{plural}-patch", patch))
+
+    def evict_pods_on_node(
+        self, node: str, skip_namespaces: tuple[str, ...] = ()
+    ) -> EvictionResult:
+        self.calls.append(("evict", node))
+        if isinstance(self.eviction, Exception):
+            raise self.eviction
+        return self.eviction
+
+    def event(self, **kw: Any) -> None:
+        self.calls.append(("event", kw["reason"]))
+
+    def delete_node(self, name: str) -> None:
+        self.calls.append(("node-delete", name))
+
+
+def _body(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "gpu-1",
+            "uid": "0a1b2c3d-0000",
+            "resourceVersion": "5",
+            "labels": {keys.LABEL_STATE: "Qualified"},
+            "annotations": {
+                keys.QUALIFIED_AT: "2025-06-01T10:00:00Z",
+                keys.REQUEST_QUARANTINE: "bad HBM row",
+                **(annotations or {}),
+            },
+        },
+        "spec": {"taints": []},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def _policy_body(**quarantine: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCPolicy",
+        "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
+        "spec": {"quarantine": {"cordon": True, "drain": True, **quarantine}},
+    }
+
+
+def _run(eviction: EvictionResult | Exception) -> tuple[Reconciler, _Recorder]:
+    metrics = Metrics()
+    writer = _Recorder(api=client.ApiClient(), metrics=metrics)
+    writer.eviction = eviction
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    view = FleetView(nodes={"gpu-1": _body()}, policies={"fleet": {}})
+    rec.run_pass(_policy_body(), view, NOW)
+    return rec, writer
+
+
+def test_a_quarantine_writes_objects_then_the_node_then_evicts_then_statuses_then_events() -> None:
+    _, writer = _run(EvictionResult(asked=2))
+    done = ("node-patch", {"metadata": {"annotations": {keys.DRAIN_UNTIL: None}}})
+    kinds = [kind for kind, body in writer.calls if (kind, body) != done]
+    assert kinds == [
+        "repairtickets-create",
+        "node-patch",
+        "evict",
+        "repairtickets-status",
+        "event",
+        "sdcpolicies-status",  # the pass's own bookkeeping, after every decision
+    ], kinds
+    patch = writer.calls[1][1]
+    assert any(t["key"] == "sdcguard.dev/quarantined" for t in patch["spec"]["taints"])
+    assert patch["spec"]["unschedulable"] is True
+    assert keys.DRAIN_UNTIL in patch["metadata"]["annotations"]
+    # Every pod was asked to leave: the drain's deadline goes at once.
+    assert writer.calls.index(done) == 3
+
+
+def test_evictions_refused_by_a_pdb_leave_the_drain_pending() -> None:
+    rec, writer = _run(EvictionResult(asked=0, blocked=1))
+    patches = [body for kind, body in writer.calls if kind == "node-patch"]
+    assert len(patches) == 1, "the deadline stays while a pod is left"
+    assert rec.last_counts["pods-eviction-refused"] == 1
+    assert "repairtickets-status" in [k for k, _ in writer.calls], "the ticket is opened"
+
+
+def test_an_eviction_error_never_prevents_the_taint_or_the_ticket() -> None:
+    rec, writer = _run(ConnectionResetError("connection reset by peer"))
+    kinds = [kind for kind, _ in writer.calls]
+    assert kinds.index("node-patch") < kinds.index("evict") < kinds.index("repairtickets-status")
+    assert "event" in kinds
+    assert rec.last_counts["drain-errors"] == 1
+    assert rec.last_counts.get("apply-error-other", 0) == 0
+
+
+def _quarantined(until: dt.datetime) -> Observed:
+    return Observed(
+        node=node(
+            state=NodeState.QUARANTINED,
+            annotations={keys.DRAIN_UNTIL: keys.format_time(until)},
+        ),
+        ticket=ticket(),
+    )
+
+
+def test_a_pending_drain_evicts_again_with_back_off_until_its_deadline() -> None:
+    spec = policy(quarantine={"cordon": True, "drain": True, "drainTimeoutSeconds": 600})
+    soon = decide(_quarantined(NOW + dt.timedelta(minutes=9, seconds=59)), spec, NOW)
+    assert soon.event == Event.DRAIN_DUE and Drain() in soon.actions
+    assert soon.requeue_after == 2.0
+    later = decide(_quarantined(NOW + dt.timedelta(minutes=2)), spec, NOW)
+    assert later.event == Event.DRAIN_DUE and later.requeue_after == 60.0
+    assert later.requeue_after is not None and soon.requeue_after < later.requeue_after
+
+    over = decide(_quarantined(NOW - dt.timedelta(seconds=1)), spec, NOW)
+    assert over.event == Event.DRAIN_TIMED_OUT and Drain() not in over.actions
+    assert any(isinstance(a, EmitEvent) and a.reason == "DrainIncomplete" for a in over.actions)
+    assert over.state == NodeState.QUARANTINED
+
+
+def test_a_quarantine_in_observe_mode_sets_no_drain() -> None:
+    spec = policy(mode="Observe", quarantine={"cordon": True, "drain": True})
+    observed = Observed(
+        node=node(
+            state=NodeState.QUALIFIED,
+            annotations={keys.REQUEST_QUARANTINE: "x"},
+            qualified_at=NOW - dt.timedelta(days=1),
+        )
+    )
+    decision = decide(observed, spec, NOW)
+    assert Drain() not in decision.actions
+    assert all(keys.DRAIN_UNTIL not in dict(getattr(a, "changes", ())) for a in decision.actions)
+
+
+def test_an_illegal_transition_costs_only_its_node(monkeypatch: Any) -> None:
+    """One node whose event has no row: counted, a condition on the policy, the other
+    nodes decided and written as usual (it used to fail the whole pass, every 2 s)."""
+    import importlib
+
+    decide_mod = importlib.import_module("sdcguard.domain.decide")
+    from sdcguard.domain.lifecycle import IllegalTransition
+
+    real = decide_mod.transition
+
+    def transition(state: NodeState, event: Event) -> Any:
+        if event == Event.MANUAL_QUARANTINE and state == NodeState.QUALIFIED:
+            raise IllegalTransition(state, event)
+        return real(state, event)
+
+    monkeypatch.setattr(decide_mod, "transition", transition)
+    metrics = Metrics()
+    writer = _Recorder(api=client.ApiClient(), metrics=metrics)
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    fresh = _body()
+    fresh["metadata"] = {
+        **fresh["metadata"],
+        "name": "gpu-2",
+        "labels": {},
+        "annotations": {},
+    }
+    fresh["spec"] = {"taints": [{"key": "sdcguard.dev/unqualified", "effect": "NoSchedule"}]}
+    view = FleetView(nodes={"gpu-1": _body(), "gpu-2": fresh}, policies={"fleet": {}})
+    rec.run_pass(_policy_body(), view, NOW)
+    kinds = [kind for kind, _ in writer.calls]
+    assert "sdctests-create" in kinds, "the other node's acceptance test starts"
+    assert "repairtickets-create" not in kinds, "the bad node is left as it is"
+    sample = metrics.illegal_transitions.labels(from_state="Qualified", event="ManualQuarantine")
+    assert sample._value.get() == 1
+    status = next(body for kind, body in writer.calls if kind == "sdcpolicies-status")
+    cond = next(c for c in status["conditions"] if c["type"] == "IllegalTransition")
+    assert cond["status"] == "True" and "gpu-1 (Qualified on ManualQuarantine)" in cond["message"]
+
+
+def _neuron_node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"{name}-uid-0000",
+            "resourceVersion": "3",
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "labels": {"sdcguard.dev/state": "Qualified"},
+            "annotations": {keys.QUALIFIED_AT: "2025-05-01T10:00:00Z"},
+        },
+        "spec": {"taints": []},
+        "status": {
+            "allocatable": {"aws.amazon.com/neuroncore": "32"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def _pod(node: str | None, resources: dict[str, str], phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"train-{node}", "namespace": "ml"},
+        "spec": {
+            **({"nodeName": node} if node else {}),
+            "containers": [{"name": "c", "resources": {"limits": resources}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_idle_and_pending_demand_use_the_policys_accelerators() -> None:
+    """A node running pods that request a Neuron core resource (not in the default list)
+    is busy for a policy that lists it, and a pending pod asking for it holds screening
+    back; a pod asking for another device does neither."""
+    from sdcguard.adapters import observe
+
+    policy_body = {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCPolicy",
+        "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
+        "spec": {
+            "accelerators": ["aws.amazon.com/neuroncore"],
+            "triggers": {"maxQualificationAge": "1h"},
+            "budgets": {"maxUnavailable": "100%"},
+        },
+    }
+
+    def tests_started(pods: list[dict[str, Any]]) -> int:
+        metrics = Metrics()
+        writer = _Recorder(api=client.ApiClient(), metrics=metrics)
+        rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+        view = FleetView(
+            nodes={"trn-1": _neuron_node("trn-1"), "trn-2": _neuron_node("trn-2")},
+            policies={"fleet": {}},
+        )
+        for pod in pods:
+            if (use := observe.pod_use(pod)) is not None:
+                view.busy.setdefault(use.node_name, []).append(use)
+            if (demand := observe.pending_demand(pod)) is not None:
+                view.pending.append(demand)
+        rec.run_pass(policy_body, view, NOW)
+        return sum(1 for kind, _ in writer.calls if kind == "sdctests-create")
+
+    assert tests_started([]) == 2, "both expired qualifications are screened"
+    assert tests_started([_pod("trn-1", {"aws.amazon.com/neuroncore": "32"})]) == 1
+    pending = _pod(None, {"aws.amazon.com/neuroncore": "16"}, phase="Pending")
+    assert tests_started([pending]) == 0, "a pending pod needs these nodes"
+    other = [
+        _pod("trn-1", {"example.com/nic": "1"}),
+        _pod(None, {"example.com/nic": "1"}, "Pending"),
+    ]
+    assert tests_started(other) == 2, "another device makes no node busy"
+
+
+def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
+    """spec.probe.command and args and suites[].timeoutSeconds are not accepted and
+    ignored: the Job runs the command, passes the extra arguments after sdcguard's, and
+    gives the probe the suite's time (within the Job's deadline)."""
+    from sdcguard.api import SDCPolicy, SDCTest
+    from sdcguard.builders.probe_job import build_probe_job
+    from sdcguard.domain.observed import NodeFacts
+
+    policy_doc = {
+        "metadata": {"name": "fleet"},
+        "spec": {
+            "probe": {
+                "command": ["/opt/probe/bin/sdcprobe"],
+                "args": ["--threads", "4"],
+                "activeDeadlineSeconds": 1800,
+                "budgetSeconds": 300,
+            },
+            "suites": {
+                "requalification": [
+                    {"name": "compute", "timeoutSeconds": 300},
+                    {"name": "golden", "timeoutSeconds": 200},
+                ]
+            },
+        },
+    }
+    policy = SDCPolicy.model_validate(policy_doc)
+    test = SDCTest.model_validate(
+        {
+            "metadata": {"name": "gpu-1-0a1b2-3", "uid": "u"},
+            "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "suite": "requalification"},
+        }
+    )
+    metrics = Metrics()
+    rec = Reconciler(
+        writer=_Recorder(api=client.ApiClient(), metrics=metrics),
+        settings=Settings(metrics_port=0),
+        metrics=metrics,
+    )
+    body = _body()
+    facts = NodeFacts.from_body(body, policy.spec.accelerators)
+    job = build_probe_job(rec.probe_request(policy, test, facts, body))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["/opt/probe/bin/sdcprobe"]
+    args = container["args"]
+    assert args[:3] == ["run", "--checks", "compute,golden"] and args[-2:] == ["--threads", "4"]
+    assert args[args.index("--timeout") + 1] == "500"
+    short = SDCPolicy.model_validate(
+        {
+            **policy_doc,
+            "spec": {
+                **policy_doc["spec"],
+                "probe": {"activeDeadlineSeconds": 300, "budgetSeconds": 120},
+            },
+        }
+    )
+    job = build_probe_job(rec.probe_request(short, test, facts, body))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "sdcprobe"]
+    assert container["args"][container["args"].index("--timeout") + 1] == "270"
+    # Never below the budget the probe plans for, nor past the Job's deadline.
+    from sdcguard.adapters.pass_state import probe_timeout
+    from sdcguard.api import CheckSpec
+
+    few = [CheckSpec(name="compute", timeout_seconds=60)]
+    assert probe_timeout(few, budget=900, active_deadline=1800) == 900
+    assert probe_timeout(few * 40, budget=60, active_deadline=60) == 60

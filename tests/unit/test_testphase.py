@@ -1,0 +1,98 @@
+"""The SDCTest phase table, row by row, everything outside it, and the event chooser."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from sdcguard.api import SDCTestPhase, Verdict
+from sdcguard.domain.testphase import (
+    TEST_TABLE,
+    TEST_TRANSITIONS,
+    CreateJob,
+    DeleteJob,
+    IllegalTestTransition,
+    MarkAwaitingBaseline,
+    TestEvent,
+    WriteStatus,
+    phase_event,
+    phase_transition,
+    verdict_phase,
+)
+
+P, E = SDCTestPhase, TestEvent
+UNFINISHED = (P.PENDING, P.RESERVING, P.RUNNING)
+
+EXPECTED: dict[tuple[SDCTestPhase, TestEvent], tuple[SDCTestPhase, tuple[object, ...]]] = {
+    (P.PENDING, E.NOT_RESERVED): (P.RESERVING, (WriteStatus(),)),
+    (P.RESERVING, E.NOT_RESERVED): (P.RESERVING, ()),
+    (P.PENDING, E.RESERVED): (P.RUNNING, (CreateJob(), WriteStatus())),
+    (P.RESERVING, E.RESERVED): (P.RUNNING, (CreateJob(), WriteStatus())),
+    (P.RUNNING, E.PROBE_RUNNING): (P.RUNNING, ()),
+    (P.RUNNING, E.AWAITING_BASELINE): (P.RUNNING, (MarkAwaitingBaseline(),)),
+    (P.RUNNING, E.PASSED): (P.PASSED, (WriteStatus(),)),
+    (P.RUNNING, E.SDC_FOUND): (P.FAILED, (WriteStatus(),)),
+    (P.RUNNING, E.NO_EVIDENCE): (P.INCONCLUSIVE, (WriteStatus(),)),
+    **{(p, E.NODE_GONE): (P.INCONCLUSIVE, (WriteStatus(),)) for p in UNFINISHED},
+    **{(p, E.CANCELLED): (P.CANCELLED, (WriteStatus(), DeleteJob())) for p in UNFINISHED},
+}
+
+
+def test_table_is_exactly_the_expected_rows() -> None:
+    assert len(TEST_TABLE) == len(TEST_TRANSITIONS), "duplicate (phase, event) rows"
+    assert set(TEST_TABLE) == set(EXPECTED)
+
+
+@pytest.mark.parametrize(("phase", "event"), sorted(EXPECTED), ids=str)
+def test_row(phase: SDCTestPhase, event: TestEvent) -> None:
+    target, actions = EXPECTED[(phase, event)]
+    row = phase_transition(phase, event)
+    assert (row.target, row.actions) == (target, actions)
+
+
+@pytest.mark.parametrize(
+    ("phase", "event"),
+    [pe for pe in itertools.product(SDCTestPhase, TestEvent) if pe not in EXPECTED],
+    ids=str,
+)
+def test_everything_else_is_illegal(phase: SDCTestPhase, event: TestEvent) -> None:
+    with pytest.raises(IllegalTestTransition):
+        phase_transition(phase, event)
+
+
+def test_a_finished_test_never_moves() -> None:
+    for phase in SDCTestPhase:
+        if phase.finished:
+            assert not [k for k in TEST_TABLE if k[0] == phase]
+            assert phase_event(phase, node_exists=False, reserved=True, verdict=None) is None
+
+
+@pytest.mark.parametrize(
+    ("verdict", "phase"),
+    [
+        (Verdict.PASS, P.PASSED),
+        (Verdict.SDC, P.FAILED),
+        (Verdict.CRASH, P.INCONCLUSIVE),
+        (Verdict.TIMEOUT, P.INCONCLUSIVE),
+        (Verdict.INCONCLUSIVE, P.INCONCLUSIVE),
+    ],
+)
+def test_one_verdict_to_phase_mapping(verdict: Verdict, phase: SDCTestPhase) -> None:
+    assert verdict_phase(verdict) == phase
+    event = phase_event(P.RUNNING, node_exists=True, reserved=True, verdict=verdict)
+    assert event is not None and phase_transition(P.RUNNING, event).target == phase
+
+
+def test_the_event_follows_the_observations() -> None:
+    def event(phase: SDCTestPhase, **kw: object) -> TestEvent | None:
+        args: dict[str, object] = {"node_exists": True, "reserved": True, "verdict": None}
+        return phase_event(phase, **{**args, **kw})  # type: ignore[arg-type]
+
+    assert event(P.RUNNING, node_exists=False, verdict=Verdict.PASS) == E.NODE_GONE
+    assert event(P.PENDING, reserved=False) == E.NOT_RESERVED
+    assert event(P.RESERVING) == E.RESERVED
+    assert event(P.RUNNING) == E.PROBE_RUNNING
+    awaiting = event(P.RUNNING, verdict=Verdict.INCONCLUSIVE, awaiting_baseline=True)
+    assert awaiting == E.AWAITING_BASELINE
+    assert event(P.RUNNING, verdict=Verdict.SDC) == E.SDC_FOUND
