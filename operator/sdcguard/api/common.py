@@ -87,9 +87,9 @@ IMAGE_PATTERN = (
 )
 ImageReference = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, max_length=512)]
 """A container image: registry/path[:tag][@sha256:digest], path in lower case."""
-URL_PATTERN = r"^https?://[^\s/?#@]+(?:[/?#][^\s]*)?$"
+URL_PATTERN = r"^https?://(?:[^\s/?#@]+@)?[^\s/?#@]+(?:[/?#][^\s]*)?$"
 Url = Annotated[str, StringConstraints(pattern=URL_PATTERN, max_length=2048)]
-"""An http or https URL with a host."""
+"""An http or https URL with a host (user info before it becomes Basic auth for sinks)."""
 ShortText = Annotated[str, StringConstraints(max_length=256)]
 Text = Annotated[str, StringConstraints(max_length=4096)]
 

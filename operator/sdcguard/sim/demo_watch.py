@@ -481,7 +481,10 @@ class Recorder:
         tests: dict[str, int] = dict.fromkeys(self.budgets, 0)
         for record in self.tests.values():
             track = self.nodes.get(record.node)
-            if track is not None and not record.finished:
+            # As the operator counts maxConcurrentTests: a test whose probe ended and that
+            # only waits for a baseline's quorum runs nothing (its node still counts as
+            # unavailable, below).
+            if track is not None and not record.finished and not record.awaiting_baseline:
                 tests[track.instance_type] += 1
         for pool, budget in self.budgets.items():
             members = [n for n in self.nodes.values() if n.instance_type == pool]
