@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sdcprobe.result import parse_result
 from tests.cluster.localcluster import LocalCluster
 from tests.cluster.operator_pod import (
     OperatorPod,
@@ -102,18 +103,7 @@ def test_acceptance_on_the_real_node_ends_qualified(
     real_cluster: LocalCluster, operator_pod: OperatorPod
 ) -> None:
     t0 = time.monotonic()
-    baseline = _wait_candidate(real_cluster, timeout=300)
-    candidate = next(c for c in baseline["status"]["candidates"] if c["nodeName"] == NODE)
-    patch = {"spec": {"digests": candidate["digests"], "trusted": True, "source": "Approved"}}
-    kubectl(
-        real_cluster,
-        "patch",
-        "sdcbaseline",
-        baseline["metadata"]["name"],
-        "--type=merge",
-        "-p",
-        json.dumps(patch),
-    )
+    _approve_baseline(real_cluster)
     state = _wait_state(real_cluster, "Qualified", timeout=180)
     tests = json.loads(kubectl(real_cluster, "get", "sdctests", "-A", "-o", "json"))["items"]
     mine = [t for t in tests if t["spec"].get("nodeName") == NODE]
@@ -149,3 +139,158 @@ def _wait_state(cluster: LocalCluster, want: str, timeout: float) -> str:
         time.sleep(2)
     tests = kubectl(cluster, "get", "sdctests", "-A", "-o", "yaml")
     raise AssertionError(f"{NODE} is {state!r}, not {want}, after {timeout:.0f}s:\n{tests[-3000:]}")
+
+
+FAULTS = {"faults": [{"site": "matmul", "rate": 0.01, "bits": "exp", "device": 1}]}
+"""Exponent flips in every GEMM output of device 1: the devices disagree, and every
+check's digest differs from the trusted baseline."""
+
+
+def test_fault_on_the_real_node_is_confirmed_quarantined_repaired_and_verified(
+    real_cluster: LocalCluster, operator_pod: OperatorPod
+) -> None:
+    """A fault on the real node -> confirmation re-run -> Quarantined -> RepairTicket ->
+    repaired -> repair verification -> Qualified, every verdict read from the
+    termination message the kubelet wrote.
+
+    The fault comes in through the policy's own probe fields, the way only a test
+    would set them: ``probe.command`` puts the spec in SDCPROBE_FAULTS and
+    ``probe.args`` adds ``--allow-fault-injection`` (without it the probe refuses to
+    run a spec). The repair is setting them back, then ``kubectl sdc repaired``.
+    """
+    policy = f"rn-{operator_pod.release.removeprefix('sdcguard-rn')}"
+    if _state(real_cluster) != "Qualified":
+        _approve_baseline(real_cluster)
+        _wait_state(real_cluster, "Qualified", timeout=300)
+    t0 = time.monotonic()
+    faulty = {
+        "command": ["env", f"SDCPROBE_FAULTS={json.dumps(FAULTS)}", "python", "-m", "sdcprobe"],
+        "args": ["--allow-fault-injection"],
+    }
+    _patch_policy(real_cluster, policy, faulty)
+    sdc(real_cluster, "test", NODE)
+    _wait_state(real_cluster, "Quarantined", timeout=420)
+    quarantined = time.monotonic() - t0
+    tests = _tests_of(real_cluster)
+    verdicts = [(t["spec"]["reason"], t.get("status", {}).get("verdict")) for t in tests]
+    assert ("Manual", "SDC") in verdicts and ("Confirmation", "SDC") in verdicts, verdicts
+    failed = [t for t in tests if t.get("status", {}).get("verdict") == "SDC"]
+    for test in failed:
+        # The verdict is the kubelet's copy of the probe's result: the Pod's
+        # termination message says fault injection was on and names the mismatches.
+        message = _termination_message(real_cluster, operator_pod.namespace, test)
+        result = parse_result(message)
+        assert result.injection.enabled and result.injection.count > 0, result.injection
+        assert "fault injection on" in test["status"]["message"], test["status"]
+        assert any(c["verdict"] == "SDC" for c in test["status"]["checks"]), test["status"]
+    node = json.loads(kubectl(real_cluster, "get", "node", NODE, "-o", "json"))
+    assert any(t["key"] == "sdcguard.dev/quarantined" for t in node["spec"].get("taints", []))
+    ticket = _wait_ticket(real_cluster, timeout=60)
+    assert {t["metadata"]["name"] for t in failed} <= set(ticket["spec"]["evidence"]), ticket
+
+    # The repair: the probe as shipped again, and the repair side's answer.
+    _patch_policy(real_cluster, policy, {"command": None, "args": None})
+    t1 = time.monotonic()
+    sdc(real_cluster, "repaired", ticket["metadata"]["name"], "--note", "replaced device 1")
+    _wait_state(real_cluster, "Qualified", timeout=300)
+    verified = time.monotonic() - t1
+    tests = _tests_of(real_cluster)
+    verification = [t for t in tests if t["spec"]["reason"] == "RepairVerification"]
+    assert [t["status"]["verdict"] for t in verification] == ["Pass"], verification
+    result = parse_result(
+        _termination_message(real_cluster, operator_pod.namespace, verification[0])
+    )
+    assert not result.injection.enabled
+    ticket = json.loads(
+        kubectl(real_cluster, "get", "repairticket", ticket["metadata"]["name"], "-o", "json")
+    )
+    assert ticket["status"]["phase"] == "Closed", ticket["status"]
+    print(
+        f"real node fault path: Qualified -> Quarantined (test, confirmation, ticket) in "
+        f"{quarantined:.1f}s; repaired -> verified -> Qualified in {verified:.1f}s"
+    )
+
+
+def sdc(cluster: LocalCluster, *args: str) -> str:
+    """``kubectl sdc ARGS`` (the plugin's entry point, as a module)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(cluster.env(), PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdcguard.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl sdc {' '.join(args)}: {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def _patch_policy(cluster: LocalCluster, name: str, probe: dict[str, Any]) -> None:
+    patch = json.dumps({"spec": {"probe": probe}})
+    kubectl(cluster, "patch", "sdcpolicy", name, "--type=merge", "-p", patch)
+
+
+def _state(cluster: LocalCluster) -> str:
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    return str(node["metadata"].get("labels", {}).get(STATE_LABEL, ""))
+
+
+def _approve_baseline(cluster: LocalCluster) -> None:
+    """Trust the real node's candidate digests (``source: Approved``), as a person
+    certifying reference hardware does."""
+    baseline = _wait_candidate(cluster, timeout=300)
+    candidate = next(c for c in baseline["status"]["candidates"] if c["nodeName"] == NODE)
+    patch = {"spec": {"digests": candidate["digests"], "trusted": True, "source": "Approved"}}
+    kubectl(
+        cluster,
+        "patch",
+        "sdcbaseline",
+        baseline["metadata"]["name"],
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
+    )
+
+
+def _tests_of(cluster: LocalCluster) -> list[dict[str, Any]]:
+    tests = json.loads(kubectl(cluster, "get", "sdctests", "-A", "-o", "json"))["items"]
+    mine = [t for t in tests if t["spec"].get("nodeName") == NODE]
+    return sorted(mine, key=lambda t: t["metadata"]["creationTimestamp"])
+
+
+def _termination_message(cluster: LocalCluster, namespace: str, test: dict[str, Any]) -> str:
+    pods = json.loads(
+        kubectl(
+            cluster,
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            f"sdcguard.dev/test={test['metadata']['name']}",
+            "-o",
+            "json",
+        )
+    )["items"]
+    assert pods, f"no probe Pod left for {test['metadata']['name']}"
+    term = pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]
+    return str(term["message"])
+
+
+def _wait_ticket(cluster: LocalCluster, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        items = json.loads(kubectl(cluster, "get", "repairtickets", "-o", "json"))["items"]
+        open_ = [
+            t
+            for t in items
+            if t["spec"]["nodeName"] == NODE and (t.get("status") or {}).get("phase") != "Closed"
+        ]
+        if open_:
+            return dict(open_[0])
+        time.sleep(2)
+    raise AssertionError(f"no open RepairTicket for {NODE} within {timeout:.0f}s")
