@@ -294,3 +294,90 @@ def _wait_ticket(cluster: LocalCluster, timeout: float) -> dict[str, Any]:
             return dict(open_[0])
         time.sleep(2)
     raise AssertionError(f"no open RepairTicket for {NODE} within {timeout:.0f}s")
+
+
+@pytest.mark.parametrize(
+    ("case", "probe", "reasons"),
+    [
+        # A memory limit far below what the probe's torch needs: the kernel kills it.
+        (
+            "oom",
+            {"resources": {"requests": {"memory": "48Mi"}, "limits": {"memory": "48Mi"}}},
+            ("OOMKilled",),
+        ),
+        # A probe that outlives the Job's activeDeadlineSeconds (60 s, the least a
+        # policy allows): the Job controller kills it.
+        (
+            "deadline",
+            {"command": ["sh", "-c", "sleep 600", "sh"], "activeDeadlineSeconds": 60},
+            ("DeadlineExceeded",),
+        ),
+        # An image that is not on the node: the kubelet's pull from "localhost" (no
+        # registry there) fails, or, with pull policy Never, it refuses.
+        (
+            "image",
+            {"image": "localhost/sdcprobe:absent"},
+            ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"),
+        ),
+    ],
+)
+def test_a_probe_the_kubelet_cannot_run_ends_inconclusive_with_the_kubelets_reason(
+    real_cluster: LocalCluster,
+    operator_pod: OperatorPod,
+    case: str,
+    probe: dict[str, Any],
+    reasons: tuple[str, ...],
+) -> None:
+    """OOM, deadline, absent image: the SDCTest ends Inconclusive (never Pass, never a
+    quarantine) and its Complete condition carries the kubelet's (or the Job
+    controller's) reason; for the image, its message names the image."""
+    policy = f"rn-{operator_pod.release.removeprefix('sdcguard-rn')}"
+    if _state(real_cluster) != "Qualified":
+        _approve_baseline(real_cluster)
+        _wait_state(real_cluster, "Qualified", timeout=300)
+    before = {t["metadata"]["name"] for t in _tests_of(real_cluster)}
+    _patch_policy(real_cluster, policy, probe)
+    t0 = time.monotonic()
+    try:
+        sdc(real_cluster, "test", NODE)
+        test = _wait_test_done(real_cluster, before, timeout=240)
+    finally:
+        _patch_policy(
+            real_cluster, policy, {k: None for k in probe if k != "activeDeadlineSeconds"}
+        )
+        if "activeDeadlineSeconds" in probe:
+            _patch_policy(real_cluster, policy, {"activeDeadlineSeconds": 300})
+    seconds = time.monotonic() - t0
+    status = test["status"]
+    assert status["phase"] == "Inconclusive", status
+    assert status["verdict"] not in ("Pass", "SDC"), status
+    complete = next(c for c in status["conditions"] if c["type"] == "Complete")
+    said = f"{complete['reason']} {complete['message']}"
+    assert any(r in said for r in reasons), complete
+    if case == "image":
+        assert "localhost/sdcprobe:absent" in complete["message"], complete
+        # The Pod the kubelet cannot start still holds the node's GPUs until the
+        # Job's deadline; delete it as a person fixing the image would.
+        job = status.get("jobName")
+        kubectl(real_cluster, "delete", "job", "-n", operator_pod.namespace, job, "--wait=false")
+    assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
+    print(
+        f"real node, {case}: {status['verdict']} ({complete['reason']}: "
+        f"{complete['message'][:120]}) {seconds:.1f}s after kubectl sdc test"
+    )
+
+
+def _wait_test_done(cluster: LocalCluster, before: set[str], timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    new: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        new = [
+            t
+            for t in _tests_of(cluster)
+            if t["metadata"]["name"] not in before and t["spec"]["reason"] == "Manual"
+        ]
+        done = [t for t in new if (t.get("status") or {}).get("completionTime")]
+        if done:
+            return done[0]
+        time.sleep(2)
+    raise AssertionError(f"no new SDCTest of {NODE} ended within {timeout:.0f}s: {new}")
