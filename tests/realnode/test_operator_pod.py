@@ -356,6 +356,8 @@ def test_a_probe_the_kubelet_cannot_run_ends_inconclusive_with_the_kubelets_reas
     assert any(r in said for r in reasons), complete
     if case == "image":
         assert "localhost/sdcprobe:absent" in complete["message"], complete
+        # And the Node's Event says so, naming the image.
+        _wait_node_event(real_cluster, "Inconclusive", "localhost/sdcprobe:absent", timeout=60)
         # The Pod the kubelet cannot start still holds the node's GPUs until the
         # Job's deadline; delete it as a person fixing the image would.
         job = status.get("jobName")
@@ -381,3 +383,26 @@ def _wait_test_done(cluster: LocalCluster, before: set[str], timeout: float) -> 
             return done[0]
         time.sleep(2)
     raise AssertionError(f"no new SDCTest of {NODE} ended within {timeout:.0f}s: {new}")
+
+
+def _wait_node_event(cluster: LocalCluster, reason: str, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        events = json.loads(
+            kubectl(
+                cluster,
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                f"involvedObject.kind=Node,involvedObject.name={NODE}",
+                "-o",
+                "json",
+            )
+        )["items"]
+        seen = [f"{e.get('reason')}: {e.get('message')}" for e in events]
+        if any(e.get("reason") == reason and text in (e.get("message") or "") for e in events):
+            return
+        time.sleep(2)
+    raise AssertionError(f"no {reason} Event on {NODE} naming {text!r}: {seen[-5:]}")
