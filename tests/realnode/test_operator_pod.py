@@ -8,6 +8,11 @@ fingerprint is new, so its first result waits for a baseline (AwaitingBaseline);
 the test then does what a person certifying reference hardware does: copies the
 node's candidate digests into the SDCBaseline and sets ``trusted: true``
 (``source: Approved``), after which the held test is judged and passes.
+
+Then, on the same node and operator: a fault (through the policy's probe command and
+args) confirmed, quarantined, ticketed, repaired and verified; and probes the kubelet
+cannot run (OOM, the Job's deadline, an absent image), each Inconclusive with the
+kubelet's reason. The tests run in file order and share the node's state.
 """
 
 from __future__ import annotations
