@@ -6,11 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 
+from sdcguard.adapters import observe
+from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.observe import probe_pod
-from sdcguard.api import SDCTestPhase, Verdict
+from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.api import SDCTest, SDCTestPhase, Verdict
 from sdcguard.domain.judging import PodEnd, judge_result
-from tests.unit.factories import CHECKS
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
+from tests.unit.factories import CHECKS, NOW
 
 IMAGE = "localhost/sdcprobe:absent"
 NEVER_PULL = f'Container image "{IMAGE}" is not present with pull policy of Never'
@@ -82,3 +88,65 @@ def test_an_oom_killed_probe_is_a_crash_naming_oomkilled() -> None:
 def test_a_reason_that_is_not_one_word_falls_back_to_notstarted() -> None:
     j = judge_result(PodEnd(None, None, never_started=True, detail="bad reason: x"), CHECKS, {})
     assert j.reason == "NotStarted" and "bad reason: x" in j.message
+
+
+def _runner() -> Reconciler:
+    metrics = Metrics()
+    writer = KubeWriter(api=client.ApiClient(), metrics=metrics, dry_run=True)
+    return Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+
+
+def _running_test() -> SDCTest:
+    return SDCTest.model_validate(
+        {
+            "metadata": {"name": "t1"},
+            "spec": {
+                "nodeName": "real-node-0",
+                "policyRef": "p",
+                "suite": "acceptance",
+                "reason": "Join",
+            },
+            "status": {"phase": "Running", "startTime": "2026-12-01T13:00:00Z"},
+        }
+    )
+
+
+def _job(failed: str | None) -> observe.ProbeJob:
+    conditions = [{"type": "Failed", "status": "True", "reason": failed}] if failed else []
+    job = observe.probe_job(
+        {
+            "metadata": {
+                "name": "sdcprobe-t1",
+                "labels": {"app.kubernetes.io/component": "sdcprobe", "sdcguard.dev/test": "t1"},
+            },
+            "status": {"conditions": conditions},
+        }
+    )
+    assert job is not None
+    return job
+
+
+def test_the_runner_ends_a_test_whose_probe_pod_cannot_start() -> None:
+    seen = probe_pod(pod({"waiting": {"reason": "ErrImageNeverPull", "message": NEVER_PULL}}))
+    assert seen is not None
+    view = FleetView(nodes={}, probe_pods={"t1": [seen]}, probe_jobs={"t1": _job(None)})
+    end, _ = _runner().pod_end(_running_test(), view, NOW)
+    assert end is not None and end.never_started and IMAGE in end.detail
+
+
+def test_a_pod_the_jobs_deadline_killed_is_a_timeout_whatever_its_exit_status() -> None:
+    # SIGTERM from the Job controller: the probe reports inconclusive and exits 2.
+    seen = probe_pod(
+        pod(
+            {"terminated": {"exitCode": 2, "reason": "Error", "finishedAt": None}},
+            phase="Failed",
+        )
+    )
+    assert seen is not None
+    view = FleetView(
+        nodes={}, probe_pods={"t1": [seen]}, probe_jobs={"t1": _job("DeadlineExceeded")}
+    )
+    end, _ = _runner().pod_end(_running_test(), view, NOW)
+    assert end is not None and end.timed_out
+    j = judge_result(end, CHECKS, {})
+    assert (j.verdict, j.reason) == (Verdict.TIMEOUT, "TimedOut")
