@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTATION, TEST_LABEL
+from sdcguard.domain.judging import NEVER_STARTED_REASONS
 from sdcguard.domain.keys import parse_time
 from sdcguard.domain.quantity import whole_quantity
 
@@ -173,6 +174,19 @@ class ProbePod:
     started: dt.datetime | None
     finished: dt.datetime | None
     deleted: bool
+    waiting_reason: str = ""
+    """The kubelet's reason the container is not running yet (ErrImageNeverPull, ...)."""
+    waiting_message: str = ""
+    """The kubelet's message with it (names the image)."""
+
+    @property
+    def start_failure(self) -> str | None:
+        """``Reason: message`` when the kubelet cannot start the probe container (see
+        ``judging.NEVER_STARTED_REASONS``), else None."""
+        if self.phase != "Pending" or self.waiting_reason not in NEVER_STARTED_REASONS:
+            return None
+        said = f": {self.waiting_message}" if self.waiting_message else ""
+        return f"{self.waiting_reason}{said}"
 
     @property
     def termination_message(self) -> str | None:
@@ -195,7 +209,12 @@ def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
     term_reason = ""
     finished = None
     started = parse_time(status.get("startTime"))
+    waiting_reason = waiting_message = ""
     for cs in status.get("containerStatuses", []) or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting:
+            waiting_reason = str(waiting.get("reason", "") or "")[:64]
+            waiting_message = str(waiting.get("message", "") or "")[:512]
         term = (cs.get("state") or {}).get("terminated")
         if term:
             exit_code = term.get("exitCode")
@@ -214,6 +233,8 @@ def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
         started=started,
         finished=finished,
         deleted=bool(meta.get("deletionTimestamp")),
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
     )
 
 

@@ -115,12 +115,18 @@ class TestRunner(ReconcilerState):
                 PodEnd(
                     message=pod.termination_message,
                     exit_code=pod.exit_code,
-                    timed_out=pod.pod_reason == "DeadlineExceeded",
+                    # The Job's deadline kills the Pod with SIGTERM: the Pod ends
+                    # Failed (exit 2 or 137), the Job says DeadlineExceeded.
+                    timed_out=pod.pod_reason == "DeadlineExceeded"
+                    or (job is not None and job.failed_reason == "DeadlineExceeded"),
                     crashed=crashed,
                     detail=pod.terminated_reason or pod.pod_reason,
                 ),
                 pod.finished,
             )
+        stuck = next((p.start_failure for p in pods if p.start_failure and not p.deleted), None)
+        if stuck is not None:
+            return PodEnd(message=None, exit_code=None, never_started=True, detail=stuck), now
         if job is not None and job.failed_reason:
             timed_out = job.failed_reason == "DeadlineExceeded"
             return (

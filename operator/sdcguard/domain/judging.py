@@ -7,10 +7,11 @@ Verdicts (one per test):
   check's digest differs from a *trusted* baseline for the *same* fingerprint.
 - **Crash** (the Pod failed: signal, OOM, exit status other than 0/1/2) and **Timeout**
   (the Job's deadline passed) are faults of another kind; they never quarantine.
-- **Inconclusive**: anything that is not evidence either way: no result, a result cut
-  short or of an unknown schema version, a "pass" without digests, a fingerprint other
-  than the baseline's, no trusted baseline yet, an expected check missing, a result
-  that contradicts the exit status.
+- **Inconclusive**: anything that is not evidence either way: a probe container the
+  kubelet could not start (reason: the kubelet's own, e.g. ErrImageNeverPull), no
+  result, a result cut short or of an unknown schema version, a "pass" without digests,
+  a fingerprint other than the baseline's, no trusted baseline yet, an expected check
+  missing, a result that contradicts the exit status.
 - **Pass**: every expected check ran and matched its trusted baseline.
 
 Precedence: SDC evidence from any check wins over everything (a Pod that computed
@@ -84,6 +85,34 @@ class PodEnd:
     """Killed (OOM, eviction, signal) or failed to start."""
     detail: str = ""
     """The kubelet's reason, e.g. OOMKilled or DeadlineExceeded."""
+    never_started: bool = False
+    """The kubelet could not start the container (``detail``: its waiting reason and
+    message, e.g. ErrImageNeverPull naming the image)."""
+
+
+NEVER_STARTED_REASONS = frozenset(
+    {
+        "ErrImageNeverPull",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+"""Waiting reasons of a probe container the kubelet cannot start: an image that is absent
+(pull policy Never), cannot be pulled, or is misnamed, or a container that cannot be
+created. A pull that fails once is retried by the kubelet with a back-off; the screening
+is not kept waiting behind it (it ends Inconclusive and is retried after the policy's
+inconclusive back-off)."""
+
+
+def _kubelet_reason(detail: str, default: str) -> str:
+    """The kubelet's reason word at the start of ``detail`` (``Reason: message``), if it is
+    one CamelCase word, else ``default``."""
+    word = detail.split(":", 1)[0].strip()
+    return word if word.isascii() and word.isalpha() and 0 < len(word) <= 64 else default
 
 
 @dataclass(frozen=True)
@@ -311,6 +340,12 @@ def judge_result(
         if end.timed_out or end.crashed:
             ended = f" (then the Pod {'timed out' if end.timed_out else 'crashed'})"
         return judged(Verdict.SDC, reason, f"SDC in {names}: {head.name}: {head.reason}{ended}")
+    if end.never_started:
+        return judged(
+            Verdict.INCONCLUSIVE,
+            _kubelet_reason(end.detail, "NotStarted"),
+            f"the kubelet could not start the probe container: {end.detail or 'no reason'}",
+        )
     if end.timed_out:
         return judged(
             Verdict.TIMEOUT, "TimedOut", f"the probe Job ran past its deadline {end.detail}".strip()

@@ -1,0 +1,152 @@
+"""A probe container the kubelet cannot start, or kills: read from the Pod status as the
+kubelet writes it, judged Inconclusive with the kubelet's own reason, never Pass or SDC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from sdcguard.adapters import observe
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.observe import probe_pod
+from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.api import SDCTest, SDCTestPhase, Verdict
+from sdcguard.domain.judging import PodEnd, judge_result
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
+from tests.unit.factories import CHECKS, NOW
+
+IMAGE = "localhost/sdcprobe:absent"
+NEVER_PULL = f'Container image "{IMAGE}" is not present with pull policy of Never'
+
+
+def pod(state: dict[str, Any], phase: str = "Pending") -> dict[str, Any]:
+    """A probe Pod body as the kubelet reports it (one container, in ``state``)."""
+    return {
+        "metadata": {
+            "name": "sdcprobe-t1-abcde",
+            "labels": {"app.kubernetes.io/component": "sdcprobe", "sdcguard.dev/test": "t1"},
+        },
+        "spec": {"nodeName": "real-node-0"},
+        "status": {
+            "phase": phase,
+            "startTime": "2026-12-01T13:00:00Z",
+            "containerStatuses": [{"name": "sdcprobe", "state": state}],
+        },
+    }
+
+
+def test_an_absent_image_ends_inconclusive_with_the_kubelets_reason_and_the_image() -> None:
+    seen = probe_pod(pod({"waiting": {"reason": "ErrImageNeverPull", "message": NEVER_PULL}}))
+    assert seen is not None
+    assert seen.start_failure == f"ErrImageNeverPull: {NEVER_PULL}"
+    j = judge_result(PodEnd(None, None, never_started=True, detail=seen.start_failure), CHECKS, {})
+    assert (j.verdict, j.reason, j.phase) == (
+        Verdict.INCONCLUSIVE,
+        "ErrImageNeverPull",
+        SDCTestPhase.INCONCLUSIVE,
+    )
+    assert IMAGE in j.message and not j.checks
+
+
+@pytest.mark.parametrize(
+    "reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError"]
+)
+def test_other_start_failures_are_read_as_such(reason: str) -> None:
+    seen = probe_pod(pod({"waiting": {"reason": reason, "message": "boom"}}))
+    assert seen is not None and seen.start_failure == f"{reason}: boom"
+
+
+@pytest.mark.parametrize("reason", ["ContainerCreating", "PodInitializing", ""])
+def test_a_container_still_starting_is_no_failure(reason: str) -> None:
+    seen = probe_pod(pod({"waiting": {"reason": reason}}))
+    assert seen is not None and seen.start_failure is None
+
+
+def test_a_start_failure_after_the_pod_ended_is_not_read_as_one() -> None:
+    seen = probe_pod(pod({"waiting": {"reason": "ErrImagePull"}}, phase="Failed"))
+    assert seen is not None and seen.start_failure is None
+
+
+def test_an_oom_killed_probe_is_a_crash_naming_oomkilled() -> None:
+    seen = probe_pod(
+        pod(
+            {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": None}},
+            phase="Failed",
+        )
+    )
+    assert seen is not None and seen.terminated_reason == "OOMKilled"
+    j = judge_result(
+        PodEnd(None, seen.exit_code, crashed=True, detail=seen.terminated_reason), CHECKS, {}
+    )
+    assert (j.verdict, j.phase) == (Verdict.CRASH, SDCTestPhase.INCONCLUSIVE)
+    assert "OOMKilled" in j.message
+
+
+def test_a_reason_that_is_not_one_word_falls_back_to_notstarted() -> None:
+    j = judge_result(PodEnd(None, None, never_started=True, detail="bad reason: x"), CHECKS, {})
+    assert j.reason == "NotStarted" and "bad reason: x" in j.message
+
+
+def _runner() -> Reconciler:
+    metrics = Metrics()
+    writer = KubeWriter(api=client.ApiClient(), metrics=metrics, dry_run=True)
+    return Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+
+
+def _running_test() -> SDCTest:
+    return SDCTest.model_validate(
+        {
+            "metadata": {"name": "t1"},
+            "spec": {
+                "nodeName": "real-node-0",
+                "policyRef": "p",
+                "suite": "acceptance",
+                "reason": "Join",
+            },
+            "status": {"phase": "Running", "startTime": "2026-12-01T13:00:00Z"},
+        }
+    )
+
+
+def _job(failed: str | None) -> observe.ProbeJob:
+    conditions = [{"type": "Failed", "status": "True", "reason": failed}] if failed else []
+    job = observe.probe_job(
+        {
+            "metadata": {
+                "name": "sdcprobe-t1",
+                "labels": {"app.kubernetes.io/component": "sdcprobe", "sdcguard.dev/test": "t1"},
+            },
+            "status": {"conditions": conditions},
+        }
+    )
+    assert job is not None
+    return job
+
+
+def test_the_runner_ends_a_test_whose_probe_pod_cannot_start() -> None:
+    seen = probe_pod(pod({"waiting": {"reason": "ErrImageNeverPull", "message": NEVER_PULL}}))
+    assert seen is not None
+    view = FleetView(nodes={}, probe_pods={"t1": [seen]}, probe_jobs={"t1": _job(None)})
+    end, _ = _runner().pod_end(_running_test(), view, NOW)
+    assert end is not None and end.never_started and IMAGE in end.detail
+
+
+def test_a_pod_the_jobs_deadline_killed_is_a_timeout_whatever_its_exit_status() -> None:
+    # SIGTERM from the Job controller: the probe reports inconclusive and exits 2.
+    seen = probe_pod(
+        pod(
+            {"terminated": {"exitCode": 2, "reason": "Error", "finishedAt": None}},
+            phase="Failed",
+        )
+    )
+    assert seen is not None
+    view = FleetView(
+        nodes={}, probe_pods={"t1": [seen]}, probe_jobs={"t1": _job("DeadlineExceeded")}
+    )
+    end, _ = _runner().pod_end(_running_test(), view, NOW)
+    assert end is not None and end.timed_out
+    j = judge_result(end, CHECKS, {})
+    assert (j.verdict, j.reason) == (Verdict.TIMEOUT, "TimedOut")
