@@ -8,12 +8,17 @@ from typing import Any
 from kubernetes import client
 
 from tests.operator.harness import (
+    GATE,
+    GROUP,
     NS,
+    VERSION,
     ProbeKubelet,
     create_policy,
     gpu_nodes,
     list_custom,
     new_case,
+    node_state,
+    taint_keys,
     trusted_baseline,
     wait_for,
 )
@@ -59,3 +64,39 @@ def test_a_test_that_ends_inconclusive_takes_its_probe_job_with_it(api_client, o
         assert test["status"]["reason"] == "NodeLeftPolicy"
         assert "no longer exists" not in test["status"]["message"]
         wait_for(lambda: not _jobs(api_client, node), 30, "the probe Job to be deleted")
+
+
+def test_a_hand_edited_state_label_is_corrected_and_not_counted(api_client, operator) -> None:
+    """``kubectl label node N sdcguard.dev/state=Qualified`` on a gated node under test:
+    the node stays gated, the label says Testing again, the policy counts it Testing,
+    and an Event records the correction; a label naming no state is corrected too."""
+    case = new_case()
+    node = f"label-{case}"
+    trusted_baseline(api_client)
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        policy = create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Testing", 60, "the node under test")
+        for label in ("Qualified", "Nonsense"):
+            core.patch_node(node, {"metadata": {"labels": {"sdcguard.dev/state": label}}})
+            wait_for(
+                lambda: node_state(api_client, node) == "Testing", 60, f"{label} corrected"
+            )
+            assert GATE in taint_keys(api_client, node)
+            wait_for(
+                lambda label=label: [
+                    e
+                    for e in _events(api_client, node)
+                    if e.reason == "StateLabelCorrected" and f"={label}" in e.message
+                ],
+                30,
+                f"an Event about the {label} label",
+            )
+
+        def counts() -> dict[str, int]:
+            body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
+            return dict((body.get("status") or {}).get("counts") or {})
+
+        wait_for(lambda: counts().get("testing") == 1, 60, "the policy to count it Testing")
+        assert not counts().get("qualified")

@@ -685,3 +685,37 @@ def test_a_manual_release_cancels_the_running_test() -> None:
 
     finished = decide(observe(n, test=sdctest("t1", verdict=Verdict.PASS)), policy(), NOW)
     assert not only(finished, CancelTest)
+
+
+@pytest.mark.parametrize("label", ["Qualified", "Nonsense"])
+def test_a_hand_written_state_label_is_not_believed(label: str) -> None:
+    """The label is output: on a gated node waiting for its test, ``Qualified`` or a
+    word that names no state is corrected from the records, and an Event says so."""
+    p = policy(budgets={"maxConcurrentTests": 1})
+    n = node(labels={keys.LABEL_STATE: label}, taints=(Taint(GATE, "NoSchedule"),))
+    d = decide(observe(n, usage=PoolUsage(nodes=10, tests=1)), p, NOW)
+    assert d.state == S.UNQUALIFIED
+    assert not [a for a in only(d, RemoveTaint) if a.key == GATE]
+    assert SetLabel(S.UNQUALIFIED) in d.actions
+    event = one(d, EmitEvent)
+    assert event.reason == "StateLabelCorrected" and event.warning
+    assert f"={label}" in event.message and "Unqualified" in event.message
+    n = applied(n, d)
+    assert n.labels[keys.LABEL_STATE] == "Unqualified" and GATE in taint_keys(n)
+    # Once corrected, nothing more to say.
+    again = decide(observe(n, usage=PoolUsage(nodes=10, tests=1)), p, NOW)
+    assert not only(again, EmitEvent) and not only(again, SetLabel)
+
+
+def test_a_qualified_label_on_a_quarantined_node_keeps_it_quarantined() -> None:
+    p = policy()
+    n = node(
+        state=S.QUALIFIED,
+        taints=(Taint(QUARANTINE, "NoSchedule"),),
+        annotations={keys.OWNED_TAINTS: QUARANTINE},
+        unschedulable=True,
+    )
+    d = decide(observe(n, ticket=ticket("t-1")), p, NOW)
+    assert d.state == S.QUARANTINED
+    assert not [a for a in only(d, RemoveTaint) if a.key == QUARANTINE]
+    assert one(d, EmitEvent).reason == "StateLabelCorrected"

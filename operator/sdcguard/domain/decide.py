@@ -191,6 +191,30 @@ def recover_state(observed: Observed, policy: SDCPolicySpec) -> NodeState | None
     return None
 
 
+def believed_state(observed: Observed, policy: SDCPolicySpec) -> NodeState:
+    """The node's state: its label, unless the label is absent, names no state, or
+    claims ``Qualified`` against the records (a gate or quarantine taint of ours, our
+    testing reservation, or an open ticket); then the state the records imply.
+
+    The label is output, never input: ``kubectl label node N sdcguard.dev/state=Qualified``
+    on a gated node does not let the node in.
+    """
+    label = observed.node.state
+    if label == S.QUALIFIED and _contradicts_qualified(observed, policy):
+        label = None
+    return label or recover_state(observed, policy) or S.UNQUALIFIED
+
+
+def _contradicts_qualified(observed: Observed, policy: SDCPolicySpec) -> bool:
+    node, taints = observed.node, policy.taints
+    if observed.ticket is not None or node.has_taint(taints.gate):
+        return True
+    return any(
+        node.has_taint(key) and key in node.owned_taints
+        for key in (taints.quarantine, taints.testing)
+    )
+
+
 def closes_as_replaced(ticket: TicketFacts, policy: SDCPolicySpec, node_exists: bool) -> bool:
     """With the Replace strategy, a ticket InRepair whose Node is gone is done: the
     replacement joins as a new node (acceptance), so the ticket closes as Replaced."""
@@ -209,7 +233,7 @@ class _Reader:
         self.node: NodeFacts = observed.node
         self.policy = policy
         self.now = now
-        self.state = observed.node.state or recover_state(observed, policy) or S.UNQUALIFIED
+        self.state = believed_state(observed, policy)
         self.budget_blocked = False
         """Set when a due test was refused only by the pool's budget."""
 
@@ -734,6 +758,17 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         )
     if node.state != target and not any(isinstance(a, SetLabel) for a in bound):
         bound.insert(0, SetLabel(target))
+    label = node.state_label
+    if label is not None and label != state.value:
+        # Someone wrote the label by hand (or mangled it): the records win, and say so.
+        bound.append(
+            EmitEvent(
+                "StateLabelCorrected",
+                f"{node.name}: label {keys.LABEL_STATE}={label} disagrees with the records; "
+                f"the state is {state.value}, and the label says so again",
+                warning=True,
+            )
+        )
     if node.state != target:
         binder.changes[keys.STATE_SINCE] = keys.format_time(now)
     if target not in (S.QUARANTINED, S.REPAIRING):
@@ -782,7 +817,7 @@ def _unseen_and_waiting(reader: _Reader, step: _Step, bound: list[Action]) -> bo
     """Never labelled, still Unqualified, and nothing to do but bookkeeping: the only
     node action would adopt the gate taint it already carries."""
     node = reader.node
-    if node.state is not None or reader.state != S.UNQUALIFIED or step.event is not None:
+    if node.state_label is not None or reader.state != S.UNQUALIFIED or step.event is not None:
         return False
     if step.changes or node.annotations.get(keys.CURRENT_TEST):
         return False
