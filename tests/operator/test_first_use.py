@@ -80,9 +80,7 @@ def test_a_hand_edited_state_label_is_corrected_and_not_counted(api_client, oper
         wait_for(lambda: node_state(api_client, node) == "Testing", 60, "the node under test")
         for label in ("Qualified", "Nonsense"):
             core.patch_node(node, {"metadata": {"labels": {"sdcguard.dev/state": label}}})
-            wait_for(
-                lambda: node_state(api_client, node) == "Testing", 60, f"{label} corrected"
-            )
+            wait_for(lambda: node_state(api_client, node) == "Testing", 60, f"{label} corrected")
             assert GATE in taint_keys(api_client, node)
             wait_for(
                 lambda label=label: [
