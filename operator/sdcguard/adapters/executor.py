@@ -37,6 +37,7 @@ from sdcguard.api import (
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
 from sdcguard.domain.decide import Decision, closes_as_replaced
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     CancelTest,
     CloseTicket,
@@ -251,14 +252,14 @@ class Executor(TestRunner):
                 update={
                     "phase": row.target,
                     "reason": "Cancelled",
-                    "message": action.message[:4096],
+                    "message": bounded(action.message, 4096),
                     "completion_time": now,
                     "conditions": set_condition(
                         (test.status or SDCTestStatus()).conditions,
                         "Complete",
                         "True",
                         "Cancelled",
-                        action.message[:1024],
+                        bounded(action.message),
                         now,
                     ),
                 }
@@ -346,7 +347,7 @@ class Executor(TestRunner):
             "cycle": 1,
             "openedAt": keys.format_time(now),
             "history": [
-                {"time": keys.format_time(now), "phase": "Open", "message": action.message[:1024]}
+                {"time": keys.format_time(now), "phase": "Open", "message": bounded(action.message)}
             ],
         }
         self.writer.patch_custom_status("repairtickets", action.name, status)
@@ -386,7 +387,7 @@ class Executor(TestRunner):
             return
         history = [to_body(h) for h in (status.history if status else [])]
         history.append(
-            {"time": keys.format_time(now), "phase": phase.value, "message": message[:1024]}
+            {"time": keys.format_time(now), "phase": phase.value, "message": bounded(message)}
         )
         patch: dict[str, Any] = {"phase": phase.value, "history": history[-256:]}
         if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):

@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.api import GROUP, VERSION
+from sdcguard.domain.echo import bounded
 from sdcguard.metrics import Metrics
 
 FIELD_MANAGER = "sdcguard"
@@ -155,7 +156,7 @@ class KubeWriter:
                 kind=kind, name=name, uid=uid, api_version=api_version
             ),
             reason=reason,
-            message=message[:1024],
+            message=bounded(message),
             type="Warning" if warning else "Normal",
             source=client.V1EventSource(component="sdcguard"),
             reporting_component="sdcguard.dev/operator",

@@ -34,6 +34,7 @@ from sdcguard.api import (
 )
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.observed import NodeFacts
 from sdcguard.domain.seeds import screening_seed
@@ -412,7 +413,7 @@ class TestRunner(ReconcilerState):
     ) -> SDCTest:
         phase = verdict_phase(verdict)
         conditions = set_condition(
-            status.conditions, "Complete", "True", reason or verdict.value, message[:1024], now
+            status.conditions, "Complete", "True", reason or verdict.value, bounded(message), now
         )
         conditions = [c for c in conditions if c.type != "AwaitingBaseline"]
         status = status.model_copy(
@@ -420,7 +421,7 @@ class TestRunner(ReconcilerState):
                 "phase": phase,
                 "verdict": verdict,
                 "reason": (reason or verdict.value)[:64],
-                "message": message[:4096],
+                "message": bounded(message, 4096),
                 "completion_time": now,
                 "conditions": conditions,
             }

@@ -51,6 +51,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage, add_member, can_reserve
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Outcome, assess, retry_time
 from sdcguard.domain.lifecycle import (
     OBSERVE_SUPPRESSED,
@@ -318,7 +319,7 @@ class _Reader:
         ):
             if key not in self.node.annotations:
                 continue
-            why = self.node.annotations[key] or "no reason given"
+            why = bounded(self.node.annotations[key] or "no reason given", 512)
             if (self.state, event) not in TABLE:
                 return _Step(
                     None,
@@ -487,7 +488,7 @@ class _Reader:
         key = keys.REQUEST_SUSPECT
         if key not in self.node.annotations or self.state == S.TESTING:
             return None  # a running test answers first; the request waits for it
-        why = self.node.annotations[key] or "no reason given"
+        why = bounded(self.node.annotations[key] or "no reason given", 512)
         if self.state == S.QUALIFIED and self.policy.triggers.on_suspect:
             return _Step(E.SUSPECTED, why, {key: None})
         ignored = (
