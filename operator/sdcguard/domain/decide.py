@@ -88,6 +88,8 @@ REQUEUE_AFTER_TRANSITION = 10.0
 REQUEUE_TEST_RUNNING = 60.0
 REQUEUE_WAITING = 120.0
 REQUEUE_MAX = 3600.0
+WAIT_EVENT_AFTER = 60.0
+"""Seconds a wait lasts before an Event says why the node waits."""
 
 S = NodeState
 E = Event
@@ -138,6 +140,9 @@ class _Step:
     """Suite for CreateTest rows that leave it open."""
     attempt: int = 1
     evidence: tuple[str, ...] = ()
+    waits: str | None = None
+    """Why the operator holds back the node's next step (published on the node, the
+    ticket's Waiting condition, ``kubectl sdc status``, and an Event once it lasts)."""
 
 
 def _taint_key(policy: SDCPolicySpec, role: TaintRole) -> str:
@@ -447,7 +452,12 @@ class _Reader:
         if ticket.resolution is not None:
             blocked = self.blocked(takes_node=False)
             if blocked:
-                return _Step(None, f"verification waits: {blocked}", requeue=REQUEUE_WAITING)
+                return _Step(
+                    None,
+                    f"verification waits: {blocked}",
+                    requeue=self._wait_requeue(),
+                    waits=f"verification waits: {blocked}",
+                )
             return _Step(
                 E.TICKET_RESOLVED,
                 f"ticket {ticket.name} resolved {ticket.resolution}; verifying",
@@ -456,9 +466,8 @@ class _Reader:
         if self.state == S.QUARANTINED and ticket.acknowledged:
             if self.policy.repair.strategy == RepairStrategy.REPLACE:
                 if self.obs.breaker_open:
-                    return _Step(
-                        None, "replacement waits: circuit breaker open", requeue=REQUEUE_WAITING
-                    )
+                    why = "replacement waits: circuit breaker open"
+                    return _Step(None, why, requeue=REQUEUE_WAITING, waits=why)
                 return _Step(E.REPLACE_DUE, f"ticket {ticket.name} acknowledged")
             return _Step(E.REPAIR_STARTED, f"ticket {ticket.name} acknowledged")
         return None
@@ -524,7 +533,8 @@ class _Reader:
             )
         blocked = self.blocked(takes_node=False)
         if blocked:
-            return _Step(None, f"gated; acceptance waits: {blocked}", requeue=self._wait_requeue())
+            why = f"acceptance waits: {blocked}"
+            return _Step(None, f"gated; {why}", requeue=self._wait_requeue(), waits=why)
         return self._start(E.JOINED, "started; the node stays gated until it passes")
 
     def _requalify(self) -> _Step | None:
@@ -576,7 +586,8 @@ class _Reader:
             return _Step(None, f"suspect; {why}", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=not self.holding())
         if blocked:
-            return _Step(None, f"suspect; re-test waits: {blocked}", requeue=self._wait_requeue())
+            why = f"re-test waits: {blocked}"
+            return _Step(None, f"suspect; {why}", requeue=self._wait_requeue(), waits=why)
         suite = _covering_suite(self.policy, self.node.suspect_checks)
         checks = ", ".join(sorted(self.node.suspect_checks)) or "reported by a workload"
         return self._start(E.RETEST_DUE, f"re-testing ({checks})", suite=suite)
@@ -586,7 +597,8 @@ class _Reader:
             return _Step(None, "verifying, but the ticket is gone", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=False)
         if blocked:
-            return _Step(None, f"verification waits: {blocked}", requeue=self._wait_requeue())
+            why = f"verification waits: {blocked}"
+            return _Step(None, why, requeue=self._wait_requeue(), waits=why)
         return self._start(E.RETEST_DUE, "verifying the repair again")
 
     def _wait_requeue(self) -> float:
@@ -759,6 +771,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         )
     if node.state != target and not any(isinstance(a, SetLabel) for a in bound):
         bound.insert(0, SetLabel(target))
+    requeue = _publish_wait(node, step, binder.changes, bound, requeue, now)
     label = node.state_label
     if label is not None and label != state.value:
         # Someone wrote the label by hand (or mangled it): the records win, and say so.
@@ -812,6 +825,40 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         waits_for_budget=reader.budget_blocked and not starts_test,
         held=bool(held),
     )
+
+
+def _publish_wait(
+    node: NodeFacts,
+    step: _Step,
+    changes: Changes,
+    bound: list[Action],
+    requeue: float | None,
+    now: dt.datetime,
+) -> float | None:
+    """Record why the node waits (``sdcguard.dev/waiting``, since when), and once the
+    wait has lasted WAIT_EVENT_AFTER seconds, say it in one Event; a node that moves on
+    clears the record. Returns the requeue, shortened so the Event is on time."""
+    waits = bounded(step.waits, 256) if step.waits and step.event is None else None
+    annotations = node.annotations
+    if waits is None:
+        for key in (keys.WAITING, keys.WAITING_SINCE, keys.WAITING_TOLD):
+            if key in annotations:
+                changes[key] = None
+        return requeue
+    since = keys.parse_time(annotations.get(keys.WAITING_SINCE)) or now
+    changes[keys.WAITING] = waits
+    changes[keys.WAITING_SINCE] = keys.format_time(since)
+    if annotations.get(keys.WAITING_TOLD) == waits:
+        return requeue
+    waited = (now - since).total_seconds()
+    if waited < WAIT_EVENT_AFTER:
+        left = max(1.0, WAIT_EVENT_AFTER - waited)
+        return left if requeue is None else min(requeue, left)
+    bound.append(
+        EmitEvent("Waiting", f"{node.name}: {waits} (waiting {int(waited)}s)", warning=True)
+    )
+    changes[keys.WAITING_TOLD] = waits
+    return requeue
 
 
 def _unseen_and_waiting(reader: _Reader, step: _Step, bound: list[Action]) -> bool:
