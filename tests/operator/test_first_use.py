@@ -98,3 +98,61 @@ def test_a_hand_edited_state_label_is_corrected_and_not_counted(api_client, oper
 
         wait_for(lambda: counts().get("testing") == 1, 60, "the policy to count it Testing")
         assert not counts().get("qualified")
+
+
+def _ready(api: client.ApiClient, node: str, ready: bool) -> None:
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "test",
+        "lastHeartbeatTime": None,
+    }
+    client.CoreV1Api(api).patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+def test_a_repaired_node_that_is_not_ready_says_why_it_waits(api_client, operator) -> None:
+    """After the repair is resolved, a node that is not Ready waits for verification:
+    the node, its ticket's Waiting condition and (after a minute) an Event say why."""
+    case = new_case()
+    node = f"wait-{case}"
+    trusted_baseline(api_client)
+    outcomes = {node: "sdc"}
+    with gpu_nodes(api_client, [node], case=case) as beats, ProbeKubelet(api_client, outcomes):
+        create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
+        ticket = list_custom(api_client, "repairtickets", node)[0]["metadata"]["name"]
+        beats.forget(node)
+        _ready(api_client, node, False)
+        outcomes[node] = "pass"
+        client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+            GROUP, VERSION, "repairtickets", ticket, {"spec": {"resolution": "Repaired"}}
+        )
+
+        def annotation() -> str:
+            meta = client.CoreV1Api(api_client).read_node(node).metadata
+            return str((meta.annotations or {}).get("sdcguard.dev/waiting", ""))
+
+        wait_for(lambda: "node not Ready" in annotation(), 60, "the wait on the node")
+
+        def waiting_condition() -> dict[str, Any]:
+            body = list_custom(api_client, "repairtickets", node)[0]
+            conditions = (body.get("status") or {}).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "Waiting"), {})
+
+        wait_for(lambda: waiting_condition().get("status") == "True", 30, "Waiting on the ticket")
+        assert "node not Ready" in waiting_condition()["message"]
+        assert node_state(api_client, node) == "Quarantined"
+        wait_for(
+            lambda: [
+                e
+                for e in _events(api_client, node)
+                if e.reason == "Waiting" and "node not Ready" in e.message
+            ],
+            120,
+            "a Waiting Event",
+        )
+        _ready(api_client, node, True)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 120, "verification")
+        assert annotation() == ""
+        assert waiting_condition().get("status") != "True"

@@ -31,6 +31,7 @@ from sdcguard.api import (
     SDCTestStatus,
     Suite,
     TicketPhase,
+    find_condition,
     set_condition,
     to_body,
 )
@@ -393,6 +394,31 @@ class Executor(TestRunner):
         if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
             patch["closedAt"] = keys.format_time(now)
         self.writer.patch_custom_status("repairtickets", name, patch)
+
+    def _ticket_waiting(
+        self, view: FleetView, node: str, name: str, waiting: str | None, now: dt.datetime
+    ) -> None:
+        """The ticket's Waiting condition says why the node's next step waits (node not
+        Ready, breaker, back-off); written only when it changes."""
+        ticket = self._ticket(view, node, name)
+        if ticket is None:
+            return
+        conditions = ticket.status.conditions if ticket.status else []
+        previous = find_condition(conditions, "Waiting")
+        if waiting is None:
+            if previous is None or previous.status == "False":
+                return
+            updated = set_condition(conditions, "Waiting", "False", "NotWaiting", "", now)
+        else:
+            if previous is not None and previous.status == "True" and previous.message == waiting:
+                return
+            updated = set_condition(conditions, "Waiting", "True", "Waiting", waiting, now)
+        try:
+            self.writer.patch_custom_status(
+                "repairtickets", name, {"conditions": [to_body(c) for c in updated]}
+            )
+        except ApiException as exc:  # the next pass writes it again
+            log.warning("ticket condition not written", ticket=name, status=exc.status)
 
     def _raise_cycle(
         self, view: FleetView, node: str, action: RaiseCycle, now: dt.datetime

@@ -399,6 +399,8 @@ class Reconciler(Executor, PolicyReporter):
                     continue
             memory.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
+            if observed.ticket is not None:
+                self._ticket_waiting(view, node_name, observed.ticket.name, decision.waiting, now)
             if decision.held:
                 memory.held.add(node_name)
             else:

@@ -121,6 +121,8 @@ class Decision:
     """The event chosen has no row in this state (a bug): nothing is done for the node."""
     held: bool = False
     """The node's confirmed failure is held by the open circuit breaker."""
+    waiting: str | None = None
+    """Why sdcguard holds back the node's next step (None: it does not)."""
 
     @property
     def changed(self) -> bool:
@@ -824,6 +826,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         takes_node=takes_node,
         waits_for_budget=reader.budget_blocked and not starts_test,
         held=bool(held),
+        waiting=bounded(step.waits, 256) if step.waits and step.event is None else None,
     )
 
 
