@@ -160,6 +160,45 @@ class Executor(TestRunner):
         if delete_node:
             self.writer.delete_node(node_name)
 
+    def refused_delete(
+        self, policy: SDCPolicy, decision: Decision, view: FleetView, now: dt.datetime
+    ) -> bool:
+        """A decision that deletes the Node while the operator may not delete Nodes is
+        not applied at all (the node stays as it is, its ticket too); told once per node
+        in a log line and a Warning Event that name the chart value to set."""
+        deletes = any(
+            isinstance(a, DeleteNode) or (isinstance(a, Retire) and a.delete_node)
+            for a in decision.actions
+        )
+        if not deletes or self.node_delete_allowed(now) is not False:
+            self._told_forbidden.discard(decision.node)
+            return False
+        node = decision.node
+        if node not in self._told_forbidden:
+            self._told_forbidden.add(node)
+            message = (
+                f"{node} was not deleted for replacement: the operator may not delete Nodes "
+                "(install the chart with rbac.allowNodeDelete=true); it stays "
+                f"{decision.previous.value if decision.previous else 'as it is'}"
+            )
+            log.error(
+                "node delete forbidden; decision not applied",
+                node=node,
+                policy=policy.metadata.name,
+                chart_value="rbac.allowNodeDelete=true",
+            )
+            uid = (view.nodes.get(node) or {}).get("metadata", {}).get("uid")
+            self.writer.event(
+                kind="Node",
+                name=node,
+                uid=uid or None,
+                reason="NodeDeleteForbidden",
+                message=message,
+                now=now,
+                warning=True,
+            )
+        return True
+
     def _drain(
         self, node_name: str, patch: NodePatch, node: NodeFacts, counts: Counter[str]
     ) -> None:

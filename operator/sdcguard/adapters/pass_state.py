@@ -186,6 +186,10 @@ class UrgentWork:
     """When the view was taken: the time the urgent pass decides at (no hidden clock)."""
 
 
+NODE_DELETE_RECHECK = dt.timedelta(minutes=5)
+"""How long the answer to "may we delete Nodes?" is trusted (RBAC may change)."""
+
+
 @dataclass
 class ReconcilerState:
     """What the reconciler keeps between passes; a restart may lose all of it."""
@@ -219,6 +223,20 @@ class ReconcilerState:
     _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
     _touched: set[str] = field(default_factory=set)
     _depth: int = 0
+    _node_delete: tuple[dt.datetime, bool | None] | None = None
+    """Whether our ServiceAccount may delete Nodes (SelfSubjectAccessReview), and when
+    that was asked (asked again after NODE_DELETE_RECHECK)."""
+    _told_forbidden: set[str] = field(default_factory=set)
+    """Nodes whose replacement a missing permission refused, told once each."""
+
+    def node_delete_allowed(self, now: dt.datetime) -> bool | None:
+        """Whether the operator may delete Nodes (None: the review itself failed)."""
+        cached = self._node_delete
+        if cached is not None and now - cached[0] < NODE_DELETE_RECHECK:
+            return cached[1]
+        allowed = self.writer.may("delete", "nodes")
+        self._node_delete = (now, allowed)
+        return allowed
 
     @staticmethod
     def _cached(cache: dict[str, tuple[str, T]], body: Mapping[str, Any], parse: Any) -> T:

@@ -17,7 +17,10 @@ from sdcguard.adapters.pass_state import (
 )
 from sdcguard.api import (
     BreakerStatus,
+    Condition,
     NodeCounts,
+    RepairStrategy,
+    RetireAction,
     SDCPolicy,
     SDCPolicyStatus,
     set_condition,
@@ -103,6 +106,7 @@ class PolicyReporter(ReconcilerState):
             now,
             policy.metadata.generation,
         )
+        conditions = self._replace_condition(policy, conditions, now)
         conditions = set_condition(
             conditions,
             "Ready",
@@ -131,6 +135,34 @@ class PolicyReporter(ReconcilerState):
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def _replace_condition(
+        self, policy: SDCPolicy, conditions: list[Condition], now: dt.datetime
+    ) -> list[Condition]:
+        """With repair.strategy Replace (or retireAction Delete), whether the operator may
+        delete Nodes, asked up front (SelfSubjectAccessReview), naming the chart value."""
+        spec = policy.spec
+        deletes = spec.repair.strategy == RepairStrategy.REPLACE or (
+            spec.repair.retire_action == RetireAction.DELETE
+        )
+        if not deletes:
+            return [c for c in conditions if c.type != "NodeDeletePermitted"]
+        allowed = self.node_delete_allowed(now)
+        if allowed is None:
+            return conditions  # the review failed; ask again later
+        return set_condition(
+            conditions,
+            "NodeDeletePermitted",
+            "True" if allowed else "False",
+            "Granted" if allowed else "Forbidden",
+            "the operator may delete Nodes (repair.strategy Replace, retireAction Delete)"
+            if allowed
+            else "this policy deletes Nodes (repair.strategy Replace or retireAction Delete), "
+            "but the operator's ServiceAccount may not: install the chart with "
+            "rbac.allowNodeDelete=true; until then such nodes stay Quarantined",
+            now,
+            policy.metadata.generation,
+        )
 
     @staticmethod
     def _status_due(

@@ -383,6 +383,12 @@ class Reconciler(Executor, PolicyReporter):
             node_name = decision.node
             observed = by_node[node_name]
             member = observed.pool_member(holding)
+            if decision.actions and self.refused_delete(policy, decision, view, now):
+                counts["node-delete-forbidden"] += 1
+                memory.states[node_name] = (decision.previous or decision.state).value
+                memory.due[node_name] = now + dt.timedelta(minutes=5)
+                wake = min(wake, 300.0)
+                continue
             if decision.actions:
                 self._serve_urgent()
                 if self._skip(node_name):
