@@ -39,3 +39,22 @@ def test_waiting_nodes_are_listed_longest_first_with_the_reason() -> None:
         ("c", "Repairing", "verification waits: circuit breaker open"),
         ("b", "Repairing", "verification waits: node not Ready"),
     ]
+
+
+def test_a_tied_node_is_counted_under_the_policy_the_operator_picks() -> None:
+    """Equally specific selectors: the operator's rule (the name that sorts first)
+    decides where status counts the node, never a POLICY "-" row."""
+    from sdcguard.api import SDCPolicy
+    from sdcguard.cli.commands import summarize_fleet
+
+    def policy(name: str) -> SDCPolicy:
+        return SDCPolicy.model_validate(
+            {"metadata": {"name": name}, "spec": {"nodeSelector": {"matchLabels": {"t": "x"}}}}
+        )
+
+    node = {
+        "metadata": {"name": "n", "labels": {"t": "x", "sdcguard.dev/state": "Qualified"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
+    summary = summarize_fleet([node], [policy("zeta"), policy("alpha")])
+    assert [row["policy"] for row in summary.pools] == ["alpha"]

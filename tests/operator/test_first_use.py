@@ -18,6 +18,7 @@ from tests.operator.harness import (
     list_custom,
     new_case,
     node_state,
+    policy_body,
     taint_keys,
     trusted_baseline,
     wait_for,
@@ -156,3 +157,47 @@ def test_a_repaired_node_that_is_not_ready_says_why_it_waits(api_client, operato
         wait_for(lambda: node_state(api_client, node) == "Qualified", 120, "verification")
         assert annotation() == ""
         assert waiting_condition().get("status") != "True"
+
+
+def test_overlapping_policies_are_told_on_both_and_on_the_node(api_client, operator) -> None:
+    """A second, more specific policy takes a node: both policies' PolicyOverlap
+    condition names the node and its owner, an Event on the node says which rule chose,
+    and the first policy's running test says the node left it (not that it is gone)."""
+    case = new_case()
+    node = f"overlap-{case}"
+    trusted_baseline(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        first = create_policy(api_client, case)
+        wait_for(lambda: _jobs(api_client, node), 60, "the first policy's probe Job")
+        second = f"q-{case}"
+        labels = {"sdcguard.test/case": case, "sdcguard.test/overlap": "yes"}
+        client.CoreV1Api(api_client).patch_node(
+            node, {"metadata": {"labels": {"sdcguard.test/overlap": "yes"}}}
+        )
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", policy_body(second, match_labels=labels)
+        )
+
+        def overlap(name: str) -> dict[str, Any]:
+            body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", name)
+            conditions = (body.get("status") or {}).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "PolicyOverlap"), {})
+
+        for name in (first, second):
+            wait_for(lambda n=name: overlap(n).get("status") == "True", 90, f"{name} overlap")
+            assert (
+                node in overlap(name)["message"] and f"owner {second}" in overlap(name)["message"]
+            )
+        wait_for(
+            lambda: [e for e in _events(api_client, node) if e.reason == "PolicyOverlap"],
+            30,
+            "an Event about the overlap",
+        )
+        ended = [
+            t
+            for t in list_custom(api_client, "sdctests", node)
+            if t["spec"]["policyRef"] == first and (t.get("status") or {}).get("reason")
+        ]
+        assert ended and all("no longer exists" not in t["status"]["message"] for t in ended)
+        custom.delete_cluster_custom_object(GROUP, VERSION, "sdcpolicies", second)

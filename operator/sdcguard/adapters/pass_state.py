@@ -121,6 +121,9 @@ class PolicyMemory:
     """Nodes whose last decision hit a (state, event) pair outside the table."""
     held: set[str] = field(default_factory=set)
     """Nodes whose confirmed failure the open breaker holds."""
+    overlaps: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Nodes this policy selects that other policies select too: node -> (the owner,
+    every policy that selects it)."""
 
     def set_member(self, node: str, member: PoolMember) -> None:
         old = self.members.get(node)
@@ -142,7 +145,7 @@ class PolicyMemory:
         member = self.members.pop(node, None)
         if member is not None:
             add_member(self.usage, member, -1)
-        for table in (self.waiting, self.due, self.states, self.illegal):
+        for table in (self.waiting, self.due, self.states, self.illegal, self.overlaps):
             table.pop(node, None)
         self.held.discard(node)
 
@@ -226,6 +229,8 @@ class ReconcilerState:
     _node_delete: tuple[dt.datetime, bool | None] | None = None
     """Whether our ServiceAccount may delete Nodes (SelfSubjectAccessReview), and when
     that was asked (asked again after NODE_DELETE_RECHECK)."""
+    _told_overlap: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Overlaps already logged and told in an Event, by node."""
     _told_forbidden: set[str] = field(default_factory=set)
     """Nodes whose replacement a missing permission refused, told once each."""
 

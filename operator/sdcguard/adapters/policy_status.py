@@ -29,6 +29,7 @@ from sdcguard.api import (
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import pool_usage
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     NodeState,
 )
@@ -79,6 +80,7 @@ class PolicyReporter(ReconcilerState):
         states: Counter[str],
         now: dt.datetime,
         illegal: Mapping[str, str],
+        overlaps: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
         """Write the policy's status if it changed."""
         old = policy.status or SDCPolicyStatus()
@@ -107,6 +109,25 @@ class PolicyReporter(ReconcilerState):
             policy.metadata.generation,
         )
         conditions = self._replace_condition(policy, conditions, now)
+        shared = sorted((overlaps or {}).items())
+        conditions = set_condition(
+            conditions,
+            "PolicyOverlap",
+            "True" if shared else "False",
+            "NodesSelectedByOthers" if shared else "NoOverlap",
+            bounded(
+                f"{len(shared)} nodes are selected by other policies too (the most specific "
+                "selector owns a node, then the name that sorts first): "
+                + "; ".join(
+                    f"{n} (owner {owner}; {', '.join(p for p in claims if p != owner)})"
+                    for n, (owner, claims) in shared[:20]
+                )
+            )
+            if shared
+            else "no other policy selects this policy's nodes",
+            now,
+            policy.metadata.generation,
+        )
         conditions = set_condition(
             conditions,
             "Ready",

@@ -161,8 +161,9 @@ def summarize_fleet(
         state = labels.get(keys.LABEL_STATE)
         try:
             policy = select_policy(policies, node)
-        except CliError:
-            policy = None
+        except CliError:  # a tie: counted where the operator puts it (the first name)
+            top = most_specific(labels, {p.metadata.name: p.spec.node_selector for p in policies})
+            policy = next(p for p in policies if p.metadata.name == top[0])
         if state is None and policy is None:
             continue
         if state is None and policy is not None:
