@@ -136,7 +136,8 @@ def test_new_node_waits_for_budget_but_is_gated_at_once() -> None:
     assert "maxConcurrentTests 1" in d.note
     n = applied(n, d)
     assert taint_keys(n) == {GATE} and n.labels[keys.LABEL_STATE] == "Unqualified"
-    assert d.requeue_after == 120
+    assert n.annotations[keys.WAITING].startswith("acceptance waits: ")
+    assert d.requeue_after == 60, "back when the wait deserves an Event"
 
 
 def test_busy_node_seen_for_the_first_time_is_admitted_not_gated() -> None:
@@ -685,3 +686,66 @@ def test_a_manual_release_cancels_the_running_test() -> None:
 
     finished = decide(observe(n, test=sdctest("t1", verdict=Verdict.PASS)), policy(), NOW)
     assert not only(finished, CancelTest)
+
+
+@pytest.mark.parametrize("label", ["Qualified", "Nonsense"])
+def test_a_hand_written_state_label_is_not_believed(label: str) -> None:
+    """The label is output: on a gated node waiting for its test, ``Qualified`` or a
+    word that names no state is corrected from the records, and an Event says so."""
+    p = policy(budgets={"maxConcurrentTests": 1})
+    n = node(labels={keys.LABEL_STATE: label}, taints=(Taint(GATE, "NoSchedule"),))
+    d = decide(observe(n, usage=PoolUsage(nodes=10, tests=1)), p, NOW)
+    assert d.state == S.UNQUALIFIED
+    assert not [a for a in only(d, RemoveTaint) if a.key == GATE]
+    assert SetLabel(S.UNQUALIFIED) in d.actions
+    event = one(d, EmitEvent)
+    assert event.reason == "StateLabelCorrected" and event.warning
+    assert f"={label}" in event.message and "Unqualified" in event.message
+    n = applied(n, d)
+    assert n.labels[keys.LABEL_STATE] == "Unqualified" and GATE in taint_keys(n)
+    # Once corrected, nothing more to say.
+    again = decide(observe(n, usage=PoolUsage(nodes=10, tests=1)), p, NOW)
+    assert not only(again, EmitEvent) and not only(again, SetLabel)
+
+
+def test_a_qualified_label_on_a_quarantined_node_keeps_it_quarantined() -> None:
+    p = policy()
+    n = node(
+        state=S.QUALIFIED,
+        taints=(Taint(QUARANTINE, "NoSchedule"),),
+        annotations={keys.OWNED_TAINTS: QUARANTINE},
+        unschedulable=True,
+    )
+    d = decide(observe(n, ticket=ticket("t-1")), p, NOW)
+    assert d.state == S.QUARANTINED
+    assert not [a for a in only(d, RemoveTaint) if a.key == QUARANTINE]
+    assert one(d, EmitEvent).reason == "StateLabelCorrected"
+
+
+def test_a_repaired_node_that_is_not_ready_says_why_it_waits() -> None:
+    """Repairing, resolved, node not Ready: the wait is recorded on the node at once,
+    told in one Event once it lasts, and cleared when verification starts."""
+    p = policy()
+    n, _ = quarantined_story()
+    n = applied(n, decide(observe(n, ticket=ticket(acknowledged=True)), p, NOW))
+    t = ticket(resolution=Resolution.REPAIRED, acknowledged=True, phase=TicketPhase.IN_REPAIR)
+    n = dataclasses.replace(n, ready=False)
+    d = decide(observe(n, ticket=t), p, NOW)
+    assert (d.event, d.state) == (None, S.REPAIRING)
+    n = applied(n, d)
+    assert n.annotations[keys.WAITING] == "verification waits: node not Ready"
+    assert not only(d, EmitEvent) and d.requeue_after is not None and d.requeue_after <= 60
+
+    later = decide(observe(n, ticket=t), p, NOW + dt.timedelta(seconds=61))
+    event = one(later, EmitEvent)
+    assert (event.reason, event.warning) == ("Waiting", True)
+    assert "node not Ready" in event.message and "61s" in event.message
+    n = applied(n, later)
+    quiet = decide(observe(n, ticket=t), p, NOW + dt.timedelta(seconds=200))
+    assert not only(quiet, EmitEvent) and not quiet.actions, "told once, written once"
+
+    n = dataclasses.replace(n, ready=True)
+    d = decide(observe(n, ticket=t), p, NOW + dt.timedelta(seconds=230))
+    assert (d.event, d.state) == (E.TICKET_RESOLVED, S.VERIFYING)
+    n = applied(n, d)
+    assert not {keys.WAITING, keys.WAITING_SINCE, keys.WAITING_TOLD} & set(n.annotations)

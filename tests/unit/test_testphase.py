@@ -33,8 +33,8 @@ EXPECTED: dict[tuple[SDCTestPhase, TestEvent], tuple[SDCTestPhase, tuple[object,
     (P.RUNNING, E.AWAITING_BASELINE): (P.RUNNING, (MarkAwaitingBaseline(),)),
     (P.RUNNING, E.PASSED): (P.PASSED, (WriteStatus(),)),
     (P.RUNNING, E.SDC_FOUND): (P.FAILED, (WriteStatus(),)),
-    (P.RUNNING, E.NO_EVIDENCE): (P.INCONCLUSIVE, (WriteStatus(),)),
-    **{(p, E.NODE_GONE): (P.INCONCLUSIVE, (WriteStatus(),)) for p in UNFINISHED},
+    (P.RUNNING, E.NO_EVIDENCE): (P.INCONCLUSIVE, (WriteStatus(), DeleteJob())),
+    **{(p, E.NODE_GONE): (P.INCONCLUSIVE, (WriteStatus(), DeleteJob())) for p in UNFINISHED},
     **{(p, E.CANCELLED): (P.CANCELLED, (WriteStatus(), DeleteJob())) for p in UNFINISHED},
 }
 
@@ -96,3 +96,12 @@ def test_the_event_follows_the_observations() -> None:
     awaiting = event(P.RUNNING, verdict=Verdict.INCONCLUSIVE, awaiting_baseline=True)
     assert awaiting == E.AWAITING_BASELINE
     assert event(P.RUNNING, verdict=Verdict.SDC) == E.SDC_FOUND
+
+
+def test_a_test_that_ends_without_its_own_verdict_takes_its_job_with_it() -> None:
+    """Inconclusive, node gone, Cancelled: the Job (and a Pod that may hold every
+    accelerator of the node) goes with the test, so the next screening can schedule."""
+    for row in TEST_TRANSITIONS:
+        if row.target in (P.INCONCLUSIVE, P.CANCELLED):
+            assert DeleteJob() in row.actions, row
+            assert row.actions.index(DeleteJob()) > row.actions.index(WriteStatus()), row

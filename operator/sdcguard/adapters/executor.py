@@ -31,12 +31,14 @@ from sdcguard.api import (
     SDCTestStatus,
     Suite,
     TicketPhase,
+    find_condition,
     set_condition,
     to_body,
 )
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
 from sdcguard.domain.decide import Decision, closes_as_replaced
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     CancelTest,
     CloseTicket,
@@ -158,6 +160,45 @@ class Executor(TestRunner):
         if delete_node:
             self.writer.delete_node(node_name)
 
+    def refused_delete(
+        self, policy: SDCPolicy, decision: Decision, view: FleetView, now: dt.datetime
+    ) -> bool:
+        """A decision that deletes the Node while the operator may not delete Nodes is
+        not applied at all (the node stays as it is, its ticket too); told once per node
+        in a log line and a Warning Event that name the chart value to set."""
+        deletes = any(
+            isinstance(a, DeleteNode) or (isinstance(a, Retire) and a.delete_node)
+            for a in decision.actions
+        )
+        if not deletes or self.node_delete_allowed(now) is not False:
+            self._told_forbidden.discard(decision.node)
+            return False
+        node = decision.node
+        if node not in self._told_forbidden:
+            self._told_forbidden.add(node)
+            message = (
+                f"{node} was not deleted for replacement: the operator may not delete Nodes "
+                "(install the chart with rbac.allowNodeDelete=true); it stays "
+                f"{decision.previous.value if decision.previous else 'as it is'}"
+            )
+            log.error(
+                "node delete forbidden; decision not applied",
+                node=node,
+                policy=policy.metadata.name,
+                chart_value="rbac.allowNodeDelete=true",
+            )
+            uid = (view.nodes.get(node) or {}).get("metadata", {}).get("uid")
+            self.writer.event(
+                kind="Node",
+                name=node,
+                uid=uid or None,
+                reason="NodeDeleteForbidden",
+                message=message,
+                now=now,
+                warning=True,
+            )
+        return True
+
     def _drain(
         self, node_name: str, patch: NodePatch, node: NodeFacts, counts: Counter[str]
     ) -> None:
@@ -251,14 +292,14 @@ class Executor(TestRunner):
                 update={
                     "phase": row.target,
                     "reason": "Cancelled",
-                    "message": action.message[:4096],
+                    "message": bounded(action.message, 4096),
                     "completion_time": now,
                     "conditions": set_condition(
                         (test.status or SDCTestStatus()).conditions,
                         "Complete",
                         "True",
                         "Cancelled",
-                        action.message[:1024],
+                        bounded(action.message),
                         now,
                     ),
                 }
@@ -346,7 +387,7 @@ class Executor(TestRunner):
             "cycle": 1,
             "openedAt": keys.format_time(now),
             "history": [
-                {"time": keys.format_time(now), "phase": "Open", "message": action.message[:1024]}
+                {"time": keys.format_time(now), "phase": "Open", "message": bounded(action.message)}
             ],
         }
         self.writer.patch_custom_status("repairtickets", action.name, status)
@@ -386,12 +427,37 @@ class Executor(TestRunner):
             return
         history = [to_body(h) for h in (status.history if status else [])]
         history.append(
-            {"time": keys.format_time(now), "phase": phase.value, "message": message[:1024]}
+            {"time": keys.format_time(now), "phase": phase.value, "message": bounded(message)}
         )
         patch: dict[str, Any] = {"phase": phase.value, "history": history[-256:]}
         if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
             patch["closedAt"] = keys.format_time(now)
         self.writer.patch_custom_status("repairtickets", name, patch)
+
+    def _ticket_waiting(
+        self, view: FleetView, node: str, name: str, waiting: str | None, now: dt.datetime
+    ) -> None:
+        """The ticket's Waiting condition says why the node's next step waits (node not
+        Ready, breaker, back-off); written only when it changes."""
+        ticket = self._ticket(view, node, name)
+        if ticket is None:
+            return
+        conditions = ticket.status.conditions if ticket.status else []
+        previous = find_condition(conditions, "Waiting")
+        if waiting is None:
+            if previous is None or previous.status == "False":
+                return
+            updated = set_condition(conditions, "Waiting", "False", "NotWaiting", "", now)
+        else:
+            if previous is not None and previous.status == "True" and previous.message == waiting:
+                return
+            updated = set_condition(conditions, "Waiting", "True", "Waiting", waiting, now)
+        try:
+            self.writer.patch_custom_status(
+                "repairtickets", name, {"conditions": [to_body(c) for c in updated]}
+            )
+        except ApiException as exc:  # the next pass writes it again
+            log.warning("ticket condition not written", ticket=name, status=exc.status)
 
     def _raise_cycle(
         self, view: FleetView, node: str, action: RaiseCycle, now: dt.datetime

@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.api import GROUP, VERSION
+from sdcguard.domain.echo import bounded
 from sdcguard.metrics import Metrics
 
 FIELD_MANAGER = "sdcguard"
@@ -68,6 +69,25 @@ class KubeWriter:
         with 409 instead of dropping someone else's taint."""
         if self._count("node-patch"):
             self.core.patch_node(name, patch, field_manager=FIELD_MANAGER)
+
+    def may(self, verb: str, resource: str, group: str = "") -> bool | None:
+        """Whether this ServiceAccount may ``verb`` ``resource`` (cluster-wide), from a
+        SelfSubjectAccessReview; None when the review could not be asked."""
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    verb=verb, resource=resource, group=group
+                )
+            )
+        )
+        try:
+            answer = client.AuthorizationV1Api(
+                self.core.api_client
+            ).create_self_subject_access_review(review)
+        except Exception as exc:  # a dropped connection, an old API server
+            log.warning("access review failed", verb=verb, resource=resource, error=str(exc)[:200])
+            return None
+        return bool(answer.status and answer.status.allowed)
 
     def delete_node(self, name: str) -> None:
         if self._count("node-delete"):
@@ -155,7 +175,7 @@ class KubeWriter:
                 kind=kind, name=name, uid=uid, api_version=api_version
             ),
             reason=reason,
-            message=message[:1024],
+            message=bounded(message),
             type="Warning" if warning else "Normal",
             source=client.V1EventSource(component="sdcguard"),
             reporting_component="sdcguard.dev/operator",

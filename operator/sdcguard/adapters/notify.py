@@ -48,6 +48,7 @@ from sdcguard.api import (
     TicketSink,
     to_body,
 )
+from sdcguard.domain.echo import bounded
 
 WEBHOOK_SCHEMA_VERSION = "1"
 """Version of :class:`WebhookPayload`; raised only for changes that break receivers."""
@@ -227,7 +228,9 @@ def build_payload(
             "openedAt": _rfc3339(status.opened_at if status else None),
             "closedAt": _rfc3339(status.closed_at if status else None),
             "resolution": ticket.spec.resolution.value if ticket.spec.resolution else None,
-            "resolutionNote": ticket.spec.resolution_note,
+            "resolutionNote": (
+                bounded(ticket.spec.resolution_note) if ticket.spec.resolution_note else None
+            ),
             "external": external,
             "url": ticket_url(api_server, ticket.metadata.name),
         },

@@ -121,6 +121,9 @@ class PolicyMemory:
     """Nodes whose last decision hit a (state, event) pair outside the table."""
     held: set[str] = field(default_factory=set)
     """Nodes whose confirmed failure the open breaker holds."""
+    overlaps: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Nodes this policy selects that other policies select too: node -> (the owner,
+    every policy that selects it)."""
 
     def set_member(self, node: str, member: PoolMember) -> None:
         old = self.members.get(node)
@@ -142,7 +145,7 @@ class PolicyMemory:
         member = self.members.pop(node, None)
         if member is not None:
             add_member(self.usage, member, -1)
-        for table in (self.waiting, self.due, self.states, self.illegal):
+        for table in (self.waiting, self.due, self.states, self.illegal, self.overlaps):
             table.pop(node, None)
         self.held.discard(node)
 
@@ -186,6 +189,10 @@ class UrgentWork:
     """When the view was taken: the time the urgent pass decides at (no hidden clock)."""
 
 
+NODE_DELETE_RECHECK = dt.timedelta(minutes=5)
+"""How long the answer to "may we delete Nodes?" is trusted (RBAC may change)."""
+
+
 @dataclass
 class ReconcilerState:
     """What the reconciler keeps between passes; a restart may lose all of it."""
@@ -219,6 +226,22 @@ class ReconcilerState:
     _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
     _touched: set[str] = field(default_factory=set)
     _depth: int = 0
+    _node_delete: tuple[dt.datetime, bool | None] | None = None
+    """Whether our ServiceAccount may delete Nodes (SelfSubjectAccessReview), and when
+    that was asked (asked again after NODE_DELETE_RECHECK)."""
+    _told_overlap: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Overlaps already logged and told in an Event, by node."""
+    _told_forbidden: set[str] = field(default_factory=set)
+    """Nodes whose replacement a missing permission refused, told once each."""
+
+    def node_delete_allowed(self, now: dt.datetime) -> bool | None:
+        """Whether the operator may delete Nodes (None: the review itself failed)."""
+        cached = self._node_delete
+        if cached is not None and now - cached[0] < NODE_DELETE_RECHECK:
+            return cached[1]
+        allowed = self.writer.may("delete", "nodes")
+        self._node_delete = (now, allowed)
+        return allowed
 
     @staticmethod
     def _cached(cache: dict[str, tuple[str, T]], body: Mapping[str, Any], parse: Any) -> T:

@@ -17,7 +17,10 @@ from sdcguard.adapters.pass_state import (
 )
 from sdcguard.api import (
     BreakerStatus,
+    Condition,
     NodeCounts,
+    RepairStrategy,
+    RetireAction,
     SDCPolicy,
     SDCPolicyStatus,
     set_condition,
@@ -26,6 +29,7 @@ from sdcguard.api import (
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import pool_usage
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     NodeState,
 )
@@ -76,6 +80,7 @@ class PolicyReporter(ReconcilerState):
         states: Counter[str],
         now: dt.datetime,
         illegal: Mapping[str, str],
+        overlaps: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
         """Write the policy's status if it changed."""
         old = policy.status or SDCPolicyStatus()
@@ -100,6 +105,26 @@ class PolicyReporter(ReconcilerState):
             "True" if breaker.open else "False",
             "Tripped" if breaker.open else "WithinLimit",
             breaker.explain(),
+            now,
+            policy.metadata.generation,
+        )
+        conditions = self._replace_condition(policy, conditions, now)
+        shared = sorted((overlaps or {}).items())
+        conditions = set_condition(
+            conditions,
+            "PolicyOverlap",
+            "True" if shared else "False",
+            "NodesSelectedByOthers" if shared else "NoOverlap",
+            bounded(
+                f"{len(shared)} nodes are selected by other policies too (the most specific "
+                "selector owns a node, then the name that sorts first): "
+                + "; ".join(
+                    f"{n} (owner {owner}; {', '.join(p for p in claims if p != owner)})"
+                    for n, (owner, claims) in shared[:20]
+                )
+            )
+            if shared
+            else "no other policy selects this policy's nodes",
             now,
             policy.metadata.generation,
         )
@@ -131,6 +156,34 @@ class PolicyReporter(ReconcilerState):
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def _replace_condition(
+        self, policy: SDCPolicy, conditions: list[Condition], now: dt.datetime
+    ) -> list[Condition]:
+        """With repair.strategy Replace (or retireAction Delete), whether the operator may
+        delete Nodes, asked up front (SelfSubjectAccessReview), naming the chart value."""
+        spec = policy.spec
+        deletes = spec.repair.strategy == RepairStrategy.REPLACE or (
+            spec.repair.retire_action == RetireAction.DELETE
+        )
+        if not deletes:
+            return [c for c in conditions if c.type != "NodeDeletePermitted"]
+        allowed = self.node_delete_allowed(now)
+        if allowed is None:
+            return conditions  # the review failed; ask again later
+        return set_condition(
+            conditions,
+            "NodeDeletePermitted",
+            "True" if allowed else "False",
+            "Granted" if allowed else "Forbidden",
+            "the operator may delete Nodes (repair.strategy Replace, retireAction Delete)"
+            if allowed
+            else "this policy deletes Nodes (repair.strategy Replace or retireAction Delete), "
+            "but the operator's ServiceAccount may not: install the chart with "
+            "rbac.allowNodeDelete=true; until then such nodes stay Quarantined",
+            now,
+            policy.metadata.generation,
+        )
 
     @staticmethod
     def _status_due(

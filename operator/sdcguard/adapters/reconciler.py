@@ -46,8 +46,9 @@ from sdcguard.api import (
     TicketPhase,
 )
 from sdcguard.domain.decide import Decision, iter_decisions, priority
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
-from sdcguard.domain.selection import Selector, owning_policy
+from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 
 log = structlog.get_logger("sdcguard.reconcile")
 
@@ -150,8 +151,15 @@ class Reconciler(Executor, PolicyReporter):
                 memory.forget(node_name)
                 continue
             labels = body["metadata"].get("labels") or {}
-            if owning_policy(labels, selectors) != policy_name:
+            claims = {p: specificity(s) for p, s in selectors.items() if selects(s, labels)}
+            owner = owning_policy(labels, selectors)
+            if owner != policy_name:
                 memory.forget(node_name)
+            if len(claims) > 1 and policy_name in claims and owner is not None:
+                self._note_overlap(memory, policy_name, node_name, owner, claims, body)
+            else:
+                memory.overlaps.pop(node_name, None)
+            if owner != policy_name:
                 continue
             node = self._node_facts(body, spec)
             if node.accelerators <= 0 and node.state is None:
@@ -159,6 +167,43 @@ class Reconciler(Executor, PolicyReporter):
                 continue  # not an accelerator node, and never one of ours
             facts[node_name] = node
         return facts
+
+    def _note_overlap(
+        self,
+        memory: PolicyMemory,
+        policy_name: str,
+        node_name: str,
+        owner: str,
+        claims: Mapping[str, int],
+        body: Mapping[str, Any],
+    ) -> None:
+        """Several policies select the node: remember it for both policies' PolicyOverlap
+        condition; the owner's pass logs it and tells it in one Event on the Node."""
+        overlap = (owner, tuple(sorted(claims)))
+        memory.overlaps[node_name] = overlap
+        if owner != policy_name or self._told_overlap.get(node_name) == overlap:
+            return
+        self._told_overlap[node_name] = overlap
+        tie = sorted(p for p, size in claims.items() if size == claims[owner])
+        rule = (
+            "equally specific selectors: the name that sorts first wins"
+            if len(tie) > 1
+            else "the most specific selector wins"
+        )
+        others = [p for p in overlap[1] if p != owner]
+        log.warning("policies overlap", node=node_name, owner=owner, also=others, rule=rule)
+        self.writer.event(
+            kind="Node",
+            name=node_name,
+            uid=str(body["metadata"].get("uid") or "") or None,
+            reason="PolicyOverlap",
+            message=bounded(
+                f"{node_name} is selected by policies {', '.join(overlap[1])}; {owner} owns it "
+                f"({rule}); make the selectors disjoint"
+            ),
+            now=dt.datetime.now(dt.UTC),
+            warning=True,
+        )
 
     def _fill(self, memory: PolicyMemory, spec: Any, facts: dict[str, NodeFacts]) -> list[str]:
         """Nodes waiting for budget that may fit now, best first (a targeted pass
@@ -258,7 +303,9 @@ class Reconciler(Executor, PolicyReporter):
         ):
             held = sorted(memory.held)[:1000]
             breaker_status = breaker_status.model_copy(update={"held_nodes": held})
-            self._write_policy_status(policy, breaker, breaker_status, states, now, memory.illegal)
+            self._write_policy_status(
+                policy, breaker, breaker_status, states, now, memory.illegal, memory.overlaps
+            )
             memory.status_at = now
         elif memory.status_at is not None:
             # Held back by the interval: come back for it even if nothing else happens.
@@ -383,6 +430,12 @@ class Reconciler(Executor, PolicyReporter):
             node_name = decision.node
             observed = by_node[node_name]
             member = observed.pool_member(holding)
+            if decision.actions and self.refused_delete(policy, decision, view, now):
+                counts["node-delete-forbidden"] += 1
+                memory.states[node_name] = (decision.previous or decision.state).value
+                memory.due[node_name] = now + dt.timedelta(minutes=5)
+                wake = min(wake, 300.0)
+                continue
             if decision.actions:
                 self._serve_urgent()
                 if self._skip(node_name):
@@ -399,6 +452,8 @@ class Reconciler(Executor, PolicyReporter):
                     continue
             memory.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
+            if observed.ticket is not None:
+                self._ticket_waiting(view, node_name, observed.ticket.name, decision.waiting, now)
             if decision.held:
                 memory.held.add(node_name)
             else:

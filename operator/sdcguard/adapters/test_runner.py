@@ -34,11 +34,13 @@ from sdcguard.api import (
 )
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.observed import NodeFacts
 from sdcguard.domain.seeds import screening_seed
 from sdcguard.domain.testphase import (
     CreateJob,
+    DeleteJob,
     MarkAwaitingBaseline,
     WriteStatus,
     phase_event,
@@ -292,15 +294,27 @@ class TestRunner(ReconcilerState):
             return test
         row = phase_transition(status.phase, event)
         verdict, reason = Verdict.INCONCLUSIVE, "NodeGone"
-        message = f"node {test.spec.node_name} no longer exists"
+        if node_body is None:
+            message = f"node {test.spec.node_name} no longer exists"
+        else:  # the Node is there, but this policy no longer selects it
+            reason = "NodeLeftPolicy"
+            message = (
+                f"node {test.spec.node_name} is no longer selected by policy "
+                f"{policy.metadata.name} (its labels or the policies' selectors changed)"
+            )
         if judgement is not None:
             verdict, reason, message = judgement.verdict, judgement.reason, judgement.message
+        finished: SDCTest | None = None
         for action in row.actions:
             if isinstance(action, CreateJob):
                 assert node is not None and node_body is not None
+                self._end_predecessors(test, view, counts)
                 manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
                 self.writer.create_job(manifest)
                 counts["jobs-created"] += 1
+            elif isinstance(action, DeleteJob):
+                self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
+                counts["jobs-deleted"] += 1
             elif isinstance(action, MarkAwaitingBaseline):
                 conds = set_condition(
                     status.conditions,
@@ -330,8 +344,26 @@ class TestRunner(ReconcilerState):
                             ),
                         }
                     )
-                return self._finish(test, status, verdict, reason, message, now, counts)
+                finished = self._finish(test, status, verdict, reason, message, now, counts)
+        if finished is not None:
+            return finished
         return test.model_copy(update={"status": status})
+
+    def _end_predecessors(self, test: SDCTest, view: FleetView, counts: Counter[str]) -> None:
+        """Delete the still-active probe Jobs of the node's finished tests, so a new test
+        never waits behind the Pod of one that ended (a Job left by an older release, or
+        one whose delete did not get through)."""
+        node = test.spec.node_name
+        for body in view.tests.get(node, []):
+            known = self._test(body, node)
+            if known is None or known.name == test.metadata.name or known.running is not None:
+                continue
+            job = view.probe_jobs.get(known.name)
+            if job is None or job.complete or job.failed_reason:
+                continue
+            self.writer.delete_job(self.settings.namespace, job.name)
+            counts["jobs-deleted"] += 1
+            log.info("probe Job of an ended test deleted", job=job.name, test=known.name, node=node)
 
     def _awaits_quorum(
         self,
@@ -387,7 +419,7 @@ class TestRunner(ReconcilerState):
     ) -> SDCTest:
         phase = verdict_phase(verdict)
         conditions = set_condition(
-            status.conditions, "Complete", "True", reason or verdict.value, message[:1024], now
+            status.conditions, "Complete", "True", reason or verdict.value, bounded(message), now
         )
         conditions = [c for c in conditions if c.type != "AwaitingBaseline"]
         status = status.model_copy(
@@ -395,7 +427,7 @@ class TestRunner(ReconcilerState):
                 "phase": phase,
                 "verdict": verdict,
                 "reason": (reason or verdict.value)[:64],
-                "message": message[:4096],
+                "message": bounded(message, 4096),
                 "completion_time": now,
                 "conditions": conditions,
             }

@@ -30,6 +30,7 @@ from sdcguard.api import (
     set_condition,
     to_body,
 )
+from sdcguard.domain.echo import bounded
 from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.tickets")
@@ -122,7 +123,7 @@ def announce(
         try:
             secret = _secret(writer.core, sink)
         except (ApiException, KeyError) as exc:
-            delivered_all, last_error = False, f"{sink.type} {sink.url}: secret: {exc}"[:1024]
+            delivered_all, last_error = False, bounded(f"{sink.type} {sink.url}: secret: {exc}")
             wait = max(wait, notify.next_retry_delay(previous.attempts if same_event else 0))
             metrics.notifications.labels(sink=sink.type, outcome="failed").inc()
             continue
@@ -142,7 +143,7 @@ def announce(
             delivered_all = False
             permanent = permanent or outcome.permanent
             wait = max(wait, outcome.retry_after or 0.0)
-            last_error = f"{sink.type} {sink.url}: {outcome.last_error}"[:1024]
+            last_error = bounded(f"{sink.type} {sink.url}: {outcome.last_error}")
     if external is not None and ticket.spec.external is None:
         # The issue the sink filed is the ticket's external reference (it acknowledges it).
         writer.patch_custom(
@@ -164,7 +165,7 @@ def announce(
         "NotificationFailed",
         "True" if failed else "False",
         "PermanentError" if failed else ("Delivered" if delivered_all else "Retrying"),
-        (last_error or "")[:1024] if failed else ("delivered" if delivered_all else "retrying"),
+        bounded(last_error or "") if failed else ("delivered" if delivered_all else "retrying"),
         now,
     )
     writer.patch_custom_status(

@@ -161,8 +161,9 @@ def summarize_fleet(
         state = labels.get(keys.LABEL_STATE)
         try:
             policy = select_policy(policies, node)
-        except CliError:
-            policy = None
+        except CliError:  # a tie: counted where the operator puts it (the first name)
+            top = most_specific(labels, {p.metadata.name: p.spec.node_selector for p in policies})
+            policy = next(p for p in policies if p.metadata.name == top[0])
         if state is None and policy is None:
             continue
         if state is None and policy is not None:
@@ -214,7 +215,9 @@ def status(conn: Connection) -> Result:
     now = _now()
     raw_policies = list_custom(conn, PLURAL_POLICIES)
     policies = _policies(raw_policies)
-    summary = summarize_fleet(list_nodes(conn), policies)
+    nodes = list_nodes(conn)
+    summary = summarize_fleet(nodes, policies)
+    waiting = _waiting_rows(nodes)
     tickets = [
         _ticket_row(t, now)
         for t in list_custom(conn, PLURAL_TICKETS)
@@ -244,6 +247,7 @@ def status(conn: Connection) -> Result:
         "states": summary.states,
         "pools": summary.pools,
         "openTickets": tickets,
+        "waiting": waiting,
     }
     columns = [s for s in [*STATE_ORDER, "New"] if s in summary.states]
     columns += sorted(s for s in summary.states if s not in columns)
@@ -294,8 +298,39 @@ def status(conn: Connection) -> Result:
             title="Open repair tickets:",
             empty="No open repair tickets.",
         ),
+        Table(
+            ["node", "state", "for", "why"],
+            [
+                [w["node"], cell(w["state"]), age(parse_time(w["since"]), now), w["why"]]
+                for w in waiting
+            ],
+            title="Waiting nodes:",
+            empty="No node waits.",
+        ),
     ]
     return Result(data=data, tables=tables)
+
+
+def _waiting_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes whose next step sdcguard holds back, and why (sdcguard.dev/waiting), longest
+    first."""
+    rows = []
+    for node in nodes:
+        meta = _meta(node)
+        annotations = meta.get("annotations") or {}
+        why = annotations.get(keys.WAITING)
+        if not why:
+            continue
+        rows.append(
+            {
+                "node": meta.get("name", ""),
+                "state": (meta.get("labels") or {}).get(keys.LABEL_STATE),
+                "since": annotations.get(keys.WAITING_SINCE),
+                "why": why,
+            }
+        )
+    rows.sort(key=lambda r: (r["since"] or "", r["node"]))
+    return rows
 
 
 # --------------------------------------------------------------------------- test

@@ -51,6 +51,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage, add_member, can_reserve
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Outcome, assess, retry_time
 from sdcguard.domain.lifecycle import (
     OBSERVE_SUPPRESSED,
@@ -87,6 +88,8 @@ REQUEUE_AFTER_TRANSITION = 10.0
 REQUEUE_TEST_RUNNING = 60.0
 REQUEUE_WAITING = 120.0
 REQUEUE_MAX = 3600.0
+WAIT_EVENT_AFTER = 60.0
+"""Seconds a wait lasts before an Event says why the node waits."""
 
 S = NodeState
 E = Event
@@ -118,6 +121,8 @@ class Decision:
     """The event chosen has no row in this state (a bug): nothing is done for the node."""
     held: bool = False
     """The node's confirmed failure is held by the open circuit breaker."""
+    waiting: str | None = None
+    """Why sdcguard holds back the node's next step (None: it does not)."""
 
     @property
     def changed(self) -> bool:
@@ -137,6 +142,9 @@ class _Step:
     """Suite for CreateTest rows that leave it open."""
     attempt: int = 1
     evidence: tuple[str, ...] = ()
+    waits: str | None = None
+    """Why the operator holds back the node's next step (published on the node, the
+    ticket's Waiting condition, ``kubectl sdc status``, and an Event once it lasts)."""
 
 
 def _taint_key(policy: SDCPolicySpec, role: TaintRole) -> str:
@@ -191,6 +199,30 @@ def recover_state(observed: Observed, policy: SDCPolicySpec) -> NodeState | None
     return None
 
 
+def believed_state(observed: Observed, policy: SDCPolicySpec) -> NodeState:
+    """The node's state: its label, unless the label is absent, names no state, or
+    claims ``Qualified`` against the records (a gate or quarantine taint of ours, our
+    testing reservation, or an open ticket); then the state the records imply.
+
+    The label is output, never input: ``kubectl label node N sdcguard.dev/state=Qualified``
+    on a gated node does not let the node in.
+    """
+    label = observed.node.state
+    if label == S.QUALIFIED and _contradicts_qualified(observed, policy):
+        label = None
+    return label or recover_state(observed, policy) or S.UNQUALIFIED
+
+
+def _contradicts_qualified(observed: Observed, policy: SDCPolicySpec) -> bool:
+    node, taints = observed.node, policy.taints
+    if observed.ticket is not None or node.has_taint(taints.gate):
+        return True
+    return any(
+        node.has_taint(key) and key in node.owned_taints
+        for key in (taints.quarantine, taints.testing)
+    )
+
+
 def closes_as_replaced(ticket: TicketFacts, policy: SDCPolicySpec, node_exists: bool) -> bool:
     """With the Replace strategy, a ticket InRepair whose Node is gone is done: the
     replacement joins as a new node (acceptance), so the ticket closes as Replaced."""
@@ -209,7 +241,7 @@ class _Reader:
         self.node: NodeFacts = observed.node
         self.policy = policy
         self.now = now
-        self.state = observed.node.state or recover_state(observed, policy) or S.UNQUALIFIED
+        self.state = believed_state(observed, policy)
         self.budget_blocked = False
         """Set when a due test was refused only by the pool's budget."""
 
@@ -294,7 +326,7 @@ class _Reader:
         ):
             if key not in self.node.annotations:
                 continue
-            why = self.node.annotations[key] or "no reason given"
+            why = bounded(self.node.annotations[key] or "no reason given", 512)
             if (self.state, event) not in TABLE:
                 return _Step(
                     None,
@@ -422,7 +454,12 @@ class _Reader:
         if ticket.resolution is not None:
             blocked = self.blocked(takes_node=False)
             if blocked:
-                return _Step(None, f"verification waits: {blocked}", requeue=REQUEUE_WAITING)
+                return _Step(
+                    None,
+                    f"verification waits: {blocked}",
+                    requeue=self._wait_requeue(),
+                    waits=f"verification waits: {blocked}",
+                )
             return _Step(
                 E.TICKET_RESOLVED,
                 f"ticket {ticket.name} resolved {ticket.resolution}; verifying",
@@ -431,9 +468,8 @@ class _Reader:
         if self.state == S.QUARANTINED and ticket.acknowledged:
             if self.policy.repair.strategy == RepairStrategy.REPLACE:
                 if self.obs.breaker_open:
-                    return _Step(
-                        None, "replacement waits: circuit breaker open", requeue=REQUEUE_WAITING
-                    )
+                    why = "replacement waits: circuit breaker open"
+                    return _Step(None, why, requeue=REQUEUE_WAITING, waits=why)
                 return _Step(E.REPLACE_DUE, f"ticket {ticket.name} acknowledged")
             return _Step(E.REPAIR_STARTED, f"ticket {ticket.name} acknowledged")
         return None
@@ -463,7 +499,7 @@ class _Reader:
         key = keys.REQUEST_SUSPECT
         if key not in self.node.annotations or self.state == S.TESTING:
             return None  # a running test answers first; the request waits for it
-        why = self.node.annotations[key] or "no reason given"
+        why = bounded(self.node.annotations[key] or "no reason given", 512)
         if self.state == S.QUALIFIED and self.policy.triggers.on_suspect:
             return _Step(E.SUSPECTED, why, {key: None})
         ignored = (
@@ -499,7 +535,8 @@ class _Reader:
             )
         blocked = self.blocked(takes_node=False)
         if blocked:
-            return _Step(None, f"gated; acceptance waits: {blocked}", requeue=self._wait_requeue())
+            why = f"acceptance waits: {blocked}"
+            return _Step(None, f"gated; {why}", requeue=self._wait_requeue(), waits=why)
         return self._start(E.JOINED, "started; the node stays gated until it passes")
 
     def _requalify(self) -> _Step | None:
@@ -551,7 +588,8 @@ class _Reader:
             return _Step(None, f"suspect; {why}", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=not self.holding())
         if blocked:
-            return _Step(None, f"suspect; re-test waits: {blocked}", requeue=self._wait_requeue())
+            why = f"re-test waits: {blocked}"
+            return _Step(None, f"suspect; {why}", requeue=self._wait_requeue(), waits=why)
         suite = _covering_suite(self.policy, self.node.suspect_checks)
         checks = ", ".join(sorted(self.node.suspect_checks)) or "reported by a workload"
         return self._start(E.RETEST_DUE, f"re-testing ({checks})", suite=suite)
@@ -561,7 +599,8 @@ class _Reader:
             return _Step(None, "verifying, but the ticket is gone", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=False)
         if blocked:
-            return _Step(None, f"verification waits: {blocked}", requeue=self._wait_requeue())
+            why = f"verification waits: {blocked}"
+            return _Step(None, why, requeue=self._wait_requeue(), waits=why)
         return self._start(E.RETEST_DUE, "verifying the repair again")
 
     def _wait_requeue(self) -> float:
@@ -734,6 +773,18 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         )
     if node.state != target and not any(isinstance(a, SetLabel) for a in bound):
         bound.insert(0, SetLabel(target))
+    requeue = _publish_wait(node, step, binder.changes, bound, requeue, now)
+    label = node.state_label
+    if label is not None and label != state.value:
+        # Someone wrote the label by hand (or mangled it): the records win, and say so.
+        bound.append(
+            EmitEvent(
+                "StateLabelCorrected",
+                f"{node.name}: label {keys.LABEL_STATE}={label} disagrees with the records; "
+                f"the state is {state.value}, and the label says so again",
+                warning=True,
+            )
+        )
     if node.state != target:
         binder.changes[keys.STATE_SINCE] = keys.format_time(now)
     if target not in (S.QUARANTINED, S.REPAIRING):
@@ -775,14 +826,49 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         takes_node=takes_node,
         waits_for_budget=reader.budget_blocked and not starts_test,
         held=bool(held),
+        waiting=bounded(step.waits, 256) if step.waits and step.event is None else None,
     )
+
+
+def _publish_wait(
+    node: NodeFacts,
+    step: _Step,
+    changes: Changes,
+    bound: list[Action],
+    requeue: float | None,
+    now: dt.datetime,
+) -> float | None:
+    """Record why the node waits (``sdcguard.dev/waiting``, since when), and once the
+    wait has lasted WAIT_EVENT_AFTER seconds, say it in one Event; a node that moves on
+    clears the record. Returns the requeue, shortened so the Event is on time."""
+    waits = bounded(step.waits, 256) if step.waits and step.event is None else None
+    annotations = node.annotations
+    if waits is None:
+        for key in (keys.WAITING, keys.WAITING_SINCE, keys.WAITING_TOLD):
+            if key in annotations:
+                changes[key] = None
+        return requeue
+    since = keys.parse_time(annotations.get(keys.WAITING_SINCE)) or now
+    changes[keys.WAITING] = waits
+    changes[keys.WAITING_SINCE] = keys.format_time(since)
+    if annotations.get(keys.WAITING_TOLD) == waits:
+        return requeue
+    waited = (now - since).total_seconds()
+    if waited < WAIT_EVENT_AFTER:
+        left = max(1.0, WAIT_EVENT_AFTER - waited)
+        return left if requeue is None else min(requeue, left)
+    bound.append(
+        EmitEvent("Waiting", f"{node.name}: {waits} (waiting {int(waited)}s)", warning=True)
+    )
+    changes[keys.WAITING_TOLD] = waits
+    return requeue
 
 
 def _unseen_and_waiting(reader: _Reader, step: _Step, bound: list[Action]) -> bool:
     """Never labelled, still Unqualified, and nothing to do but bookkeeping: the only
     node action would adopt the gate taint it already carries."""
     node = reader.node
-    if node.state is not None or reader.state != S.UNQUALIFIED or step.event is not None:
+    if node.state_label is not None or reader.state != S.UNQUALIFIED or step.event is not None:
         return False
     if step.changes or node.annotations.get(keys.CURRENT_TEST):
         return False

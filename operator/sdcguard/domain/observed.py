@@ -88,6 +88,11 @@ class NodeFacts:
             return None
 
     @property
+    def state_label(self) -> str | None:
+        """The state label as written (None: absent), even when it names no state."""
+        return self.labels.get(keys.LABEL_STATE)
+
+    @property
     def excluded(self) -> bool:
         return self.labels.get(keys.LABEL_EXCLUDE) == "true"
 

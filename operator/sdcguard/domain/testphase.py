@@ -6,9 +6,15 @@
     Pending ──Reserved──▶ Running
     Running ──ProbeRunning──▶ Running
     Running ──AwaitingBaseline──▶ Running      (digests recorded, waiting for a quorum)
-    Running ──Passed──▶ Passed, ──SDCFound──▶ Failed, ──NoEvidence──▶ Inconclusive
-    Pending, Reserving, Running ──NodeGone──▶ Inconclusive
-    Pending, Reserving, Running ──Cancelled──▶ Cancelled   (a person decided the node's fate)
+    Running ──Passed──▶ Passed, ──SDCFound──▶ Failed
+    Running ──NoEvidence──▶ Inconclusive                   (Job deleted)
+    Pending, Reserving, Running ──NodeGone──▶ Inconclusive (Job deleted)
+    Pending, Reserving, Running ──Cancelled──▶ Cancelled   (Job deleted; a person decided)
+
+A test that ends without a verdict of its own probe (Inconclusive, Cancelled) deletes
+its Job with propagation, so a Pod that may still hold every accelerator of the node
+never outlives its test (a Passed or Failed probe has ended already; its Job stays for
+``probe.ttlSecondsAfterFinished``, for its logs).
 
 A finished test (Passed, Failed, Inconclusive, Cancelled) has no rows: it never moves
 again. The adapter reads the observations, picks the event with :func:`phase_event`,
@@ -122,8 +128,11 @@ TEST_TRANSITIONS: tuple[TestTransition, ...] = (
     TestTransition(P.RUNNING, E.AWAITING_BASELINE, P.RUNNING, (MarkAwaitingBaseline(),)),
     TestTransition(P.RUNNING, E.PASSED, P.PASSED, (WriteStatus(),)),
     TestTransition(P.RUNNING, E.SDC_FOUND, P.FAILED, (WriteStatus(),)),
-    TestTransition(P.RUNNING, E.NO_EVIDENCE, P.INCONCLUSIVE, (WriteStatus(),)),
-    *(TestTransition(p, E.NODE_GONE, P.INCONCLUSIVE, (WriteStatus(),)) for p in UNFINISHED),
+    TestTransition(P.RUNNING, E.NO_EVIDENCE, P.INCONCLUSIVE, (WriteStatus(), DeleteJob())),
+    *(
+        TestTransition(p, E.NODE_GONE, P.INCONCLUSIVE, (WriteStatus(), DeleteJob()))
+        for p in UNFINISHED
+    ),
     *(
         TestTransition(p, E.CANCELLED, P.CANCELLED, (WriteStatus(), DeleteJob()))
         for p in UNFINISHED

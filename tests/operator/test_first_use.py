@@ -1,0 +1,203 @@
+"""What a first-time user trips over, against the real control plane: probe Jobs that
+outlive their test, a hand-edited state label, echoes of huge user strings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from tests.operator.harness import (
+    GATE,
+    GROUP,
+    NS,
+    VERSION,
+    ProbeKubelet,
+    create_policy,
+    gpu_nodes,
+    list_custom,
+    new_case,
+    node_state,
+    policy_body,
+    taint_keys,
+    trusted_baseline,
+    wait_for,
+)
+
+
+def _jobs(api: client.ApiClient, node: str) -> list[client.V1Job]:
+    return list(
+        client.BatchV1Api(api)
+        .list_namespaced_job(NS, label_selector=f"sdcguard.dev/node={node}")
+        .items
+    )
+
+
+def _events(api: client.ApiClient, node: str) -> list[Any]:
+    return list(
+        client.CoreV1Api(api)
+        .list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+        .items
+    )
+
+
+def test_a_test_that_ends_inconclusive_takes_its_probe_job_with_it(api_client, operator) -> None:
+    """The node leaves the policy while its probe runs: the test ends Inconclusive, says
+    truly why (the node exists), and its Job (whose Pod holds the node's GPUs) is gone."""
+    case = new_case()
+    node = f"orphan-{case}"
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        create_policy(api_client, case)
+        wait_for(lambda: _jobs(api_client, node), 60, "the probe Job")
+        client.CoreV1Api(api_client).patch_node(
+            node, {"metadata": {"labels": {"sdcguard.test/case": None}}}
+        )
+        test = wait_for(
+            lambda: [
+                t
+                for t in list_custom(api_client, "sdctests", node)
+                if (t.get("status") or {}).get("phase") == "Inconclusive"
+            ],
+            60,
+            "the test to end Inconclusive",
+        )[0]
+        assert test["status"]["reason"] == "NodeLeftPolicy"
+        assert "no longer exists" not in test["status"]["message"]
+        wait_for(lambda: not _jobs(api_client, node), 30, "the probe Job to be deleted")
+
+
+def test_a_hand_edited_state_label_is_corrected_and_not_counted(api_client, operator) -> None:
+    """``kubectl label node N sdcguard.dev/state=Qualified`` on a gated node under test:
+    the node stays gated, the label says Testing again, the policy counts it Testing,
+    and an Event records the correction; a label naming no state is corrected too."""
+    case = new_case()
+    node = f"label-{case}"
+    trusted_baseline(api_client)
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        policy = create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Testing", 60, "the node under test")
+        for label in ("Qualified", "Nonsense"):
+            core.patch_node(node, {"metadata": {"labels": {"sdcguard.dev/state": label}}})
+            wait_for(lambda: node_state(api_client, node) == "Testing", 60, f"{label} corrected")
+            assert GATE in taint_keys(api_client, node)
+            wait_for(
+                lambda label=label: [
+                    e
+                    for e in _events(api_client, node)
+                    if e.reason == "StateLabelCorrected" and f"={label}" in e.message
+                ],
+                30,
+                f"an Event about the {label} label",
+            )
+
+        def counts() -> dict[str, int]:
+            body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
+            return dict((body.get("status") or {}).get("counts") or {})
+
+        wait_for(lambda: counts().get("testing") == 1, 60, "the policy to count it Testing")
+        assert not counts().get("qualified")
+
+
+def _ready(api: client.ApiClient, node: str, ready: bool) -> None:
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "test",
+        "lastHeartbeatTime": None,
+    }
+    client.CoreV1Api(api).patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+def test_a_repaired_node_that_is_not_ready_says_why_it_waits(api_client, operator) -> None:
+    """After the repair is resolved, a node that is not Ready waits for verification:
+    the node, its ticket's Waiting condition and (after a minute) an Event say why."""
+    case = new_case()
+    node = f"wait-{case}"
+    trusted_baseline(api_client)
+    outcomes = {node: "sdc"}
+    with gpu_nodes(api_client, [node], case=case) as beats, ProbeKubelet(api_client, outcomes):
+        create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
+        ticket = list_custom(api_client, "repairtickets", node)[0]["metadata"]["name"]
+        beats.forget(node)
+        _ready(api_client, node, False)
+        outcomes[node] = "pass"
+        client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+            GROUP, VERSION, "repairtickets", ticket, {"spec": {"resolution": "Repaired"}}
+        )
+
+        def annotation() -> str:
+            meta = client.CoreV1Api(api_client).read_node(node).metadata
+            return str((meta.annotations or {}).get("sdcguard.dev/waiting", ""))
+
+        wait_for(lambda: "node not Ready" in annotation(), 60, "the wait on the node")
+
+        def waiting_condition() -> dict[str, Any]:
+            body = list_custom(api_client, "repairtickets", node)[0]
+            conditions = (body.get("status") or {}).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "Waiting"), {})
+
+        wait_for(lambda: waiting_condition().get("status") == "True", 30, "Waiting on the ticket")
+        assert "node not Ready" in waiting_condition()["message"]
+        assert node_state(api_client, node) == "Quarantined"
+        wait_for(
+            lambda: [
+                e
+                for e in _events(api_client, node)
+                if e.reason == "Waiting" and "node not Ready" in e.message
+            ],
+            120,
+            "a Waiting Event",
+        )
+        _ready(api_client, node, True)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 120, "verification")
+        assert annotation() == ""
+        assert waiting_condition().get("status") != "True"
+
+
+def test_overlapping_policies_are_told_on_both_and_on_the_node(api_client, operator) -> None:
+    """A second, more specific policy takes a node: both policies' PolicyOverlap
+    condition names the node and its owner, an Event on the node says which rule chose,
+    and the first policy's running test says the node left it (not that it is gone)."""
+    case = new_case()
+    node = f"overlap-{case}"
+    trusted_baseline(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        first = create_policy(api_client, case)
+        wait_for(lambda: _jobs(api_client, node), 60, "the first policy's probe Job")
+        second = f"q-{case}"
+        labels = {"sdcguard.test/case": case, "sdcguard.test/overlap": "yes"}
+        client.CoreV1Api(api_client).patch_node(
+            node, {"metadata": {"labels": {"sdcguard.test/overlap": "yes"}}}
+        )
+        custom.create_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", policy_body(second, match_labels=labels)
+        )
+
+        def overlap(name: str) -> dict[str, Any]:
+            body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", name)
+            conditions = (body.get("status") or {}).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "PolicyOverlap"), {})
+
+        for name in (first, second):
+            wait_for(lambda n=name: overlap(n).get("status") == "True", 90, f"{name} overlap")
+            assert (
+                node in overlap(name)["message"] and f"owner {second}" in overlap(name)["message"]
+            )
+        wait_for(
+            lambda: [e for e in _events(api_client, node) if e.reason == "PolicyOverlap"],
+            30,
+            "an Event about the overlap",
+        )
+        ended = [
+            t
+            for t in list_custom(api_client, "sdctests", node)
+            if t["spec"]["policyRef"] == first and (t.get("status") or {}).get("reason")
+        ]
+        assert ended and all("no longer exists" not in t["status"]["message"] for t in ended)
+        custom.delete_cluster_custom_object(GROUP, VERSION, "sdcpolicies", second)

@@ -1,0 +1,118 @@
+"""Replace without the RBAC for it: the operator asks up front (SelfSubjectAccessReview)
+with its own ServiceAccount's token, names the chart value, and does not pretend."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.pass_state import FleetView
+from sdcguard.adapters.reconciler import Reconciler
+from sdcguard.api import ObjectMeta, SDCPolicy, SDCPolicySpec
+from sdcguard.domain.decide import Decision
+from sdcguard.domain.lifecycle import DeleteNode, NodeState
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
+from tests.cluster.localcluster import LocalCluster
+from tests.operator.harness import new_case
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _reconciler(api: client.ApiClient) -> Reconciler:
+    metrics = Metrics()
+    writer = KubeWriter(api=api, metrics=metrics)
+    return Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+
+
+@pytest.fixture
+def no_delete_api(
+    cluster: LocalCluster, api_client: client.ApiClient
+) -> Iterator[client.ApiClient]:
+    """A ServiceAccount that may post Events (as the chart grants) but not delete Nodes."""
+    ns, name = f"rbac-{new_case()}", "operator"
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    core.create_namespaced_service_account(
+        ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+    )
+    role = f"{ns}-events"
+    rbac.create_cluster_role(
+        client.V1ClusterRole(
+            metadata=client.V1ObjectMeta(name=role),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["events"], verbs=["create"])],
+        )
+    )
+    rbac.create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=role),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role
+            ),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=ns)],
+        )
+    )
+    token = core.create_namespaced_service_account_token(
+        name,
+        ns,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+    ).status.token
+    config = client.Configuration()
+    config.host = cluster.server
+    config.ssl_ca_cert = str(Path(cluster.ca_file))
+    config.api_key = {"authorization": "Bearer " + token}
+    restricted = client.ApiClient(config)
+    try:
+        yield restricted
+    finally:
+        restricted.close()
+        rbac.delete_cluster_role_binding(role)
+        rbac.delete_cluster_role(role)
+        core.delete_namespace(ns)
+
+
+def test_replace_without_node_delete_is_named_up_front_and_not_pretended(
+    api_client: client.ApiClient, no_delete_api: client.ApiClient
+) -> None:
+    policy = SDCPolicy(
+        metadata=ObjectMeta(name=f"p-{new_case()}"),
+        spec=SDCPolicySpec.model_validate({"repair": {"strategy": "Replace"}}),
+    )
+    assert _reconciler(api_client).node_delete_allowed(NOW) is True
+    restricted = _reconciler(no_delete_api)
+    assert restricted.node_delete_allowed(NOW) is False
+
+    (condition,) = restricted._replace_condition(policy, [], NOW)
+    assert (condition.type, condition.status, condition.reason) == (
+        "NodeDeletePermitted",
+        "False",
+        "Forbidden",
+    )
+    assert "rbac.allowNodeDelete=true" in condition.message
+
+    node = f"replace-{new_case()}"
+    decision = Decision(
+        node=node,
+        previous=NodeState.QUARANTINED,
+        state=NodeState.REPAIRING,
+        event=None,
+        actions=(DeleteNode(),),
+    )
+    view = FleetView(nodes={node: {"metadata": {"name": node, "uid": "u-1"}}})
+    assert restricted.refused_delete(policy, decision, view, NOW)
+    assert restricted.refused_delete(policy, decision, view, NOW), "refused again, told once"
+    events = (
+        client.CoreV1Api(api_client)
+        .list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+        .items
+    )
+    assert [(e.reason, e.type) for e in events] == [("NodeDeleteForbidden", "Warning")]
+    assert "was not deleted" in events[0].message
+    assert "rbac.allowNodeDelete=true" in events[0].message
+    assert "stays Quarantined" in events[0].message
+    assert restricted.writer.writes["node-delete"] == 0
