@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.sim.catalogue import CATALOGUE
 from tests.cluster.localcluster import _die_with_parent
+from tests.operator.harness import create_or_replace_crds
 
 HERE = Path(__file__).resolve().parent
 KARPENTER_VERSION = os.environ.get("KARPENTER_VERSION", "1.15.0")
@@ -91,17 +91,7 @@ def instance_types(names: Iterable[str], zones: Iterable[str] = ("test-zone-a",)
 
 def apply_crds(api: client.ApiClient, crd_dir: Path) -> None:
     """Create or replace Karpenter's CRDs as its module ships them, and wait until served."""
-    ext = client.ApiextensionsV1Api(api)
-    for path in sorted(crd_dir.glob("*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            current = ext.read_custom_resource_definition(body["metadata"]["name"])
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+    create_or_replace_crds(api, crd_dir)
     custom = client.CustomObjectsApi(api)
     for group, version, plural in (
         (KARPENTER_GROUP, KARPENTER_V1, "nodepools"),

@@ -59,9 +59,10 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: flo
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
-def apply_crds(api: client.ApiClient) -> None:
+def create_or_replace_crds(api: client.ApiClient, crd_dir: Path) -> None:
+    """Create every CRD in ``crd_dir``, or replace the one already there."""
     ext = client.ApiextensionsV1Api(api)
-    for path in sorted((REPO / "crds").glob("*.yaml")):
+    for path in sorted(crd_dir.glob("*.yaml")):
         body = yaml.safe_load(path.read_text())
         try:
             ext.create_custom_resource_definition(body)
@@ -71,6 +72,10 @@ def apply_crds(api: client.ApiClient) -> None:
             current = ext.read_custom_resource_definition(body["metadata"]["name"])
             body["metadata"]["resourceVersion"] = current.metadata.resource_version
             ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+
+
+def apply_crds(api: client.ApiClient) -> None:
+    create_or_replace_crds(api, REPO / "crds")
     custom = client.CustomObjectsApi(api)
     for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
         wait_for(lambda p=plural: _served(custom, p), 30, f"CRD {plural} to be served")
