@@ -153,7 +153,11 @@ def test_a_repaired_node_that_is_not_ready_says_why_it_waits(api_client, operato
             120,
             "a Waiting Event",
         )
+        # The kubelet comes back: heartbeats resume, so the node lifecycle controller
+        # does not mark the node Unknown (and taint it unreachable) mid-verification.
         _ready(api_client, node, True)
+        cfg = next(n for n in beats.nodes if n.name == node)
+        beats.adopt(cfg, str(client.CoreV1Api(api_client).read_node(node).metadata.uid))
         wait_for(lambda: node_state(api_client, node) == "Qualified", 120, "verification")
         assert annotation() == ""
         assert waiting_condition().get("status") != "True"
