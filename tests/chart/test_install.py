@@ -73,6 +73,18 @@ def release(cluster: LocalCluster) -> Iterator[Release]:
     )
 
 
+def _upgrade(release: Release, values: dict[str, Any]) -> None:
+    run_helm(
+        "upgrade",
+        release.name,
+        str(CHART),
+        "--namespace",
+        release.namespace,
+        env=release.env,
+        values=values,
+    )
+
+
 def _policy(api_client: client.ApiClient, name: str) -> dict[str, Any]:
     obj: dict[str, Any] = client.CustomObjectsApi(api_client).get_cluster_custom_object(
         "sdcguard.dev", "v1alpha1", "sdcpolicies", name
@@ -216,15 +228,7 @@ def test_eviction_is_granted_only_while_a_policy_drains(release: Release) -> Non
     assert not _can_i(release, "create", "pods/eviction", "team-a")
     values = release.values
     values["policy"]["quarantine"] = {"drain": True}
-    run_helm(
-        "upgrade",
-        release.name,
-        str(CHART),
-        "--namespace",
-        release.namespace,
-        env=release.env,
-        values=values,
-    )
+    _upgrade(release, values)
     try:
         assert _can_i(release, "create", "pods/eviction", "team-a")
         assert _can_i(release, "create", "pods/eviction", "*")
@@ -232,15 +236,7 @@ def test_eviction_is_granted_only_while_a_policy_drains(release: Release) -> Non
         assert not _can_i(release, "create", "pods", "team-a")
         assert not _can_i(release, "delete", "pods", "team-a")
     finally:
-        run_helm(
-            "upgrade",
-            release.name,
-            str(CHART),
-            "--namespace",
-            release.namespace,
-            env=release.env,
-            values=release.values,
-        )
+        _upgrade(release, release.values)
     assert not _can_i(release, "create", "pods/eviction", "team-a")
 
 
@@ -365,15 +361,7 @@ def test_upgrade_changes_the_policy(release: Release, api_client: client.ApiClie
             "budgets": {"maxUnavailable": 2},
         }
     )
-    run_helm(
-        "upgrade",
-        release.name,
-        str(CHART),
-        "--namespace",
-        release.namespace,
-        env=release.env,
-        values=values,
-    )
+    _upgrade(release, values)
     spec = _policy(api_client, release.policy)["spec"]
     assert spec["mode"] == "Observe"
     assert [c["name"] for c in spec["suites"]["acceptance"]] == ["compute", "collective", "memory"]
