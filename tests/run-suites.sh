@@ -1,35 +1,66 @@
 #!/usr/bin/env bash
-# Runs the test suite as two pytest processes at once, each with its own local
-# control plane: one group spends its time in real probe runs (CPU), the other
-# mostly waits on the API server, so together they take about as long as the
-# longer of the two. Group B's output follows group A's; the exit status is
-# non-zero if either failed.
+# Runs the test suite as several pytest processes at once, each with its own local
+# control plane: group A spends its time in real probe runs (CPU), the others
+# mostly wait on the API server, Karpenter or the real node, so together they take
+# about as long as the longest one. Group A prints as it goes; the other groups'
+# output follows, each with its time; the exit status is non-zero if any failed.
 set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
-GROUP_A=(tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training)
-GROUP_B=(tests/cluster tests/realnode tests/autoscaling tests/operator tests/badinput tests/chaos tests/chart tests/cli tests/notify tests/reports)
+declare -A GROUPS_OF=(
+  [A]="tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training"
+  [B]="tests/cluster tests/operator tests/badinput tests/chaos tests/cli tests/notify tests/reports"
+  [C]="tests/realnode tests/autoscaling tests/chart"
+)
+ORDER=(A B C)
+all=" ${GROUPS_OF[*]} "
 for dir in tests/*/; do
   [ "$(basename "$dir")" = __pycache__ ] && continue
   dir=${dir%/}
-  case " ${GROUP_A[*]} ${GROUP_B[*]} " in
+  case "$all" in
     *" $dir "*) ;;
-    *) echo "error: $dir is in neither test group of $0; add it to one" >&2; exit 2 ;;
+    *) echo "error: $dir is in no test group of $0; add it to one" >&2; exit 2 ;;
   esac
 done
-log_b=$(mktemp)
-echo "[test] group A (${GROUP_A[*]}) runs here; group B (${GROUP_B[*]}) runs alongside, its output follows"
-"$PY" -m pytest -q -p no:cacheprovider "${GROUP_B[@]}" >"$log_b" 2>&1 &
-pid_b=$!
-trap 'kill "$pid_b" 2>/dev/null; rm -f "$log_b"' EXIT INT TERM
-"$PY" -m pytest -q -p no:cacheprovider "${GROUP_A[@]}"
-status_a=$?
-echo "[test] group A finished (exit $status_a); waiting for group B"
-wait "$pid_b"
-status_b=$?
-echo "[test] ---- group B (${GROUP_B[*]}) ----"
-cat "$log_b"
-echo "[test] group A exit $status_a, group B exit $status_b"
-trap - EXIT INT TERM
-rm -f "$log_b"
-[ "$status_a" -eq 0 ] && [ "$status_b" -eq 0 ]
+declare -A PID LOG START
+cleanup() {
+  for g in "${!PID[@]}"; do kill "${PID[$g]}" 2>/dev/null; done
+  for g in "${!LOG[@]}"; do rm -f "${LOG[$g]}"; done
+}
+trap cleanup EXIT INT TERM
+for g in "${ORDER[@]:1}"; do
+  LOG[$g]=$(mktemp)
+  (
+    started=$SECONDS
+    # shellcheck disable=SC2086  # the group is a list of directories
+    "$PY" -m pytest -q -p no:cacheprovider ${GROUPS_OF[$g]}
+    rc=$?
+    echo "[test] group $g took $((SECONDS - started)) s"
+    exit "$rc"
+  ) >"${LOG[$g]}" 2>&1 &
+  PID[$g]=$!
+  echo "[test] group $g (${GROUPS_OF[$g]}) runs alongside; its output follows group A's"
+done
+first=${ORDER[0]}
+echo "[test] group $first (${GROUPS_OF[$first]}) runs here"
+t0=$SECONDS
+# shellcheck disable=SC2086
+"$PY" -m pytest -q -p no:cacheprovider ${GROUPS_OF[$first]}
+declare -A STATUS=([$first]=$?)
+echo "[test] group $first finished (exit ${STATUS[$first]}); it took $((SECONDS - t0)) s"
+for g in "${ORDER[@]:1}"; do
+  echo "[test] waiting for group $g"
+  wait "${PID[$g]}"
+  STATUS[$g]=$?
+  unset "PID[$g]"
+  echo "[test] ---- group $g (${GROUPS_OF[$g]}) ----"
+  cat "${LOG[$g]}"
+done
+failed=0
+summary=""
+for g in "${ORDER[@]}"; do
+  summary+=" group $g exit ${STATUS[$g]};"
+  [ "${STATUS[$g]}" -eq 0 ] || failed=1
+done
+echo "[test]${summary%;}"
+exit "$failed"
