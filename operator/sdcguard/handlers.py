@@ -3,11 +3,13 @@
 Index handlers return ``{}`` (never None) for an object that no longer belongs in
 an index: Kopf keeps an object's previous entry when its handler returns None.
 
-Nodes, Pods and Jobs are only *indexed* (in memory, no bookkeeping written
-to them): a node with nothing to do costs zero writes. Each index event
-marks the fleet dirty; one daemon per SDCPolicy then runs a reconcile pass
-(debounced), and a periodic resync catches anything time-driven (idle
-windows, expiry, back-off). All decisions are made by ``sdcguard.domain``
+Nodes, Pods and probe Jobs are not Kopf's: ``adapters/inventory.py`` lists them
+page by page and then watches them (Kopf's initial indexing costs time in the
+square of the object count), keeping slim snapshots in memory and writing no
+bookkeeping to them, so a node with nothing to do costs zero writes. Every
+change marks the nodes it is about dirty; one daemon per SDCPolicy then runs a
+reconcile pass (debounced), and a periodic resync catches anything time-driven
+(idle windows, expiry, back-off). All decisions are made by ``sdcguard.domain``
 inside the pass; this module only wires events to it.
 """
 
@@ -27,12 +29,12 @@ import structlog
 from pydantic import ValidationError
 
 from sdcguard.adapters import observe, reports, ticket_sinks
+from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.pass_state import FleetView, UrgentWork
 from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import GROUP, VERSION, SDCPolicy, SDCTestPhase
 from sdcguard.api.policy import NodeSelector
-from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings, load_settings
@@ -71,8 +73,14 @@ class Runtime:
         self.metrics = metrics
         self.reconciler = reconciler
         self.wakes: list[Wake] = []
-        self.last_busy: dict[str, dt.datetime] = {}
         self.started = _now()
+        self.inventory = Inventory(
+            reconciler.writer.api,
+            settings.namespace,
+            test_node=lambda test: reconciler.test_nodes.get(test),
+            clock=_now,
+        )
+        """Nodes, workload Pods, probe Pods and Jobs: listed in pages, then watched."""
         # One worker thread runs every pass (they are serialized anyway): one malloc arena.
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
         self.policy_seen: dict[str, Any] = {}
@@ -113,14 +121,8 @@ def _poke(
         wake.event.set()
 
 
-def _test_node(rt: Runtime, test_name: str, fallback: str | None) -> list[str]:
-    node = rt.reconciler.test_nodes.get(test_name)
-    node = node or fallback
-    return [node] if node else []
-
-
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = load_settings()
     configure_logging(config.log_format, config.log_level)
     metrics = Metrics()
@@ -129,14 +131,18 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     writer = KubeWriter(api=make_api_client(), metrics=metrics, dry_run=config.dry_run)
     rt = Runtime(config, metrics, Reconciler(writer=writer, settings=config, metrics=metrics))
     memo.rt = rt
+    rt.inventory.start(
+        asyncio.get_running_loop(),
+        lambda nodes=None, **kw: _poke(rt, nodes, **kw),
+    )
     # We post our own Events on transitions; Kopf's per-handler events are noise.
     settings.posting.enabled = False
     settings.posting.level = logging.WARNING
     # One replica with the Recreate strategy: no peering objects needed.
     settings.peering.standalone = True
     settings.peering.mandatory = False
-    # Progress and diff-base bookkeeping only ever lands on our own resources:
-    # Nodes, Pods and Jobs have index/event handlers only, which store nothing.
+    # Progress and diff-base bookkeeping only ever lands on our own resources: Nodes,
+    # Pods and Jobs are not Kopf's to watch at all (adapters/inventory.py).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
@@ -154,90 +160,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 # Indexes ------------------------------------------------------------------
 
 
-@kopf.index("", "v1", "nodes")
-async def nodes_index(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
-    rt = _rt(memo)
-    _poke(rt, [name])
-    return {name: observe.trim_node(body)}
-
-
-@kopf.index("", "v1", "pods")
-async def busy_index(body: kopf.Body, **_: Any) -> dict[str, observe.PodUse]:
-    """Workload pods holding devices, by node: such a node is not idle for a policy
-    whose spec.accelerators the pod requests (every extended resource is kept)."""
-    use = observe.pod_use(body)
-    return {use.node_name: use} if use else {}
-
-
-@kopf.on.event("", "v1", "pods")
-async def workload_left(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Remember when a workload stopped using a node's accelerators: "idle for" counts
-    from then. Event handlers store nothing on the Pod."""
-    rt = _rt(memo)
-    node = (body.get("spec") or {}).get("nodeName")
-    if not node or observe.is_probe_pod(body.get("metadata", {})):
-        return
-    ended = type == "DELETED" or (body.get("status") or {}).get("phase") in (
-        "Succeeded",
-        "Failed",
-    )
-    if ended and observe.pod_use({**body, "status": {"phase": "Running"}}):
-        rt.last_busy[node] = _now()
-        _poke(rt, [node])
-    elif type in ("ADDED", "MODIFIED") and observe.pod_use(body):
-        _poke(rt, [node])
-
-
-@kopf.on.event("", "v1", "nodes")
-async def node_gone(type: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted node's test and bookkeeping are settled at once (indexes only drop it)."""
-    rt = _rt(memo)
-    if type == "DELETED":
-        _poke(rt, [name])
-
-
-@kopf.index("", "v1", "pods")
-async def demand_index(body: kopf.Body, **_: Any) -> dict[str, observe.PendingDemand]:
-    demand = observe.pending_demand(body)
-    return {"pending": demand} if demand else {}
-
-
-@kopf.index("", "v1", "pods", labels={COMPONENT_LABEL: COMPONENT})
-async def probe_pods_index(
-    body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any
-) -> dict[str, observe.ProbePod]:
-    # Only the operator's namespace: a Pod labelled like a probe elsewhere (anyone who
-    # may create Pods somewhere could forge one) must never pass or fail a node.
-    rt = _rt(memo)
-    if namespace != rt.settings.namespace:
-        return {}
-    pod = observe.probe_pod(body)
-    if pod is None:
-        return {}
-    ended = pod.phase in ("Succeeded", "Failed")
-    _poke(
-        rt,
-        [pod.node_name] if pod.node_name else _test_node(rt, pod.test_name, None),
-        urgent=ended,
-        pod=pod if ended else None,
-    )
-    return {pod.test_name: pod}
-
-
-@kopf.index("batch", "v1", "jobs", labels={COMPONENT_LABEL: COMPONENT})
-async def probe_jobs_index(
-    body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any
-) -> dict[str, observe.ProbeJob]:
-    rt = _rt(memo)
-    if namespace != rt.settings.namespace:
-        return {}
-    job = observe.probe_job(body)
-    if job is None:
-        return {}
-    label = (body.get("metadata", {}).get("labels") or {}).get(NODE_LABEL)
-    ended = job.failed_reason is not None
-    _poke(rt, _test_node(rt, job.test_name, label), urgent=ended, job=job if ended else None)
-    return {job.test_name: job}
+@kopf.on.cleanup()
+async def stop_inventory(memo: kopf.Memo, **_: Any) -> None:
+    _rt(memo).inventory.stop()
 
 
 def _trim(body: kopf.Body) -> dict[str, Any]:
@@ -351,11 +276,6 @@ async def baselines_index(
 
 
 INDEX_NAMES = (
-    "nodes_index",
-    "busy_index",
-    "demand_index",
-    "probe_pods_index",
-    "probe_jobs_index",
     "tests_index",
     "tickets_index",
     "baselines_index",
@@ -382,7 +302,8 @@ def _urgent_view(
 def _view(
     rt: Runtime, indexes: dict[str, kopf.Index[str, Any]], only: frozenset[str] | None = None
 ) -> FleetView:
-    """A consistent copy of the indexes for one pass (they change while it runs).
+    """A consistent copy of the inventory and the indexes for one pass (they change
+    while it runs).
 
     ``only``: just these nodes' entries (and their tests' Pods and Jobs), for urgent
     work that decides only them; a copy of everything costs O(fleet) each time."""
@@ -396,39 +317,38 @@ def _view(
             return {k: list(v) for k, v in index.items()}
         return {k: list(index[k]) for k in keys if k in index}
 
-    pending = list(indexes["demand_index"].get("pending", []))
+    inv = rt.inventory
+    pending = inv.pending()
     baselines = {k: first(v) for k, v in indexes["baselines_index"].items()}
     policies = {k: first(v) for k, v in indexes["policies_index"].items()}
     if only is None:
         return FleetView(
-            nodes={k: first(v) for k, v in indexes["nodes_index"].items()},
-            busy=all_of("busy_index"),
-            probe_pods=all_of("probe_pods_index"),
-            probe_jobs={k: first(v) for k, v in indexes["probe_jobs_index"].items()},
+            nodes=inv.node_bodies(),
+            busy=inv.busy(),
+            probe_pods=inv.probe_pods_by_test(),
+            probe_jobs=inv.probe_jobs_by_test(),
             tests=all_of("tests_index"),
             tickets=all_of("tickets_index"),
-            last_busy=dict(rt.last_busy),
+            last_busy=dict(inv.last_busy),
             pending=pending,
             baselines=baselines,
             operator_started=rt.started,
             policies=policies,
         )
-    nodes_index = indexes["nodes_index"]
     tests = all_of("tests_index", only)
     names = [
         str(body.get("metadata", {}).get("name", ""))
         for bodies in tests.values()
         for body in bodies
     ]
-    jobs_index = indexes["probe_jobs_index"]
     return FleetView(
-        nodes={k: first(nodes_index[k]) for k in only if k in nodes_index},
-        busy=all_of("busy_index", only),
-        probe_pods=all_of("probe_pods_index", names),
-        probe_jobs={k: first(jobs_index[k]) for k in names if k in jobs_index},
+        nodes=inv.node_bodies(only),
+        busy=inv.busy(only),
+        probe_pods=inv.probe_pods_by_test(names),
+        probe_jobs=inv.probe_jobs_by_test(names),
         tests=tests,
         tickets=all_of("tickets_index", only),
-        last_busy={k: rt.last_busy[k] for k in only if k in rt.last_busy},
+        last_busy={k: v for k in only if (v := inv.last_busy.get(k)) is not None},
         pending=pending,
         baselines=baselines,
         operator_started=rt.started,
@@ -494,6 +414,11 @@ async def policy_loop(
     wake = Wake()
     rt.wakes.append(wake)
     next_full = next_look = 0.0
+    # Nothing is decided from a partial copy of the fleet: a node not yet listed
+    # must never look idle or new.
+    if not await rt.inventory.wait_synced(lambda: bool(stopped)):
+        rt.wakes.remove(wake)
+        return
     try:
         while not stopped:
             try:

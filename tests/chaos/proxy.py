@@ -11,7 +11,10 @@ through (or adding the one it was given), and injects faults at configured rates
   closed before the answer, the nastiest case for idempotency;
 - *delay*: forwarded after a pause;
 - watch streams are passed through chunk by chunk, and *cut* after a while at a
-  rate, as an API server restart or a load balancer would.
+  rate, as an API server restart or a load balancer would;
+- *gone* (reads only): a watch answered with the ``ERROR`` event of code 410 that an
+  API server sends when the resourceVersion is too old, and a paginated list's
+  ``continue`` page answered 410 Expired, as when the token has expired.
 
 Decisions come from one ``random.Random(seed)``; with real time and concurrency the
 order of requests varies between runs, so the seed fixes the rates and the draws,
@@ -52,6 +55,7 @@ class FaultRates:
     max_delay_s: float = 1.5
     cut_watch: float = 0.15
     max_watch_s: float = 15.0
+    gone: float = 0.0
 
     @classmethod
     def off(cls) -> FaultRates:
@@ -160,6 +164,25 @@ class FaultProxy:
             status=code, text=json.dumps(body), content_type="application/json", headers=headers
         )
 
+    @staticmethod
+    def _gone_event(request: web.Request) -> web.Response:
+        version = request.query.get("resourceVersion", "")
+        event = {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"chaos proxy: too old resource version: {version}",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+        return web.Response(
+            status=200, text=json.dumps(event) + "\n", content_type="application/json"
+        )
+
     def _drop(self, request: web.Request) -> web.Response:
         if request.transport is not None:
             request.transport.close()
@@ -169,6 +192,12 @@ class FaultProxy:
         rates = self.rates
         watch = request.query.get("watch") in ("1", "true") or "/watch/" in request.path
         write = request.method in WRITE_METHODS
+        if watch and self._draw(rates.gone):
+            self.injected["watch-gone"] += 1
+            return self._gone_event(request)
+        if not watch and request.query.get("continue") and self._draw(rates.gone):
+            self.injected["continue-gone"] += 1
+            return self._status(410, "Expired", "injected: the continue token has expired")
         if not watch:
             if self._draw(rates.drop):
                 self.injected["drop"] += 1

@@ -1,0 +1,233 @@
+"""The operator's copy of the fleet: Nodes, workload Pods, probe Pods and probe Jobs.
+
+Four :class:`~sdcguard.adapters.mirror.Mirror` s (paginated list, then watch; see that
+module for why these kinds do not go through Kopf), each keeping slim snapshots:
+
+- **nodes**: :func:`observe.trim_node` of every Node;
+- **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
+  grouped by node) or waits for them unscheduled (:class:`observe.PendingDemand`);
+  Pods that request no device are not kept at all;
+- **probe Pods** and **probe Jobs**: only the operator's namespace, selected by the
+  probe's component label on the server (a Pod labelled like a probe elsewhere must
+  never pass or fail a node), grouped by their SDCTest.
+
+Changes reach the policy loops through ``poke`` (called in the event loop):
+a node that changed; a node a workload started or stopped using (the time it stopped
+is kept in ``last_busy``, from which "idle for" counts); a probe Pod or Job that
+ended, urgently, with the ended object itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from kubernetes import client
+
+from sdcguard.adapters import observe
+from sdcguard.adapters.mirror import NODES, PODS, Change, Kind, Mirror, retrying_client
+from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
+
+PENDING = "pending"
+"""The pods mirror's group of unscheduled pods (node groups are ``node/<name>``, and
+a node name never holds a slash)."""
+
+# A relist that changed more than this many nodes wakes every policy for a full pass.
+FULL_PASS_AFTER = 256
+
+
+class Poke(Protocol):
+    def __call__(
+        self,
+        nodes: Iterable[str] | None = None,
+        *,
+        urgent: bool = False,
+        pod: observe.ProbePod | None = None,
+        job: observe.ProbeJob | None = None,
+    ) -> None: ...
+
+
+def _pod_entry(body: Mapping[str, Any]) -> observe.PodUse | observe.PendingDemand | None:
+    return observe.pod_use(body) or observe.pending_demand(body)
+
+
+def _pod_groups(entry: observe.PodUse | observe.PendingDemand) -> tuple[str, ...]:
+    if isinstance(entry, observe.PodUse):
+        return (f"node/{entry.node_name}",)
+    return (PENDING,)
+
+
+def _job_entry(body: Mapping[str, Any]) -> tuple[observe.ProbeJob, str] | None:
+    """A probe Job and the node its label names (its test may be gone already)."""
+    job = observe.probe_job(body)
+    if job is None:
+        return None
+    label = ((body.get("metadata") or {}).get("labels") or {}).get(NODE_LABEL) or ""
+    return job, str(label)
+
+
+class Inventory:
+    """The four mirrors, wired to the policy loops (module docstring)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        *,
+        test_node: Callable[[str], str | None],
+        clock: Callable[[], dt.datetime],
+        page_size: int = 500,
+    ) -> None:
+        self.api = retrying_client(api)
+        self.test_node = test_node
+        self.clock = clock
+        self.last_busy: dict[str, dt.datetime] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poke: Poke | None = None
+        self._stop = threading.Event()
+        probe = f"{COMPONENT_LABEL}={COMPONENT}"
+        self.nodes: Mirror[dict[str, Any]] = Mirror(
+            self.api, NODES, observe.trim_node, on_change=self._nodes_changed, page_size=page_size
+        )
+        self.pods: Mirror[observe.PodUse | observe.PendingDemand] = Mirror(
+            self.api,
+            PODS,
+            _pod_entry,
+            groups=_pod_groups,
+            on_change=self._pods_changed,
+            page_size=page_size,
+        )
+        self.probe_pods: Mirror[observe.ProbePod] = Mirror(
+            self.api,
+            Kind("probe-pods", "list_namespaced_pod", namespace=namespace, label_selector=probe),
+            observe.probe_pod,
+            groups=lambda pod: (pod.test_name,),
+            on_change=self._probe_pods_changed,
+            page_size=page_size,
+        )
+        self.probe_jobs: Mirror[tuple[observe.ProbeJob, str]] = Mirror(
+            self.api,
+            Kind(
+                "probe-jobs",
+                "list_namespaced_job",
+                api="BatchV1Api",
+                namespace=namespace,
+                label_selector=probe,
+            ),
+            _job_entry,
+            groups=lambda entry: (entry[0].test_name,),
+            on_change=self._probe_jobs_changed,
+            page_size=page_size,
+        )
+        self.mirrors: tuple[Mirror[Any], ...] = (
+            self.nodes,
+            self.pods,
+            self.probe_pods,
+            self.probe_jobs,
+        )
+
+    # Life ---------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop, poke: Poke) -> None:
+        self._loop, self._poke = loop, poke
+        for mirror in self.mirrors:
+            mirror.start(self._stop)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for mirror in self.mirrors:
+            mirror.stop_watch()
+
+    def synced(self) -> bool:
+        """Every mirror has listed completely at least once."""
+        return all(m.synced.is_set() for m in self.mirrors)
+
+    async def wait_synced(self, stopped: Callable[[], bool]) -> bool:
+        """Wait until :meth:`synced` (True) or ``stopped()`` (False)."""
+        while not self.synced():
+            if stopped():
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    # What a pass reads --------------------------------------------------------
+
+    def node_bodies(self, only: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        if only is None:
+            return self.nodes.items()
+        return {k: n for k in only if (n := self.nodes.get(k)) is not None}
+
+    def busy(self, only: Iterable[str] | None = None) -> dict[str, list[observe.PodUse]]:
+        names = None if only is None else [f"node/{n}" for n in only]
+        return {
+            group[len("node/") :]: [e for e in entries if isinstance(e, observe.PodUse)]
+            for group, entries in self.pods.grouped(names).items()
+            if group.startswith("node/")
+        }
+
+    def pending(self) -> list[observe.PendingDemand]:
+        return [e for e in self.pods.group(PENDING) if isinstance(e, observe.PendingDemand)]
+
+    def probe_pods_by_test(
+        self, tests: Iterable[str] | None = None
+    ) -> dict[str, list[observe.ProbePod]]:
+        return self.probe_pods.grouped(tests)
+
+    def probe_jobs_by_test(self, tests: Iterable[str] | None = None) -> dict[str, observe.ProbeJob]:
+        return {test: entries[0][0] for test, entries in self.probe_jobs.grouped(tests).items()}
+
+    # Changes (called in a mirror's thread; pokes run in the event loop) ------------
+
+    def _call(self, nodes: Iterable[str] | None, **kwargs: Any) -> None:
+        loop, poke = self._loop, self._poke
+        if loop is None or poke is None or loop.is_closed():
+            return
+        names = None if nodes is None else list(nodes)
+        loop.call_soon_threadsafe(lambda: poke(names, **kwargs))
+
+    def _nodes_changed(self, changes: list[Change[dict[str, Any]]]) -> None:
+        if len(changes) > FULL_PASS_AFTER:
+            self._call(None)
+        else:
+            self._call([c.key for c in changes])
+
+    def _pods_changed(self, changes: list[Change[observe.PodUse | observe.PendingDemand]]) -> None:
+        touched: set[str] = set()
+        for change in changes:
+            old = change.old if isinstance(change.old, observe.PodUse) else None
+            new = change.new if isinstance(change.new, observe.PodUse) else None
+            if old is not None and (new is None or new.node_name != old.node_name):
+                # The workload stopped using this node's devices: idle counts from now.
+                self.last_busy[old.node_name] = self.clock()
+                touched.add(old.node_name)
+            if new is not None:
+                touched.add(new.node_name)
+        if len(touched) > FULL_PASS_AFTER:
+            self._call(None)
+        elif touched:
+            self._call(touched)
+
+    def _probe_pods_changed(self, changes: list[Change[observe.ProbePod]]) -> None:
+        for change in changes:
+            pod = change.new or change.old
+            assert pod is not None
+            ended = change.new is not None and change.new.phase in ("Succeeded", "Failed")
+            node = pod.node_name or self.test_node(pod.test_name)
+            self._call(
+                [node] if node else [],
+                urgent=ended,
+                pod=change.new if ended else None,
+            )
+
+    def _probe_jobs_changed(self, changes: list[Change[tuple[observe.ProbeJob, str]]]) -> None:
+        for change in changes:
+            entry = change.new or change.old
+            assert entry is not None
+            job, label = entry
+            now = change.new[0] if change.new is not None else None
+            ended = now is not None and now.failed_reason is not None
+            node = self.test_node(job.test_name) or label
+            self._call([node] if node else [], urgent=ended, job=now if ended else None)

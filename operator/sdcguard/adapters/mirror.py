@@ -1,0 +1,365 @@
+"""Nodes and Pods, listed page by page and then watched: the operator's copy of the fleet.
+
+Kopf indexes every object of a kind it watches and, during its initial listing, wakes
+every waiting worker as each object is indexed; its start-up costs time in the square
+of the object count, and its initial list is one unpaginated request. Nodes and Pods
+outnumber everything else the operator reads, so they come through a :class:`Mirror`
+instead (Kopf keeps the custom resources, the probe Pods and Jobs, timers and daemons):
+
+- **Paginated list.** ``limit``/``continue`` in pages of ``page_size``: the peak memory
+  of a list is one page's raw JSON plus the slim snapshots kept so far. A continue token
+  that expired (410) restarts the list from the beginning.
+- **Then one watch** from the list's resourceVersion, with bookmarks, so a quiet kind
+  still moves its resourceVersion forward. When the server ends a watch (its timeout,
+  a dropped connection), the next one starts from the last resourceVersion seen.
+- **410 Gone** (that resourceVersion is too old) means a fresh paginated list. The copy
+  keeps serving the last complete state while it runs and is replaced at the end, with
+  one change per object that differs, so deletions missed in the gap are seen.
+- **429 and 5xx** answers are retried with backoff, honouring Retry-After (urllib3's
+  ``Retry`` on the mirror's own API client), and any other failure is retried after a
+  growing pause. The mirror never gives up; its counters say what happened.
+- **Complete or nothing.** :attr:`Mirror.synced` is set once the first list is
+  complete; callers do nothing before it, so a node missing from a partial copy is
+  never treated as idle or new.
+
+Each object is kept as ``slim(body)`` returns it (``None``: not kept at all), never the
+whole body. Steady state costs one open watch per kind and no periodic LIST.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import structlog
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+# The API server's default watch timeout is 30-60 min; ask for 5 and read for longer.
+WATCH_TIMEOUT_SECONDS = 300
+RETRIED_STATUSES = (429, 500, 502, 503, 504)
+
+
+def retrying_client(api: client.ApiClient, *, total: int = 8) -> client.ApiClient:
+    """A copy of ``api``'s configuration whose GETs retry 429 and 5xx answers with
+    exponential backoff (0.2 s doubling to 5 s) and honour Retry-After."""
+    config = client.Configuration()
+    for name, value in vars(api.configuration).items():
+        setattr(config, name, value)
+    config.retries = urllib3.Retry(
+        total=total,
+        backoff_factor=0.2,
+        backoff_max=5.0,
+        status_forcelist=RETRIED_STATUSES,
+        allowed_methods=frozenset({"GET"}),
+        respect_retry_after_header=True,
+        raise_on_status=False,
+    )
+    return client.ApiClient(configuration=config)
+
+
+class Gone(Exception):
+    """The resourceVersion (or continue token) is too old: list again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change(Generic[T]):
+    """One object that changed: ``old`` None when it is new, ``new`` None when it went."""
+
+    key: str
+    old: T | None
+    new: T | None
+
+
+@dataclass
+class MirrorStats:
+    """What the mirror did, for logs, metrics and tests."""
+
+    lists: int = 0
+    pages: int = 0
+    watches: int = 0
+    events: int = 0
+    bookmarks: int = 0
+    relists_gone: int = 0
+    errors: int = 0
+    last_error: str = ""
+    first_sync_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How to list and watch one kind: ``lister`` is a list method of the client's
+    ``api`` class (``namespace``: that namespace only; selectors apply on the server)."""
+
+    name: str
+    lister: str
+    api: str = "CoreV1Api"
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+NODES = Kind("nodes", "list_node")
+PODS = Kind("pods", "list_pod_for_all_namespaces")
+
+
+def object_key(body: Mapping[str, Any]) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
+    meta = body.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if namespace else name
+
+
+@dataclass
+class Mirror(Generic[T]):
+    """A list-then-watch copy of one kind, kept as slim snapshots (module docstring).
+
+    ``groups`` names the groups an object belongs to (for Pods: the node it uses), kept
+    up to date with every change so a caller reads one group without a scan.
+    ``on_change`` is called from the mirror's thread with every batch of changes after
+    the first sync (one per watch event; all of a relist's differences at once).
+    """
+
+    api: client.ApiClient
+    kind: Kind
+    slim: Callable[[Mapping[str, Any]], T | None]
+    groups: Callable[[T], Iterable[str]] = lambda _: ()
+    on_change: Callable[[list[Change[T]]], None] | None = None
+    page_size: int = 500
+    watch_timeout: int = WATCH_TIMEOUT_SECONDS
+    stats: MirrorStats = field(default_factory=MirrorStats)
+
+    def __post_init__(self) -> None:
+        self.synced = threading.Event()
+        self.resource_version = ""
+        self._items: dict[str, T] = {}
+        self._groups: dict[str, dict[str, T]] = {}
+        self._lock = threading.Lock()
+        self._client = getattr(client, self.kind.api)(self.api)
+        self._response: Any = None
+
+    # Reading ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: str) -> T | None:
+        return self._items.get(key)
+
+    def items(self) -> dict[str, T]:
+        """A copy of every kept object by key."""
+        with self._lock:
+            return dict(self._items)
+
+    def group(self, name: str) -> list[T]:
+        with self._lock:
+            return list(self._groups.get(name, {}).values())
+
+    def grouped(self, names: Iterable[str] | None = None) -> dict[str, list[T]]:
+        """A copy of the groups (``names`` None: all of them)."""
+        with self._lock:
+            if names is None:
+                return {k: list(v.values()) for k, v in self._groups.items() if v}
+            return {k: list(self._groups[k].values()) for k in names if self._groups.get(k)}
+
+    # Running ------------------------------------------------------------------
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self.run, args=(stop,), name=f"mirror-{self.kind.name}", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch, until ``stop`` is set; relist on 410; never raises."""
+        pause = 0.5
+        started = time.monotonic()
+        while not stop.is_set():
+            try:
+                if not self.resource_version:
+                    self.relist(stop)
+                    if self.stats.first_sync_seconds is None and self.synced.is_set():
+                        self.stats.first_sync_seconds = time.monotonic() - started
+                        log.info(
+                            "mirror synced",
+                            kind=self.kind.name,
+                            objects=len(self._items),
+                            pages=self.stats.pages,
+                            seconds=round(self.stats.first_sync_seconds, 3),
+                        )
+                self.watch_once(stop)
+                pause = 0.5
+            except Gone:
+                self.stats.relists_gone += 1
+                log.info("mirror relists", kind=self.kind.name, why="410 Gone")
+                self.resource_version = ""
+            except Exception as exc:  # the API server or the network; try again
+                if stop.is_set():  # stop_watch() cut the stream
+                    return
+                self.stats.errors += 1
+                self.stats.last_error = repr(exc)[:300]
+                log.warning(
+                    "mirror request failed",
+                    kind=self.kind.name,
+                    error=self.stats.last_error,
+                    retry_in=pause,
+                    exc_info=not isinstance(exc, ApiException | urllib3.exceptions.HTTPError),
+                )
+                stop.wait(pause)
+                pause = min(pause * 2, 30.0)
+
+    def stop_watch(self) -> None:
+        """End the open watch now (the thread's ``stop`` ends the loop)."""
+        response = self._response
+        if response is None:
+            return
+        # Closing the file does not wake a read blocked in another thread; shutting the
+        # socket down does.
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):  # already closed
+            response.close()
+
+    def relist(self, stop: threading.Event) -> None:
+        """A complete paginated list; replaces the copy at the end (changes reported)."""
+        fresh: dict[str, T] = {}
+        token: str | None = None
+        version = ""
+        self.stats.lists += 1
+        while not stop.is_set():
+            page = self._get(limit=self.page_size, _continue=token)
+            self.stats.pages += 1
+            for body in page.get("items") or []:
+                kept = self.slim(body)
+                if kept is not None:
+                    fresh[object_key(body)] = kept
+            meta = page.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or None
+            if not token:
+                break
+        if stop.is_set():
+            return
+        changes = self._replace(fresh)
+        self.resource_version = version
+        first = not self.synced.is_set()
+        self.synced.set()
+        if changes and not first and self.on_change is not None:
+            self.on_change(changes)
+
+    def watch_once(self, stop: threading.Event) -> None:
+        """One watch from the current resourceVersion until the server ends it."""
+        self.stats.watches += 1
+        response = self._call(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=self.resource_version,
+            timeout_seconds=self.watch_timeout,
+            _preload_content=False,
+            _request_timeout=(10, self.watch_timeout + 30),
+        )
+        self._response = response
+        try:
+            for line in iter_resp_lines(response):
+                if stop.is_set():
+                    return
+                if line:
+                    self._event(json.loads(line))
+        finally:
+            self._response = None
+            response.release_conn()
+
+    # Internals ----------------------------------------------------------------
+
+    def _call(self, **kwargs: Any) -> Any:
+        if self.kind.namespace:
+            kwargs["namespace"] = self.kind.namespace
+        if self.kind.label_selector:
+            kwargs["label_selector"] = self.kind.label_selector
+        if self.kind.field_selector:
+            kwargs["field_selector"] = self.kind.field_selector
+        try:
+            return getattr(self._client, self.kind.lister)(**kwargs)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise Gone() from exc
+            raise
+
+    def _get(self, **kwargs: Any) -> dict[str, Any]:
+        response = self._call(_preload_content=False, _request_timeout=(10, 120), **kwargs)
+        try:
+            if response.status == 410:
+                raise Gone()
+            if response.status >= 400:
+                raise ApiException(status=response.status, reason=response.reason)
+            page: dict[str, Any] = json.loads(response.data)
+            return page
+        finally:
+            response.release_conn()
+
+    def _event(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        body = event.get("object") or {}
+        meta = body.get("metadata") or {}
+        if kind == "ERROR":
+            if body.get("code") == 410:
+                raise Gone()
+            raise ApiException(status=body.get("code"), reason=str(body.get("message", "")))
+        version = str(meta.get("resourceVersion") or "")
+        if kind == "BOOKMARK":
+            self.stats.bookmarks += 1
+            if version:
+                self.resource_version = version
+            return
+        self.stats.events += 1
+        key = object_key(body)
+        new = None if kind == "DELETED" else self.slim(body)
+        with self._lock:
+            old = self._put(key, new)
+        if version:
+            self.resource_version = version
+        if (old is not None or new is not None) and old != new and self.on_change is not None:
+            self.on_change([Change(key, old, new)])
+
+    def _put(self, key: str, new: T | None) -> T | None:
+        """Store (or drop) one object and keep its groups right; caller holds the lock."""
+        old = self._items.pop(key, None)
+        if old is not None:
+            for name in self.groups(old):
+                members = self._groups.get(name)
+                if members is not None:
+                    members.pop(key, None)
+                    if not members:
+                        del self._groups[name]
+        if new is not None:
+            self._items[key] = new
+            for name in self.groups(new):
+                self._groups.setdefault(name, {})[key] = new
+        return old
+
+    def _replace(self, fresh: dict[str, T]) -> list[Change[T]]:
+        changes: list[Change[T]] = []
+        with self._lock:
+            for key in [k for k in self._items if k not in fresh]:
+                changes.append(Change(key, self._put(key, None), None))
+            for key, new in fresh.items():
+                old = self._put(key, new)
+                if old != new:
+                    changes.append(Change(key, old, new))
+        return changes

@@ -1,0 +1,279 @@
+"""The fleet's copy against the real API server: paginated lists, watches, 410 Gone,
+throttled and failing list pages, and the inventory's pokes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kubernetes import client
+
+from sdcguard.adapters import observe
+from sdcguard.adapters.inventory import Inventory
+from sdcguard.adapters.mirror import Change, Kind, Mirror, retrying_client
+from tests.chaos.proxy import FaultProxy, FaultRates
+from tests.cluster.localcluster import LocalCluster
+
+CASE_LABEL = "sdcguard.test/mirror-case"
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _nodes(api: client.ApiClient, case: str, count: int) -> list[str]:
+    core = client.CoreV1Api(api)
+    names = [f"mirror-{case}-{i:03d}" for i in range(count)]
+    for name in names:
+        core.create_node(
+            client.V1Node(metadata=client.V1ObjectMeta(name=name, labels={CASE_LABEL: case}))
+        )
+    return names
+
+
+def _delete_nodes(api: client.ApiClient, case: str) -> None:
+    client.CoreV1Api(api).delete_collection_node(label_selector=f"{CASE_LABEL}={case}")
+
+
+def _listed(api: client.ApiClient, case: str) -> set[str]:
+    items = client.CoreV1Api(api).list_node(label_selector=f"{CASE_LABEL}={case}").items
+    return {n.metadata.name for n in items}
+
+
+@contextmanager
+def _running(mirror: Mirror[Any]) -> Iterator[threading.Thread]:
+    stop = threading.Event()
+    thread = mirror.start(stop)
+    try:
+        yield thread
+    finally:
+        stop.set()
+        mirror.stop_watch()
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the mirror's thread did not end"
+
+
+def _node_kind(case: str) -> Kind:
+    return Kind("nodes", "list_node", label_selector=f"{CASE_LABEL}={case}")
+
+
+def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.ApiClient) -> None:
+    case = uuid.uuid4().hex[:6]
+    names = _nodes(api_client, case, 23)
+    seen: list[Change[dict[str, Any]]] = []
+    mirror: Mirror[dict[str, Any]] = Mirror(
+        api_client,
+        _node_kind(case),
+        observe.trim_node,
+        on_change=seen.extend,
+        page_size=5,
+        watch_timeout=5,
+    )
+    try:
+        with _running(mirror):
+            _wait(mirror.synced.is_set, 30, "the first list")
+            assert set(mirror.items()) == set(names)
+            assert mirror.stats.pages == 5  # 23 nodes in pages of 5
+            # The node controller may already be tainting the new nodes (changes), but
+            # the first list itself reports nothing as new.
+            assert [c.key for c in seen if c.old is None] == []
+            core = client.CoreV1Api(api_client)
+            extra = _nodes(api_client, f"{case}x", 1)[0]
+            core.patch_node(extra, {"metadata": {"labels": {CASE_LABEL: case}}})
+            core.patch_node(names[0], {"metadata": {"labels": {"example.com/x": "1"}}})
+            core.delete_node(names[1])
+            _wait(lambda: set(mirror.items()) == _listed(api_client, case), 30, "the watch")
+            assert mirror.get(names[0])["metadata"]["labels"]["example.com/x"] == "1"  # type: ignore[index]
+            by_key: dict[str, Change[dict[str, Any]]] = {}
+            for change in seen:  # the first change of each (controllers change them too)
+                by_key.setdefault(change.key, change)
+            assert by_key[extra].old is None and by_key[extra].new is not None
+            assert by_key[names[1]].new is None and by_key[names[1]].old is not None
+            assert by_key[names[0]].old != by_key[names[0]].new
+            assert mirror.stats.lists == 1, "steady state is a watch, not a relist"
+    finally:
+        _delete_nodes(api_client, case)
+
+
+def test_a_resource_version_too_old_means_a_fresh_list(
+    api_client: client.ApiClient, cluster: LocalCluster
+) -> None:
+    """410 Gone from the watch (the ERROR event an API server sends for a
+    resourceVersion it no longer has): the mirror lists again and reports what changed
+    while it was not watching (here, a node deleted meanwhile)."""
+    case = uuid.uuid4().hex[:6]
+    names = _nodes(api_client, case, 7)
+    seen: list[Change[dict[str, Any]]] = []
+    off = FaultRates.off()
+    with FaultProxy(cluster.server, cluster.ca_file, cluster.token, seed=3, rates=off) as proxy:
+        proxied = retrying_client(client.ApiClient(client.Configuration(host=proxy.url)))
+        mirror: Mirror[dict[str, Any]] = Mirror(
+            proxied,
+            _node_kind(case),
+            observe.trim_node,
+            on_change=seen.extend,
+            page_size=3,
+            watch_timeout=5,
+        )
+        try:
+            mirror.relist(threading.Event())
+            assert set(mirror.items()) == set(names)
+            client.CoreV1Api(api_client).delete_node(names[0])
+            proxy.rates = FaultRates(0, 0, 0, 0, 0, 0, 0, 0, 0, gone=1.0)
+            with _running(mirror):
+                _wait(lambda: proxy.injected["watch-gone"] >= 1, 30, "the 410")
+                proxy.calm()
+                _wait(lambda: names[0] not in mirror.items(), 30, "the relist's result")
+            assert mirror.stats.relists_gone >= 1
+            assert set(mirror.items()) == set(names[1:])
+            assert [c.key for c in seen if c.new is None] == [names[0]]
+        finally:
+            _delete_nodes(api_client, case)
+
+
+def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
+    api_client: client.ApiClient, cluster: LocalCluster
+) -> None:
+    """Through the fault proxy (429 with Retry-After, 500, dropped connections, cut
+    watches): the first sync is never partial, and the copy ends equal to a LIST."""
+    case = uuid.uuid4().hex[:6]
+    names = _nodes(api_client, case, 30)
+    rates = FaultRates(
+        drop=0.1,
+        error_500=0.15,
+        error_429=0.15,
+        conflict_409=0,
+        lost_response=0,
+        delay=0,
+        max_delay_s=0,
+        cut_watch=0.7,
+        max_watch_s=2.0,
+        gone=0.1,
+    )
+    with FaultProxy(cluster.server, cluster.ca_file, cluster.token, seed=7, rates=rates) as proxy:
+        proxied = retrying_client(client.ApiClient(client.Configuration(host=proxy.url)))
+        sizes_at_sync: list[int] = []
+        mirror: Mirror[dict[str, Any]] = Mirror(
+            proxied, _node_kind(case), observe.trim_node, page_size=4, watch_timeout=30
+        )
+        original_relist = mirror.relist
+
+        def relist(stop: threading.Event) -> None:
+            was = mirror.synced.is_set()
+            original_relist(stop)
+            if not was and mirror.synced.is_set():
+                sizes_at_sync.append(len(mirror))
+
+        mirror.relist = relist  # type: ignore[method-assign]
+        try:
+            with _running(mirror):
+                _wait(mirror.synced.is_set, 90, "the first list through the faults")
+                assert sizes_at_sync == [len(names)], "the first sync was not complete"
+                _wait(lambda: proxy.injected["watch-cut"] >= 1, 60, "a watch cut short")
+                core = client.CoreV1Api(api_client)
+                for name in names[:10]:
+                    core.patch_node(name, {"metadata": {"labels": {"example.com/y": "2"}}})
+                for name in names[10:15]:
+                    core.delete_node(name)
+
+                def exact() -> bool:
+                    copy = mirror.items()
+                    return set(copy) == _listed(api_client, case) and all(
+                        copy[n]["metadata"]["labels"].get("example.com/y") == "2"
+                        for n in names[:10]
+                    )
+
+                _wait(exact, 90, "the copy to equal a LIST after the changes")
+        finally:
+            _delete_nodes(api_client, case)
+        injected = dict(proxy.injected)
+    assert injected.get("500", 0) + injected.get("429", 0) > 0, injected
+    assert injected.get("watch-cut", 0) > 0, injected
+
+
+def test_the_inventory_says_when_a_workload_stops_using_a_node(
+    api_client: client.ApiClient,
+) -> None:
+    """A Pod holding a GPU on a node, then finished: the node is poked both times, its
+    idle time counts from the end, and a pod asking for GPUs unscheduled is demand."""
+    case = uuid.uuid4().hex[:6]
+    node = _nodes(api_client, case, 1)[0]
+    namespace = f"mirror-{case}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    pokes: list[tuple[list[str] | None, dict[str, Any]]] = []
+
+    def pod(name: str, on: str | None) -> client.V1Pod:
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(
+                node_name=on,
+                containers=[
+                    client.V1Container(
+                        name="c",
+                        image="example.invalid/train",
+                        resources=client.V1ResourceRequirements(
+                            requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"}
+                        ),
+                    )
+                ],
+            ),
+        )
+
+    async def scenario() -> None:
+        inv = Inventory(api_client, namespace, test_node=lambda _: None, clock=_clock)
+        inv.start(asyncio.get_running_loop(), lambda nodes=None, **kw: pokes.append((nodes, kw)))
+        try:
+            assert await asyncio.wait_for(inv.wait_synced(lambda: False), 30)
+            await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("train", node))
+            await _until(lambda: inv.busy([node]).get(node), "the pod's use")
+            assert [u.name for u in inv.busy([node])[node]] == ["train"]
+            await asyncio.to_thread(
+                core.patch_namespaced_pod_status,
+                "train",
+                namespace,
+                {"status": {"phase": "Succeeded"}},
+            )
+            await _until(lambda: node in inv.last_busy, "the end of the pod's use")
+            assert inv.busy([node]) == {}
+            assert inv.last_busy[node] == _clock()
+            await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("waits", None))
+            await _until(inv.pending, "the pending demand")
+            assert [d.name for d in inv.pending() if d.namespace == namespace] == ["waits"]
+        finally:
+            inv.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        core.delete_namespace(namespace)
+        _delete_nodes(api_client, case)
+    poked = [nodes for nodes, _ in pokes if nodes]
+    assert [node] in poked, pokes
+    assert poked.count([node]) >= 2, "the start and the end of the use each poke the node"
+
+
+def _clock() -> Any:
+    import datetime as dt
+
+    return dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
+async def _until(predicate: Callable[[], Any], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
