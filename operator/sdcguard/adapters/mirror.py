@@ -276,7 +276,7 @@ class Mirror(Generic[T]):
         )
         self._response = response
         try:
-            for line in iter_resp_lines(response):
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if stop.is_set():
                     return
                 if line:
