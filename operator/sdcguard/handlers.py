@@ -77,6 +77,8 @@ class Runtime:
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
         self.policy_seen: dict[str, Any] = {}
         """Each policy's generation and sdcguard annotations, as last seen."""
+        self.reports = reports.ReportAdmission(reconciler.writer, settings.report_limits())
+        """Admits training jobs' SDCReports, with the caps the settings set."""
 
 
 def _rt(memo: Any) -> Runtime:
@@ -570,5 +572,4 @@ def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs:
 async def report_seen(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A training job's SDCReport: admitted once (status written), remembered after."""
     if type != "DELETED":
-        admission = reports.admission_for(_rt(memo).reconciler.writer)
-        await asyncio.to_thread(admission.handle, dict(body), _now())
+        await asyncio.to_thread(_rt(memo).reports.handle, dict(body), _now())

@@ -182,11 +182,3 @@ class ReportAdmission:
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nobody left to tell
                 raise
-
-
-_SHARED: dict[int, ReportAdmission] = {}
-
-
-def admission_for(writer: KubeWriter) -> ReportAdmission:
-    """The one ReportAdmission of this operator process (per writer)."""
-    return _SHARED.setdefault(id(writer), ReportAdmission(writer))
