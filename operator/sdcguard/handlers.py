@@ -191,11 +191,15 @@ async def workload_left(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -
 
 
 @kopf.on.event("", "v1", "nodes")
-async def node_gone(type: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted node's test and bookkeeping are settled at once (indexes only drop it)."""
+async def node_event(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted node's test and bookkeeping are settled at once (indexes only drop it);
+    an SDCReport about the node learns its outcome (confirmed, cleared)."""
     rt = _rt(memo)
     if type == "DELETED":
         _poke(rt, [name])
+    if rt.reports.awaits(name):
+        seen = None if type == "DELETED" else dict(body)
+        await asyncio.to_thread(rt.reports.follow, name, seen, _now())
 
 
 @kopf.index("", "v1", "pods")

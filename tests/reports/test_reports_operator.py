@@ -93,6 +93,14 @@ def _phase(api: client.ApiClient, ns: str, name: str) -> str | None:
     return (_report(api, ns, name).get("status") or {}).get("phase")
 
 
+def report_events(api: client.ApiClient, ns: str, name: str) -> dict[str, str]:
+    """reason -> message of the Events on SDCReport ``name`` in its namespace."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        ns, field_selector=f"involvedObject.kind=SDCReport,involvedObject.name={name}"
+    )
+    return {e.reason: e.message for e in events.items}
+
+
 def _detection(node: str, ns: str, job: str, step: int) -> Detection:
     return Detection(
         method=Method.SHADOW_AUDIT,
@@ -143,6 +151,11 @@ def test_report_marks_the_node_suspect_and_the_probe_confirms(
             assert status["conditions"][0]["status"] == "False"
             notes = read_node(api_client, healthy).metadata.annotations or {}
             assert "sdcguard.dev/suspect" not in notes
+            # The job's owner is told, in the job's namespace.
+            told = report_events(api_client, ns, forged)
+            assert f"refused (NodeMismatch): pod {ns}/train-1 runs on node {sick}" in told.get(
+                "SDCReportRefused", ""
+            ), told
 
             # The job's own token may report, but not touch the node itself.
             config = client.Configuration()
@@ -169,6 +182,19 @@ def test_report_marks_the_node_suspect_and_the_probe_confirms(
             )
             messages = [e.message for e in events]
             assert any(f"SDCReport {ns}/{name}" in m for m in messages), messages
+            # The owner learns the outcome: an Event on the report, and its status.
+            wait_for(
+                lambda: "SDCReportConfirmed" in report_events(api_client, ns, name),
+                30,
+                "the Confirmed Event",
+            )
+            told = report_events(api_client, ns, name)
+            assert f"node {sick} marked suspect" in told["SDCReportAccepted"]
+            assert (
+                f"the probe confirmed the report: node {sick} is Quarantined"
+                in told["SDCReportConfirmed"]
+            )
+            assert _report(api_client, ns, name)["status"]["outcome"] == "Confirmed"
             assert node_state(api_client, healthy) == "Qualified"
         finally:
             with contextlib.suppress(ApiException):
