@@ -40,9 +40,11 @@ from sdcguard.domain.reports import (
     ReportDecision,
     ReportFacts,
     ReportLimits,
-    ReportOutcome as ReportOutcomeFacts,
     admit_report,
     report_outcome,
+)
+from sdcguard.domain.reports import (
+    ReportOutcome as ReportOutcomeFacts,
 )
 
 PLURAL = "sdcreports"
