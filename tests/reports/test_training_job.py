@@ -203,9 +203,11 @@ def test_a_fault_on_one_rank_of_a_job_quarantines_its_node(
             tickets = client.CustomObjectsApi(api_client).list_cluster_custom_object(
                 "sdcguard.dev", "v1alpha1", "repairtickets"
             )["items"]
-            assert [t["spec"]["nodeName"] for t in tickets if t["spec"]["nodeName"] in nodes] == [
-                faulty_node
-            ]
+            (ticket,) = [t for t in tickets if t["spec"]["nodeName"] in nodes]
+            assert ticket["spec"]["nodeName"] == faulty_node
+            # The report is the ticket's first evidence, before the probe's failed tests.
+            assert ticket["spec"]["evidence"][0] == f"SDCReport {ns}/{name}"
+            assert len(ticket["spec"]["evidence"]) >= 2
             for other in set(nodes) - {faulty_node}:
                 assert node_state(api_client, other) in ("Qualified", "Testing"), other
             # The reporting rank's only credential: its Pod's own ServiceAccount token.

@@ -99,6 +99,18 @@ class ReportDecision:
     """The value of ``sdcguard.dev/suspect`` to set on the node; None: write nothing."""
 
 
+def report_reference(suspect_annotation: str | None) -> str | None:
+    """``SDCReport namespace/name`` from a suspect request an accepted report set
+    (None for requests made otherwise, e.g. by a person)."""
+    if not suspect_annotation or not suspect_annotation.startswith("SDCReport "):
+        return None
+    ref = suspect_annotation.removeprefix("SDCReport ").split(":", 1)[0].strip()
+    namespace, _, name = ref.partition("/")
+    if not namespace or not name or "," in ref or " " in ref:
+        return None
+    return f"SDCReport {namespace}/{name}"
+
+
 def _refuse(reason: str, message: str) -> ReportDecision:
     return ReportDecision(False, reason, message)
 
