@@ -199,3 +199,40 @@ def test_report_marks_the_node_suspect_and_the_probe_confirms(
         finally:
             with contextlib.suppress(ApiException):
                 client.CoreV1Api(api_client).delete_namespace(ns)
+
+
+def test_a_report_the_probe_does_not_confirm_is_cleared_and_the_owner_told(
+    api_client: client.ApiClient,
+    operator: Any,
+    cluster: LocalCluster,
+    served: None,
+    tmp_path: Path,
+) -> None:
+    case = new_case()
+    node, ns, job = f"clr-{case}", f"clr-{case}", f"train-{case}"
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "qualified")
+        _job_namespace(api_client, ns)
+        try:
+            _training_pod(api_client, ns, "train-1", node, job)
+            reporter = KubeReporter(
+                cluster.server, _token(api_client, ns, tmp_path / "token"), cluster.ca_file
+            )
+            name = reporter.report(_detection(node, ns, job, step=3))
+            assert name is not None
+            wait_for(
+                lambda: "SDCReportCleared" in report_events(api_client, ns, name),
+                120,
+                "the Cleared Event",
+            )
+            told = report_events(api_client, ns, name)
+            assert f"node {node} passed the probe's re-test" in told["SDCReportCleared"]
+            assert "SDCReportConfirmed" not in told
+            status = _report(api_client, ns, name)["status"]
+            assert status["outcome"] == "Cleared" and status["concludedAt"]
+            assert node_state(api_client, node) == "Qualified"
+        finally:
+            with contextlib.suppress(ApiException):
+                client.CoreV1Api(api_client).delete_namespace(ns)
