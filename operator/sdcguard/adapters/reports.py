@@ -101,6 +101,9 @@ class ReportAdmission:
         self.accepted: dict[str, AcceptedReport] = {}
         self.awaiting: dict[str, dict[str, _Awaited]] = {}
         """node -> report key -> an accepted report whose outcome is not known yet."""
+        self.concluded: set[str] = set()
+        """Reports concluded by this process (a late event with the older status must not
+        make one wait again)."""
         self._lock = threading.Lock()
 
     def handle(self, body: Mapping[str, Any], now: dt.datetime) -> ReportDecision | None:
@@ -137,6 +140,8 @@ class ReportAdmission:
 
     def _await(self, facts: ReportFacts, uid: str | None, *, screened: bool) -> None:
         key = f"{facts.namespace}/{facts.name}"
+        if key in self.concluded:
+            return
         self.awaiting.setdefault(facts.node_name, {}).setdefault(
             key, _Awaited(facts.namespace, facts.name, uid, screened)
         )
@@ -165,6 +170,7 @@ class ReportAdmission:
                     entry.screened, outcome = report_outcome(node, state, pending, entry.screened)
                 if outcome is not None:
                     del waiting[key]
+                    self.concluded.add(key)
                     concluded.append((entry, outcome))
             if not waiting:
                 self.awaiting.pop(node, None)
