@@ -152,6 +152,10 @@ def test_history_lists_reports_about_the_node_with_gpu_and_verdict() -> None:
     assert entry["detail"] == (
         "ShadowAudit at step 7 (Persistent) on GPU GPU-9, job llm: Accepted [Accepted]"
     )
+    report_obj["status"] = {"phase": "Accepted", "reason": "Accepted", "outcome": "Confirmed"}
+    (entry,) = history_entries([], [], [], [report_obj])
+    assert entry["detail"].endswith("job llm: Accepted [Accepted], Confirmed")
+    assert entry["outcome"] == "Confirmed"
 
 
 # ---------------------------------------------------------------- outcomes
