@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Literal
 
 import structlog
+from kubernetes.client.exceptions import ApiException
 
 from sdcguard.sim.commands import command_env, gpu_uuids, local_argv, service_env
 from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
@@ -641,7 +642,8 @@ class SimKubelet:
                 [expand(a, pod_env) for a in [*container.command, *container.args]], self.python
             )
             identity = self._identity(pod, poddir)
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, ApiException) as exc:
+            # Like a kubelet that cannot create the container (or mount its token).
             self._write_terminated(task, exit_code=128, reason="StartError", message=str(exc))
             task.state = "finished"
             self.state.pod_dropped(task.node, pod.key)
