@@ -8,6 +8,7 @@ tests (tests/training) and the benchmark (``bench.training.run``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -51,6 +52,10 @@ class Trial:
     """Report detections to the API server (``KubeReporter.from_environment``; set
     ``SDCGUARD_API_SERVER``, ``SDCGUARD_TOKEN_FILE``, ``SDCGUARD_CA_FILE`` in ``env``)."""
     """Forward/backward faults hit only the step's first pass (a transient upset)."""
+    micro_batches: int = 1
+    set_to_none: bool = True
+    """``optimizer.zero_grad(set_to_none=...)`` before each step."""
+    """Micro-batches accumulated per optimizer step (all but the last under no_sync)."""
 
 
 def free_port() -> int:
@@ -157,12 +162,15 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
         if faults is not None:
             faults.set_step(step)
             hits_before = faults.hits
-        batch = _batch(trial, rank, step)
+        micro = trial.micro_batches
+        batches = [_batch(trial, rank, step * micro + m) for m in range(micro)]
         start = time.perf_counter()
         cpu_start = time.process_time()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=trial.set_to_none)
         if guard is not None:
-            guard.backward(batch)
+            for m, batch in enumerate(batches):
+                with ddp.no_sync() if m < micro - 1 else contextlib.nullcontext():
+                    guard.backward(batch)
             if faults is not None:
                 faults.after_reduce()
             outcome = guard.step()
@@ -193,8 +201,10 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
                 stopped_at += 1
                 break
         else:
-            loss = _loss(ddp, batch)
-            loss.backward()  # type: ignore[no-untyped-call]
+            for m, batch in enumerate(batches):
+                with ddp.no_sync() if m < micro - 1 else contextlib.nullcontext():
+                    loss = _loss(ddp, batch)
+                    loss.backward()  # type: ignore[no-untyped-call]
             if faults is not None:
                 faults.after_reduce()
             optimizer.step()

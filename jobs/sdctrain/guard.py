@@ -10,6 +10,12 @@ Adopted in three lines of a DDP loop::
         if outcome.stop:
             save_checkpoint(); break
 
+Gradient accumulation works as with plain DDP: call ``guard.backward`` once per
+micro-batch, inside ``ddp_model.no_sync()`` for all but the last, then
+``guard.step()`` once. An audit step audits its first micro-batch, whose gradients
+are then the only ones in ``.grad``; DDP's own reduction on the last micro-batch
+reduces the sum, as without the guard.
+
 Every rank takes part in every collective in the same order, and every
 judgement is made from gathered facts by the pure functions in
 :mod:`sdctrain.verdicts`, so all ranks reach the same verdict and the same
@@ -109,6 +115,8 @@ class Outcome:
     repaired: list[int] = field(default_factory=list)
     audited: tuple[int, int] | None = None
     notes: list[str] = field(default_factory=list)
+    micro_batches: int = 0
+    """Micro-batches (``backward`` calls) the step accumulated."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,8 @@ class TrainingGuard:
         self.detections: list[Detection] = []
         self._captured = torch.zeros((len(self.params), 2), dtype=torch.int64, device=self.device)
         self._pending: Outcome | None = None
+        self._micro = 0
+        """``backward`` calls since the last ``step`` (micro-batches accumulated)."""
         self._next_audit = self.config.first_audit_step
         self._step_ema: float | None = None
         self._last_step_end: float | None = None
@@ -251,11 +261,13 @@ class TrainingGuard:
 
     # Shadow audit ----------------------------------------------------------
 
-    def _local_backward(self, batch: Any, capture: bool) -> torch.Tensor:
+    def _local_backward(self, batch: Any, capture: bool, reduce: bool) -> torch.Tensor:
         """An audit step's backward: DDP's reduction held back (``no_sync``) so the
-        target can digest the gradients it computed itself, then the same average
-        DDP computes (divide by the group size, sum), bucketed into one buffer.
-        Ordinary steps use DDP's own reduction and pay nothing."""
+        target can digest the gradients it computed itself, then (``reduce``: this
+        micro-batch is the step's last) the same average DDP computes (divide by the
+        group size, sum), bucketed into one buffer. Under gradient accumulation the
+        reduction is DDP's own, on the step's last micro-batch. Ordinary steps use
+        DDP's own reduction and pay nothing."""
         assert self.ddp is not None
         with self.ddp.no_sync():
             loss = self.loss_fn(self.model, batch)
@@ -266,7 +278,7 @@ class TrainingGuard:
                 if g is not None:
                     self._captured[i] = tensor_digest(g)
         present = [g for g in grads if g is not None]
-        if present:
+        if present and reduce:
             flat = torch.cat([g.reshape(-1) for g in present])
             flat.div_(self.world)
             dist.all_reduce(flat, group=self.group)
@@ -414,25 +426,57 @@ class TrainingGuard:
     # The loop's two calls ----------------------------------------------------
 
     def backward(self, batch: Any) -> torch.Tensor:
-        """``loss_fn(model, batch).backward()``, audited when an audit step comes."""
+        """``loss_fn(model, batch).backward()``, audited when an audit step comes.
+
+        Called once per micro-batch; an audit step audits its first one.
+        """
         step = self.step_count
-        outcome = Outcome(step=step)
-        audit = self._audit_due(step)
+        if self._pending is None:
+            self._pending = Outcome(step=step)
+        outcome = self._pending
+        audit = self._micro == 0 and self._audit_due(step) and self._grads_clear(outcome)
         rng = _rng_state(self.device) if audit else {}
         if audit:
             self._captured.zero_()
-            loss = self._local_backward(batch, capture=self.rank == self._roles(step)[0])
+            assert self.ddp is not None
+            loss = self._local_backward(
+                batch,
+                capture=self.rank == self._roles(step)[0],
+                # Inside the loop's own no_sync (accumulation): DDP reduces the sum later.
+                reduce=bool(self.ddp.require_backward_grad_sync),
+            )
             self._audit(step, batch, rng, outcome)
         else:
             loss = self.loss_fn(self.model, batch)
             loss.backward()  # type: ignore[no-untyped-call]
-        self._pending = outcome
+        self._micro += 1
+        outcome.micro_batches = self._micro
         return loss
+
+    def _grads_clear(self, outcome: Outcome) -> bool:
+        """Whether no rank holds gradients before the audited micro-batch.
+
+        The target digests ``.grad`` after its backward: gradients left from before
+        (``zero_grad(set_to_none=False)``, no ``zero_grad``) would be digested with it
+        and make a healthy GPU look wrong, so the audit is skipped and says why. The
+        answer is all-reduced, so every rank skips or audits alike.
+        """
+        held = any(p.grad is not None for p in self.params)
+        flag = torch.tensor([1 if held else 0], dtype=torch.int64, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        if int(flag.item()) == 0:
+            return True
+        outcome.notes.append(
+            f"step {outcome.step} not audited: gradients already held values before its "
+            "first micro-batch; call optimizer.zero_grad(set_to_none=True) before it"
+        )
+        return False
 
     def step(self) -> Outcome:
         """``optimizer.step()`` unless the step must be dropped, then consensus when due."""
         outcome = self._pending or Outcome(step=self.step_count)
         self._pending = None
+        self._micro = 0
         if outcome.skip_step:
             self.optimizer.zero_grad(set_to_none=True)
             outcome.notes.append(f"step {outcome.step} skipped: its gradient was computed wrongly")

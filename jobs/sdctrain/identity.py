@@ -9,7 +9,8 @@ In Kubernetes the node and Pod come from the downward API::
       - {name: JOB_NAME, valueFrom: {fieldRef:
             {fieldPath: "metadata.labels['batch.kubernetes.io/job-name']"}}}
 
-The GPU UUID is read from the device (CUDA) or from ``SDCGUARD_GPU_UUID``.
+The GPU UUID is read from the device (CUDA), else from ``SDCGUARD_GPU_UUID``, else
+from the device plugin's ``NVIDIA_VISIBLE_DEVICES`` (the ``LOCAL_RANK``-th UUID).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class RankInfo:
 
 
 def gpu_uuid(device: torch.device, env: Mapping[str, str]) -> str | None:
-    """The accelerator's UUID where the runtime tells it, else ``SDCGUARD_GPU_UUID``."""
+    """The accelerator's UUID where the runtime tells it, else ``SDCGUARD_GPU_UUID``, else
+    the ``LOCAL_RANK``-th UUID in ``NVIDIA_VISIBLE_DEVICES``."""
     if device.type == "cuda":
         try:
             uuid = str(torch.cuda.get_device_properties(device).uuid)
@@ -55,7 +57,13 @@ def gpu_uuid(device: torch.device, env: Mapping[str, str]) -> str | None:
             uuid = ""
         if uuid:
             return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-    return env.get("SDCGUARD_GPU_UUID") or None
+    if env.get("SDCGUARD_GPU_UUID"):
+        return env["SDCGUARD_GPU_UUID"]
+    # The NVIDIA device plugin names the Pod's GPUs by UUID; this rank's is LOCAL_RANK's.
+    visible = [v for v in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if v.startswith("GPU-")]
+    local = env.get("LOCAL_RANK", "0")
+    index = int(local) if local.isdigit() else 0
+    return visible[index] if index < len(visible) else None
 
 
 def deterministic(device: torch.device, env: Mapping[str, str]) -> bool:

@@ -85,6 +85,10 @@ class Runtime:
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
         self.policy_seen: dict[str, Any] = {}
         """Each policy's generation and sdcguard annotations, as last seen."""
+        self.background: set[asyncio.Future[Any]] = set()
+        """Work started from the inventory's changes (kept referenced until done)."""
+        self.reports = reports.ReportAdmission(reconciler.writer, settings.report_limits())
+        """Admits training jobs' SDCReports, with the caps the settings set."""
 
 
 def _rt(memo: Any) -> Runtime:
@@ -131,9 +135,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     writer = KubeWriter(api=make_api_client(), metrics=metrics, dry_run=config.dry_run)
     rt = Runtime(config, metrics, Reconciler(writer=writer, settings=config, metrics=metrics))
     memo.rt = rt
+
+    def node_changed(name: str, node: dict[str, Any] | None) -> None:
+        # An SDCReport about the node learns its outcome (confirmed, cleared).
+        if rt.reports.awaits(name):
+            follow = asyncio.to_thread(rt.reports.follow, name, node, _now())
+            rt.background.add(asyncio.ensure_future(follow))
+
     rt.inventory.start(
         asyncio.get_running_loop(),
         lambda nodes=None, **kw: _poke(rt, nodes, **kw),
+        on_node=node_changed,
     )
     # We post our own Events on transitions; Kopf's per-handler events are noise.
     settings.posting.enabled = False
@@ -495,5 +507,4 @@ def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs:
 async def report_seen(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A training job's SDCReport: admitted once (status written), remembered after."""
     if type != "DELETED":
-        admission = reports.admission_for(_rt(memo).reconciler.writer)
-        await asyncio.to_thread(admission.handle, dict(body), _now())
+        await asyncio.to_thread(_rt(memo).reports.handle, dict(body), _now())

@@ -6,10 +6,13 @@ variable, instead of surfacing as odd behaviour hours later.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sdcguard.domain.reports import ReportLimits
 
 
 class Settings(BaseSettings):
@@ -46,6 +49,38 @@ class Settings(BaseSettings):
         default=False, description="Decide and log, but send no mutating request at all."
     )
     api_timeout_seconds: float = Field(default=10.0, gt=0)
+    report_window_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Window of the SDCReport caps below (per Job, nodes per Job, per namespace).",
+    )
+    report_per_job: int = Field(
+        default=3, ge=1, description="SDCReports accepted per Job within the window."
+    )
+    report_max_nodes_per_job: int = Field(
+        default=2,
+        ge=1,
+        description="Distinct nodes one Job may blame within the window (more: TooManyNodes).",
+    )
+    report_per_namespace: int = Field(
+        default=10, ge=1, description="SDCReports accepted per namespace within the window."
+    )
+    report_node_window_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="A further report about a node reported this recently is evidence only "
+        "(AlreadySuspected): it raises no second suspicion.",
+    )
+
+    def report_limits(self) -> ReportLimits:
+        """The SDCReport caps these settings set."""
+        return ReportLimits(
+            window=dt.timedelta(seconds=self.report_window_seconds),
+            per_job=self.report_per_job,
+            max_nodes_per_job=self.report_max_nodes_per_job,
+            per_namespace=self.report_per_namespace,
+            node_window=dt.timedelta(seconds=self.report_node_window_seconds),
+        )
 
 
 def load_settings() -> Settings:

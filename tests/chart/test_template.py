@@ -93,6 +93,32 @@ def test_operator_settings_accept_the_rendered_environment(docs: list[dict[str, 
     assert settings.metrics_port == 8080 and settings.log_format == "json"
 
 
+def test_report_caps_are_values_that_reach_the_operator_settings() -> None:
+    import datetime as dt
+
+    from sdcguard.domain.reports import ReportLimits
+    from sdcguard.settings import Settings
+
+    def limits(values: dict[str, Any]) -> ReportLimits:
+        (container,) = find(render(values), "Deployment")["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        return Settings(
+            **{k.removeprefix("SDCGUARD_").lower(): v for k, v in env.items()}
+        ).report_limits()
+
+    assert limits({}) == ReportLimits()  # the chart's defaults are the operator's
+    changed = {"windowSeconds": 7200, "perJob": 1, "maxNodesPerJob": 4, "perNamespace": 20}
+    assert limits({"operator": {"reports": {**changed, "nodeWindowSeconds": 60}}}) == ReportLimits(
+        window=dt.timedelta(hours=2),
+        per_job=1,
+        max_nodes_per_job=4,
+        per_namespace=20,
+        node_window=dt.timedelta(minutes=1),
+    )
+    err = render_error({"operator": {"reports": {"perJob": 0}}})
+    assert "perJob" in err
+
+
 def test_probe_priority_class_never_preempts(docs: list[dict[str, Any]]) -> None:
     pc = find(docs, "PriorityClass")
     assert pc["preemptionPolicy"] == "Never" and pc["globalDefault"] is False

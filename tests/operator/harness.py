@@ -29,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.api import baseline_name
-from sdcguard.sim.fleet import load_fleet
+from sdcguard.sim.fleet import Fleet, load_fleet
 from sdcguard.sim.kube import Kube
 from sdcguard.sim.nodes import Heartbeats
 from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, encode_for_termination
@@ -240,17 +240,9 @@ class ProbeKubelet:
 # Nodes -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def gpu_nodes(
-    api: client.ApiClient,
-    names: list[str],
-    *,
-    case: str,
-    gated: bool = True,
-    pool: str = "test",
-) -> Iterator[Heartbeats]:
-    """Register H100-like nodes (8 GPUs), gated like kubelet --register-with-taints, and keep
-    them Ready until the block ends; then delete them."""
+def gpu_fleet(names: list[str], *, case: str, gated: bool = True, pool: str = "test") -> Fleet:
+    """The simulator's fleet of H100-like nodes (p5.48xlarge, 8 GPUs) that
+    :func:`gpu_nodes` registers."""
     fleet = {
         "name": "operator-test",
         "defaults": {"taints": ["sdcguard.dev/unqualified:NoSchedule"] if gated else []},
@@ -272,6 +264,21 @@ def gpu_nodes(
         loaded = load_fleet(Path(fh.name))
     finally:
         os.unlink(fh.name)
+    return loaded
+
+
+@contextlib.contextmanager
+def gpu_nodes(
+    api: client.ApiClient,
+    names: list[str],
+    *,
+    case: str,
+    gated: bool = True,
+    pool: str = "test",
+) -> Iterator[Heartbeats]:
+    """Register H100-like nodes (8 GPUs), gated like kubelet --register-with-taints, and keep
+    them Ready until the block ends; then delete them."""
+    loaded = gpu_fleet(names, case=case, gated=gated, pool=pool)
     beats = Heartbeats(Kube(api), loaded.nodes, interval=5.0)
     beats.register_all()
     beats.start()

@@ -152,3 +152,36 @@ def test_history_lists_reports_about_the_node_with_gpu_and_verdict() -> None:
     assert entry["detail"] == (
         "ShadowAudit at step 7 (Persistent) on GPU GPU-9, job llm: Accepted [Accepted]"
     )
+    report_obj["status"] = {"phase": "Accepted", "reason": "Accepted", "outcome": "Confirmed"}
+    (entry,) = history_entries([], [], [], [report_obj])
+    assert entry["detail"].endswith("job llm: Accepted [Accepted], Confirmed")
+    assert entry["outcome"] == "Confirmed"
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+@pytest.mark.parametrize(
+    ("steps", "outcome"),
+    [
+        # (state label, suspect request pending) as the node's events show them
+        ([("Qualified", True), ("Suspect", False), ("Quarantined", False)], "Confirmed"),
+        ([("Qualified", True), ("Suspect", False), ("Qualified", False)], "Cleared"),
+        ([("Suspect", False), ("Repairing", False)], "Confirmed"),
+        ([("Qualified", True), ("Quarantined", False)], "NotScreened"),
+        ([("Qualified", True), ("Qualified", False)], "NotScreened"),
+        ([("Qualified", True), ("Qualified", True)], None),
+        ([("Qualified", True), ("Suspect", False), ("Testing", False)], None),
+    ],
+)
+def test_an_accepted_report_learns_what_became_of_its_node(steps, outcome) -> None:
+    from sdcguard.domain.reports import report_outcome
+
+    screened, found = False, None
+    for state, pending in steps:
+        assert found is None, "concluded before the last event"
+        screened, found = report_outcome("gpu-1", state, pending, screened)
+    assert (found.outcome if found else None) == outcome
+    if found is not None:
+        assert "gpu-1" in found.message
+        assert found.warning == (outcome == "Confirmed")

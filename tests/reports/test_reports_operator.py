@@ -93,6 +93,14 @@ def _phase(api: client.ApiClient, ns: str, name: str) -> str | None:
     return (_report(api, ns, name).get("status") or {}).get("phase")
 
 
+def report_events(api: client.ApiClient, ns: str, name: str) -> dict[str, str]:
+    """reason -> message of the Events on SDCReport ``name`` in its namespace."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        ns, field_selector=f"involvedObject.kind=SDCReport,involvedObject.name={name}"
+    )
+    return {e.reason: e.message for e in events.items}
+
+
 def _detection(node: str, ns: str, job: str, step: int) -> Detection:
     return Detection(
         method=Method.SHADOW_AUDIT,
@@ -143,6 +151,11 @@ def test_report_marks_the_node_suspect_and_the_probe_confirms(
             assert status["conditions"][0]["status"] == "False"
             notes = read_node(api_client, healthy).metadata.annotations or {}
             assert "sdcguard.dev/suspect" not in notes
+            # The job's owner is told, in the job's namespace.
+            told = report_events(api_client, ns, forged)
+            assert f"refused (NodeMismatch): pod {ns}/train-1 runs on node {sick}" in told.get(
+                "SDCReportRefused", ""
+            ), told
 
             # The job's own token may report, but not touch the node itself.
             config = client.Configuration()
@@ -169,7 +182,57 @@ def test_report_marks_the_node_suspect_and_the_probe_confirms(
             )
             messages = [e.message for e in events]
             assert any(f"SDCReport {ns}/{name}" in m for m in messages), messages
+            # The owner learns the outcome: an Event on the report, and its status.
+            wait_for(
+                lambda: "SDCReportConfirmed" in report_events(api_client, ns, name),
+                30,
+                "the Confirmed Event",
+            )
+            told = report_events(api_client, ns, name)
+            assert f"node {sick} marked suspect" in told["SDCReportAccepted"]
+            assert (
+                f"the probe confirmed the report: node {sick} is Quarantined"
+                in told["SDCReportConfirmed"]
+            )
+            assert _report(api_client, ns, name)["status"]["outcome"] == "Confirmed"
             assert node_state(api_client, healthy) == "Qualified"
+        finally:
+            with contextlib.suppress(ApiException):
+                client.CoreV1Api(api_client).delete_namespace(ns)
+
+
+def test_a_report_the_probe_does_not_confirm_is_cleared_and_the_owner_told(
+    api_client: client.ApiClient,
+    operator: Any,
+    cluster: LocalCluster,
+    served: None,
+    tmp_path: Path,
+) -> None:
+    case = new_case()
+    node, ns, job = f"clr-{case}", f"clr-{case}", f"train-{case}"
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "qualified")
+        _job_namespace(api_client, ns)
+        try:
+            _training_pod(api_client, ns, "train-1", node, job)
+            reporter = KubeReporter(
+                cluster.server, _token(api_client, ns, tmp_path / "token"), cluster.ca_file
+            )
+            name = reporter.report(_detection(node, ns, job, step=3))
+            assert name is not None
+            wait_for(
+                lambda: "SDCReportCleared" in report_events(api_client, ns, name),
+                120,
+                "the Cleared Event",
+            )
+            told = report_events(api_client, ns, name)
+            assert f"node {node} passed the probe's re-test" in told["SDCReportCleared"]
+            assert "SDCReportConfirmed" not in told
+            status = _report(api_client, ns, name)["status"]
+            assert status["outcome"] == "Cleared" and status["concludedAt"]
+            assert node_state(api_client, node) == "Qualified"
         finally:
             with contextlib.suppress(ApiException):
                 client.CoreV1Api(api_client).delete_namespace(ns)

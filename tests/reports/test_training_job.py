@@ -1,46 +1,105 @@
-"""A multi-rank training run with a fault on one rank, through to quarantine.
+"""A training Job on the cluster with a fault on one rank, through to quarantine.
 
-Three gloo ranks (spawned processes standing in for the Pods of a training Job,
-each bound to its own node) train with the guard; rank 1's GPU computes its
-forward pass wrongly. The guard's audit names rank 1, rank 0 reports it with
-the job's own ServiceAccount token, the operator marks rank 1's node Suspect,
-the probe (the test's kubelet) finds SDC, and the node is quarantined; the
-other nodes stay in service.
+An Indexed batch/v1 Job of three Pods, each asking for a node's 8 GPUs, is created
+in the job owner's namespace; the real scheduler places one Pod on each simulated
+GPU node, and the simulated kubelet runs each Pod's own command
+(``python -m bench.training.job``) as a process, with the Pod's environment
+(downward API, the Job controller's completion index), its GPUs' UUIDs and a token
+of the Pod's ServiceAccount bound to that Pod. The three ranks train with the guard
+over gloo; the rank of completion index 1 computes its forward pass wrongly. The
+guard's audit names it, rank 0 reports it with the Job's own token, the operator
+checks that the Pod runs on that node and belongs to that Job, marks the node
+Suspect, the probe (the test's scripted probe kubelet) finds SDC, the node is
+quarantined, and the owner sees Events on the report in the Job's namespace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.training.harness import Trial, run_trials
+from bench.training.harness import Trial, free_port
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.localcluster import LocalCluster
+from sdcguard.sim.commands import RUN_COMMAND_ANNOTATION, gpu_uuids
+from sdcguard.sim.kube import Kube
+from sdcguard.sim.kubelet import SimKubelet
+from sdcguard.sim.state import FleetState
+from sdcguard.sim.timers import Timers
 from tests.operator.harness import (
+    REPO,
     ProbeKubelet,
     create_policy,
+    gpu_fleet,
     gpu_nodes,
     new_case,
     node_state,
     trusted_baseline,
     wait_for,
 )
-from tests.reports.test_reports_operator import (
-    _job_namespace,
-    _phase,
-    _report,
-    _token,
-    _training_pod,
-)
+from tests.reports.test_reports_operator import _job_namespace, _phase, _report, report_events
+
+JOB_LABEL = "batch.kubernetes.io/job-name"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
-def test_a_fault_on_one_rank_quarantines_its_node(
+def _field(path: str) -> client.V1EnvVarSource:
+    return client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=path))
+
+
+def _training_job(name: str, case: str, world: int, trial: Trial) -> client.V1Job:
+    """An Indexed Job, one Pod per rank, each Pod on a node of its own (8 GPUs)."""
+    env = [
+        client.V1EnvVar(name="NODE_NAME", value_from=_field("spec.nodeName")),
+        client.V1EnvVar(name="POD_NAME", value_from=_field("metadata.name")),
+        client.V1EnvVar(name="POD_NAMESPACE", value_from=_field("metadata.namespace")),
+        client.V1EnvVar(name="JOB_NAME", value_from=_field(f"metadata.labels['{JOB_LABEL}']")),
+        client.V1EnvVar(name="WORLD_SIZE", value=str(world)),
+        client.V1EnvVar(name="MASTER_ADDR", value="127.0.0.1"),
+        client.V1EnvVar(name="MASTER_PORT", value=str(free_port())),
+        client.V1EnvVar(name="SDCTRAIN_TRIAL", value=json.dumps(asdict(trial))),
+    ]
+    container = client.V1Container(
+        name="train",
+        image="example.invalid/train:1",
+        command=["python", "-m", "bench.training.job"],
+        env=env,
+        resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
+    )
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1JobSpec(
+            completion_mode="Indexed",
+            completions=world,
+            parallelism=world,
+            backoff_limit=0,
+            active_deadline_seconds=300,
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(annotations={RUN_COMMAND_ANNOTATION: "true"}),
+                spec=client.V1PodSpec(
+                    restart_policy="Never",
+                    service_account_name="trainer",
+                    node_selector={"sdcguard.test/case": case},
+                    containers=[container],
+                ),
+            ),
+        ),
+    )
+
+
+def _pods_by_index(api: client.ApiClient, ns: str, job: str) -> dict[int, client.V1Pod]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={job}")
+    return {int(p.metadata.annotations[INDEX_ANNOTATION]): p for p in pods.items}
+
+
+def test_a_fault_on_one_rank_of_a_job_quarantines_its_node(
     api_client: client.ApiClient,
     operator: Any,
-    cluster: LocalCluster,
     served: None,
     tmp_path: Path,
 ) -> None:
@@ -49,62 +108,126 @@ def test_a_fault_on_one_rank_quarantines_its_node(
     ns, job = f"job-{case}", f"llm-{case}"
     trusted_baseline(api_client)
     outcomes = dict.fromkeys(nodes, "pass")
+    fleet = gpu_fleet(nodes, case=case)
+    timers = Timers()
+    base_env = dict(os.environ)
+    base_env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), str(REPO / "operator"), str(REPO / "jobs"), base_env.get("PYTHONPATH", "")]
+    )
+    # Probe Pods are the scripted probe kubelet's; the Job's Pods run for real.
+    kubelet = SimKubelet(
+        Kube(api_client),
+        FleetState(fleet, 1),
+        timers,
+        max_parallel=1,
+        workdir=tmp_path / "pods",
+        base_env=base_env,
+        probes=False,
+    )
     with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
+        timers.start()
+        kubelet.start()
         create_policy(api_client, case)
         for n in nodes:
             wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 90, f"{n} qualified")
         _job_namespace(api_client, ns)
         try:
-            for rank, node in enumerate(nodes):
-                _training_pod(api_client, ns, f"{job}-{rank}", node, job)
-            token = _token(api_client, ns, tmp_path / "token")
-            outcomes[nodes[1]] = "sdc"  # what the probe will find on the faulty GPU's node
-            env = {
-                rank: {
-                    "NODE_NAME": node,
-                    "POD_NAME": f"{job}-{rank}",
-                    "POD_NAMESPACE": ns,
-                    "JOB_NAME": job,
-                    "SDCGUARD_GPU_UUID": f"GPU-{case}-{rank}",
-                    "SDCGUARD_API_SERVER": cluster.server,
-                    "SDCGUARD_TOKEN_FILE": str(token),
-                    "SDCGUARD_CA_FILE": str(cluster.ca_file),
-                }
-                for rank, node in enumerate(nodes)
-            }
-            fault = {"site": "matmul", "rate": 0.01, "onset_step": 2, "seed": 3}
             trial = Trial(
-                "e2e",
+                "job",
                 steps=12,
-                fault=fault,
+                fault={"site": "matmul", "rate": 0.01, "onset_step": 2, "seed": 3},
                 report=True,
-                env=env,
                 config={"audit_every": 1, "consensus_every": 4},
             )
-            (ranks,) = run_trials([trial], world=3)
-            found = ranks[0]["detections"]
-            assert found and found[0]["rank"] == 1 and found[0]["node"] == nodes[1]
-            assert ranks[0]["stop_step"] == found[0]["step"]  # persistent: the job stops
-
-            reports = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
-                "sdcguard.dev", "v1alpha1", ns, "sdcreports"
-            )["items"]
-            assert len(reports) == 1
-            name = reports[0]["metadata"]["name"]
-            spec = reports[0]["spec"]
-            assert (spec["nodeName"], spec["podName"], spec["gpuUUID"]) == (
-                nodes[1],
-                f"{job}-1",
-                f"GPU-{case}-1",
+            client.BatchV1Api(api_client).create_namespaced_job(
+                ns, _training_job(job, case, 3, trial)
             )
+            wait_for(
+                lambda: (
+                    len(_pods_by_index(api_client, ns, job)) == 3
+                    and all(p.spec.node_name for p in _pods_by_index(api_client, ns, job).values())
+                ),
+                60,
+                "the scheduler to place the Job's Pods",
+            )
+            pods = _pods_by_index(api_client, ns, job)
+            placed = {i: p.spec.node_name for i, p in pods.items()}
+            assert sorted(placed.values()) == sorted(nodes), placed  # one rank per node
+            faulty_node, faulty_pod = placed[1], pods[1].metadata.name
+            outcomes[faulty_node] = "sdc"  # what the probe will find on that GPU's node
+
+            def reports() -> list[dict[str, Any]]:
+                return client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+                    "sdcguard.dev", "v1alpha1", ns, "sdcreports"
+                )["items"]
+
+            wait_for(lambda: len(reports()) >= 1, 180, "the Job's report")
+            (made,) = reports()
+            name, spec = made["metadata"]["name"], made["spec"]
+            assert (spec["nodeName"], spec["podName"], spec["jobName"]) == (
+                faulty_node,
+                faulty_pod,
+                job,
+            )
+            # The device plugin's UUID of the rank's first GPU, as the simulated kubelet
+            # handed it to that Pod.
+            assert spec["gpuUUID"] == gpu_uuids(faulty_node, 1)[0]
             assert (spec["method"], spec["confirmation"]) == ("ShadowAudit", "Persistent")
+            assert spec["rank"] == 1
+
+            # The ranks stop at the detection (persistent fault): the Job completes.
+            wait_for(
+                lambda: (
+                    (
+                        client.BatchV1Api(api_client).read_namespaced_job_status(job, ns).status
+                    ).succeeded
+                    == 3
+                ),
+                120,
+                "the Job to complete",
+            )
             wait_for(lambda: _phase(api_client, ns, name) == "Accepted", 30, "acceptance")
             assert _report(api_client, ns, name)["status"]["reason"] == "Accepted"
-            wait_for(lambda: node_state(api_client, nodes[1]) == "Quarantined", 120, "quarantine")
-            assert [node_state(api_client, n) for n in (nodes[0], nodes[2])] == [
-                "Qualified",
-                "Qualified",
-            ]
+            wait_for(
+                lambda: node_state(api_client, faulty_node) == "Quarantined", 120, "quarantine"
+            )
+            wait_for(
+                lambda: "SDCReportConfirmed" in report_events(api_client, ns, name),
+                30,
+                "the owner's Event",
+            )
+            told = report_events(api_client, ns, name)
+            assert f"node {faulty_node} marked suspect" in told["SDCReportAccepted"]
+            assert f"node {faulty_node} is Quarantined" in told["SDCReportConfirmed"]
+            assert _report(api_client, ns, name)["status"]["outcome"] == "Confirmed"
+            tickets = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+                "sdcguard.dev", "v1alpha1", "repairtickets"
+            )["items"]
+            (ticket,) = [t for t in tickets if t["spec"]["nodeName"] in nodes]
+            assert ticket["spec"]["nodeName"] == faulty_node
+            # The report is the ticket's first evidence, before the probe's failed tests.
+            assert ticket["spec"]["evidence"][0] == f"SDCReport {ns}/{name}"
+            assert len(ticket["spec"]["evidence"]) >= 2
+            for other in set(nodes) - {faulty_node}:
+                assert node_state(api_client, other) in ("Qualified", "Testing"), other
+            # The reporting rank's only credential: its Pod's own ServiceAccount token.
+            reporter = pods[0]
+            token = (
+                tmp_path
+                / "pods"
+                / f"{ns}_{reporter.metadata.name}_{reporter.metadata.uid[:8]}"
+                / "serviceaccount"
+                / "token"
+            ).read_text()
+            review = client.AuthenticationV1Api(api_client).create_token_review(
+                client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
+            )
+            assert review.status.authenticated
+            assert review.status.user.username == f"system:serviceaccount:{ns}:trainer"
+            extra = review.status.user.extra or {}
+            assert extra.get("authentication.kubernetes.io/pod-name") == [reporter.metadata.name]
         finally:
+            kubelet.stop()
+            timers.stop()
             with contextlib.suppress(ApiException):
                 client.CoreV1Api(api_client).delete_namespace(ns)

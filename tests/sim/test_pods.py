@@ -112,3 +112,69 @@ def test_termination_message_limit_and_log_fallback() -> None:
     assert termination_message(b"", b"boom", 2, "FallbackToLogsOnError") == "boom"
     assert termination_message(b"", b"boom", 0, "FallbackToLogsOnError") == ""
     assert termination_message(b"", b"boom", 2, "File") == ""
+
+
+# ---------------------------------------------------------------- command Pods
+
+
+def command_pod(annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "llm-1-x",
+            "namespace": "team",
+            "uid": "u1",
+            "annotations": annotations,
+        },
+        "spec": {
+            "nodeName": "gpu-00",
+            "containers": [
+                {
+                    "name": "train",
+                    "command": ["python3", "-m", "train"],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                    "env": [
+                        {
+                            "name": "JOB_COMPLETION_INDEX",
+                            "valueFrom": {
+                                "fieldRef": {
+                                    "fieldPath": "metadata.annotations"
+                                    "['batch.kubernetes.io/job-completion-index']"
+                                }
+                            },
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def test_only_pods_that_ask_have_their_command_run() -> None:
+    from sdcguard.sim.commands import RUN_COMMAND_ANNOTATION
+
+    assert parse_pod(command_pod({RUN_COMMAND_ANNOTATION: "true"})).kind == "command"
+    assert parse_pod(command_pod({})).kind == "workload"
+    assert parse_pod(probe_pod()).kind == "probe"
+
+
+def test_a_command_pod_runs_with_its_env_identity_and_gpus() -> None:
+    from sdcguard.sim.commands import command_env, gpu_uuids, local_argv, service_env
+
+    annotations = {"batch.kubernetes.io/job-completion-index": "1"}
+    pod = parse_pod(command_pod(annotations))
+    (container,) = pod.spec.containers
+    assert container.resources.limits == {"nvidia.com/gpu": "8"}
+    pod_env = container_env(pod, container, "10.0.0.1")
+    assert pod_env == {"JOB_COMPLETION_INDEX": "1"}
+    assert local_argv(container.command, "/venv/bin/python") == ["/venv/bin/python", "-m", "train"]
+    assert local_argv(["/bin/sh", "-c", "true"], "/venv/bin/python") == ["/bin/sh", "-c", "true"]
+    assert service_env("https://127.0.0.1:6443") == {
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "6443",
+    }
+    env = command_env({"PATH": "/bin", "KUBECONFIG": "/admin"}, pod_env, {"A": "1"})
+    assert env == {"PATH": "/bin", "A": "1", "JOB_COMPLETION_INDEX": "1"}  # no admin kubeconfig
+    uuids = gpu_uuids("gpu-00", 8)
+    assert len(set(uuids)) == 8 and all(u.startswith("GPU-") for u in uuids)
+    assert gpu_uuids("gpu-00", 1, 3) == uuids[3:4]  # stable per node and index
+    assert gpu_uuids("gpu-01", 1) != uuids[:1]

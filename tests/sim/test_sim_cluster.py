@@ -539,3 +539,54 @@ def test_nodes_stayed_ready_throughout(env: Env) -> None:
             t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints", [])
         ), name
     print(f"fleet Ready for {alive:.0f}s")
+
+
+def test_a_command_pod_runs_its_own_command_with_the_pods_identity(env: Env) -> None:
+    """A Pod annotated to run its command: its process sees the downward API and a token
+    of its ServiceAccount bound to it; it ends with the process's exit code."""
+    script = (
+        "import os, sys; "
+        "print(os.environ['POD_NAME'], os.environ['KUBERNETES_SERVICE_HOST'], "
+        "len(open(os.environ['SDCGUARD_TOKEN_FILE']).read()) > 100, "
+        "'KUBECONFIG' in os.environ); sys.exit(3)"
+    )
+
+    def command_pod(name: str, account: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "annotations": {"sim.sdcguard.dev/run-command": "true"}},
+            "spec": {
+                "nodeName": env.free,
+                "restartPolicy": "Never",
+                "serviceAccountName": account,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "example.invalid/any:1",
+                        "command": ["python3", "-c", script],
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "env": [
+                            {
+                                "name": "POD_NAME",
+                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+
+    ran = env.kube.create_pod(env.namespace, command_pod("cmd-ok", "default"))["metadata"]
+    pod = wait_for(finished(env, lambda: env.pod(ran["name"])), 60, "the command pod")
+    assert pod["status"]["phase"] == "Failed"
+    state = terminated(pod)
+    assert state["exitCode"] == 3
+    assert state["message"].strip() == "cmd-ok 127.0.0.1 True False"  # the log's tail
+    # No command: the simulator has no image entrypoint to run, and says so.
+    body = command_pod("cmd-none", "default")
+    del body["spec"]["containers"][0]["command"]
+    made = env.kube.create_pod(env.namespace, body)["metadata"]
+    pod = wait_for(finished(env, lambda: env.pod(made["name"])), 30, "the unstartable pod")
+    assert terminated(pod)["reason"] == "StartError"
+    assert "no command" in terminated(pod)["message"]

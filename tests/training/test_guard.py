@@ -85,6 +85,29 @@ THREE += [
         config={"audit_budget": 0.05, "watch_nodes": ["gpu-b"]},
     ),
 ]
+# Gradient accumulation: three micro-batches per optimizer step, the first two under
+# DDP's no_sync, as a DDP loop accumulates.
+THREE += [
+    Trial("accumulate-healthy", steps=8, micro_batches=3, config=AUDIT_EVERY_STEP),
+    Trial("accumulate-unguarded", steps=8, micro_batches=3, guard=False),
+    Trial("accumulate-forward", steps=10, micro_batches=3, fault=FWD, config=AUDIT_EVERY_STEP),
+    Trial(
+        "accumulate-backward-transient",
+        steps=10,
+        micro_batches=3,
+        fault=BWD,
+        first_pass_only=True,
+        config=AUDIT_EVERY_STEP,
+    ),
+    Trial(
+        "accumulate-at-rest",
+        steps=8,
+        micro_batches=2,
+        fault=one_shot("param"),
+        config=CONSENSUS_ONLY,
+    ),
+    Trial("grads-held", steps=4, set_to_none=False, config=AUDIT_EVERY_STEP),
+]
 TWO = [
     Trial("forward", steps=14, fault=FWD, config=AUDIT_EVERY_STEP),
     Trial("at-rest", steps=8, fault=one_shot("param"), config=CONSENSUS_ONLY),
@@ -205,3 +228,44 @@ def test_an_extra_replica_set_is_checked_in_its_own_group(three) -> None:
         ("data-parallel", 1),
         ("head", 1),
     }
+
+
+def test_accumulated_micro_batches_are_audited_without_false_alarms(three) -> None:
+    ranks = three["accumulate-healthy"]
+    assert same_on_every_rank(ranks, "detections") == []
+    assert ranks[0]["refused"] == {} and ranks[0]["notes"] == []
+    assert ranks[0]["audits"] == 7  # every step after the warm-up one
+    # Audited steps train exactly as plain DDP accumulation does, bit for bit.
+    assert same_on_every_rank(ranks, "final_digest") == same_on_every_rank(
+        three["accumulate-unguarded"], "final_digest"
+    )
+
+
+def test_accumulation_blames_the_gpu_that_computed_a_wrong_micro_batch(three) -> None:
+    ranks = three["accumulate-forward"]
+    found = same_on_every_rank(ranks, "detections")
+    assert found and {d["rank"] for d in found} == {1}
+    assert found[0]["method"] == "ShadowAudit" and found[0]["confirmation"] == "Persistent"
+    assert ranks[0]["stop_step"] == found[0]["step"]
+
+
+def test_accumulation_skips_a_step_with_a_transient_wrong_gradient(three) -> None:
+    ranks = three["accumulate-backward-transient"]
+    found = same_on_every_rank(ranks, "detections")
+    assert found and {d["rank"] for d in found} == {1}
+    assert {d["confirmation"] for d in found} == {"Transient"}
+    assert ranks[0]["skipped"] == len(found) and ranks[0]["stop_step"] is None
+    same_on_every_rank(ranks, "final_digest")
+
+
+def test_consensus_works_under_accumulation(three) -> None:
+    found = same_on_every_rank(three["accumulate-at-rest"], "detections")
+    assert [(d["step"], d["rank"], d["method"]) for d in found] == [(3, 1, "ReplicaConsensus")]
+    same_on_every_rank(three["accumulate-at-rest"], "final_digest")
+
+
+def test_gradients_held_from_before_the_step_skip_the_audit_and_say_why(three) -> None:
+    ranks = three["grads-held"]
+    assert ranks[0]["audits"] == 0
+    assert same_on_every_rank(ranks, "detections") == []
+    assert "call optimizer.zero_grad(set_to_none=True)" in ranks[0]["notes"][0]

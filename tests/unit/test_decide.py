@@ -556,6 +556,31 @@ def test_suspect_annotation_is_honoured_and_consumed() -> None:
     assert one(off, Annotate) == Annotate(((keys.REQUEST_SUSPECT, None),))
 
 
+def test_a_training_jobs_report_is_evidence_on_the_ticket_once_the_probe_confirms() -> None:
+    suspicion = "SDCReport team-a/llm-s7-r1-abc: ShadowAudit at step 7 (persistent)"
+    n = node(
+        state=S.QUALIFIED, qualified_at=NOW - HOUR, annotations={keys.REQUEST_SUSPECT: suspicion}
+    )
+    d = decide(observe(n, idle_since=None), policy(), NOW)
+    assert d.event == E.SUSPECTED
+    n = applied(n, d)
+    assert n.evidence == ("SDCReport team-a/llm-s7-r1-abc",)
+    tickets, test = [], None
+    for _ in range(4):  # the re-test, its confirmation: quarantined with both as evidence
+        d = decide(observe(n, test=test), policy(), NOW)
+        n = applied(n, d)
+        tickets += only(d, CreateTicket)
+        test = finish(created_test(d), Verdict.SDC) if d.starts_test else None
+        if d.state == S.QUARANTINED:
+            break
+    (ticket,) = tickets
+    assert ticket.evidence[0] == "SDCReport team-a/llm-s7-r1-abc"
+    assert len(ticket.evidence) >= 2  # and the probe's failed SDCTests
+    # A request made by a person names no report: nothing is added.
+    by_hand = node(state=S.QUALIFIED, annotations={keys.REQUEST_SUSPECT: "SDCReport by hand"})
+    assert applied(by_hand, decide(observe(by_hand), policy(), NOW)).evidence == ()
+
+
 def test_manual_quarantine_and_release() -> None:
     n = node(
         state=S.QUALIFIED,

@@ -87,6 +87,7 @@ class Inventory:
         self.last_busy: dict[str, dt.datetime] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poke: Poke | None = None
+        self._on_node: Callable[[str, dict[str, Any] | None], None] | None = None
         self._stop = threading.Event()
         probe = f"{COMPONENT_LABEL}={COMPONENT}"
         self.nodes: Mirror[dict[str, Any]] = Mirror(
@@ -131,8 +132,15 @@ class Inventory:
 
     # Life ---------------------------------------------------------------------
 
-    def start(self, loop: asyncio.AbstractEventLoop, poke: Poke) -> None:
-        self._loop, self._poke = loop, poke
+    def start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        poke: Poke,
+        on_node: Callable[[str, dict[str, Any] | None], None] | None = None,
+    ) -> None:
+        """Start the mirrors; ``poke`` and ``on_node`` (each node that changed, and how
+        it is now, None when deleted) are called in ``loop``."""
+        self._loop, self._poke, self._on_node = loop, poke, on_node
         for mirror in self.mirrors:
             mirror.start(self._stop)
 
@@ -189,6 +197,10 @@ class Inventory:
         loop.call_soon_threadsafe(lambda: poke(names, **kwargs))
 
     def _nodes_changed(self, changes: list[Change[dict[str, Any]]]) -> None:
+        loop, on_node = self._loop, self._on_node
+        if loop is not None and on_node is not None and not loop.is_closed():
+            for change in changes:
+                loop.call_soon_threadsafe(on_node, change.key, change.new)
         if len(changes) > FULL_PASS_AFTER:
             self._call(None)
         else:

@@ -162,8 +162,12 @@ class KubeWriter:
         warning: bool = False,
         api_version: str = "v1",
         namespace: str = "default",
+        namespaced: bool = False,
     ) -> None:
-        """A core/v1 Event about an object, as ``kubectl describe`` shows them."""
+        """A core/v1 Event about an object, as ``kubectl describe`` shows them.
+
+        ``namespaced``: the object lives in ``namespace`` (cluster-scoped objects'
+        Events go to ``namespace`` with no namespace on the reference)."""
         if not self._count("event"):
             return
         stamp = now.astimezone(dt.UTC)
@@ -172,7 +176,11 @@ class KubeWriter:
                 name=f"{name}.{uuid.uuid4().hex[:12]}", namespace=namespace
             ),
             involved_object=client.V1ObjectReference(
-                kind=kind, name=name, uid=uid, api_version=api_version
+                kind=kind,
+                name=name,
+                uid=uid,
+                api_version=api_version,
+                namespace=namespace if namespaced else None,
             ),
             reason=reason,
             message=bounded(message),

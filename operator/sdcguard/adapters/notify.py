@@ -608,7 +608,7 @@ def adf_document(payload: WebhookPayload) -> dict[str, Any]:
         ("Phase", f"{t['phase']} (repair cycle {t['cycle']})"),
         ("Opened", t["openedAt"] or "-"),
         ("Policy", t["policyRef"] or "-"),
-        ("Evidence (SDCTests)", ", ".join(t["evidence"]) or "-"),
+        ("Evidence (SDCTests, SDCReports)", ", ".join(t["evidence"]) or "-"),
     ]
     rows += [(f"Hardware {k}", str(v)) for k, v in sorted(t["hardware"].items())]
     items = [

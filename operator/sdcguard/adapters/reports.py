@@ -3,9 +3,17 @@
 For each new report: read the Pod it names, let :func:`sdcguard.domain.reports.admit_report`
 decide, then (in this order) set ``sdcguard.dev/suspect`` on the Node (accepted
 only; the lifecycle does the rest), write the report's status (phase, reason,
-an ``Accepted`` condition) and post an Event on the Node. Accepted reports are
-remembered for the rate limits; after a restart they are rebuilt from the
-statuses the watch lists again.
+an ``Accepted`` condition) and post Events: on the report, in the job owner's
+namespace (accepted, or refused and why), and on the Node (accepted only).
+Accepted reports are remembered for the rate limits; after a restart they are
+rebuilt from the statuses the watch lists again.
+
+An accepted report is then followed through its node's events
+(:meth:`ReportAdmission.follow`) until :func:`sdcguard.domain.reports.report_outcome`
+says what became of it: the outcome goes into the report's status and into an
+Event on the report, where the job's owner sees it (``kubectl describe sdcreport``,
+``kubectl get events``). Posting Events in a job's namespace needs ``create events``
+there (see the chart README); without it the status still says it.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -22,7 +31,7 @@ from pydantic import ValidationError
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import GROUP, VERSION
 from sdcguard.api.common import set_condition
-from sdcguard.api.report import ReportPhase, SDCReport, SDCReportStatus
+from sdcguard.api.report import ReportOutcome, ReportPhase, SDCReport, SDCReportStatus
 from sdcguard.api.resources import to_body
 from sdcguard.domain import keys
 from sdcguard.domain.reports import (
@@ -32,6 +41,10 @@ from sdcguard.domain.reports import (
     ReportFacts,
     ReportLimits,
     admit_report,
+    report_outcome,
+)
+from sdcguard.domain.reports import (
+    ReportOutcome as ReportOutcomeFacts,
 )
 
 PLURAL = "sdcreports"
@@ -68,6 +81,17 @@ def pod_facts(body: Mapping[str, Any]) -> PodFacts:
     )
 
 
+@dataclass
+class _Awaited:
+    """An accepted report waiting for its outcome."""
+
+    namespace: str
+    name: str
+    uid: str | None
+    screened: bool
+    """Its node was seen screening (Suspect, Testing) since it was accepted."""
+
+
 class ReportAdmission:
     """Admits SDCReports one at a time (the rate limits need a serial view)."""
 
@@ -75,6 +99,11 @@ class ReportAdmission:
         self.writer = writer
         self.limits = limits or ReportLimits()
         self.accepted: dict[str, AcceptedReport] = {}
+        self.awaiting: dict[str, dict[str, _Awaited]] = {}
+        """node -> report key -> an accepted report whose outcome is not known yet."""
+        self.concluded: set[str] = set()
+        """Reports concluded by this process (a late event with the older status must not
+        make one wait again)."""
         self._lock = threading.Lock()
 
     def handle(self, body: Mapping[str, Any], now: dt.datetime) -> ReportDecision | None:
@@ -90,9 +119,13 @@ class ReportAdmission:
         facts = report_facts(report)
         status = report.status
         if status is not None and status.phase is not None:
-            if status.phase == ReportPhase.ACCEPTED and status.reason == "Accepted":
+            if status.phase == ReportPhase.ACCEPTED:
                 with self._lock:
-                    self._remember(facts, status.decided_at or now)
+                    if status.reason == "Accepted":
+                        self._remember(facts, status.decided_at or now)
+                    if status.outcome is None:
+                        # Seen again after a restart: the screening may have run meanwhile.
+                        self._await(facts, report.metadata.uid, screened=True)
             return None
         pod = self._read_pod(facts.namespace, facts.pod_name)
         with self._lock:
@@ -100,8 +133,94 @@ class ReportAdmission:
             decision = admit_report(facts, pod, self.accepted.values(), self.limits, now)
             if decision.accepted and decision.suspect_annotation is not None:
                 self._remember(facts, now)
+            if decision.accepted:
+                self._await(facts, report.metadata.uid, screened=False)
         self._act(report, facts, decision, now)
         return decision
+
+    def _await(self, facts: ReportFacts, uid: str | None, *, screened: bool) -> None:
+        key = f"{facts.namespace}/{facts.name}"
+        if key in self.concluded:
+            return
+        self.awaiting.setdefault(facts.node_name, {}).setdefault(
+            key, _Awaited(facts.namespace, facts.name, uid, screened)
+        )
+
+    def awaits(self, node: str) -> bool:
+        """Whether an accepted report about ``node`` waits for its outcome (cheap)."""
+        return bool(self.awaiting.get(node))
+
+    def follow(self, node: str, body: Mapping[str, Any] | None, now: dt.datetime) -> None:
+        """A node event: conclude the reports about it whose outcome is now known.
+
+        ``body`` None: the node was deleted.
+        """
+        meta = (body or {}).get("metadata") or {}
+        state = (meta.get("labels") or {}).get(keys.LABEL_STATE)
+        pending = keys.REQUEST_SUSPECT in (meta.get("annotations") or {})
+        concluded: list[tuple[_Awaited, ReportOutcomeFacts]] = []
+        with self._lock:
+            waiting = self.awaiting.get(node, {})
+            for key, entry in list(waiting.items()):
+                if body is None:
+                    outcome: ReportOutcomeFacts | None = ReportOutcomeFacts(
+                        "NotScreened", f"node {node} was deleted before it was screened"
+                    )
+                else:
+                    entry.screened, outcome = report_outcome(node, state, pending, entry.screened)
+                if outcome is not None:
+                    del waiting[key]
+                    self.concluded.add(key)
+                    concluded.append((entry, outcome))
+            if not waiting:
+                self.awaiting.pop(node, None)
+        for entry, outcome in concluded:
+            self._conclude(entry, outcome, now)
+
+    def _conclude(self, entry: _Awaited, outcome: ReportOutcomeFacts, now: dt.datetime) -> None:
+        status = {
+            "outcome": str(ReportOutcome(outcome.outcome)),
+            "outcomeMessage": outcome.message,
+            "concludedAt": now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        self._write_status(entry.namespace, entry.name, status)
+        log.info(
+            "report concluded", report=f"{entry.namespace}/{entry.name}", outcome=outcome.outcome
+        )
+        self._report_event(
+            entry.namespace,
+            entry.name,
+            entry.uid,
+            f"SDCReport{outcome.outcome}",
+            outcome.message,
+            now,
+            warning=outcome.warning,
+        )
+
+    def _report_event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        reason: str,
+        message: str,
+        now: dt.datetime,
+        *,
+        warning: bool,
+    ) -> None:
+        """An Event on the report, in the job owner's namespace."""
+        self.writer.event(
+            kind="SDCReport",
+            name=name,
+            uid=uid,
+            reason=reason,
+            message=message,
+            now=now,
+            warning=warning,
+            api_version=f"{GROUP}/{VERSION}",
+            namespace=namespace,
+            namespaced=True,
+        )
 
     def _remember(self, facts: ReportFacts, when: dt.datetime) -> None:
         self.accepted[f"{facts.namespace}/{facts.name}"] = AcceptedReport(
@@ -151,13 +270,27 @@ class ReportAdmission:
                 now,
             ),
         )
-        self._write_status(facts, to_body(status))
+        self._write_status(facts.namespace, facts.name, to_body(status))
         log.info(
             "report decided",
             report=f"{facts.namespace}/{facts.name}",
             node=facts.node_name,
             accepted=decision.accepted,
             reason=decision.reason,
+        )
+        if decision.accepted:
+            reason = "SDCReportAccepted" if decision.reason == "Accepted" else "SDCReportRecorded"
+        else:
+            reason = "SDCReportRefused"
+        told = decision.message if decision.accepted else f"refused ({decision.reason}): "
+        self._report_event(
+            facts.namespace,
+            facts.name,
+            report.metadata.uid,
+            reason,
+            told if decision.accepted else told + decision.message,
+            now,
+            warning=not decision.accepted,
         )
         if decision.accepted:
             self.writer.event(
@@ -170,23 +303,15 @@ class ReportAdmission:
                 warning=True,
             )
 
-    def _write_status(self, facts: ReportFacts, status: dict[str, Any]) -> None:
+    def _write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.writer.metrics.api_writes.labels(kind=f"{PLURAL}-status").inc()
         if self.writer.dry_run:
             log.info("dry-run: skipped write", kind=f"{PLURAL}-status")
             return
         try:
             self.writer.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, facts.namespace, PLURAL, facts.name, {"status": status}
+                GROUP, VERSION, namespace, PLURAL, name, {"status": status}
             )
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nobody left to tell
                 raise
-
-
-_SHARED: dict[int, ReportAdmission] = {}
-
-
-def admission_for(writer: KubeWriter) -> ReportAdmission:
-    """The one ReportAdmission of this operator process (per writer)."""
-    return _SHARED.setdefault(id(writer), ReportAdmission(writer))

@@ -59,6 +59,15 @@ class ReportPhase(StrEnum):
     REFUSED = "Refused"
 
 
+class ReportOutcome(StrEnum):
+    """What became of an accepted report: Confirmed (the probe confirmed it, the node is
+    quarantined), Cleared (the node passed the re-test) or NotScreened."""
+
+    CONFIRMED = "Confirmed"
+    CLEARED = "Cleared"
+    NOT_SCREENED = "NotScreened"
+
+
 class EvidenceItem(ApiModel):
     """One named piece of evidence (digests, tensor names, ranks)."""
 
@@ -112,6 +121,12 @@ class SDCReportStatus(ApiModel):
     """Why, for people."""
     decided_at: dt.datetime | None = None
     """When the operator decided."""
+    outcome: ReportOutcome | None = None
+    """Once known: Confirmed, Cleared or NotScreened (an Event in this namespace says so)."""
+    outcome_message: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    """What the outcome means for the node, for people."""
+    concluded_at: dt.datetime | None = None
+    """When the outcome became known."""
     conditions: list[Condition] = Field(
         default_factory=list, max_length=4, json_schema_extra=CONDITIONS_LIST
     )

@@ -136,6 +136,7 @@ REPORT = Resource(
         PrinterColumn("Job", ".spec.jobName", priority=1),
         PrinterColumn("Phase", ".status.phase"),
         PrinterColumn("Reason", ".status.reason"),
+        PrinterColumn("Outcome", ".status.outcome"),
         AGE,
     ),
     scope="Namespaced",

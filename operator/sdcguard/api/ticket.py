@@ -109,7 +109,8 @@ class RepairTicketSpec(ApiModel):
     hardware: HardwareIdentity = Field(default_factory=HardwareIdentity)
     """Hardware identity, for repeat-offender history."""
     evidence: list[Id] = Field(default_factory=list, max_length=64, json_schema_extra=SET_LIST)
-    """SDCTest names that led to (and followed) the quarantine."""
+    """SDCTest names that led to (and followed) the quarantine, and the training jobs'
+    SDCReports that made the node suspect (as ``SDCReport namespace/name``)."""
     findings: list[Finding] = Field(default_factory=list, max_length=64)
     """What the failed checks of those tests located: the odd device, the first divergent
     step and submodule, per test and check."""

@@ -671,6 +671,8 @@ def history_entries(
         detail += f"{st.get('phase', 'Pending')}"
         if st.get("reason"):
             detail += f" [{st['reason']}]"
+        if st.get("outcome"):
+            detail += f", {st['outcome']}"
         entries.append(
             {
                 "time": format_time(
@@ -680,6 +682,7 @@ def history_entries(
                 "name": f"{meta.get('namespace')}/{meta.get('name')}",
                 "detail": detail,
                 "phase": st.get("phase"),
+                "outcome": st.get("outcome"),
                 "gpuUUID": spec.get("gpuUUID"),
                 "method": spec.get("method"),
             }

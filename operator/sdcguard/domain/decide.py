@@ -81,6 +81,7 @@ from sdcguard.domain.lifecycle import (
     transition,
 )
 from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
+from sdcguard.domain.reports import report_reference
 
 PROBE_TOLERATED_CORDON = "node.kubernetes.io/unschedulable"
 """The cordon taint: probe Pods tolerate it so cordoned (quarantined) nodes can be verified."""
@@ -501,7 +502,12 @@ class _Reader:
             return None  # a running test answers first; the request waits for it
         why = bounded(self.node.annotations[key] or "no reason given", 512)
         if self.state == S.QUALIFIED and self.policy.triggers.on_suspect:
-            return _Step(E.SUSPECTED, why, {key: None})
+            changes: Changes = {key: None}
+            report = report_reference(self.node.annotations[key])
+            if report is not None:
+                # The report is evidence: it goes on the ticket if the probe confirms.
+                changes[keys.EVIDENCE] = keys.join_list((*self.node.evidence, report))
+            return _Step(E.SUSPECTED, why, changes)
         ignored = (
             "triggers.onSuspect is off" if self.state == S.QUALIFIED else f"node is {self.state}"
         )

@@ -18,6 +18,11 @@ Refused, each with its own reason:
 
 A second report about a node that was reported moments ago is accepted as
 evidence (``AlreadySuspected``) without a second suspicion.
+
+After acceptance, :func:`report_outcome` follows the node until the operator can
+say what became of the report: ``Confirmed`` (the probe confirmed it and the node
+is quarantined), ``Cleared`` (the node passed the re-test and is back in
+service) or ``NotScreened`` (the node was in no state to be screened for it).
 """
 
 from __future__ import annotations
@@ -92,6 +97,18 @@ class ReportDecision:
     message: str
     suspect_annotation: str | None = None
     """The value of ``sdcguard.dev/suspect`` to set on the node; None: write nothing."""
+
+
+def report_reference(suspect_annotation: str | None) -> str | None:
+    """``SDCReport namespace/name`` from a suspect request an accepted report set
+    (None for requests made otherwise, e.g. by a person)."""
+    if not suspect_annotation or not suspect_annotation.startswith("SDCReport "):
+        return None
+    ref = suspect_annotation.removeprefix("SDCReport ").split(":", 1)[0].strip()
+    namespace, _, name = ref.partition("/")
+    if not namespace or not name or "," in ref or " " in ref:
+        return None
+    return f"SDCReport {namespace}/{name}"
 
 
 def _refuse(reason: str, message: str) -> ReportDecision:
@@ -180,3 +197,54 @@ def _span(delta: dt.timedelta) -> str:
     if seconds % 60 == 0:
         return f"{seconds // 60}m"
     return f"{seconds}s"
+
+
+#: Node states in which the suspicion is being screened.
+SCREENING_STATES = frozenset({"Suspect", "Testing"})
+#: Node states that mean the probe confirmed a fault.
+CONFIRMED_STATES = frozenset({"Quarantined", "Repairing", "Retired"})
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    """What became of an accepted report, for its status and the owner's Event."""
+
+    outcome: str
+    """Confirmed, Cleared or NotScreened."""
+    message: str
+    warning: bool = False
+
+
+def report_outcome(
+    node: str, state: str | None, suspect_pending: bool, screened: bool
+) -> tuple[bool, ReportOutcome | None]:
+    """Follow an accepted report's node: (screened since, the outcome if there is one).
+
+    ``state`` is the node's ``sdcguard.dev/state`` label, ``suspect_pending`` whether
+    its ``sdcguard.dev/suspect`` request still waits, ``screened`` whether the node
+    was seen screening since the report was accepted.
+    """
+    if state in SCREENING_STATES:
+        return True, None
+    if screened and state in CONFIRMED_STATES:
+        return True, ReportOutcome(
+            "Confirmed",
+            f"the probe confirmed the report: node {node} is {state} and off the schedulable "
+            "pool; the report is part of its record (kubectl sdc history)",
+            warning=True,
+        )
+    if screened and state == "Qualified":
+        return True, ReportOutcome(
+            "Cleared",
+            f"node {node} passed the probe's re-test of the suspicion and is back in "
+            "service; the report stays in its record, and another report about it is "
+            "audited more often by sdctrain",
+        )
+    if screened or suspect_pending:
+        return screened, None
+    return False, ReportOutcome(
+        "NotScreened",
+        f"node {node} was {state or 'not managed by sdcguard'} and was not screened for "
+        "this report (a policy with triggers.onSuspect screens Qualified nodes); the "
+        "report stays in its record",
+    )

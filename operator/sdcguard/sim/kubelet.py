@@ -6,9 +6,12 @@ queue, still Pending, until one of ``max_parallel`` workers takes it; the
 worker writes Running, runs the probe command for real on this machine's CPU
 (see :mod:`sdcguard.sim.probe_command`) with the node's fault profile, and
 writes Succeeded or Failed with the exit code and the result file as the
-termination message. Any other Pod (a customer workload) is Running at once
-and Succeeds after its ``sim.sdcguard.dev/run-seconds`` annotation (default
-60 s).
+termination message. A Pod annotated ``sim.sdcguard.dev/run-command: "true"``
+(a training Job's Pod) has its own command run as a process, with its
+environment, its ServiceAccount token and its GPUs (see
+:mod:`sdcguard.sim.commands`); it ends with the process's exit code. Any other Pod
+(a customer workload) is Running at once and Succeeds after its
+``sim.sdcguard.dev/run-seconds`` annotation (default 60 s).
 
 Like a kubelet it honours ``activeDeadlineSeconds`` (the probe is killed; the
 Pod fails with reason DeadlineExceeded) and deletion: the process is stopped,
@@ -35,7 +38,9 @@ from pathlib import Path
 from typing import Literal
 
 import structlog
+from kubernetes.client.exceptions import ApiException
 
+from sdcguard.sim.commands import command_env, gpu_uuids, local_argv, service_env
 from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
 from sdcguard.sim.kube import JsonDict, Kube, ListWatch, retry_call
 from sdcguard.sim.pods import (
@@ -147,8 +152,11 @@ class SimKubelet:
         python: str = sys.executable,
         base_env: Mapping[str, str] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        probes: bool = True,
     ) -> None:
+        """``probes=False`` leaves probe Pods to another runner (a test's scripted one)."""
         self.kube = kube
+        self.probes = probes
         self.state = state
         self.timers = timers
         self.max_parallel = max_parallel
@@ -162,6 +170,8 @@ class SimKubelet:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._gpus_held: dict[str, dict[str, list[int]]] = {}
+        """node -> Pod key -> the GPU indices a command Pod holds."""
         self.watch = ListWatch(
             kube,
             "/api/v1/pods",
@@ -224,10 +234,13 @@ class SimKubelet:
         if not self.state.has(node):
             return None
         try:
-            return parse_pod(obj)
+            pod = parse_pod(obj)
         except ValueError as exc:
             log.warning("sim.pod.unreadable", error=str(exc)[:300])
             return None
+        if not self.probes and pod.kind == "probe":
+            return None
+        return pod
 
     def _handle(self, pod: PodView) -> None:
         uid = pod.metadata.uid
@@ -252,6 +265,12 @@ class SimKubelet:
             self.state.pod_queued(task.node, task.pod.key)
             log.info("sim.probe.queued", node=task.node, pod=task.pod.key)
             self._queue.put(task)
+        elif task.kind == "command":
+            t = threading.Thread(
+                target=self._command_thread, args=(task,), name=f"sim-cmd-{task.pod.key}"
+            )
+            t.daemon = True
+            t.start()
         else:
             self.timers.call_soon(lambda: self._start_workload(task), f"start {task.pod.key}")
 
@@ -489,33 +508,12 @@ class SimKubelet:
             faults_injected=inv.faults_injected,
             argv=" ".join(inv.argv[1:]),
         )
-        deadline = (
-            t0 + pod.spec.active_deadline_seconds
-            if pod.spec.active_deadline_seconds is not None
-            else None
-        )
-        grace = min(float(pod.spec.termination_grace_period_seconds or 30), MAX_KILL_GRACE_SECONDS)
-        stopped_by: str | None = None
-        while True:
-            try:
-                proc.wait(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if task.cancel.is_set():
-                stopped_by = "deleted"
-                self._kill(proc, grace)
-                break
-            if self._stop.is_set():
-                return  # simulator shutting down: stop() kills the process
-            if deadline is not None and time.monotonic() > deadline:
-                stopped_by = "deadline"
-                self._kill(proc, grace)
-                break
+        stopped = self._supervise(task, proc, t0)
         with self._lock:
             self._processes.pop(task.uid, None)
-        if stopped_by is None and self._stop.is_set():
+        if stopped == "stopped":
             return  # killed by stop(): a dead kubelet reports nothing
+        stopped_by = None if stopped == "exited" else stopped
         seconds = time.monotonic() - t0
         code = _exit_code(proc.returncode if proc.returncode is not None else -9)
         finished = self.clock()
@@ -562,6 +560,174 @@ class SimKubelet:
             seconds=record.seconds,
             faults_injected=inv.faults_injected,
         )
+
+    # Command Pods (one thread each: a Job's ranks must all run at once) ------------------
+    def _command_thread(self, task: PodTask) -> None:
+        try:
+            self._run_command(task)
+        except Exception as exc:
+            log.exception("sim.command.crashed", pod=task.pod.key, error=repr(exc)[:300])
+            self.state.pod_dropped(task.node, task.pod.key)
+        finally:
+            with self._lock:
+                self._gpus_held.get(task.node, {}).pop(task.pod.key, None)
+
+    def _claim_gpus(self, task: PodTask) -> list[str]:
+        """The node's GPUs for this Pod, as the device plugin would allocate them."""
+        node = self.state.config(task.node)
+        resource = node.instance_type.accelerator_resource
+        if resource is None:
+            return []
+        want = 0
+        for c in task.pod.spec.containers:
+            raw = c.resources.limits.get(resource) or c.resources.requests.get(resource) or "0"
+            want += int(raw) if raw.isdigit() else 0
+        with self._lock:
+            held = self._gpus_held.setdefault(task.node, {})
+            taken = {i for used in held.values() for i in used}
+            free = [i for i in range(node.instance_type.accelerator_count) if i not in taken]
+            mine = free[:want]
+            held[task.pod.key] = mine
+        return [gpu_uuids(task.node, 1, i)[0] for i in mine]
+
+    def _identity(self, pod: PodView, poddir: Path) -> dict[str, str]:
+        """The environment a kubelet gives a container besides its own: the API
+        server's address and the Pod's ServiceAccount token, bound to the Pod."""
+        config = self.kube.api_client.configuration
+        env = service_env(str(config.host))
+        if pod.spec.automount_service_account_token is False:
+            return env
+        account = pod.spec.service_account_name or "default"
+        made = self.kube.request(
+            "POST",
+            f"/api/v1/namespaces/{pod.metadata.namespace}/serviceaccounts/{account}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "audiences": [],
+                    "expirationSeconds": 3600,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod.metadata.name,
+                        "uid": pod.metadata.uid,
+                    },
+                },
+            },
+        )
+        secrets = poddir / "serviceaccount"
+        secrets.mkdir(parents=True, exist_ok=True)
+        (secrets / "token").write_text(str(made["status"]["token"]))
+        (secrets / "namespace").write_text(pod.metadata.namespace)
+        env["SDCGUARD_TOKEN_FILE"] = str(secrets / "token")
+        if config.ssl_ca_cert:
+            (secrets / "ca.crt").write_bytes(Path(config.ssl_ca_cert).read_bytes())
+            env["SDCGUARD_CA_FILE"] = str(secrets / "ca.crt")
+        return env
+
+    def _run_command(self, task: PodTask) -> None:
+        pod = task.pod
+        container = pod.spec.containers[0]
+        host_ip = self._host_ip(task)
+        pod_env = container_env(pod, container, host_ip)
+        poddir = (
+            self.workdir / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid[:8]}"
+        )
+        poddir.mkdir(parents=True, exist_ok=True)
+        now = self.clock()
+        task.started = now
+        try:
+            argv = local_argv(
+                [expand(a, pod_env) for a in [*container.command, *container.args]], self.python
+            )
+            identity = self._identity(pod, poddir)
+        except (ValueError, OSError, ApiException) as exc:
+            # Like a kubelet that cannot create the container (or mount its token).
+            self._write_terminated(task, exit_code=128, reason="StartError", message=str(exc))
+            task.state = "finished"
+            self.state.pod_dropped(task.node, pod.key)
+            log.warning("sim.command.unstartable", node=task.node, pod=pod.key, error=str(exc))
+            return
+        gpus = self._claim_gpus(task)
+        if gpus:
+            identity["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpus)
+        env = command_env(self.base_env, pod_env, identity)
+        with self._lock:
+            if task.cancel.is_set():
+                return
+            task.state = "running"
+        if not self._write(task, running_status(pod, host_ip=host_ip, started=now)):
+            task.state = "finished"
+            self.state.pod_dropped(task.node, pod.key)
+            return
+        self.state.pod_started(task.node, pod.key, "command")
+        with open(poddir / "stdout", "wb") as out, open(poddir / "stderr", "wb") as err:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                cwd=poddir,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        with self._lock:
+            self._processes[task.uid] = proc
+        log.info("sim.command.started", node=task.node, pod=pod.key, pid=proc.pid, gpus=len(gpus))
+        stopped_by = self._supervise(task, proc, time.monotonic())
+        with self._lock:
+            self._processes.pop(task.uid, None)
+        if stopped_by == "stopped":
+            return
+        code = _exit_code(proc.returncode if proc.returncode is not None else -9)
+        if stopped_by == "deleted":
+            self.timers.call_soon(lambda: self._finalize_deleted(task), f"finalize {pod.key}")
+            return
+        if stopped_by == "deadline":
+            self._write_terminated(
+                task, exit_code=code, pod_reason="DeadlineExceeded", pod_message=DEADLINE_MESSAGE
+            )
+        else:
+            message = termination_message(
+                b"",
+                _tail(poddir / "stderr") + _tail(poddir / "stdout"),
+                code,
+                container.termination_message_policy,
+            )
+            self._write_terminated(task, exit_code=code, message=message)
+        task.state = "finished"
+        with self._lock:
+            self._tasks.pop(task.uid, None)
+        self.state.workload_finished(task.node, pod.key)
+        log.info("sim.command.finished", node=task.node, pod=pod.key, exit_code=code)
+
+    def _supervise(
+        self, task: PodTask, proc: subprocess.Popen[bytes], t0: float
+    ) -> Literal["exited", "deleted", "deadline", "stopped"]:
+        """Wait for a Pod's process, killing it on deletion or at its deadline."""
+        pod = task.pod
+        deadline = (
+            t0 + pod.spec.active_deadline_seconds
+            if pod.spec.active_deadline_seconds is not None
+            else None
+        )
+        grace = min(float(pod.spec.termination_grace_period_seconds or 30), MAX_KILL_GRACE_SECONDS)
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                return "stopped" if self._stop.is_set() else "exited"
+            except subprocess.TimeoutExpired:
+                pass
+            if task.cancel.is_set():
+                self._kill(proc, grace)
+                return "deleted"
+            if self._stop.is_set():
+                return "stopped"  # simulator shutting down: stop() kills the process
+            if deadline is not None and time.monotonic() > deadline:
+                self._kill(proc, grace)
+                return "deadline"
 
     # Introspection --------------------------------------------------------------------
     def processes(self) -> dict[str, int]:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdcguard.sim.commands import RUN_COMMAND_ANNOTATION
 from sdcguard.sim.probe_command import mentions_probe
 
 #: Kubernetes keeps at most this many bytes of a termination message.
@@ -21,7 +22,7 @@ TERMINATION_MESSAGE_LIMIT = 4096
 #: FallbackToLogsOnError keeps at most this much of the log tail.
 LOG_FALLBACK_LIMIT = 2048
 
-PodKind = Literal["probe", "workload"]
+PodKind = Literal["probe", "workload", "command"]
 
 
 class _Doc(BaseModel):
@@ -42,12 +43,18 @@ class EnvVar(_Doc):
     value_from: EnvSource | None = Field(default=None, alias="valueFrom")
 
 
+class Resources(_Doc):
+    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, str] = Field(default_factory=dict)
+
+
 class Container(_Doc):
     name: str
     image: str = ""
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
     env: list[EnvVar] = Field(default_factory=list)
+    resources: Resources = Field(default_factory=Resources)
     termination_message_policy: str = Field(default="File", alias="terminationMessagePolicy")
 
     @property
@@ -74,6 +81,9 @@ class Spec(_Doc):
         default=None, alias="terminationGracePeriodSeconds"
     )
     service_account_name: str | None = Field(default=None, alias="serviceAccountName")
+    automount_service_account_token: bool | None = Field(
+        default=None, alias="automountServiceAccountToken"
+    )
 
 
 class Status(_Doc):
@@ -110,7 +120,11 @@ class PodView(_Doc):
 
     @property
     def kind(self) -> PodKind:
-        return "probe" if self.probe_container() is not None else "workload"
+        if self.probe_container() is not None:
+            return "probe"
+        if self.metadata.annotations.get(RUN_COMMAND_ANNOTATION) == "true":
+            return "command"
+        return "workload"
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodView:
