@@ -666,6 +666,26 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
             proc.kill()
             proc.wait(timeout=10)
 
+    def kill(self, name: str) -> None:
+        """SIGKILL the node's ``kubelet`` or ``containerd``, as a crash would: nothing is
+        cleaned up, and the containers go on running under their shims."""
+        if name not in ("kubelet", "containerd"):
+            raise ValueError(f"kill: {name!r} is neither kubelet nor containerd")
+        proc = self.processes.pop(name)
+        proc.kill()
+        proc.wait(timeout=10)
+        _log(f"{name} (pid {proc.pid}) killed")
+
+    def restart(self, name: str) -> None:
+        """Start a killed ``kubelet`` or ``containerd`` again with the same configuration
+        (the device plugin registers again with a new kubelet by itself)."""
+        if name in self.processes and self.processes[name].poll() is None:
+            return
+        t0 = time.monotonic()
+        {"kubelet": self._start_kubelet, "containerd": self._start_containerd}[name]()
+        self._wait_node_ready(timeout=120)
+        _log(f"{name} restarted; {self.name} Ready again in {time.monotonic() - t0:.1f}s")
+
     def stop(self) -> None:
         """Stop the kubelet first (so nothing restarts), then kill every container
         through containerd and remove what the Pods left (network namespaces, mounts):

@@ -12,7 +12,9 @@ node's candidate digests into the SDCBaseline and sets ``trusted: true``
 Then, on the same node and operator: a fault (through the policy's probe command and
 args) confirmed, quarantined, ticketed, repaired and verified; and probes the kubelet
 cannot run (OOM, the Job's deadline, an absent image), each Inconclusive with the
-kubelet's reason. The tests run in file order and share the node's state.
+kubelet's reason; and the kubelet, then containerd, SIGKILLed mid-screening (each test
+Inconclusive, no taint without its record, the daemon restarted after). The tests run
+in file order and share the node's state.
 """
 
 from __future__ import annotations
@@ -483,3 +485,126 @@ def _wait_node_event(cluster: LocalCluster, reason: str, text: str, timeout: flo
             return
         time.sleep(2)
     raise AssertionError(f"no {reason} Event on {NODE} naming {text!r}: {seen[-5:]}")
+
+
+@pytest.mark.parametrize("daemon", ["kubelet", "containerd"])
+def test_killing_the_kubelet_or_containerd_mid_screening_ends_it_inconclusive(
+    real_cluster: LocalCluster, operator_pod: OperatorPod, probe_reset: str, daemon: str
+) -> None:
+    """SIGKILL the node's kubelet (or containerd) while its probe runs and keep it dead:
+    nothing reports the Pod's end, so the Job's deadline (60 s) ends the test
+    Inconclusive, never Pass and never a quarantine, and every sdcguard taint left on
+    the node has its record. Then the daemon comes back, the Pod goes, and the node is
+    Qualified again for the tests after this one."""
+    assert real_cluster.node is not None
+    if _state(real_cluster) != "Qualified":
+        _approve_baseline(real_cluster)
+        _wait_state(real_cluster, "Qualified", timeout=300)
+    _patch_policy(real_cluster, probe_reset, {"activeDeadlineSeconds": 60})
+    before = {t["metadata"]["name"] for t in _tests_of(real_cluster)}
+    sdc(real_cluster, "test", NODE)
+    pod = _wait_probe_running(real_cluster, operator_pod.namespace, before, timeout=120)
+    real_cluster.node.kill(daemon)
+    killed = time.monotonic()
+    try:
+        test = _wait_test_done(real_cluster, before, timeout=180)
+        ended = time.monotonic() - killed
+        ready = _ready(real_cluster)
+        status = test["status"]
+        assert status["phase"] == "Inconclusive", status
+        assert status["verdict"] not in ("Pass", "SDC"), status
+        assert status["reason"] == "TimedOut", status
+        time.sleep(6)  # a few operator passes (resync 5 s) with the node still lost
+        assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
+        assert not _taints_without_record(real_cluster), _taints_without_record(real_cluster)
+    finally:
+        t1 = time.monotonic()
+        real_cluster.node.restart(daemon)
+        back = time.monotonic() - t1
+    # The Pod the Job's deadline deleted goes once the node can act on it.
+    gone = _wait_probe_gone(real_cluster, operator_pod.namespace, test, timeout=120)
+    _wait_state(real_cluster, "Qualified", timeout=300)
+    assert not _taints_without_record(real_cluster), _taints_without_record(real_cluster)
+    op = json.loads(
+        kubectl(
+            real_cluster, "get", "pod", "-n", operator_pod.namespace, operator_pod.pod, "-o", "json"
+        )
+    )
+    # The operator's own container lived on under its shim through the kill.
+    assert op["status"]["containerStatuses"][0]["restartCount"] == 0, op["status"]
+    print(
+        f"real node, {daemon} killed while {pod} ran: {status['verdict']} "
+        f"({status['reason']}) {ended:.1f}s later, node Ready={ready} then; {daemon} back "
+        f"and the node Ready in {back:.1f}s, the Pod gone {gone:.1f}s after that"
+    )
+
+
+def _ready(cluster: LocalCluster) -> str:
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    conds = node["status"].get("conditions", [])
+    return next((str(c["status"]) for c in conds if c["type"] == "Ready"), "?")
+
+
+def _wait_probe_running(
+    cluster: LocalCluster, namespace: str, before: set[str], timeout: float
+) -> str:
+    """The name of the new Manual test's probe Pod once its container runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new = [
+            t["metadata"]["name"]
+            for t in _tests_of(cluster)
+            if t["metadata"]["name"] not in before and t["spec"]["reason"] == "Manual"
+        ]
+        for name in new:
+            pods = json.loads(
+                kubectl(
+                    cluster,
+                    "get",
+                    "pods",
+                    "-n",
+                    namespace,
+                    "-l",
+                    f"sdcguard.dev/test={name}",
+                    "-o",
+                    "json",
+                )
+            )["items"]
+            for pod in pods:
+                statuses = pod["status"].get("containerStatuses") or []
+                if statuses and "running" in statuses[0].get("state", {}):
+                    return str(pod["metadata"]["name"])
+        time.sleep(0.5)
+    raise AssertionError(f"no running probe Pod for a new test of {NODE} in {timeout:.0f}s")
+
+
+def _taints_without_record(cluster: LocalCluster) -> list[str]:
+    """sdcguard taints on the node that nothing accounts for: testing without an
+    unfinished SDCTest, quarantine without an open RepairTicket, the gate on a node
+    whose state says it is qualified."""
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    state = node["metadata"].get("labels", {}).get(STATE_LABEL, "")
+    tests = _tests_of(cluster)
+    unfinished = [t for t in tests if not (t.get("status") or {}).get("completionTime")]
+    tickets = json.loads(kubectl(cluster, "get", "repairtickets", "-o", "json"))["items"]
+    open_tickets = [
+        t
+        for t in tickets
+        if t["spec"]["nodeName"] == NODE and (t.get("status") or {}).get("phase") != "Closed"
+    ]
+    bad = []
+    for taint in node["spec"].get("taints") or []:
+        key = taint["key"]
+        if key == "sdcguard.dev/testing" and not unfinished:
+            bad.append(f"{key} with no unfinished SDCTest (state {state})")
+        elif key == "sdcguard.dev/quarantined" and not open_tickets:
+            bad.append(f"{key} with no open RepairTicket (state {state})")
+        elif key == "sdcguard.dev/unqualified" and state == "Qualified":
+            bad.append(f"{key} on a Qualified node")
+        elif key.startswith("sdcguard.dev/") and key not in (
+            "sdcguard.dev/testing",
+            "sdcguard.dev/quarantined",
+            "sdcguard.dev/unqualified",
+        ):
+            bad.append(f"{key}: not a taint of this policy")
+    return bad
