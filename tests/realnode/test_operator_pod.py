@@ -223,7 +223,17 @@ def test_fault_on_the_real_node_is_confirmed_quarantined_repaired_and_verified(
         "args": ["--allow-fault-injection"],
     }
     _patch_policy(real_cluster, policy, faulty)
-    sdc(real_cluster, "test", NODE)
+    for attempt in range(1, 4):
+        before = {t["metadata"]["name"] for t in _tests_of(real_cluster)}
+        sdc(real_cluster, "test", NODE)
+        manual = _wait_test_done(real_cluster, before, timeout=300)
+        if manual["status"]["verdict"] != "Inconclusive":
+            break
+        # A probe starved of CPU on a loaded machine gets no result: no evidence
+        # either way, never a quarantine. The screening is asked for again.
+        assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
+        print(f"fault path, attempt {attempt}: {manual['status']['message'][:160]}")
+    assert manual["status"]["verdict"] == "SDC", manual["status"]
     _wait_state(real_cluster, "Quarantined", timeout=420)
     quarantined = time.monotonic() - t0
     tests = _tests_of(real_cluster)
