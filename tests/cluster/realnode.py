@@ -180,6 +180,36 @@ def _kill_and_wait(pids: list[int], timeout: float = 10) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _remove_dead_cluster_dir(state_dir: Path) -> None:
+    """Remove a LocalCluster's own temporary state directory (``sdcguard-cluster-*``:
+    etcd's data, in memory under /dev/shm) once no process it recorded is alive."""
+    pids_file = state_dir / "pids"
+    if not state_dir.name.startswith("sdcguard-cluster-") or not pids_file.is_file():
+        return
+    with contextlib.suppress(OSError, ValueError):
+        pids = [int(line.split()[1]) for line in pids_file.read_text().splitlines() if line]
+        if not any(Path(f"/proc/{pid}").exists() for pid in pids):
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _is_stale_shim(pid: int, node_dir: Path) -> bool:
+    """A containerd shim of an earlier real node: its ``-address`` is the socket of a
+    LocalCluster node directory (not ``node_dir``) that no longer exists."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    if "-address" not in argv or argv.index("-address") + 1 >= len(argv):
+        return False
+    sock = Path(argv[argv.index("-address") + 1])
+    ours = sock.name == "containerd.sock" and sock.parent.name == "containerd"
+    state_dir = sock.parent.parent.parent
+    cluster_dir = (
+        state_dir.name.startswith("sdcguard-cluster-") or state_dir.name == ".localcluster"
+    )
+    return ours and cluster_dir and sock.parent.parent != node_dir and not sock.exists()
+
+
 def _kubepods_cgroups() -> list[Path]:
     found = []
     if not CGROUP_ROOT.is_dir():
@@ -372,9 +402,32 @@ class RealNode:
                 "(python tests/cluster/localcluster.py down) and retry"
             ) from None
         self._lock.seek(0)
+        previous = self._lock.read().strip()
+        self._lock.seek(0)
         self._lock.truncate()
         self._lock.write(f"pid {os.getpid()}, state {self.node_dir}\n")
         self._lock.flush()
+        self._sweep_crashed_run(previous)
+
+    def _sweep_crashed_run(self, previous: str) -> None:
+        """Remove what an earlier node that was never stopped left (a run killed by hand,
+        a crash): its containers' shims, mounts, network namespaces, bridge and cgroups,
+        which the session teardown would count as this run's leaks. The lock is held,
+        so no other real node runs: everything of an earlier one is stale."""
+        old_dir = Path(previous.rpartition("state ")[2]) if "state " in previous else None
+        if old_dir is not None and old_dir != self.node_dir and old_dir.is_dir():
+            _log(f"removing what the earlier real node in {old_dir} left behind")
+            cleanup(old_dir, self.containerd_root)
+            _remove_dead_cluster_dir(old_dir.parent)
+        # Shims of an earlier node whose directory is gone already (the state
+        # directories of LocalCluster: sdcguard-cluster-*, .localcluster).
+        orphans = [
+            pid for pid in _pids_matching("containerd-shim") if _is_stale_shim(pid, self.node_dir)
+        ]
+        if orphans:
+            _log(f"stopping {len(orphans)} containerd shims an earlier real node left")
+            _kill_and_wait(orphans)
+            unmount_under(self.containerd_root)
 
     def _record_host_state(self) -> None:
         record = {
@@ -665,6 +718,26 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the node's ``kubelet`` or ``containerd``, as a crash would: nothing is
+        cleaned up, and the containers go on running under their shims."""
+        if name not in ("kubelet", "containerd"):
+            raise ValueError(f"kill: {name!r} is neither kubelet nor containerd")
+        proc = self.processes.pop(name)
+        proc.kill()
+        proc.wait(timeout=10)
+        _log(f"{name} (pid {proc.pid}) killed")
+
+    def restart(self, name: str) -> None:
+        """Start a killed ``kubelet`` or ``containerd`` again with the same configuration
+        (the device plugin registers again with a new kubelet by itself)."""
+        if name in self.processes and self.processes[name].poll() is None:
+            return
+        t0 = time.monotonic()
+        {"kubelet": self._start_kubelet, "containerd": self._start_containerd}[name]()
+        self._wait_node_ready(timeout=120)
+        _log(f"{name} restarted; {self.name} Ready again in {time.monotonic() - t0:.1f}s")
 
     def stop(self) -> None:
         """Stop the kubelet first (so nothing restarts), then kill every container

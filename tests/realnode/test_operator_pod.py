@@ -8,6 +8,13 @@ fingerprint is new, so its first result waits for a baseline (AwaitingBaseline);
 the test then does what a person certifying reference hardware does: copies the
 node's candidate digests into the SDCBaseline and sets ``trusted: true``
 (``source: Approved``), after which the held test is judged and passes.
+
+Then, on the same node and operator: a fault (through the policy's probe command and
+args) confirmed, quarantined, ticketed, repaired and verified; and probes the kubelet
+cannot run (OOM, the Job's deadline, an absent image), each Inconclusive with the
+kubelet's reason; and the kubelet, then containerd, SIGKILLed mid-screening (each test
+Inconclusive, no taint without its record, the daemon restarted after). The tests run
+in file order and share the node's state.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from sdcprobe.result import parse_result
 from tests.cluster.localcluster import LocalCluster
 from tests.cluster.operator_pod import (
     OperatorPod,
@@ -71,6 +79,54 @@ def operator_pod(real_cluster: LocalCluster) -> Iterator[OperatorPod]:
     uninstall_operator(real_cluster, release, namespace)
 
 
+@pytest.fixture
+def probe_reset(real_cluster: LocalCluster, operator_pod: OperatorPod) -> Iterator[str]:
+    """The policy's name; afterwards, pass or fail, the probe as shipped again and no
+    probe Job with a Pod that has not ended, so a failed test never leaves one holding
+    the node's GPUs for the tests after it."""
+    policy = f"rn-{operator_pod.release.removeprefix('sdcguard-rn')}"
+    yield policy
+    _patch_policy(
+        real_cluster,
+        policy,
+        {
+            "command": None,
+            "args": None,
+            "image": None,
+            "resources": None,
+            "activeDeadlineSeconds": 300,
+        },
+    )
+    jobs = json.loads(
+        kubectl(
+            real_cluster,
+            "get",
+            "jobs",
+            "-n",
+            operator_pod.namespace,
+            "-l",
+            "app.kubernetes.io/component=sdcprobe",
+            "-o",
+            "json",
+        )
+    )["items"]
+    for job in jobs:
+        status = job.get("status") or {}
+        if not status.get("active") and (status.get("succeeded") or status.get("failed")):
+            continue  # its Pod ended: it holds nothing
+        kubectl(
+            real_cluster,
+            "delete",
+            "job",
+            "-n",
+            operator_pod.namespace,
+            job["metadata"]["name"],
+            "--cascade=foreground",
+            "--ignore-not-found",
+            "--timeout=60s",
+        )
+
+
 def test_operator_pod_is_ready_on_the_real_node_in_cluster(
     real_cluster: LocalCluster, operator_pod: OperatorPod
 ) -> None:
@@ -102,18 +158,7 @@ def test_acceptance_on_the_real_node_ends_qualified(
     real_cluster: LocalCluster, operator_pod: OperatorPod
 ) -> None:
     t0 = time.monotonic()
-    baseline = _wait_candidate(real_cluster, timeout=300)
-    candidate = next(c for c in baseline["status"]["candidates"] if c["nodeName"] == NODE)
-    patch = {"spec": {"digests": candidate["digests"], "trusted": True, "source": "Approved"}}
-    kubectl(
-        real_cluster,
-        "patch",
-        "sdcbaseline",
-        baseline["metadata"]["name"],
-        "--type=merge",
-        "-p",
-        json.dumps(patch),
-    )
+    _approve_baseline(real_cluster)
     state = _wait_state(real_cluster, "Qualified", timeout=180)
     tests = json.loads(kubectl(real_cluster, "get", "sdctests", "-A", "-o", "json"))["items"]
     mine = [t for t in tests if t["spec"].get("nodeName") == NODE]
@@ -149,3 +194,427 @@ def _wait_state(cluster: LocalCluster, want: str, timeout: float) -> str:
         time.sleep(2)
     tests = kubectl(cluster, "get", "sdctests", "-A", "-o", "yaml")
     raise AssertionError(f"{NODE} is {state!r}, not {want}, after {timeout:.0f}s:\n{tests[-3000:]}")
+
+
+FAULTS = {"faults": [{"site": "matmul", "rate": 0.01, "bits": "exp", "device": 1}]}
+"""Exponent flips in every GEMM output of device 1: the devices disagree, and every
+check's digest differs from the trusted baseline."""
+
+
+def test_fault_on_the_real_node_is_confirmed_quarantined_repaired_and_verified(
+    real_cluster: LocalCluster, operator_pod: OperatorPod, probe_reset: str
+) -> None:
+    """A fault on the real node -> confirmation re-run -> Quarantined -> RepairTicket ->
+    repaired -> repair verification -> Qualified, every verdict read from the
+    termination message the kubelet wrote.
+
+    The fault comes in through the policy's own probe fields, the way only a test
+    would set them: ``probe.command`` puts the spec in SDCPROBE_FAULTS and
+    ``probe.args`` adds ``--allow-fault-injection`` (without it the probe refuses to
+    run a spec). The repair is setting them back, then ``kubectl sdc repaired``.
+    """
+    policy = probe_reset
+    if _state(real_cluster) != "Qualified":
+        _approve_baseline(real_cluster)
+        _wait_state(real_cluster, "Qualified", timeout=300)
+    t0 = time.monotonic()
+    faulty = {
+        "command": ["env", f"SDCPROBE_FAULTS={json.dumps(FAULTS)}", "python", "-m", "sdcprobe"],
+        "args": ["--allow-fault-injection"],
+    }
+    _patch_policy(real_cluster, policy, faulty)
+    for attempt in range(1, 4):
+        before = {t["metadata"]["name"] for t in _tests_of(real_cluster)}
+        sdc(real_cluster, "test", NODE)
+        manual = _wait_test_done(real_cluster, before, timeout=300)
+        if manual["status"]["verdict"] != "Inconclusive":
+            break
+        # A probe starved of CPU on a loaded machine gets no result: no evidence
+        # either way, never a quarantine. The screening is asked for again.
+        assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
+        print(f"fault path, attempt {attempt}: {manual['status']['message'][:160]}")
+    assert manual["status"]["verdict"] == "SDC", manual["status"]
+    _wait_state(real_cluster, "Quarantined", timeout=420)
+    quarantined = time.monotonic() - t0
+    tests = _tests_of(real_cluster)
+    verdicts = [(t["spec"]["reason"], t.get("status", {}).get("verdict")) for t in tests]
+    assert ("Manual", "SDC") in verdicts and ("Confirmation", "SDC") in verdicts, verdicts
+    failed = [t for t in tests if t.get("status", {}).get("verdict") == "SDC"]
+    for test in failed:
+        # The verdict is the kubelet's copy of the probe's result: the Pod's
+        # termination message says fault injection was on and names the mismatches.
+        message = _termination_message(real_cluster, operator_pod.namespace, test)
+        result = parse_result(message)
+        assert result.injection.enabled and result.injection.count > 0, result.injection
+        assert "fault injection on" in test["status"]["message"], test["status"]
+        assert any(c["verdict"] == "SDC" for c in test["status"]["checks"]), test["status"]
+    node = json.loads(kubectl(real_cluster, "get", "node", NODE, "-o", "json"))
+    assert any(t["key"] == "sdcguard.dev/quarantined" for t in node["spec"].get("taints", []))
+    ticket = _wait_ticket(real_cluster, timeout=60)
+    assert {t["metadata"]["name"] for t in failed} <= set(ticket["spec"]["evidence"]), ticket
+
+    # The repair: the probe as shipped again, and the repair side's answer.
+    _patch_policy(real_cluster, policy, {"command": None, "args": None})
+    t1 = time.monotonic()
+    sdc(real_cluster, "repaired", ticket["metadata"]["name"], "--note", "replaced device 1")
+    _wait_state(real_cluster, "Qualified", timeout=300)
+    verified = time.monotonic() - t1
+    tests = _tests_of(real_cluster)
+    verification = [t for t in tests if t["spec"]["reason"] == "RepairVerification"]
+    assert [t["status"]["verdict"] for t in verification] == ["Pass"], verification
+    result = parse_result(
+        _termination_message(real_cluster, operator_pod.namespace, verification[0])
+    )
+    assert not result.injection.enabled
+    ticket = json.loads(
+        kubectl(real_cluster, "get", "repairticket", ticket["metadata"]["name"], "-o", "json")
+    )
+    assert ticket["status"]["phase"] == "Closed", ticket["status"]
+    print(
+        f"real node fault path: Qualified -> Quarantined (test, confirmation, ticket) in "
+        f"{quarantined:.1f}s; repaired -> verified -> Qualified in {verified:.1f}s"
+    )
+
+
+def sdc(cluster: LocalCluster, *args: str) -> str:
+    """``kubectl sdc ARGS`` (the plugin's entry point, as a module)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(cluster.env(), PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdcguard.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl sdc {' '.join(args)}: {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def _patch_policy(cluster: LocalCluster, name: str, probe: dict[str, Any]) -> None:
+    patch = json.dumps({"spec": {"probe": probe}})
+    kubectl(cluster, "patch", "sdcpolicy", name, "--type=merge", "-p", patch)
+
+
+def _state(cluster: LocalCluster) -> str:
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    return str(node["metadata"].get("labels", {}).get(STATE_LABEL, ""))
+
+
+def _approve_baseline(cluster: LocalCluster) -> None:
+    """Trust the real node's candidate digests (``source: Approved``), as a person
+    certifying reference hardware does."""
+    baseline = _wait_candidate(cluster, timeout=300)
+    candidate = next(c for c in baseline["status"]["candidates"] if c["nodeName"] == NODE)
+    patch = {"spec": {"digests": candidate["digests"], "trusted": True, "source": "Approved"}}
+    kubectl(
+        cluster,
+        "patch",
+        "sdcbaseline",
+        baseline["metadata"]["name"],
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
+    )
+
+
+def _tests_of(cluster: LocalCluster) -> list[dict[str, Any]]:
+    tests = json.loads(kubectl(cluster, "get", "sdctests", "-A", "-o", "json"))["items"]
+    mine = [t for t in tests if t["spec"].get("nodeName") == NODE]
+    return sorted(mine, key=lambda t: t["metadata"]["creationTimestamp"])
+
+
+def _termination_message(cluster: LocalCluster, namespace: str, test: dict[str, Any]) -> str:
+    pods = json.loads(
+        kubectl(
+            cluster,
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            f"sdcguard.dev/test={test['metadata']['name']}",
+            "-o",
+            "json",
+        )
+    )["items"]
+    assert pods, f"no probe Pod left for {test['metadata']['name']}"
+    term = pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]
+    return str(term["message"])
+
+
+def _wait_ticket(cluster: LocalCluster, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        items = json.loads(kubectl(cluster, "get", "repairtickets", "-o", "json"))["items"]
+        open_ = [
+            t
+            for t in items
+            if t["spec"]["nodeName"] == NODE and (t.get("status") or {}).get("phase") != "Closed"
+        ]
+        if open_:
+            return dict(open_[0])
+        time.sleep(2)
+    raise AssertionError(f"no open RepairTicket for {NODE} within {timeout:.0f}s")
+
+
+@pytest.mark.parametrize(
+    ("case", "probe", "reasons"),
+    [
+        # A memory limit far below what the probe's torch needs: the kernel kills it.
+        (
+            "oom",
+            {"resources": {"requests": {"memory": "48Mi"}, "limits": {"memory": "48Mi"}}},
+            ("OOMKilled",),
+        ),
+        # A probe that outlives the Job's activeDeadlineSeconds (60 s, the least a
+        # policy allows): the Job controller kills it.
+        (
+            "deadline",
+            {"command": ["sh", "-c", "sleep 600", "sh"], "activeDeadlineSeconds": 60},
+            ("DeadlineExceeded",),
+        ),
+        # An image that is not on the node: the kubelet's pull from "localhost" (no
+        # registry there) fails, or, with pull policy Never, it refuses.
+        (
+            "image",
+            {"image": "localhost/sdcprobe:absent"},
+            ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"),
+        ),
+    ],
+)
+def test_a_probe_the_kubelet_cannot_run_ends_inconclusive_with_the_kubelets_reason(
+    real_cluster: LocalCluster,
+    operator_pod: OperatorPod,
+    probe_reset: str,
+    case: str,
+    probe: dict[str, Any],
+    reasons: tuple[str, ...],
+) -> None:
+    """OOM, deadline, absent image: the SDCTest ends Inconclusive (never Pass, never a
+    quarantine) and its Complete condition carries the kubelet's (or the Job
+    controller's) reason; for the image, its message names the image. Its probe Job
+    goes with it, at once."""
+    policy = probe_reset
+    if _state(real_cluster) != "Qualified":
+        _approve_baseline(real_cluster)
+        _wait_state(real_cluster, "Qualified", timeout=300)
+    before = {t["metadata"]["name"] for t in _tests_of(real_cluster)}
+    _patch_policy(real_cluster, policy, probe)
+    t0 = time.monotonic()
+    sdc(real_cluster, "test", NODE)
+    test = _wait_test_done(real_cluster, before, timeout=240)
+    seconds = time.monotonic() - t0
+    status = test["status"]
+    assert status["phase"] == "Inconclusive", status
+    assert status["verdict"] not in ("Pass", "SDC"), status
+    complete = next(c for c in status["conditions"] if c["type"] == "Complete")
+    said = f"{complete['reason']} {complete['message']}"
+    assert any(r in said for r in reasons), complete
+    if case == "image":
+        assert "localhost/sdcprobe:absent" in complete["message"], complete
+        # And the Node's Event says so, naming the image.
+        _wait_node_event(real_cluster, "Inconclusive", "localhost/sdcprobe:absent", timeout=60)
+    # The test took its Job with it when it ended: a Pod the kubelet cannot start would
+    # otherwise hold the node's GPUs until the Job's deadline.
+    gone = _wait_probe_gone(real_cluster, operator_pod.namespace, test, timeout=60)
+    assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
+    print(
+        f"real node, {case}: {status['verdict']} ({complete['reason']}: "
+        f"{complete['message'][:120]}) {seconds:.1f}s after kubectl sdc test; "
+        f"its Job and Pod gone {gone:.1f}s after that"
+    )
+
+
+def _probe_objects(cluster: LocalCluster, namespace: str, test: str) -> list[str]:
+    out = kubectl(
+        cluster,
+        "get",
+        "jobs,pods",
+        "-n",
+        namespace,
+        "-l",
+        f"sdcguard.dev/test={test}",
+        "-o",
+        "name",
+    )
+    return out.split()
+
+
+def _wait_probe_gone(
+    cluster: LocalCluster, namespace: str, test: dict[str, Any], timeout: float
+) -> float:
+    """Seconds until the test's probe Job and Pod are gone."""
+    t0 = time.monotonic()
+    left: list[str] = []
+    while time.monotonic() < t0 + timeout:
+        left = _probe_objects(cluster, namespace, test["metadata"]["name"])
+        if not left:
+            return time.monotonic() - t0
+        time.sleep(1)
+    raise AssertionError(f"{left} still there {timeout:.0f}s after the test ended")
+
+
+def _wait_test_done(cluster: LocalCluster, before: set[str], timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    new: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        new = [
+            t
+            for t in _tests_of(cluster)
+            if t["metadata"]["name"] not in before and t["spec"]["reason"] == "Manual"
+        ]
+        done = [t for t in new if (t.get("status") or {}).get("completionTime")]
+        if done:
+            return done[0]
+        time.sleep(2)
+    raise AssertionError(f"no new SDCTest of {NODE} ended within {timeout:.0f}s: {new}")
+
+
+def _wait_node_event(cluster: LocalCluster, reason: str, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        events = json.loads(
+            kubectl(
+                cluster,
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                f"involvedObject.kind=Node,involvedObject.name={NODE}",
+                "-o",
+                "json",
+            )
+        )["items"]
+        seen = [f"{e.get('reason')}: {e.get('message')}" for e in events]
+        if any(e.get("reason") == reason and text in (e.get("message") or "") for e in events):
+            return
+        time.sleep(2)
+    raise AssertionError(f"no {reason} Event on {NODE} naming {text!r}: {seen[-5:]}")
+
+
+@pytest.mark.parametrize("daemon", ["kubelet", "containerd"])
+def test_killing_the_kubelet_or_containerd_mid_screening_ends_it_inconclusive(
+    real_cluster: LocalCluster, operator_pod: OperatorPod, probe_reset: str, daemon: str
+) -> None:
+    """SIGKILL the node's kubelet (or containerd) while its probe runs and keep it dead:
+    nothing reports the Pod's end, so the Job's deadline (60 s) ends the test
+    Inconclusive, never Pass and never a quarantine, and every sdcguard taint left on
+    the node has its record. Then the daemon comes back, the Pod goes, and the node is
+    Qualified again for the tests after this one."""
+    assert real_cluster.node is not None
+    if _state(real_cluster) != "Qualified":
+        _approve_baseline(real_cluster)
+        _wait_state(real_cluster, "Qualified", timeout=300)
+    _patch_policy(real_cluster, probe_reset, {"activeDeadlineSeconds": 60})
+    before = {t["metadata"]["name"] for t in _tests_of(real_cluster)}
+    sdc(real_cluster, "test", NODE)
+    pod = _wait_probe_running(real_cluster, operator_pod.namespace, before, timeout=120)
+    real_cluster.node.kill(daemon)
+    killed = time.monotonic()
+    try:
+        test = _wait_test_done(real_cluster, before, timeout=180)
+        ended = time.monotonic() - killed
+        ready = _ready(real_cluster)
+        status = test["status"]
+        assert status["phase"] == "Inconclusive", status
+        assert status["verdict"] not in ("Pass", "SDC"), status
+        assert status["reason"] == "TimedOut", status
+        time.sleep(6)  # a few operator passes (resync 5 s) with the node still lost
+        assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
+        assert not _taints_without_record(real_cluster), _taints_without_record(real_cluster)
+    finally:
+        t1 = time.monotonic()
+        real_cluster.node.restart(daemon)
+        back = time.monotonic() - t1
+    # The Pod the Job's deadline deleted goes once the node can act on it.
+    gone = _wait_probe_gone(real_cluster, operator_pod.namespace, test, timeout=120)
+    _wait_state(real_cluster, "Qualified", timeout=300)
+    assert not _taints_without_record(real_cluster), _taints_without_record(real_cluster)
+    op = json.loads(
+        kubectl(
+            real_cluster, "get", "pod", "-n", operator_pod.namespace, operator_pod.pod, "-o", "json"
+        )
+    )
+    # The operator's own container lived on under its shim through the kill.
+    assert op["status"]["containerStatuses"][0]["restartCount"] == 0, op["status"]
+    print(
+        f"real node, {daemon} killed while {pod} ran: {status['verdict']} "
+        f"({status['reason']}) {ended:.1f}s later, node Ready={ready} then; {daemon} back "
+        f"and the node Ready in {back:.1f}s, the Pod gone {gone:.1f}s after that"
+    )
+
+
+def _ready(cluster: LocalCluster) -> str:
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    conds = node["status"].get("conditions", [])
+    return next((str(c["status"]) for c in conds if c["type"] == "Ready"), "?")
+
+
+def _wait_probe_running(
+    cluster: LocalCluster, namespace: str, before: set[str], timeout: float
+) -> str:
+    """The name of the new Manual test's probe Pod once its container runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new = [
+            t["metadata"]["name"]
+            for t in _tests_of(cluster)
+            if t["metadata"]["name"] not in before and t["spec"]["reason"] == "Manual"
+        ]
+        for name in new:
+            pods = json.loads(
+                kubectl(
+                    cluster,
+                    "get",
+                    "pods",
+                    "-n",
+                    namespace,
+                    "-l",
+                    f"sdcguard.dev/test={name}",
+                    "-o",
+                    "json",
+                )
+            )["items"]
+            for pod in pods:
+                statuses = pod["status"].get("containerStatuses") or []
+                if statuses and "running" in statuses[0].get("state", {}):
+                    return str(pod["metadata"]["name"])
+        time.sleep(0.5)
+    raise AssertionError(f"no running probe Pod for a new test of {NODE} in {timeout:.0f}s")
+
+
+def _taints_without_record(cluster: LocalCluster) -> list[str]:
+    """sdcguard taints on the node that nothing accounts for: testing without an
+    unfinished SDCTest, quarantine without an open RepairTicket, the gate on a node
+    whose state says it is qualified."""
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    state = node["metadata"].get("labels", {}).get(STATE_LABEL, "")
+    tests = _tests_of(cluster)
+    unfinished = [t for t in tests if not (t.get("status") or {}).get("completionTime")]
+    tickets = json.loads(kubectl(cluster, "get", "repairtickets", "-o", "json"))["items"]
+    open_tickets = [
+        t
+        for t in tickets
+        if t["spec"]["nodeName"] == NODE and (t.get("status") or {}).get("phase") != "Closed"
+    ]
+    bad = []
+    for taint in node["spec"].get("taints") or []:
+        key = taint["key"]
+        if key == "sdcguard.dev/testing" and not unfinished:
+            bad.append(f"{key} with no unfinished SDCTest (state {state})")
+        elif key == "sdcguard.dev/quarantined" and not open_tickets:
+            bad.append(f"{key} with no open RepairTicket (state {state})")
+        elif key == "sdcguard.dev/unqualified" and state == "Qualified":
+            bad.append(f"{key} on a Qualified node")
+        elif key.startswith("sdcguard.dev/") and key not in (
+            "sdcguard.dev/testing",
+            "sdcguard.dev/quarantined",
+            "sdcguard.dev/unqualified",
+        ):
+            bad.append(f"{key}: not a taint of this policy")
+    return bad

@@ -62,33 +62,36 @@ def test_probe_job_as_built_runs_in_a_container_and_reports_through_the_kubelet(
     job = build_probe_job(_request(real_cluster, name, ns))
     # The SDCTest owner is absent here; without the reference the Job is not collected.
     job["metadata"].pop("ownerReferences")
-    t0 = time.monotonic()
-    kubectl_apply(real_cluster, job)
-    pod = _wait_pod_finished(real_cluster, ns, name, timeout=240)
-    wall = time.monotonic() - t0
-    cs = pod["status"]["containerStatuses"][0]
-    term = cs["state"]["terminated"]
-    assert term["exitCode"] == 0, (
-        term,
-        kubectl(real_cluster, "logs", "-n", ns, pod["metadata"]["name"]),
-    )
-    result = parse_result(term["message"])
-    assert result.verdict == "pass", result
-    assert set(result.checks) == set(CHECKS)
-    assert result.fingerprint is not None
-    assert result.fingerprint.backend == "cpu"
-    assert result.fingerprint.device_count == 2
-    # The kubelet ran it on the real node, with the device plugin's GPUs allocated.
-    assert pod["spec"]["nodeName"] == real_cluster.node.name  # type: ignore[union-attr]
-    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
-    started = term["startedAt"]
-    print(
-        f"probe Job on the real node: {wall:.1f}s from create to the kubelet's termination "
-        f"message (container {started} to {term['finishedAt']})"
-    )
-    plain = _plain_process_seconds()
-    print(f"the same probe as a plain process: {plain:.1f}s")
-    kubectl(real_cluster, "delete", "namespace", ns, "--wait=false")
+    try:
+        t0 = time.monotonic()
+        kubectl_apply(real_cluster, job)
+        pod = _wait_pod_finished(real_cluster, ns, name, timeout=240)
+        wall = time.monotonic() - t0
+        cs = pod["status"]["containerStatuses"][0]
+        term = cs["state"]["terminated"]
+        assert term["exitCode"] == 0, (
+            term,
+            kubectl(real_cluster, "logs", "-n", ns, pod["metadata"]["name"]),
+        )
+        result = parse_result(term["message"])
+        assert result.verdict == "pass", result
+        assert set(result.checks) == set(CHECKS)
+        assert result.fingerprint is not None
+        assert result.fingerprint.backend == "cpu"
+        assert result.fingerprint.device_count == 2
+        # The kubelet ran it on the real node, with the device plugin's GPUs allocated.
+        assert pod["spec"]["nodeName"] == real_cluster.node.name  # type: ignore[union-attr]
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        started = term["startedAt"]
+        print(
+            f"probe Job on the real node: {wall:.1f}s from create to the kubelet's termination "
+            f"message (container {started} to {term['finishedAt']})"
+        )
+        plain = _plain_process_seconds()
+        print(f"the same probe as a plain process: {plain:.1f}s")
+    finally:
+        # Pass or fail, its Pod must not hold the node's GPUs for the tests after it.
+        kubectl(real_cluster, "delete", "namespace", ns, "--wait=false")
 
 
 def _plain_process_seconds() -> float:

@@ -3,6 +3,7 @@ kubelet writes it, judged Inconclusive with the kubelet's own reason, never Pass
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -150,3 +151,66 @@ def test_a_pod_the_jobs_deadline_killed_is_a_timeout_whatever_its_exit_status() 
     assert end is not None and end.timed_out
     j = judge_result(end, CHECKS, {})
     assert (j.verdict, j.reason) == (Verdict.TIMEOUT, "TimedOut")
+
+
+def _finished_test(name: str, phase: str, verdict: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "creationTimestamp": "2026-12-01T12:00:00Z"},
+        "spec": {"nodeName": "real-node-0", "policyRef": "p", "suite": "acceptance"},
+        "status": {
+            "phase": phase,
+            "verdict": verdict,
+            "startTime": "2026-12-01T12:00:00Z",
+            "completionTime": "2026-12-01T12:01:00Z",
+        },
+    }
+
+
+def _old_job(test: str) -> observe.ProbeJob:
+    job = observe.probe_job(
+        {
+            "metadata": {
+                "name": f"sdcprobe-{test}",
+                "labels": {"app.kubernetes.io/component": "sdcprobe", "sdcguard.dev/test": test},
+            },
+            "status": {},  # the Job controller has not marked it Failed yet
+        }
+    )
+    assert job is not None
+    return job
+
+
+def _old_pod(test: str, phase: str, state: dict[str, Any]) -> observe.ProbePod:
+    body = pod(state, phase=phase)
+    body["metadata"]["labels"]["sdcguard.dev/test"] = test
+    seen = probe_pod(body)
+    assert seen is not None
+    return seen
+
+
+def test_a_new_tests_job_keeps_an_ended_probes_job_and_deletes_a_stuck_one() -> None:
+    """A confirmation starts the moment the SDC test's Pod ends, before the Job
+    controller marks its Job Failed: that Job (whose Pod holds nothing and carries the
+    termination message the verdict came from) stays; a finished test's Job whose Pod
+    is still Pending (it could still start and take the GPUs) goes."""
+    ended = _old_pod(
+        "sdc", "Failed", {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": None}}
+    )
+    stuck = _old_pod("stuck", "Pending", {"waiting": {"reason": "ImagePullBackOff"}})
+    view = FleetView(
+        nodes={},
+        tests={
+            "real-node-0": [
+                _finished_test("sdc", "Failed", "SDC"),
+                _finished_test("stuck", "Inconclusive", "Inconclusive"),
+            ]
+        },
+        probe_pods={"sdc": [ended], "stuck": [stuck]},
+        probe_jobs={"sdc": _old_job("sdc"), "stuck": _old_job("stuck")},
+    )
+    runner = _runner()
+    deleted: list[str] = []
+    runner.writer.delete_job = lambda _ns, name: deleted.append(name)  # type: ignore[method-assign]
+    counts: Counter[str] = Counter()
+    runner._end_predecessors(_running_test(), view, counts)
+    assert deleted == ["sdcprobe-stuck"] and counts["jobs-deleted"] == 1

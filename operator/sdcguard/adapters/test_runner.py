@@ -352,7 +352,11 @@ class TestRunner(ReconcilerState):
     def _end_predecessors(self, test: SDCTest, view: FleetView, counts: Counter[str]) -> None:
         """Delete the still-active probe Jobs of the node's finished tests, so a new test
         never waits behind the Pod of one that ended (a Job left by an older release, or
-        one whose delete did not get through)."""
+        one whose delete did not get through).
+
+        A Job whose Pods have all ended holds nothing and stays for its logs and the
+        termination message its verdict came from: the Job controller marks it Failed
+        a moment after its Pod ends, and a confirmation test starts in that moment."""
         node = test.spec.node_name
         for body in view.tests.get(node, []):
             known = self._test(body, node)
@@ -360,6 +364,9 @@ class TestRunner(ReconcilerState):
                 continue
             job = view.probe_jobs.get(known.name)
             if job is None or job.complete or job.failed_reason:
+                continue
+            pods = view.probe_pods.get(known.name, [])
+            if pods and all(p.phase in ("Succeeded", "Failed") for p in pods):
                 continue
             self.writer.delete_job(self.settings.namespace, job.name)
             counts["jobs-deleted"] += 1
