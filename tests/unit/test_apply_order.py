@@ -13,6 +13,7 @@ from kubernetes import client
 
 from sdcguard.adapters.kube import EvictionResult, KubeWriter
 from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.api import RepairTicketStatus, TicketPhase
 from sdcguard.domain import keys
 from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import Drain, EmitEvent, Event, NodeState
@@ -352,3 +353,17 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
     few = [CheckSpec(name="compute", timeout_seconds=60)]
     assert probe_timeout(few, budget=900, active_deadline=1800) == 900
     assert probe_timeout(few * 40, budget=60, active_deadline=60) == 60
+
+
+def test_the_new_tickets_status_is_built_from_the_model_and_sets_only_its_fields() -> None:
+    _, writer = _run(EvictionResult(asked=1))
+    status = next(body for kind, body in writer.calls if kind == "repairtickets-status")
+    # A merge patch: fields it does not name (the sinks' notification record) stay.
+    assert set(status) == {"phase", "cycle", "openedAt", "history"}
+    assert status["openedAt"] == keys.format_time(NOW)
+    parsed = RepairTicketStatus.model_validate(status)
+    assert parsed.phase == TicketPhase.OPEN and parsed.cycle == 1
+    assert [(h.phase, h.time) for h in parsed.history] == [
+        (TicketPhase.OPEN, NOW.replace(microsecond=0))
+    ]
+    assert parsed.history[0].message

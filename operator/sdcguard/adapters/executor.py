@@ -20,9 +20,11 @@ from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api import (
     Finding,
     HardwareIdentity,
+    HistoryEntry,
     ObjectMeta,
     RepairTicket,
     RepairTicketSpec,
+    RepairTicketStatus,
     Resolution,
     SDCPolicy,
     SDCTest,
@@ -34,6 +36,7 @@ from sdcguard.api import (
     find_condition,
     set_condition,
     to_body,
+    to_patch,
 )
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
@@ -249,8 +252,9 @@ class Executor(TestRunner):
                 continue  # closed already; the watch has not brought it back yet
             try:
                 if ticket.spec.resolution is None:
+                    spec = ticket.spec.model_copy(update={"resolution": Resolution.REPLACED})
                     self.writer.patch_custom(
-                        "repairtickets", name, {"spec": {"resolution": Resolution.REPLACED.value}}
+                        "repairtickets", name, {"spec": to_patch(spec, "resolution")}
                     )
                 self._ticket_status(
                     view,
@@ -382,15 +386,18 @@ class Executor(TestRunner):
         return found[:64]
 
     def _open_ticket_status(self, action: CreateTicket, now: dt.datetime) -> None:
-        status = {
-            "phase": TicketPhase.OPEN.value,
-            "cycle": 1,
-            "openedAt": keys.format_time(now),
-            "history": [
-                {"time": keys.format_time(now), "phase": "Open", "message": bounded(action.message)}
+        at = _second(now)
+        status = RepairTicketStatus(
+            phase=TicketPhase.OPEN,
+            cycle=1,
+            opened_at=at,
+            history=[
+                HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(action.message))
             ],
-        }
-        self.writer.patch_custom_status("repairtickets", action.name, status)
+        )
+        self.writer.patch_custom_status(
+            "repairtickets", action.name, to_patch(status, "phase", "cycle", "opened_at", "history")
+        )
 
     def _restore_ticket_status(
         self, bodies: list[dict[str, Any]], now: dt.datetime, counts: Counter[str]
@@ -425,14 +432,15 @@ class Executor(TestRunner):
         status = ticket.status if ticket and ticket.status else None
         if status is not None and status.phase == phase:
             return
-        history = [to_body(h) for h in (status.history if status else [])]
-        history.append(
-            {"time": keys.format_time(now), "phase": phase.value, "message": bounded(message)}
+        entry = HistoryEntry(time=_second(now), phase=phase, message=bounded(message))
+        history = [*(status.history if status else []), entry][-256:]
+        new = (status or RepairTicketStatus()).model_copy(
+            update={"phase": phase, "history": history, "closed_at": _second(now)}
         )
-        patch: dict[str, Any] = {"phase": phase.value, "history": history[-256:]}
+        fields = ["phase", "history"]
         if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
-            patch["closedAt"] = keys.format_time(now)
-        self.writer.patch_custom_status("repairtickets", name, patch)
+            fields.append("closed_at")
+        self.writer.patch_custom_status("repairtickets", name, to_patch(new, *fields))
 
     def _ticket_waiting(
         self, view: FleetView, node: str, name: str, waiting: str | None, now: dt.datetime
@@ -452,10 +460,9 @@ class Executor(TestRunner):
             if previous is not None and previous.status == "True" and previous.message == waiting:
                 return
             updated = set_condition(conditions, "Waiting", "True", "Waiting", waiting, now)
+        new = (ticket.status or RepairTicketStatus()).model_copy(update={"conditions": updated})
         try:
-            self.writer.patch_custom_status(
-                "repairtickets", name, {"conditions": [to_body(c) for c in updated]}
-            )
+            self.writer.patch_custom_status("repairtickets", name, to_patch(new, "conditions"))
         except ApiException as exc:  # the next pass writes it again
             log.warning("ticket condition not written", ticket=name, status=exc.status)
 
@@ -467,25 +474,32 @@ class Executor(TestRunner):
             return
         evidence = [*ticket.spec.evidence, action.test] if action.test else ticket.spec.evidence
         findings = [*ticket.spec.findings, *self._findings(view, node, [action.test])][-64:]
-        self.writer.patch_custom(
-            "repairtickets",
-            action.name,
-            {
-                "spec": {
-                    "evidence": evidence,
-                    "findings": [to_body(f) for f in findings],
-                    "resolution": None,
-                    "resolutionNote": None,
-                }
-            },
+        spec = ticket.spec.model_copy(
+            update={
+                "evidence": evidence,
+                "findings": findings,
+                "resolution": None,
+                "resolution_note": None,
+            }
         )
-        status = ticket.status
-        cycle = (status.cycle if status else 1) + 1
-        history = [to_body(h) for h in (status.history if status else [])]
+        fields = ("evidence", "findings", "resolution", "resolution_note")
+        self.writer.patch_custom("repairtickets", action.name, {"spec": to_patch(spec, *fields)})
+        status = ticket.status or RepairTicketStatus()
+        cycle = status.cycle + 1
         message = f"repair cycle {cycle}: verification {action.test} failed"
-        history.append({"time": keys.format_time(now), "phase": "Open", "message": message})
-        self.writer.patch_custom_status(
-            "repairtickets",
-            action.name,
-            {"phase": TicketPhase.OPEN.value, "cycle": cycle, "history": history[-256:]},
+        entry = HistoryEntry(time=_second(now), phase=TicketPhase.OPEN, message=message)
+        new = status.model_copy(
+            update={
+                "phase": TicketPhase.OPEN,
+                "cycle": cycle,
+                "history": [*status.history, entry][-256:],
+            }
         )
+        self.writer.patch_custom_status(
+            "repairtickets", action.name, to_patch(new, "phase", "cycle", "history")
+        )
+
+
+def _second(now: dt.datetime) -> dt.datetime:
+    """``now`` in UTC to the second, as Kubernetes writes times."""
+    return now.astimezone(dt.UTC).replace(microsecond=0)
