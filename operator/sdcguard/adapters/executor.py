@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -43,12 +43,11 @@ from sdcguard.domain import keys
 from sdcguard.domain.decide import Decision, closes_as_replaced
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
+    Action,
     CancelTest,
     CloseTicket,
     CreateTest,
     CreateTicket,
-    DeleteNode,
-    Drain,
     EmitEvent,
     NodeState,
     RaiseCycle,
@@ -57,6 +56,7 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts, TestFacts, TicketFacts
+from sdcguard.domain.plan import OpenTicketStatus, Stage, Step
 from sdcguard.domain.testphase import (
     TestEvent,
     phase_transition,
@@ -76,7 +76,7 @@ class Executor(TestRunner):
         now: dt.datetime,
         counts: Counter[str],
     ) -> None:
-        """Apply one decision in this order:
+        """Apply one decision's plan, stage by stage (``domain.plan``):
 
         1. objects: SDCTests, RepairTickets and their phase changes;
         2. the node patch (labels, annotations, taints, cordon, ownership), one write;
@@ -91,63 +91,32 @@ class Executor(TestRunner):
         node_name = decision.node
         body = view.nodes[node_name]
         node = NodeFacts.from_body(body, policy.spec.accelerators, policy.spec.budgets.pool_label)
-        delete_node = False
-        drain = False
-        events: list[EmitEvent] = []
-        opened: list[CreateTicket] = []
-        for action in decision.actions:
-            if isinstance(action, CreateTest):
-                self._create_test(policy, node_name, action, counts)
-            elif isinstance(action, CancelTest):
-                self._cancel_test(view, node_name, action, now, counts)
-            elif isinstance(action, CreateTicket):
-                if self._create_ticket(policy, body, action, view, counts):
-                    opened.append(action)
-            elif isinstance(action, SetTicketPhase):
-                self._ticket_status(view, node_name, action.name, action.phase, action.message, now)
-            elif isinstance(action, CloseTicket):
-                self._ticket_status(
-                    view, node_name, action.name, TicketPhase.CLOSED, action.message, now
-                )
-            elif isinstance(action, RaiseCycle):
-                self._raise_cycle(view, node_name, action, now)
-            elif isinstance(action, Retire):
-                if action.name:
-                    self._ticket_status(
-                        view, node_name, action.name, TicketPhase.RETIRED, "retired", now
-                    )
-                delete_node = delete_node or action.delete_node
-            elif isinstance(action, EmitEvent):
-                if self.settings.routine_events or not action.routine:
-                    events.append(action)
-            elif isinstance(action, Drain):
-                drain = True
-            elif isinstance(action, DeleteNode):
-                delete_node = True
-        patch = plan_node_patch(node, decision.actions)
+        plan = decision.plan
+        opened: set[str] = set()
+        for step in plan.stage(Stage.OBJECTS):
+            self._apply_object(policy, body, step, view, now, counts, opened)
+        patch = plan_node_patch(node, _actions(plan.stage(Stage.NODE_PATCH)))
         if not patch.empty:
             rv = str(body["metadata"].get("resourceVersion", ""))
             self.writer.patch_node(node_name, patch.body(rv))
             self.expect_nodes[node_name] = rv
             counts["node-patches"] += 1
-        if drain:
+        if plan.stage(Stage.EVICTIONS):
             self._drain(node_name, patch, node, counts)
-        # A new ticket's status (Open, its history) after the taint: the ticket itself,
-        # created before the patch, is the record of why (a ticket without a status
-        # reads as Open), so the quarantine waits for one write less.
-        for ticket in opened:
-            self._open_ticket_status(ticket, now)
-        # Events last: they only tell; the objects and the node already say it all.
-        for event in events:
-            self.writer.event(
-                kind="Node",
-                name=node_name,
-                uid=node.uid or None,
-                reason=event.reason,
-                message=event.message,
-                now=now,
-                warning=event.warning,
-            )
+        for step in plan.stage(Stage.STATUSES):
+            if isinstance(step, OpenTicketStatus) and step.name in opened:
+                self._open_ticket_status(step.name, step.message, now)
+        for step in plan.stage(Stage.EVENTS):
+            if isinstance(step, EmitEvent) and (self.settings.routine_events or not step.routine):
+                self.writer.event(
+                    kind="Node",
+                    name=node_name,
+                    uid=node.uid or None,
+                    reason=step.reason,
+                    message=step.message,
+                    now=now,
+                    warning=step.warning,
+                )
         if decision.changed:
             counts[f"to-{decision.state.value.lower()}"] += 1
             if decision.state == NodeState.QUARANTINED:
@@ -160,8 +129,41 @@ class Executor(TestRunner):
                 trigger=decision.event,
                 note=decision.note,
             )
-        if delete_node:
+        if plan.deletes_node:
             self.writer.delete_node(node_name)
+
+    def _apply_object(
+        self,
+        policy: SDCPolicy,
+        body: Mapping[str, Any],
+        step: Step,
+        view: FleetView,
+        now: dt.datetime,
+        counts: Counter[str],
+        opened: set[str],
+    ) -> None:
+        """One step of the objects stage; ``opened`` gathers the tickets created."""
+        node_name = str(body["metadata"]["name"])
+        match step:
+            case CreateTest():
+                self._create_test(policy, node_name, step, counts)
+            case CancelTest():
+                self._cancel_test(view, node_name, step, now, counts)
+            case CreateTicket():
+                if self._create_ticket(policy, body, step, view, counts):
+                    opened.add(step.name)
+            case SetTicketPhase(phase=phase, name=name, message=message):
+                self._ticket_status(view, node_name, name, phase, message, now)
+            case CloseTicket(name=name, message=message):
+                self._ticket_status(view, node_name, name, TicketPhase.CLOSED, message, now)
+            case RaiseCycle():
+                self._raise_cycle(view, node_name, step, now)
+            case Retire(name=name) if name:
+                self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
+            case Retire():
+                pass
+            case _:
+                raise ValueError(f"{type(step).__name__} is not a node decision's object step")
 
     def refused_delete(
         self, policy: SDCPolicy, decision: Decision, view: FleetView, now: dt.datetime
@@ -169,11 +171,7 @@ class Executor(TestRunner):
         """A decision that deletes the Node while the operator may not delete Nodes is
         not applied at all (the node stays as it is, its ticket too); told once per node
         in a log line and a Warning Event that name the chart value to set."""
-        deletes = any(
-            isinstance(a, DeleteNode) or (isinstance(a, Retire) and a.delete_node)
-            for a in decision.actions
-        )
-        if not deletes or self.node_delete_allowed(now) is not False:
+        if not decision.plan.deletes_node or self.node_delete_allowed(now) is not False:
             self._told_forbidden.discard(decision.node)
             return False
         node = decision.node
@@ -385,18 +383,16 @@ class Executor(TestRunner):
         found = [f for name in evidence if name in by_name for f in by_name[name].findings]
         return found[:64]
 
-    def _open_ticket_status(self, action: CreateTicket, now: dt.datetime) -> None:
+    def _open_ticket_status(self, name: str, message: str, now: dt.datetime) -> None:
         at = _second(now)
         status = RepairTicketStatus(
             phase=TicketPhase.OPEN,
             cycle=1,
             opened_at=at,
-            history=[
-                HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(action.message))
-            ],
+            history=[HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))],
         )
         self.writer.patch_custom_status(
-            "repairtickets", action.name, to_patch(status, "phase", "cycle", "opened_at", "history")
+            "repairtickets", name, to_patch(status, "phase", "cycle", "opened_at", "history")
         )
 
     def _restore_ticket_status(
@@ -410,7 +406,7 @@ class Executor(TestRunner):
             if body.get("status") or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"
-            self._open_ticket_status(CreateTicket(str(meta.get("name", "")), (), message), created)
+            self._open_ticket_status(str(meta.get("name", "")), message, created)
             counts["ticket-status-restored"] += 1
 
     def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:
@@ -503,3 +499,11 @@ class Executor(TestRunner):
 def _second(now: dt.datetime) -> dt.datetime:
     """``now`` in UTC to the second, as Kubernetes writes times."""
     return now.astimezone(dt.UTC).replace(microsecond=0)
+
+
+_LIFECYCLE_ACTIONS = get_args(Action)
+
+
+def _actions(steps: tuple[Step, ...]) -> list[Action]:
+    """The node-patch stage's steps (all lifecycle actions) for ``plan_node_patch``."""
+    return [s for s in steps if isinstance(s, _LIFECYCLE_ACTIONS)]

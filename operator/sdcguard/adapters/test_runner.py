@@ -37,6 +37,7 @@ from sdcguard.domain import baselines, keys
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.plan import Plan
 from sdcguard.domain.seeds import screening_seed
 from sdcguard.domain.testphase import (
     CreateJob,
@@ -305,46 +306,49 @@ class TestRunner(ReconcilerState):
         if judgement is not None:
             verdict, reason, message = judgement.verdict, judgement.reason, judgement.message
         finished: SDCTest | None = None
-        for action in row.actions:
-            if isinstance(action, CreateJob):
-                assert node is not None and node_body is not None
-                self._end_predecessors(test, view, counts)
-                manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
-                self.writer.create_job(manifest)
-                counts["jobs-created"] += 1
-            elif isinstance(action, DeleteJob):
-                self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
-                counts["jobs-deleted"] += 1
-            elif isinstance(action, MarkAwaitingBaseline):
-                conds = set_condition(
-                    status.conditions,
-                    "AwaitingBaseline",
-                    "True",
-                    "AwaitingQuorum",
-                    "digests recorded; waiting for enough nodes to agree on a baseline",
-                    now,
-                )
-                if conds != status.conditions:
-                    status = status.model_copy(update={"conditions": conds})
-                    self._write_test_status(test, status)
-            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RESERVING:
-                status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
-                self._write_test_status(test, status)
-            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RUNNING:
-                status = self._running_status(test, status, now)
-                self._write_test_status(test, status)
-            elif isinstance(action, WriteStatus):
-                if judgement is not None:
-                    self._count_judgement(judgement, finished_at, now)
-                    status = status.model_copy(
-                        update={
-                            "checks": judgement.check_statuses(),
-                            "fingerprint_hash": (
-                                judgement.fingerprint.hash if judgement.fingerprint else None
-                            ),
-                        }
+        for step in Plan.of(row.actions).steps:  # all in the objects stage, in row order
+            match step:
+                case CreateJob():
+                    assert node is not None and node_body is not None
+                    self._end_predecessors(test, view, counts)
+                    manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
+                    self.writer.create_job(manifest)
+                    counts["jobs-created"] += 1
+                case DeleteJob():
+                    self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
+                    counts["jobs-deleted"] += 1
+                case MarkAwaitingBaseline():
+                    conds = set_condition(
+                        status.conditions,
+                        "AwaitingBaseline",
+                        "True",
+                        "AwaitingQuorum",
+                        "digests recorded; waiting for enough nodes to agree on a baseline",
+                        now,
                     )
-                finished = self._finish(test, status, verdict, reason, message, now, counts)
+                    if conds != status.conditions:
+                        status = status.model_copy(update={"conditions": conds})
+                        self._write_test_status(test, status)
+                case WriteStatus() if row.target == SDCTestPhase.RESERVING:
+                    status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
+                    self._write_test_status(test, status)
+                case WriteStatus() if row.target == SDCTestPhase.RUNNING:
+                    status = self._running_status(test, status, now)
+                    self._write_test_status(test, status)
+                case WriteStatus():
+                    if judgement is not None:
+                        self._count_judgement(judgement, finished_at, now)
+                        status = status.model_copy(
+                            update={
+                                "checks": judgement.check_statuses(),
+                                "fingerprint_hash": (
+                                    judgement.fingerprint.hash if judgement.fingerprint else None
+                                ),
+                            }
+                        )
+                    finished = self._finish(test, status, verdict, reason, message, now, counts)
+                case _:
+                    raise ValueError(f"{type(step).__name__} is not an SDCTest step")
         if finished is not None:
             return finished
         return test.model_copy(update={"status": status})

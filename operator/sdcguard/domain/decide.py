@@ -88,6 +88,7 @@ from sdcguard.domain.lifecycle import (
     transition,
 )
 from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
+from sdcguard.domain.plan import Plan
 
 PROBE_TOLERATED_CORDON = "node.kubernetes.io/unschedulable"
 """The cordon taint: probe Pods tolerate it so cordoned (quarantined) nodes can be verified."""
@@ -135,6 +136,11 @@ class Decision:
     def changed(self) -> bool:
         """Whether the node changes state."""
         return self.event is not None and self.state != self.previous
+
+    @property
+    def plan(self) -> Plan:
+        """``actions`` in the order the executor applies them (see ``domain.plan``)."""
+        return Plan.of(self.actions)
 
 
 @dataclass
