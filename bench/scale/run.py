@@ -314,6 +314,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     from sdcguard.adapters.kube import KubeWriter
     from sdcguard.adapters.reconciler import FleetView, Reconciler
     from sdcguard.api.policy import DEFAULT_ACCELERATORS
+    from sdcguard.domain.observed import NodeSnapshot
     from sdcguard.logs import configure_logging
     from sdcguard.metrics import Metrics
     from sdcguard.settings import Settings
@@ -338,7 +339,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     policy = next(p for p in crs("sdcpolicies") if p["metadata"]["name"] == "bench")
     t0 = time.perf_counter()
     view = FleetView(
-        nodes={n["metadata"]["name"]: observe.trim_node(n) for n in nodes},
+        nodes={n["metadata"]["name"]: NodeSnapshot.from_body(n) for n in nodes},
         baselines={b["metadata"]["name"]: b for b in baselines},
         operator_started=dt.datetime.now(dt.UTC),
     )

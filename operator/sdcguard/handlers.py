@@ -33,6 +33,7 @@ from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import GROUP, VERSION, SDCPolicy, SDCTestPhase
 from sdcguard.api.policy import NodeSelector
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
+from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings, load_settings
@@ -155,10 +156,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 @kopf.index("", "v1", "nodes")
-async def nodes_index(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+async def nodes_index(
+    body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
+) -> dict[str, NodeSnapshot]:
     rt = _rt(memo)
     _poke(rt, [name])
-    return {name: observe.trim_node(body)}
+    return {name: NodeSnapshot.from_body(body)}
 
 
 @kopf.index("", "v1", "pods")

@@ -17,7 +17,7 @@ from sdcguard.api import RepairTicketStatus, TicketPhase
 from sdcguard.domain import keys
 from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import Drain, EmitEvent, Event, NodeState
-from sdcguard.domain.observed import Observed
+from sdcguard.domain.observed import NodeSnapshot, Observed
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 from tests.unit.factories import NOW, node, policy, ticket
@@ -80,6 +80,10 @@ def _body(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
+def _snapshot(body: dict[str, Any]) -> NodeSnapshot:
+    return NodeSnapshot.from_body(body)
+
+
 def _policy_body(**quarantine: Any) -> dict[str, Any]:
     return {
         "apiVersion": "sdcguard.dev/v1alpha1",
@@ -94,7 +98,7 @@ def _run(eviction: EvictionResult | Exception) -> tuple[Reconciler, _Recorder]:
     writer = _Recorder(api=client.ApiClient(), metrics=metrics)
     writer.eviction = eviction
     rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
-    view = FleetView(nodes={"gpu-1": _body()}, policies={"fleet": {}})
+    view = FleetView(nodes={"gpu-1": _snapshot(_body())}, policies={"fleet": {}})
     rec.run_pass(_policy_body(), view, NOW)
     return rec, writer
 
@@ -202,7 +206,9 @@ def test_an_illegal_transition_costs_only_its_node(monkeypatch: Any) -> None:
         "annotations": {},
     }
     fresh["spec"] = {"taints": [{"key": "sdcguard.dev/unqualified", "effect": "NoSchedule"}]}
-    view = FleetView(nodes={"gpu-1": _body(), "gpu-2": fresh}, policies={"fleet": {}})
+    view = FleetView(
+        nodes={"gpu-1": _snapshot(_body()), "gpu-2": _snapshot(fresh)}, policies={"fleet": {}}
+    )
     rec.run_pass(_policy_body(), view, NOW)
     kinds = [kind for kind, _ in writer.calls]
     assert "sdctests-create" in kinds, "the other node's acceptance test starts"
@@ -265,7 +271,7 @@ def test_idle_and_pending_demand_use_the_policys_accelerators() -> None:
         writer = _Recorder(api=client.ApiClient(), metrics=metrics)
         rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
         view = FleetView(
-            nodes={"trn-1": _neuron_node("trn-1"), "trn-2": _neuron_node("trn-2")},
+            nodes={n: _snapshot(_neuron_node(n)) for n in ("trn-1", "trn-2")},
             policies={"fleet": {}},
         )
         for pod in pods:
@@ -325,8 +331,8 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
         settings=Settings(metrics_port=0),
         metrics=metrics,
     )
-    body = _body()
-    facts = NodeFacts.from_body(body, policy.spec.accelerators)
+    body = _snapshot(_body())
+    facts = NodeFacts.from_snapshot(body, policy.spec.accelerators)
     job = build_probe_job(rec.probe_request(policy, test, facts, body))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["/opt/probe/bin/sdcprobe"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any, get_args
 
 import structlog
@@ -55,7 +54,7 @@ from sdcguard.domain.lifecycle import (
     SetTicketPhase,
 )
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
-from sdcguard.domain.observed import NodeFacts, TestFacts, TicketFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, TestFacts, TicketFacts
 from sdcguard.domain.plan import OpenTicketStatus, Stage, Step
 from sdcguard.domain.testphase import (
     TestEvent,
@@ -90,14 +89,16 @@ class Executor(TestRunner):
         repeat a no-op (an Event may be lost)."""
         node_name = decision.node
         body = view.nodes[node_name]
-        node = NodeFacts.from_body(body, policy.spec.accelerators, policy.spec.budgets.pool_label)
+        node = NodeFacts.from_snapshot(
+            body, policy.spec.accelerators, policy.spec.budgets.pool_label
+        )
         plan = decision.plan
         opened: set[str] = set()
         for step in plan.stage(Stage.OBJECTS):
             self._apply_object(policy, body, step, view, now, counts, opened)
         patch = plan_node_patch(node, _actions(plan.stage(Stage.NODE_PATCH)))
         if not patch.empty:
-            rv = str(body["metadata"].get("resourceVersion", ""))
+            rv = body.resource_version
             self.writer.patch_node(node_name, patch.body(rv))
             self.expect_nodes[node_name] = rv
             counts["node-patches"] += 1
@@ -135,7 +136,7 @@ class Executor(TestRunner):
     def _apply_object(
         self,
         policy: SDCPolicy,
-        body: Mapping[str, Any],
+        body: NodeSnapshot,
         step: Step,
         view: FleetView,
         now: dt.datetime,
@@ -143,7 +144,7 @@ class Executor(TestRunner):
         opened: set[str],
     ) -> None:
         """One step of the objects stage; ``opened`` gathers the tickets created."""
-        node_name = str(body["metadata"]["name"])
+        node_name = body.name
         match step:
             case CreateTest():
                 self._create_test(policy, node_name, step, counts)
@@ -188,7 +189,8 @@ class Executor(TestRunner):
                 policy=policy.metadata.name,
                 chart_value="rbac.allowNodeDelete=true",
             )
-            uid = (view.nodes.get(node) or {}).get("metadata", {}).get("uid")
+            seen = view.nodes.get(node)
+            uid = seen.uid if seen is not None else None
             self.writer.event(
                 kind="Node",
                 name=node,
@@ -335,25 +337,24 @@ class Executor(TestRunner):
     def _create_ticket(
         self,
         policy: SDCPolicy,
-        node_body: Mapping[str, Any],
+        node_body: NodeSnapshot,
         action: CreateTicket,
         view: FleetView,
         counts: Counter[str],
     ) -> bool:
         """Create the ticket; False when it existed (its status is then left alone)."""
         evidence = list(dict.fromkeys(action.evidence))
-        findings = self._findings(view, str(node_body["metadata"]["name"]), evidence)
-        meta, spec = node_body["metadata"], node_body["spec"]
+        name = node_body.name
+        findings = self._findings(view, name, evidence)
         ticket = RepairTicket(
-            metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: meta["name"][:63]}),
+            metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: name[:63]}),
             spec=RepairTicketSpec(
-                node_name=meta["name"],
+                node_name=name,
                 policy_ref=policy.metadata.name,
                 hardware=HardwareIdentity.model_validate(
                     {
-                        "providerID": spec.get("providerID") or None,
-                        "systemUUID": (node_body["status"].get("nodeInfo") or {}).get("systemUUID")
-                        or None,
+                        "providerID": node_body.provider_id or None,
+                        "systemUUID": node_body.system_uuid or None,
                     }
                 ),
                 evidence=evidence,

@@ -82,15 +82,13 @@ def idle_since(name: str, accelerators: Iterable[str], view: FleetView) -> dt.da
     last = view.last_busy.get(name)
     if last is not None:
         return last
-    created = keys.parse_time(view.nodes[name]["metadata"].get("creationTimestamp"))
-    return created or _EPOCH
+    return view.nodes[name].created or _EPOCH
 
 
 def needed(name: str, accelerators: list[str], view: FleetView) -> bool:
     """A pending pod asks for this node's kind of accelerator and would fit its labels."""
-    body = view.nodes[name]
-    labels = body["metadata"].get("labels") or {}
-    allocatable = body["status"].get("allocatable") or {}
+    node = view.nodes[name]
+    labels, allocatable = node.labels, node.allocatable
     offered = {r for r in accelerators if str(allocatable.get(r, "0")) not in ("0", "")}
     for demand in view.pending:
         if not offered & set(demand.resources):

@@ -1,8 +1,9 @@
-"""Small immutable snapshots of watched objects, kept in Kopf's in-memory indexes.
+"""Small immutable snapshots of watched Pods and Jobs, kept in Kopf's in-memory indexes
+(Nodes: ``domain.observed.NodeSnapshot``).
 
-A 5,000-node fleet means 5,000 Node bodies; keeping a few fields of each
-instead of the whole body keeps the operator's memory flat, and these
-snapshots are what the reconciler turns into domain observations.
+A 5,000-node fleet means 5,000 Node bodies and their pods; keeping a few fields of each
+instead of the whole body keeps the operator's memory flat, and these snapshots are
+what the reconciler turns into domain observations.
 """
 
 from __future__ import annotations
@@ -17,53 +18,6 @@ from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTAT
 from sdcguard.domain.judging import NEVER_STARTED_REASONS
 from sdcguard.domain.keys import parse_time
 from sdcguard.domain.quantity import whole_quantity
-
-OUR_PREFIX = "sdcguard.dev/"
-
-
-KEPT_FOREIGN_ANNOTATIONS = (
-    "cluster-autoscaler.kubernetes.io/scale-down-disabled",
-    "karpenter.sh/do-not-disrupt",
-)
-
-
-def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a Node that sdcguard reads, in the Node's own shape.
-
-    ``NodeFacts.from_body`` reads the result exactly as it reads a full Node.
-    """
-    meta = body.get("metadata", {}) or {}
-    spec = body.get("spec", {}) or {}
-    status = body.get("status", {}) or {}
-    annotations = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if k.startswith(OUR_PREFIX) or k in KEPT_FOREIGN_ANNOTATIONS
-    }
-    return {
-        "metadata": {
-            "name": meta.get("name", ""),
-            "uid": meta.get("uid", ""),
-            "resourceVersion": meta.get("resourceVersion", ""),
-            "creationTimestamp": meta.get("creationTimestamp"),
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": annotations,
-        },
-        "spec": {
-            "taints": [dict(t) for t in spec.get("taints") or []],
-            "unschedulable": bool(spec.get("unschedulable", False)),
-            "providerID": spec.get("providerID", ""),
-        },
-        "status": {
-            "allocatable": dict(status.get("allocatable") or {}),
-            "conditions": [
-                {"type": c.get("type"), "status": c.get("status")}
-                for c in status.get("conditions") or []
-                if c.get("type") == "Ready"
-            ],
-            "nodeInfo": {"systemUUID": (status.get("nodeInfo") or {}).get("systemUUID", "")},
-        },
-    }
 
 
 def is_extended_resource(name: str) -> bool:

@@ -25,7 +25,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member
-from sdcguard.domain.observed import NodeFacts, Observed, TestFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts
 from sdcguard.domain.selection import Selector
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
@@ -61,7 +61,7 @@ def _has_outcome(observed: Observed) -> bool:
 class FleetView:
     """A consistent copy of the indexes for one pass."""
 
-    nodes: dict[str, dict[str, Any]]
+    nodes: dict[str, NodeSnapshot]
     busy: dict[str, list[observe.PodUse]] = field(default_factory=dict)
     pending: list[observe.PendingDemand] = field(default_factory=list)
     probe_pods: dict[str, list[observe.ProbePod]] = field(default_factory=dict)
@@ -302,14 +302,13 @@ class ReconcilerState:
         ticket: RepairTicket | None = self._cached(self._tickets, body, parse)
         return ticket
 
-    def _node_facts(self, body: Mapping[str, Any], spec: Any) -> NodeFacts:
-        meta = body["metadata"]
-        key = (_rv(body), tuple(spec.accelerators), spec.budgets.pool_label)
-        cached = self._facts.get(meta["name"])
+    def _node_facts(self, snapshot: NodeSnapshot, spec: Any) -> NodeFacts:
+        key = (snapshot.resource_version, tuple(spec.accelerators), spec.budgets.pool_label)
+        cached = self._facts.get(snapshot.name)
         if cached is not None and cached[0] == key and key[0]:
             return cached[1]
-        node = NodeFacts.from_body(body, spec.accelerators, spec.budgets.pool_label)
-        self._facts[meta["name"]] = (key, node)
+        node = NodeFacts.from_snapshot(snapshot, spec.accelerators, spec.budgets.pool_label)
+        self._facts[snapshot.name] = (key, node)
         return node
 
     def _prune(self, view: FleetView) -> None:

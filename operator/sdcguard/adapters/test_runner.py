@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -36,7 +34,7 @@ from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_na
 from sdcguard.domain import baselines, keys
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
-from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.plan import Plan
 from sdcguard.domain.seeds import screening_seed
 from sdcguard.domain.testphase import (
@@ -63,11 +61,11 @@ class TestRunner(ReconcilerState):
     __test__ = False
 
     def probe_request(
-        self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: Mapping[str, Any]
+        self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: NodeSnapshot
     ) -> ProbeJobRequest:
         spec = policy.spec
         checks = spec.suites.checks(test.spec.suite)
-        capacity = (node_body.get("status") or {}).get("allocatable") or {}
+        capacity = node_body.allocatable
         resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
         count = int(str(capacity.get(resource, "0"))) if resource else 0
         budget = spec.probe.budget_seconds
@@ -250,7 +248,7 @@ class TestRunner(ReconcilerState):
     def _report_suspect(self, node: str, why: str, view: FleetView) -> None:
         """Mark a node suspect the way a workload would (the lifecycle takes it from there)."""
         body = view.nodes.get(node)
-        if body is None or keys.REQUEST_SUSPECT in (body["metadata"].get("annotations") or {}):
+        if body is None or keys.REQUEST_SUSPECT in body.annotations:
             return
         self.writer.patch_node(node, {"metadata": {"annotations": {keys.REQUEST_SUSPECT: why}}})
 
@@ -259,7 +257,7 @@ class TestRunner(ReconcilerState):
         policy: SDCPolicy,
         test: SDCTest,
         node: NodeFacts | None,
-        node_body: Mapping[str, Any] | None,
+        node_body: NodeSnapshot | None,
         view: FleetView,
         now: dt.datetime,
         counts: Counter[str],
