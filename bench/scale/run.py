@@ -313,6 +313,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     from sdcguard.adapters import observe
     from sdcguard.adapters.kube import KubeWriter
     from sdcguard.adapters.reconciler import FleetView, Reconciler
+    from sdcguard.api import SDCBaseline
     from sdcguard.api.policy import DEFAULT_ACCELERATORS
     from sdcguard.domain.observed import NodeSnapshot
     from sdcguard.logs import configure_logging
@@ -340,7 +341,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     t0 = time.perf_counter()
     view = FleetView(
         nodes={n["metadata"]["name"]: NodeSnapshot.from_body(n) for n in nodes},
-        baselines={b["metadata"]["name"]: b for b in baselines},
+        baselines={b["metadata"]["name"]: SDCBaseline.model_validate(b) for b in baselines},
         operator_started=dt.datetime.now(dt.UTC),
     )
     for pod in pods:

@@ -30,7 +30,7 @@ from sdcguard.adapters import observe, reports, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.pass_state import FleetView, UrgentWork
 from sdcguard.adapters.reconciler import Reconciler
-from sdcguard.api import GROUP, VERSION, SDCPolicy, SDCTestPhase
+from sdcguard.api import GROUP, VERSION, SDCBaseline, SDCPolicy, SDCTestPhase
 from sdcguard.api.policy import NodeSelector
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.domain.observed import NodeSnapshot
@@ -344,10 +344,16 @@ async def policies_index(
 @kopf.index(GROUP, VERSION, "sdcbaselines")
 async def baselines_index(
     body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, SDCBaseline]:
+    """Every SDCBaseline, parsed once here; an unreadable one is left out (and logged):
+    no test is judged against it."""
     rt = _rt(memo)
     _poke(rt)
-    return {name: dict(body)}
+    try:
+        return {name: SDCBaseline.model_validate(body)}
+    except ValidationError as exc:
+        log.warning("unreadable SDCBaseline skipped", baseline=name, error=str(exc)[:300])
+        return {}
 
 
 # The reconcile loop ----------------------------------------------------------

@@ -20,6 +20,7 @@ from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     CheckSpec,
     RepairTicket,
+    SDCBaseline,
     SDCTest,
     Verdict,
 )
@@ -68,7 +69,8 @@ class FleetView:
     probe_jobs: dict[str, observe.ProbeJob] = field(default_factory=dict)
     tests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     tickets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    baselines: dict[str, SDCBaseline] = field(default_factory=dict)
+    """Every readable SDCBaseline, parsed once by the index handler."""
     last_busy: dict[str, dt.datetime] = field(default_factory=dict)
     operator_started: dt.datetime | None = None
     policies: dict[str, Selector] = field(default_factory=dict)

@@ -8,7 +8,6 @@ from collections import Counter
 
 import structlog
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from sdcguard.adapters.pass_state import (
     PROBE_VANISHED_GRACE,
@@ -185,14 +184,7 @@ class TestRunner(ReconcilerState):
         return judgement
 
     def _baseline_specs(self, view: FleetView) -> dict[str, SDCBaselineSpec]:
-        specs: dict[str, SDCBaselineSpec] = {}
-        for body in view.baselines.values():
-            try:
-                baseline = SDCBaseline.model_validate(body)
-            except ValidationError:
-                continue
-            specs[baseline.spec.fingerprint.hash] = baseline.spec
-        return specs
+        return {b.spec.fingerprint.hash: b.spec for b in view.baselines.values()}
 
     def _record_candidate(
         self,
@@ -207,8 +199,7 @@ class TestRunner(ReconcilerState):
         fp = judgement.fingerprint
         assert fp is not None
         name = baseline_name(fp.hash)
-        body = view.baselines.get(name)
-        current = SDCBaseline.model_validate(body) if body is not None else None
+        current = view.baselines.get(name)
         candidates = current.status.candidates if current and current.status else []
         if any(
             c.node_name == test.spec.node_name and c.test_name == test.metadata.name
@@ -225,19 +216,15 @@ class TestRunner(ReconcilerState):
             settings=policy.spec.baseline,
             now=now,
         )
-        spec_body = to_body(update.spec)
-        status_body = to_body(update.status)
         if current is None:
             baseline = SDCBaseline(metadata=ObjectMeta(name=name), spec=update.spec)
             self.writer.create_custom("sdcbaselines", to_body(baseline))
         elif update.spec != current.spec:
-            self.writer.patch_custom("sdcbaselines", name, {"spec": spec_body})
-        self.writer.patch_custom_status("sdcbaselines", name, status_body)
-        view.baselines[name] = {
-            "metadata": {"name": name},
-            "spec": spec_body,
-            "status": status_body,
-        }
+            self.writer.patch_custom("sdcbaselines", name, {"spec": to_body(update.spec)})
+        self.writer.patch_custom_status("sdcbaselines", name, to_body(update.status))
+        view.baselines[name] = SDCBaseline(
+            metadata=ObjectMeta(name=name), spec=update.spec, status=update.status
+        )
         log.info(
             "baseline candidate", baseline=name, node=test.spec.node_name, message=update.message
         )
