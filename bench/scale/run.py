@@ -355,7 +355,9 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     for test in tests:
         view.tests.setdefault(test["spec"]["nodeName"], []).append(test)
     for ticket in tickets:
-        view.tickets.setdefault(ticket["spec"]["nodeName"], []).append(ticket)
+        view.tickets.setdefault(ticket["spec"]["nodeName"], []).append(
+            observe.TicketSnapshot.from_body(ticket)
+        )
     build = time.perf_counter() - t0
     metrics = Metrics()
     reconciler = Reconciler(

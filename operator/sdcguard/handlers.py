@@ -243,27 +243,6 @@ async def probe_jobs_index(
     return {job.test_name: job}
 
 
-def _trim(body: kopf.Body) -> dict[str, Any]:
-    """Our own resource without what the operator never reads (managedFields, Kopf's
-    copy of the last spec): thousands of them stay in memory."""
-    meta = body.get("metadata", {})
-    kept = {
-        k: meta[k]
-        for k in ("name", "uid", "resourceVersion", "generation", "creationTimestamp", "labels")
-        if k in meta
-    }
-    annotations = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if k != f"{GROUP}/last-handled-configuration"
-    }
-    if annotations:
-        kept["annotations"] = annotations
-    trimmed: dict[str, Any] = {k: v for k, v in body.items() if k != "metadata"}
-    trimmed["metadata"] = kept
-    return trimmed
-
-
 FINISHED_PHASES = frozenset(p.value for p in SDCTestPhase if p.finished)
 KEPT_FINISHED_STATUS = (
     "phase",
@@ -281,7 +260,7 @@ def _trim_test(body: kopf.Body) -> dict[str, Any]:
     """An SDCTest as the operator reads it: a finished one keeps its outcome and each
     check's name, verdict and where it located a fault (for the RepairTicket), not
     digests, metrics or conditions (kubectl shows those)."""
-    trimmed = _trim(body)
+    trimmed = observe.trim_own(body)
     status = trimmed.get("status") or {}
     if status.get("phase") in FINISHED_PHASES:
         kept = {k: status[k] for k in KEPT_FINISHED_STATUS if k in status}
@@ -317,11 +296,11 @@ async def tests_index(
 @kopf.index(GROUP, VERSION, "repairtickets")
 async def tickets_index(
     body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, observe.TicketSnapshot]:
     rt = _rt(memo)
     node = str(spec.get("nodeName", ""))
     _poke(rt, [node])
-    return {node: _trim(body)}
+    return {node: observe.TicketSnapshot.from_body(body)}
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")

@@ -250,14 +250,16 @@ def test_a_probe_pods_result_is_kept_compressed_and_read_back_intact() -> None:
 
 
 def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
-    def ticket(name: str, age: dt.timedelta) -> dict[str, Any]:
+    def ticket(name: str, age: dt.timedelta) -> observe.TicketSnapshot:
         created = keys.format_time(NOW - age)
-        return {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "RepairTicket",
-            "metadata": {"name": name, "resourceVersion": "7", "creationTimestamp": created},
-            "spec": {"nodeName": "gpu-0", "policyRef": "fleet", "evidence": []},
-        }
+        return observe.TicketSnapshot.from_body(
+            {
+                "apiVersion": "sdcguard.dev/v1alpha1",
+                "kind": "RepairTicket",
+                "metadata": {"name": name, "resourceVersion": "7", "creationTimestamp": created},
+                "spec": {"nodeName": "gpu-0", "policyRef": "fleet", "evidence": []},
+            }
+        )
 
     nodes = {"gpu-0": _node_body("gpu-0")}
     rec, writer = _reconciler()

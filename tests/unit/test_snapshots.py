@@ -7,6 +7,7 @@ import datetime as dt
 
 import pytest
 
+from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Taint
 
 BODY = {
@@ -72,3 +73,41 @@ def test_facts_from_the_snapshot_are_the_facts_of_the_node() -> None:
 def test_a_node_without_status_is_not_ready_and_offers_nothing() -> None:
     snap = NodeSnapshot.from_body({"metadata": {"name": "bare"}})
     assert (snap.ready, dict(snap.allocatable), snap.created) == (False, {}, None)
+
+
+def test_a_ticket_snapshot_is_parsed_once_without_what_is_never_read() -> None:
+    body = {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "RepairTicket",
+        "metadata": {
+            "name": "gpu-1-0a1b2-4",
+            "resourceVersion": "9",
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "managedFields": [{"manager": "sdcguard"}],
+            "annotations": {"sdcguard.dev/last-handled-configuration": "{}"},
+        },
+        "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "evidence": ["t-1"]},
+        "status": {"phase": "Open", "openedAt": "2025-06-01T10:00:05Z"},
+    }
+    snap = TicketSnapshot.from_body(body)
+    assert (snap.name, snap.resource_version, snap.phase, snap.has_status) == (
+        "gpu-1-0a1b2-4",
+        "9",
+        "Open",
+        True,
+    )
+    assert snap.opened_at == dt.datetime(2025, 6, 1, 10, 0, 5, tzinfo=dt.UTC)
+    assert snap.ticket is not None and snap.ticket.spec.evidence == ["t-1"]
+    assert "managedFields" not in (snap.ticket.metadata.model_extra or {})
+    assert not snap.ticket.metadata.annotations
+    assert not hasattr(snap, "__dict__")
+
+
+def test_an_unreadable_ticket_still_counts_by_its_name_and_phase() -> None:
+    body = {
+        "metadata": {"name": "gpu-1-0a1b2-2"},
+        "spec": {"nodeName": "gpu-1", "evidence": "not a list"},
+        "status": {"phase": "Closed"},
+    }
+    snap = TicketSnapshot.from_body(body)
+    assert (snap.ticket, snap.phase, snap.name) == (None, "Closed", "gpu-1-0a1b2-2")

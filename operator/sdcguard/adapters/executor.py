@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from typing import Any, get_args
+from typing import get_args
 
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
     FleetView,
@@ -241,8 +242,8 @@ class Executor(TestRunner):
         counts: Counter[str],
     ) -> None:
         """Close, as Replaced, the tickets of a node deleted for replacement."""
-        for body in view.tickets.get(node_name, []):
-            ticket = self._ticket_obj(body)
+        for seen in view.tickets.get(node_name, []):
+            ticket = seen.ticket
             if ticket is None or ticket.spec.policy_ref != policy.metadata.name:
                 continue
             if not closes_as_replaced(TicketFacts.from_api(ticket), policy.spec, False):
@@ -397,23 +398,22 @@ class Executor(TestRunner):
         )
 
     def _restore_ticket_status(
-        self, bodies: list[dict[str, Any]], now: dt.datetime, counts: Counter[str]
+        self, tickets: list[TicketSnapshot], now: dt.datetime, counts: Counter[str]
     ) -> None:
         """A ticket whose status never came (the operator died between creating it and
         writing its status, which follows the taint) gets it, dated at its creation."""
-        for body in bodies:
-            meta = body.get("metadata") or {}
-            created = keys.parse_time(meta.get("creationTimestamp"))
-            if body.get("status") or created is None or now - created < TICKET_STATUS_GRACE:
+        for seen in tickets:
+            created = seen.created
+            if seen.has_status or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"
-            self._open_ticket_status(str(meta.get("name", "")), message, created)
+            self._open_ticket_status(seen.name, message, created)
             counts["ticket-status-restored"] += 1
 
     def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:
-        for body in view.tickets.get(node, []):
-            if body.get("metadata", {}).get("name") == name:
-                return self._ticket_obj(body)
+        for seen in view.tickets.get(node, []):
+            if seen.name == name:
+                return seen.ticket
         return None
 
     def _ticket_status(

@@ -45,12 +45,9 @@ def seq_floor(node: NodeFacts, tests: list[KnownTest], view: FleetView) -> NodeF
         number = seq(test.name)
         if number is not None and test.finished:
             done.append(number)
-    for body in view.tickets.get(node.name, []):
-        number = seq(str(body.get("metadata", {}).get("name", "")))
-        if number is not None and (body.get("status") or {}).get("phase") in (
-            "Closed",
-            "Retired",
-        ):
+    for ticket in view.tickets.get(node.name, []):
+        number = seq(ticket.name)
+        if number is not None and ticket.phase in ("Closed", "Retired"):
             done.append(number)
     floor = max(done, default=0)
     raw = node.annotations.get(keys.SEQ, "0")

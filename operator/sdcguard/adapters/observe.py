@@ -14,6 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from sdcguard.api import GROUP, RepairTicket
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTATION, TEST_LABEL
 from sdcguard.domain.judging import NEVER_STARTED_REASONS
 from sdcguard.domain.keys import parse_time
@@ -228,3 +231,57 @@ def probe_job(body: Mapping[str, Any]) -> ProbeJob | None:
         complete=complete,
         created=parse_time(meta.get("creationTimestamp")),
     )
+
+
+def trim_own(body: Mapping[str, Any]) -> dict[str, Any]:
+    """One of our own resources without what the operator never reads (managedFields,
+    Kopf's copy of the last spec): thousands of them stay in memory."""
+    meta = body.get("metadata", {}) or {}
+    kept = {
+        k: meta[k]
+        for k in ("name", "uid", "resourceVersion", "generation", "creationTimestamp", "labels")
+        if k in meta
+    }
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k != f"{GROUP}/last-handled-configuration"
+    }
+    if annotations:
+        kept["annotations"] = annotations
+    trimmed: dict[str, Any] = {k: v for k, v in body.items() if k != "metadata"}
+    trimmed["metadata"] = kept
+    return trimmed
+
+
+@dataclass(frozen=True, slots=True)
+class TicketSnapshot:
+    """A RepairTicket as the index keeps it: parsed once (``ticket`` None when it does not
+    validate), with what every pass reads of it, the unreadable ones included."""
+
+    name: str
+    resource_version: str = ""
+    created: dt.datetime | None = None
+    phase: str = ""
+    """status.phase as written ("" without a status)."""
+    opened_at: dt.datetime | None = None
+    has_status: bool = False
+    ticket: RepairTicket | None = None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> TicketSnapshot:
+        meta = body.get("metadata", {}) or {}
+        status = body.get("status") or {}
+        try:
+            ticket: RepairTicket | None = RepairTicket.model_validate(trim_own(body))
+        except ValidationError:
+            ticket = None
+        return cls(
+            name=str(meta.get("name", "")),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            created=parse_time(meta.get("creationTimestamp")),
+            phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",
+            opened_at=parse_time(status.get("openedAt")) if isinstance(status, Mapping) else None,
+            has_status=bool(status),
+            ticket=ticket,
+        )

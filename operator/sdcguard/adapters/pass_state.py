@@ -19,7 +19,6 @@ from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     CheckSpec,
-    RepairTicket,
     SDCBaseline,
     SDCTest,
     Verdict,
@@ -68,7 +67,7 @@ class FleetView:
     probe_pods: dict[str, list[observe.ProbePod]] = field(default_factory=dict)
     probe_jobs: dict[str, observe.ProbeJob] = field(default_factory=dict)
     tests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    tickets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    tickets: dict[str, list[observe.TicketSnapshot]] = field(default_factory=dict)
     baselines: dict[str, SDCBaseline] = field(default_factory=dict)
     """Every readable SDCBaseline, parsed once by the index handler."""
     last_busy: dict[str, dt.datetime] = field(default_factory=dict)
@@ -217,7 +216,6 @@ class ReconcilerState:
     # Parsed objects by name, with the resourceVersion they were parsed at: a pass
     # parses only what changed since the last one.
     _tests: dict[str, tuple[str, KnownTest | None]] = field(default_factory=dict)
-    _tickets: dict[str, tuple[str, RepairTicket | None]] = field(default_factory=dict)
     _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
     _samples: dict[str, tuple[str, breaker_mod.Sample]] = field(default_factory=dict)
     """Finished screenings (Pass or SDC) by test name, with their policy: the breaker's
@@ -294,16 +292,6 @@ class ReconcilerState:
                 self._samples[name] = sample
             self._samples_version += 1
 
-    def _ticket_obj(self, body: Mapping[str, Any]) -> RepairTicket | None:
-        def parse(body: Mapping[str, Any]) -> RepairTicket | None:
-            try:
-                return RepairTicket.model_validate(body)
-            except ValidationError:
-                return None
-
-        ticket: RepairTicket | None = self._cached(self._tickets, body, parse)
-        return ticket
-
     def _node_facts(self, snapshot: NodeSnapshot, spec: Any) -> NodeFacts:
         key = (snapshot.resource_version, tuple(spec.accelerators), spec.budgets.pool_label)
         cached = self._facts.get(snapshot.name)
@@ -320,18 +308,12 @@ class ReconcilerState:
             for bodies in view.tests.values()
             for b in bodies
         }
-        tickets = {
-            str((b.get("metadata") or {}).get("name", ""))
-            for bodies in view.tickets.values()
-            for b in bodies
-        }
+        tickets = {t.name for snapshots in view.tickets.values() for t in snapshots}
         for name in [n for n in self._tests if n not in tests]:
             del self._tests[name]
             self.test_nodes.pop(name, None)
             if self._samples.pop(name, None) is not None:
                 self._samples_version += 1
-        for name in [n for n in self._tickets if n not in tickets]:
-            del self._tickets[name]
         for name in [n for n in self._replaced if n not in tickets]:
             del self._replaced[name]
         for name in [n for n in self._facts if n not in view.nodes]:

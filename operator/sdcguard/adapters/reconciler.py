@@ -26,6 +26,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from sdcguard.adapters import observe
 from sdcguard.adapters.executor import Executor
 from sdcguard.adapters.observations import current_test, idle_since, needed, seq_floor
 from sdcguard.adapters.pass_state import (
@@ -556,10 +557,10 @@ class Reconciler(Executor, PolicyReporter):
             return False
         return True
 
-    def _open_ticket(self, bodies: list[dict[str, Any]]) -> TicketFacts | None:
+    def _open_ticket(self, seen: list[observe.TicketSnapshot]) -> TicketFacts | None:
         tickets = []
-        for body in bodies:
-            ticket = self._ticket_obj(body)
+        for snapshot in seen:
+            ticket = snapshot.ticket
             if ticket is None:
                 continue
             phase = ticket.status.phase if ticket.status else TicketPhase.OPEN
