@@ -312,6 +312,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     cluster's current objects (what the operator's indexes hold)."""
     from sdcguard.adapters import observe
     from sdcguard.adapters.kube import KubeWriter
+    from sdcguard.adapters.pass_state import TestSnapshot
     from sdcguard.adapters.reconciler import FleetView, Reconciler
     from sdcguard.api import SDCBaseline
     from sdcguard.api.policy import DEFAULT_ACCELERATORS
@@ -353,7 +354,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
         if pj := observe.probe_job(job):
             view.probe_jobs[pj.test_name] = pj
     for test in tests:
-        view.tests.setdefault(test["spec"]["nodeName"], []).append(test)
+        view.tests.setdefault(test["spec"]["nodeName"], []).append(TestSnapshot.from_body(test))
     for ticket in tickets:
         view.tickets.setdefault(ticket["spec"]["nodeName"], []).append(
             observe.TicketSnapshot.from_body(ticket)

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from sdcguard.adapters import observe, reports, ticket_sinks
 from sdcguard.adapters.kube import KubeWriter, make_api_client
-from sdcguard.adapters.pass_state import FleetView, UrgentWork
+from sdcguard.adapters.pass_state import FleetView, TestSnapshot, UrgentWork
 from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import GROUP, VERSION, SDCBaseline, SDCPolicy, SDCTestPhase
 from sdcguard.api.policy import NodeSelector
@@ -286,11 +286,11 @@ def _trim_test(body: kopf.Body) -> dict[str, Any]:
 @kopf.index(GROUP, VERSION, "sdctests")
 async def tests_index(
     body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, TestSnapshot]:
     rt = _rt(memo)
     node = str(spec.get("nodeName", ""))
     _poke(rt, [node])
-    return {node: _trim_test(body)}
+    return {node: TestSnapshot.from_body(_trim_test(body))}
 
 
 @kopf.index(GROUP, VERSION, "repairtickets")
@@ -403,11 +403,7 @@ def _view(
         )
     nodes_index = indexes["nodes_index"]
     tests = all_of("tests_index", only)
-    names = [
-        str(body.get("metadata", {}).get("name", ""))
-        for bodies in tests.values()
-        for body in bodies
-    ]
+    names = [t.name for snapshots in tests.values() for t in snapshots]
     jobs_index = indexes["probe_jobs_index"]
     return FleetView(
         nodes={k: first(nodes_index[k]) for k in only if k in nodes_index},

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from sdcguard.adapters.observe import TicketSnapshot
+from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Taint
 
 BODY = {
@@ -111,3 +112,31 @@ def test_an_unreadable_ticket_still_counts_by_its_name_and_phase() -> None:
     }
     snap = TicketSnapshot.from_body(body)
     assert (snap.ticket, snap.phase, snap.name) == (None, "Closed", "gpu-1-0a1b2-2")
+
+
+def _test_body(phase: str, **status: object) -> dict[str, object]:
+    return {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCTest",
+        "metadata": {"name": "gpu-1-0a1b2-5", "resourceVersion": "11"},
+        "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "suite": "requalification"},
+        "status": {"phase": phase, **status},
+    }
+
+
+def test_a_finished_test_is_kept_as_its_facts_a_running_one_whole() -> None:
+    done = TestSnapshot.from_body(
+        _test_body("Failed", verdict="SDC", checks=[{"name": "golden", "verdict": "SDC"}])
+    )
+    assert done.known is not None and done.known.running is None
+    assert (done.name, done.resource_version) == ("gpu-1-0a1b2-5", "11")
+    assert done.known.facts.failed_checks == {"golden"} and done.known.policy == "fleet"
+    running = TestSnapshot.from_body(_test_body("Running"))
+    assert running.known is not None and running.known.running is not None
+    assert running.known.running.spec.node_name == "gpu-1"
+    assert not hasattr(done, "__dict__")
+
+
+def test_an_unreadable_test_says_why() -> None:
+    seen = TestSnapshot.from_body(_test_body("Exploded"))
+    assert seen.known is None and "phase" in seen.error and seen.name == "gpu-1-0a1b2-5"

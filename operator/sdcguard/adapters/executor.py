@@ -14,7 +14,6 @@ from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
     FleetView,
-    _rv,
 )
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api import (
@@ -379,7 +378,7 @@ class Executor(TestRunner):
                 continue
             facts = known.facts
             written = self.expect_tests.get(known.name)
-            if written is not None and written[0] == _rv(body):
+            if written is not None and written[0] == body.resource_version:
                 facts = TestFacts.from_api(written[1])  # judged in this pass, not back yet
             by_name[known.name] = facts
         found = [f for name in evidence if name in by_name for f in by_name[name].findings]

@@ -362,7 +362,7 @@ class Reconciler(Executor, PolicyReporter):
                     )
                     if test is not known.running:
                         known = KnownTest.of(test)
-                        self._note_sample(test.metadata.name, node_name, test)
+                        self._note_sample(test.metadata.name, node_name, known)
                 tests_by_node.setdefault(node_name, []).append(known)
 
         return tests_by_node
