@@ -312,8 +312,11 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     cluster's current objects (what the operator's indexes hold)."""
     from sdcguard.adapters import observe
     from sdcguard.adapters.kube import KubeWriter
+    from sdcguard.adapters.pass_state import TestSnapshot
     from sdcguard.adapters.reconciler import FleetView, Reconciler
+    from sdcguard.api import SDCBaseline
     from sdcguard.api.policy import DEFAULT_ACCELERATORS
+    from sdcguard.domain.observed import NodeSnapshot
     from sdcguard.logs import configure_logging
     from sdcguard.metrics import Metrics
     from sdcguard.settings import Settings
@@ -338,8 +341,8 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     policy = next(p for p in crs("sdcpolicies") if p["metadata"]["name"] == "bench")
     t0 = time.perf_counter()
     view = FleetView(
-        nodes={n["metadata"]["name"]: observe.trim_node(n) for n in nodes},
-        baselines={b["metadata"]["name"]: b for b in baselines},
+        nodes={n["metadata"]["name"]: NodeSnapshot.from_body(n) for n in nodes},
+        baselines={b["metadata"]["name"]: SDCBaseline.model_validate(b) for b in baselines},
         operator_started=dt.datetime.now(dt.UTC),
     )
     for pod in pods:
@@ -351,9 +354,11 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
         if pj := observe.probe_job(job):
             view.probe_jobs[pj.test_name] = pj
     for test in tests:
-        view.tests.setdefault(test["spec"]["nodeName"], []).append(test)
+        view.tests.setdefault(test["spec"]["nodeName"], []).append(TestSnapshot.from_body(test))
     for ticket in tickets:
-        view.tickets.setdefault(ticket["spec"]["nodeName"], []).append(ticket)
+        view.tickets.setdefault(ticket["spec"]["nodeName"], []).append(
+            observe.TicketSnapshot.from_body(ticket)
+        )
     build = time.perf_counter() - t0
     metrics = Metrics()
     reconciler = Reconciler(

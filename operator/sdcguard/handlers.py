@@ -31,10 +31,11 @@ from pydantic import ValidationError
 from sdcguard.adapters import observe, reports, ticket_sinks
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.kube import KubeWriter, make_api_client
-from sdcguard.adapters.pass_state import FleetView, UrgentWork
+from sdcguard.adapters.pass_state import FleetView, TestSnapshot, UrgentWork
 from sdcguard.adapters.reconciler import Reconciler
-from sdcguard.api import GROUP, VERSION, SDCPolicy, SDCTestPhase
+from sdcguard.api import GROUP, VERSION, SDCBaseline, SDCPolicy, SDCTestPhase
 from sdcguard.api.policy import NodeSelector
+from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.logs import configure_logging
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings, load_settings
@@ -136,10 +137,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     rt = Runtime(config, metrics, Reconciler(writer=writer, settings=config, metrics=metrics))
     memo.rt = rt
 
-    def node_changed(name: str, node: dict[str, Any] | None) -> None:
+    def node_changed(name: str, node: NodeSnapshot | None) -> None:
         # An SDCReport about the node learns its outcome (confirmed, cleared).
         if rt.reports.awaits(name):
-            follow = asyncio.to_thread(rt.reports.follow, name, node, _now())
+            seen = None
+            if node is not None:
+                seen = {"metadata": {"labels": node.labels, "annotations": node.annotations}}
+            follow = asyncio.to_thread(rt.reports.follow, name, seen, _now())
             rt.background.add(asyncio.ensure_future(follow))
 
     rt.inventory.start(
@@ -177,27 +181,6 @@ async def stop_inventory(memo: kopf.Memo, **_: Any) -> None:
     _rt(memo).inventory.stop()
 
 
-def _trim(body: kopf.Body) -> dict[str, Any]:
-    """Our own resource without what the operator never reads (managedFields, Kopf's
-    copy of the last spec): thousands of them stay in memory."""
-    meta = body.get("metadata", {})
-    kept = {
-        k: meta[k]
-        for k in ("name", "uid", "resourceVersion", "generation", "creationTimestamp", "labels")
-        if k in meta
-    }
-    annotations = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if k != f"{GROUP}/last-handled-configuration"
-    }
-    if annotations:
-        kept["annotations"] = annotations
-    trimmed: dict[str, Any] = {k: v for k, v in body.items() if k != "metadata"}
-    trimmed["metadata"] = kept
-    return trimmed
-
-
 FINISHED_PHASES = frozenset(p.value for p in SDCTestPhase if p.finished)
 KEPT_FINISHED_STATUS = (
     "phase",
@@ -215,7 +198,7 @@ def _trim_test(body: kopf.Body) -> dict[str, Any]:
     """An SDCTest as the operator reads it: a finished one keeps its outcome and each
     check's name, verdict and where it located a fault (for the RepairTicket), not
     digests, metrics or conditions (kubectl shows those)."""
-    trimmed = _trim(body)
+    trimmed = observe.trim_own(body)
     status = trimmed.get("status") or {}
     if status.get("phase") in FINISHED_PHASES:
         kept = {k: status[k] for k in KEPT_FINISHED_STATUS if k in status}
@@ -241,21 +224,21 @@ def _trim_test(body: kopf.Body) -> dict[str, Any]:
 @kopf.index(GROUP, VERSION, "sdctests")
 async def tests_index(
     body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, TestSnapshot]:
     rt = _rt(memo)
     node = str(spec.get("nodeName", ""))
     _poke(rt, [node])
-    return {node: _trim_test(body)}
+    return {node: TestSnapshot.from_body(_trim_test(body))}
 
 
 @kopf.index(GROUP, VERSION, "repairtickets")
 async def tickets_index(
     body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, observe.TicketSnapshot]:
     rt = _rt(memo)
     node = str(spec.get("nodeName", ""))
     _poke(rt, [node])
-    return {node: _trim(body)}
+    return {node: observe.TicketSnapshot.from_body(body)}
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
@@ -278,10 +261,16 @@ async def policies_index(
 @kopf.index(GROUP, VERSION, "sdcbaselines")
 async def baselines_index(
     body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, SDCBaseline]:
+    """Every SDCBaseline, parsed once here; an unreadable one is left out (and logged):
+    no test is judged against it."""
     rt = _rt(memo)
     _poke(rt)
-    return {name: dict(body)}
+    try:
+        return {name: SDCBaseline.model_validate(body)}
+    except ValidationError as exc:
+        log.warning("unreadable SDCBaseline skipped", baseline=name, error=str(exc)[:300])
+        return {}
 
 
 # The reconcile loop ----------------------------------------------------------
@@ -348,11 +337,7 @@ def _view(
             policies=policies,
         )
     tests = all_of("tests_index", only)
-    names = [
-        str(body.get("metadata", {}).get("name", ""))
-        for bodies in tests.values()
-        for body in bodies
-    ]
+    names = [t.name for snapshots in tests.values() for t in snapshots]
     return FleetView(
         nodes=inv.node_bodies(only),
         busy=inv.busy(only),

@@ -13,9 +13,9 @@ from typing import Any
 
 from kubernetes import client
 
-from sdcguard.adapters import observe
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.mirror import Change, Kind, Mirror, retrying_client
+from sdcguard.domain.observed import NodeSnapshot
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
 
@@ -71,11 +71,11 @@ def _node_kind(case: str) -> Kind:
 def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.ApiClient) -> None:
     case = uuid.uuid4().hex[:6]
     names = _nodes(api_client, case, 23)
-    seen: list[Change[dict[str, Any]]] = []
-    mirror: Mirror[dict[str, Any]] = Mirror(
+    seen: list[Change[NodeSnapshot]] = []
+    mirror: Mirror[NodeSnapshot] = Mirror(
         api_client,
         _node_kind(case),
-        observe.trim_node,
+        NodeSnapshot.from_body,
         on_change=seen.extend,
         page_size=5,
         watch_timeout=5,
@@ -94,8 +94,9 @@ def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.Api
             core.patch_node(names[0], {"metadata": {"labels": {"example.com/x": "1"}}})
             core.delete_node(names[1])
             _wait(lambda: set(mirror.items()) == _listed(api_client, case), 30, "the watch")
-            assert mirror.get(names[0])["metadata"]["labels"]["example.com/x"] == "1"  # type: ignore[index]
-            by_key: dict[str, Change[dict[str, Any]]] = {}
+            snapshot = mirror.get(names[0])
+            assert snapshot is not None and snapshot.labels["example.com/x"] == "1"
+            by_key: dict[str, Change[NodeSnapshot]] = {}
             for change in seen:  # the first change of each (controllers change them too)
                 by_key.setdefault(change.key, change)
             assert by_key[extra].old is None and by_key[extra].new is not None
@@ -114,14 +115,14 @@ def test_a_resource_version_too_old_means_a_fresh_list(
     while it was not watching (here, a node deleted meanwhile)."""
     case = uuid.uuid4().hex[:6]
     names = _nodes(api_client, case, 7)
-    seen: list[Change[dict[str, Any]]] = []
+    seen: list[Change[NodeSnapshot]] = []
     off = FaultRates.off()
     with FaultProxy(cluster.server, cluster.ca_file, cluster.token, seed=3, rates=off) as proxy:
         proxied = retrying_client(client.ApiClient(client.Configuration(host=proxy.url)))
-        mirror: Mirror[dict[str, Any]] = Mirror(
+        mirror: Mirror[NodeSnapshot] = Mirror(
             proxied,
             _node_kind(case),
-            observe.trim_node,
+            NodeSnapshot.from_body,
             on_change=seen.extend,
             page_size=3,
             watch_timeout=5,
@@ -164,8 +165,8 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
     with FaultProxy(cluster.server, cluster.ca_file, cluster.token, seed=7, rates=rates) as proxy:
         proxied = retrying_client(client.ApiClient(client.Configuration(host=proxy.url)))
         sizes_at_sync: list[int] = []
-        mirror: Mirror[dict[str, Any]] = Mirror(
-            proxied, _node_kind(case), observe.trim_node, page_size=4, watch_timeout=30
+        mirror: Mirror[NodeSnapshot] = Mirror(
+            proxied, _node_kind(case), NodeSnapshot.from_body, page_size=4, watch_timeout=30
         )
         original_relist = mirror.relist
 
@@ -190,8 +191,7 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
                 def exact() -> bool:
                     copy = mirror.items()
                     return set(copy) == _listed(api_client, case) and all(
-                        copy[n]["metadata"]["labels"].get("example.com/y") == "2"
-                        for n in names[:10]
+                        copy[n].labels.get("example.com/y") == "2" for n in names[:10]
                     )
 
                 _wait(exact, 90, "the copy to equal a LIST after the changes")

@@ -11,6 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.chart.alerts import alert_expr, scrape_url
 from tests.operator.harness import (
     GATE,
     GROUP,
@@ -29,6 +30,7 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from tests.promql import firing
 
 
 def _events(api: client.ApiClient, node: str) -> list[str]:
@@ -370,6 +372,10 @@ def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) 
 
         s = wait_for(held, 150, "the breaker to trip and hold a node")
         assert s["breaker"]["heldNodes"] == [nodes[3]]
+        # The chart's alert fires for this policy on the operator's own /metrics.
+        breaker_alert = alert_expr("SdcguardCircuitBreakerOpen")
+        scraped = [scrape_url(operator.metrics_url)]
+        assert {"policy": policy} in firing(breaker_alert, scraped)
         cond = next(c for c in s["conditions"] if c["type"] == "BreakerOpen")
         assert "3 of 4 nodes screened had confirmed failures" in cond["message"]
         states = [node_state(api_client, n) for n in nodes[:4]]
@@ -397,6 +403,13 @@ def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) 
         )
         wait_for(lambda: node_state(api_client, nodes[3]) == "Quarantined", 90, "quarantine")
         assert "sdcguard.dev/held" not in (read_node(api_client, nodes[3]).metadata.annotations)
+        wait_for(
+            lambda: (
+                {"policy": policy} not in firing(breaker_alert, [scrape_url(operator.metrics_url)])
+            ),
+            30,
+            "the breaker alert to clear after the reset",
+        )
 
 
 def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:
@@ -470,6 +483,7 @@ def test_malformed_probe_result_is_inconclusive_and_releases_reservation(
     nodes = {f"junk-{case}-{kind}": kind for kind in ("garbage", "truncated", "empty")}
     trusted_baseline(api_client)
     with gpu_nodes(api_client, list(nodes), case=case), ProbeKubelet(api_client, dict(nodes)):
+        before = scrape_url(operator.metrics_url)
         create_policy(api_client, case)
         for node, kind in nodes.items():
             test = wait_for(
@@ -490,6 +504,9 @@ def test_malformed_probe_result_is_inconclusive_and_releases_reservation(
             assert GATE in taint_keys(api_client, node)
             assert QUARANTINE not in taint_keys(api_client, node)
             assert list_custom(api_client, "repairtickets", node) == []
+        # Every test in this window ended inconclusive: the chart's alert fires.
+        history = [before, scrape_url(operator.metrics_url)]
+        assert firing(alert_expr("SdcguardTestsInconclusive"), history) == [{}]
 
 
 def test_nodes_with_nothing_to_do_cost_zero_writes(api_client, operator) -> None:
@@ -548,6 +565,7 @@ def test_metrics_tell_the_fleet_story(api_client, operator) -> None:
         gpu_nodes(api_client, nodes, case=case),
         ProbeKubelet(api_client, {nodes[0]: "pass", nodes[1]: "sdc"}),
     ):
+        before = scrape_url(operator.metrics_url)
         policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, nodes[1]) == "Quarantined", 90, "quarantine")
         wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "qualification")
@@ -576,3 +594,12 @@ def test_metrics_tell_the_fleet_story(api_client, operator) -> None:
         assert sum(v for (n, _), v in m.items() if n == "sdcguard_repair_tickets_open") >= 1
         assert m[("sdcguard_reconcile_passes_total", ())] > 0
         assert any(n == "sdcguard_probe_finish_to_quarantine_seconds_count" for n, _ in m)
+
+        # The chart's alerts on these scrapes: the quarantine fires its alert for this
+        # policy (default threshold 0); the breaker and illegal-transition alerts do not.
+        history = [before, scrape_url(operator.metrics_url)]
+        fired = firing(alert_expr("SdcguardNodesQuarantined"), history)
+        assert {"policy": policy} in fired
+        assert {"policy": policy} not in firing(alert_expr("SdcguardCircuitBreakerOpen"), history)
+        assert firing(alert_expr("SdcguardIllegalTransition"), history) == []
+        assert firing(alert_expr("SdcguardTestsInconclusive"), history) == []

@@ -16,6 +16,7 @@ from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import ObjectMeta, SDCPolicy, SDCPolicySpec
 from sdcguard.domain.decide import Decision
 from sdcguard.domain.lifecycle import DeleteNode, NodeState
+from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 from tests.cluster.localcluster import LocalCluster
@@ -103,7 +104,7 @@ def test_replace_without_node_delete_is_named_up_front_and_not_pretended(
         event=None,
         actions=(DeleteNode(),),
     )
-    view = FleetView(nodes={node: {"metadata": {"name": node, "uid": "u-1"}}})
+    view = FleetView(nodes={node: NodeSnapshot(name=node, uid="u-1")})
     assert restricted.refused_delete(policy, decision, view, NOW)
     assert restricted.refused_delete(policy, decision, view, NOW), "refused again, told once"
     events = (

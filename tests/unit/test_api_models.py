@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from sdcguard.api import (
+    Finding,
     RepairTicketSpec,
     Resolution,
     ScreeningReason,
@@ -25,6 +26,7 @@ from sdcguard.api import (
     parse_duration,
     set_condition,
     to_body,
+    to_patch,
 )
 
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
@@ -169,6 +171,24 @@ def test_bodies_are_camel_case_and_round_trip() -> None:
     policy = to_body(SDCPolicy())
     assert policy["spec"]["circuitBreaker"]["maxFailureFraction"] == 0.5
     assert policy["spec"]["triggers"]["onReturnFromUse"]["idleFor"] == "30m"
+
+
+def test_patches_set_only_the_named_fields_and_null_removes() -> None:
+    spec = RepairTicketSpec(
+        node_name="n1",
+        evidence=["t-1"],
+        findings=[Finding(test="t-1", check="golden", odd_device=2)],
+        resolution_note="swapped",
+    )
+    patch = to_patch(spec, "findings", "resolution", "resolution_note")
+    # Nested unset fields are left out; a named top-level None is sent as null.
+    assert patch == {
+        "findings": [{"test": "t-1", "check": "golden", "oddDevice": 2}],
+        "resolution": None,
+        "resolutionNote": "swapped",
+    }
+    with pytest.raises(ValueError, match="no fields"):
+        to_patch(spec, "resolutionNote")
 
 
 def test_from_body_names_the_problem() -> None:

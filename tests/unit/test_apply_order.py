@@ -13,10 +13,11 @@ from kubernetes import client
 
 from sdcguard.adapters.kube import EvictionResult, KubeWriter
 from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.api import RepairTicketStatus, TicketPhase
 from sdcguard.domain import keys
 from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import Drain, EmitEvent, Event, NodeState
-from sdcguard.domain.observed import Observed
+from sdcguard.domain.observed import NodeSnapshot, Observed
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 from tests.unit.factories import NOW, node, policy, ticket
@@ -79,6 +80,10 @@ def _body(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
+def _snapshot(body: dict[str, Any]) -> NodeSnapshot:
+    return NodeSnapshot.from_body(body)
+
+
 def _policy_body(**quarantine: Any) -> dict[str, Any]:
     return {
         "apiVersion": "sdcguard.dev/v1alpha1",
@@ -93,7 +98,7 @@ def _run(eviction: EvictionResult | Exception) -> tuple[Reconciler, _Recorder]:
     writer = _Recorder(api=client.ApiClient(), metrics=metrics)
     writer.eviction = eviction
     rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
-    view = FleetView(nodes={"gpu-1": _body()}, policies={"fleet": {}})
+    view = FleetView(nodes={"gpu-1": _snapshot(_body())}, policies={"fleet": {}})
     rec.run_pass(_policy_body(), view, NOW)
     return rec, writer
 
@@ -201,7 +206,9 @@ def test_an_illegal_transition_costs_only_its_node(monkeypatch: Any) -> None:
         "annotations": {},
     }
     fresh["spec"] = {"taints": [{"key": "sdcguard.dev/unqualified", "effect": "NoSchedule"}]}
-    view = FleetView(nodes={"gpu-1": _body(), "gpu-2": fresh}, policies={"fleet": {}})
+    view = FleetView(
+        nodes={"gpu-1": _snapshot(_body()), "gpu-2": _snapshot(fresh)}, policies={"fleet": {}}
+    )
     rec.run_pass(_policy_body(), view, NOW)
     kinds = [kind for kind, _ in writer.calls]
     assert "sdctests-create" in kinds, "the other node's acceptance test starts"
@@ -264,7 +271,7 @@ def test_idle_and_pending_demand_use_the_policys_accelerators() -> None:
         writer = _Recorder(api=client.ApiClient(), metrics=metrics)
         rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
         view = FleetView(
-            nodes={"trn-1": _neuron_node("trn-1"), "trn-2": _neuron_node("trn-2")},
+            nodes={n: _snapshot(_neuron_node(n)) for n in ("trn-1", "trn-2")},
             policies={"fleet": {}},
         )
         for pod in pods:
@@ -324,8 +331,8 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
         settings=Settings(metrics_port=0),
         metrics=metrics,
     )
-    body = _body()
-    facts = NodeFacts.from_body(body, policy.spec.accelerators)
+    body = _snapshot(_body())
+    facts = NodeFacts.from_snapshot(body, policy.spec.accelerators)
     job = build_probe_job(rec.probe_request(policy, test, facts, body))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["/opt/probe/bin/sdcprobe"]
@@ -352,3 +359,17 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
     few = [CheckSpec(name="compute", timeout_seconds=60)]
     assert probe_timeout(few, budget=900, active_deadline=1800) == 900
     assert probe_timeout(few * 40, budget=60, active_deadline=60) == 60
+
+
+def test_the_new_tickets_status_is_built_from_the_model_and_sets_only_its_fields() -> None:
+    _, writer = _run(EvictionResult(asked=1))
+    status = next(body for kind, body in writer.calls if kind == "repairtickets-status")
+    # A merge patch: fields it does not name (the sinks' notification record) stay.
+    assert set(status) == {"phase", "cycle", "openedAt", "history"}
+    assert status["openedAt"] == keys.format_time(NOW)
+    parsed = RepairTicketStatus.model_validate(status)
+    assert parsed.phase == TicketPhase.OPEN and parsed.cycle == 1
+    assert [(h.phase, h.time) for h in parsed.history] == [
+        (TicketPhase.OPEN, NOW.replace(microsecond=0))
+    ]
+    assert parsed.history[0].message

@@ -17,7 +17,7 @@ from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, pool_usage
 from sdcguard.domain.decide import decide, decide_all
 from sdcguard.domain.lifecycle import AddTaint, EmitEvent, NodeState, SetLabel
-from sdcguard.domain.observed import Observed, Taint
+from sdcguard.domain.observed import NodeSnapshot, Observed, Taint
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 from tests.unit.factories import NOW, node, policy
@@ -77,7 +77,7 @@ def test_clean_screening_events_are_routine() -> None:
 # Reconciler ------------------------------------------------------------------------
 
 
-def _node_body(name: str, rv: int = 1, **annotations: str) -> dict[str, Any]:
+def _node_body(name: str, rv: int = 1, **annotations: str) -> NodeSnapshot:
     body = {
         "metadata": {
             "name": name,
@@ -93,7 +93,7 @@ def _node_body(name: str, rv: int = 1, **annotations: str) -> dict[str, Any]:
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
-    return observe.trim_node(body)
+    return NodeSnapshot.from_body(body)
 
 
 def _policy_body(max_tests: int) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def _policy_body(max_tests: int) -> dict[str, Any]:
     }
 
 
-def _view(nodes: dict[str, dict[str, Any]]) -> FleetView:
+def _view(nodes: dict[str, NodeSnapshot]) -> FleetView:
     return FleetView(nodes=nodes, policies={"fleet": {}})
 
 
@@ -250,14 +250,16 @@ def test_a_probe_pods_result_is_kept_compressed_and_read_back_intact() -> None:
 
 
 def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
-    def ticket(name: str, age: dt.timedelta) -> dict[str, Any]:
+    def ticket(name: str, age: dt.timedelta) -> observe.TicketSnapshot:
         created = keys.format_time(NOW - age)
-        return {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "RepairTicket",
-            "metadata": {"name": name, "resourceVersion": "7", "creationTimestamp": created},
-            "spec": {"nodeName": "gpu-0", "policyRef": "fleet", "evidence": []},
-        }
+        return observe.TicketSnapshot.from_body(
+            {
+                "apiVersion": "sdcguard.dev/v1alpha1",
+                "kind": "RepairTicket",
+                "metadata": {"name": name, "resourceVersion": "7", "creationTimestamp": created},
+                "spec": {"nodeName": "gpu-0", "policyRef": "fleet", "evidence": []},
+            }
+        )
 
     nodes = {"gpu-0": _node_body("gpu-0")}
     rec, writer = _reconciler()

@@ -11,6 +11,8 @@ from sdcguard.domain.lifecycle import (
     TABLE,
     TRANSITIONS,
     AddTaint,
+    AdoptTest,
+    BackOff,
     CancelTest,
     CloseTicket,
     Cordon,
@@ -19,8 +21,13 @@ from sdcguard.domain.lifecycle import (
     DeleteNode,
     Drain,
     EmitEvent,
+    EndDrain,
     Event,
+    ForgetSuspicion,
+    ForgetTest,
+    HoldQuarantine,
     IllegalTransition,
+    KeepSuspicion,
     MarkQualified,
     NodeState,
     RaiseCycle,
@@ -31,6 +38,7 @@ from sdcguard.domain.lifecycle import (
     SetLabel,
     SetTicketPhase,
     TaintRole,
+    Transition,
     Uncordon,
     transition,
 )
@@ -38,7 +46,10 @@ from sdcguard.domain.lifecycle import (
 S, E = NodeState, Event
 GATE, TESTING, QUARANTINE = TaintRole.GATE, TaintRole.TESTING, TaintRole.QUARANTINE
 
-QUARANTINE_EFFECTS = {
+SETTLED = {"ForgetTest", "ForgetSuspicion"}
+KEEP_SUSPECT = {"ForgetTest", "KeepSuspicion"}
+BACK_OFF = {"ForgetTest", "BackOff:count"}
+QUARANTINE_EFFECTS = SETTLED | {
     "-testing",
     "+quarantine",
     "Cordon",
@@ -47,67 +58,69 @@ QUARANTINE_EFFECTS = {
     "CreateTicket",
     "Autoscaler:on",
 }
-RELEASE_EFFECTS = {"-gate", "-testing", "-quarantine", "Uncordon", "Autoscaler:off"}
-QUALIFY_EFFECTS = {"-gate", "-testing", "MarkQualified"}
+RELEASE_EFFECTS = SETTLED | {"-gate", "-testing", "-quarantine", "Uncordon", "Autoscaler:off"}
+QUALIFY_EFFECTS = SETTLED | {"-gate", "-testing", "MarkQualified"}
+RETIRE_EFFECTS = SETTLED | {"Cordon", "Retire"}
 
 
 def _confirm() -> str:
     return "Test:same/Confirmation"
 
 
-# (source, event) -> (target, effects other than the label and Events), written out by hand
-# so that any change to the table is a deliberate change here too.
+# (source, event) -> (target, effects other than the label and Events, the node's
+# bookkeeping included), written out by hand so that any change to the table is a
+# deliberate change here too.
 EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.UNQUALIFIED, E.JOINED): (S.TESTING, {"+gate", "+testing", "Test:acceptance/Join"}),
     (S.UNQUALIFIED, E.ADMITTED): (S.QUALIFIED, {"-gate"}),
-    (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"+gate", "+testing"}),
+    (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+gate", "+testing"}),
     (S.TESTING, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
-    (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, {_confirm()}),
+    (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, KEEP_SUSPECT | {_confirm()}),
     (S.TESTING, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
-    (S.TESTING, E.QUARANTINE_HELD): (S.SUSPECT, set()),
-    (S.TESTING, E.TEST_INCONCLUSIVE): (S.QUALIFIED, {"-testing"}),
-    (S.TESTING, E.ACCEPTANCE_INCONCLUSIVE): (S.UNQUALIFIED, {"-testing"}),
+    (S.TESTING, E.QUARANTINE_HELD): (S.SUSPECT, KEEP_SUSPECT | {"HoldQuarantine"}),
+    (S.TESTING, E.TEST_INCONCLUSIVE): (S.QUALIFIED, BACK_OFF | {"-testing"}),
+    (S.TESTING, E.ACCEPTANCE_INCONCLUSIVE): (S.UNQUALIFIED, BACK_OFF | {"-testing"}),
     (S.QUALIFIED, E.IDLE_DUE): (S.TESTING, {"+testing", "Test:requalification/ReturnFromUse"}),
     (S.QUALIFIED, E.EXPIRY_DUE): (S.TESTING, {"+testing", "Test:requalification/Expiry"}),
-    (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"+testing"}),
+    (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+testing"}),
     (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, {"+testing"}),
     (S.SUSPECT, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
     (S.SUSPECT, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
-    (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, {_confirm()}),
-    (S.SUSPECT, E.CONFIRMATION_PASSED): (S.SUSPECT, {_confirm()}),
-    (S.SUSPECT, E.FLAKY): (S.SUSPECT, set()),
-    (S.SUSPECT, E.QUARANTINE_HELD): (S.SUSPECT, set()),
-    (S.SUSPECT, E.TEST_INCONCLUSIVE): (S.SUSPECT, set()),
+    (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, KEEP_SUSPECT | {_confirm()}),
+    (S.SUSPECT, E.CONFIRMATION_PASSED): (S.SUSPECT, KEEP_SUSPECT | {_confirm()}),
+    (S.SUSPECT, E.FLAKY): (S.SUSPECT, KEEP_SUSPECT | {"BackOff:keep"}),
+    (S.SUSPECT, E.QUARANTINE_HELD): (S.SUSPECT, KEEP_SUSPECT | {"HoldQuarantine"}),
+    (S.SUSPECT, E.TEST_INCONCLUSIVE): (S.SUSPECT, BACK_OFF),
     (S.SUSPECT, E.RETEST_DUE): (S.SUSPECT, {"+testing", "Test:requalification/Suspect"}),
-    (S.SUSPECT, E.TEST_STARTED): (S.SUSPECT, {"+testing"}),
+    (S.SUSPECT, E.TEST_STARTED): (S.SUSPECT, {"AdoptTest", "+testing"}),
     (S.QUARANTINED, E.REPAIR_STARTED): (S.REPAIRING, {"Ticket:InRepair"}),
     (S.QUARANTINED, E.REPLACE_DUE): (S.REPAIRING, {"Ticket:InRepair", "DeleteNode"}),
     (S.QUARANTINED, E.TICKET_RESOLVED): (
         S.VERIFYING,
-        {"Ticket:Verifying", "Test:repairVerification/RepairVerification"},
+        {"Ticket:Verifying", "ForgetTest", "Test:repairVerification/RepairVerification"},
     ),
-    (S.QUARANTINED, E.TICKET_RETIRE): (S.RETIRED, {"Cordon", "Retire"}),
+    (S.QUARANTINED, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS),
     (S.REPAIRING, E.TICKET_RESOLVED): (
         S.VERIFYING,
-        {"Ticket:Verifying", "Test:repairVerification/RepairVerification"},
+        {"Ticket:Verifying", "ForgetTest", "Test:repairVerification/RepairVerification"},
     ),
-    (S.REPAIRING, E.TICKET_RETIRE): (S.RETIRED, {"Cordon", "Retire"}),
+    (S.REPAIRING, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS),
     (S.VERIFYING, E.VERIFICATION_PASSED): (
         S.QUALIFIED,
         RELEASE_EFFECTS | {"CloseTicket", "MarkQualified"},
     ),
-    (S.VERIFYING, E.VERIFICATION_FAILED): (S.QUARANTINED, {"RaiseCycle"}),
-    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (S.RETIRED, {"Cordon", "Retire"}),
-    (S.VERIFYING, E.TEST_INCONCLUSIVE): (S.VERIFYING, set()),
+    (S.VERIFYING, E.VERIFICATION_FAILED): (S.QUARANTINED, SETTLED | {"RaiseCycle"}),
+    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (S.RETIRED, RETIRE_EFFECTS),
+    (S.VERIFYING, E.TEST_INCONCLUSIVE): (S.VERIFYING, BACK_OFF),
     (S.VERIFYING, E.RETEST_DUE): (
         S.VERIFYING,
         {"Test:repairVerification/RepairVerification"},
     ),
     (S.EXCLUDED, E.OPTED_IN): (S.UNQUALIFIED, {"RevokeQualification"}),
     (S.QUARANTINED, E.DRAIN_DUE): (S.QUARANTINED, {"Drain"}),
-    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, set()),
+    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, {"EndDrain"}),
     (S.REPAIRING, E.DRAIN_DUE): (S.REPAIRING, {"Drain"}),
-    (S.REPAIRING, E.DRAIN_TIMED_OUT): (S.REPAIRING, set()),
+    (S.REPAIRING, E.DRAIN_TIMED_OUT): (S.REPAIRING, {"EndDrain"}),
 }
 for _state in (
     S.UNQUALIFIED,
@@ -149,6 +162,8 @@ def _effect(action: object) -> str | None:
             return f"Ticket:{phase}"
         case SetAutoscalerAnnotations(on=on):
             return f"Autoscaler:{'on' if on else 'off'}"
+        case BackOff(count=count):
+            return f"BackOff:{'count' if count else 'keep'}"
         case SetLabel() | EmitEvent():
             return None
         case (
@@ -163,6 +178,12 @@ def _effect(action: object) -> str | None:
             | CloseTicket()
             | RaiseCycle()
             | Retire()
+            | ForgetTest()
+            | ForgetSuspicion()
+            | KeepSuspicion()
+            | HoldQuarantine()
+            | AdoptTest()
+            | EndDrain()
         ):
             return type(action).__name__
     raise AssertionError(f"unexpected action {action!r}")
@@ -184,6 +205,18 @@ def test_row(source: NodeState, event: Event) -> None:
     events = [a for a in row.actions if isinstance(a, EmitEvent)]
     if target != source and source != S.EXCLUDED:
         assert events or event in (E.TEST_STARTED, E.CONFIRMATION_PASSED), "tell the user"
+
+
+@pytest.mark.parametrize("row", TRANSITIONS, ids=lambda r: f"{r.source}-{r.event}")
+def test_a_row_forgets_its_test_before_it_remembers_anything_new(row: Transition) -> None:
+    """The binder applies a row's bookkeeping in order and the later write wins: the
+    test is forgotten first, then a new test, a back-off or a suspicion is recorded."""
+    kinds = [type(a) for a in row.actions]
+    if ForgetTest in kinds:
+        later = (CreateTest, BackOff, KeepSuspicion, HoldQuarantine, AdoptTest)
+        assert all(kinds.index(ForgetTest) < i for i, k in enumerate(kinds) if k in later)
+    assert not (ForgetSuspicion in kinds and KeepSuspicion in kinds), "settle or keep"
+    assert not (AdoptTest in kinds and ForgetTest in kinds)
 
 
 UNLISTED = [

@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from typing import get_args
 
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
     FleetView,
-    _rv,
 )
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api import (
     Finding,
     HardwareIdentity,
+    HistoryEntry,
     ObjectMeta,
     RepairTicket,
     RepairTicketSpec,
+    RepairTicketStatus,
     Resolution,
     SDCPolicy,
     SDCTest,
@@ -34,18 +35,18 @@ from sdcguard.api import (
     find_condition,
     set_condition,
     to_body,
+    to_patch,
 )
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
 from sdcguard.domain.decide import Decision, closes_as_replaced
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
+    Action,
     CancelTest,
     CloseTicket,
     CreateTest,
     CreateTicket,
-    DeleteNode,
-    Drain,
     EmitEvent,
     NodeState,
     RaiseCycle,
@@ -53,7 +54,8 @@ from sdcguard.domain.lifecycle import (
     SetTicketPhase,
 )
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
-from sdcguard.domain.observed import NodeFacts, TestFacts, TicketFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, TestFacts, TicketFacts
+from sdcguard.domain.plan import OpenTicketStatus, Stage, Step
 from sdcguard.domain.testphase import (
     TestEvent,
     phase_transition,
@@ -73,7 +75,7 @@ class Executor(TestRunner):
         now: dt.datetime,
         counts: Counter[str],
     ) -> None:
-        """Apply one decision in this order:
+        """Apply one decision's plan, stage by stage (``domain.plan``):
 
         1. objects: SDCTests, RepairTickets and their phase changes;
         2. the node patch (labels, annotations, taints, cordon, ownership), one write;
@@ -87,64 +89,35 @@ class Executor(TestRunner):
         repeat a no-op (an Event may be lost)."""
         node_name = decision.node
         body = view.nodes[node_name]
-        node = NodeFacts.from_body(body, policy.spec.accelerators, policy.spec.budgets.pool_label)
-        delete_node = False
-        drain = False
-        events: list[EmitEvent] = []
-        opened: list[CreateTicket] = []
-        for action in decision.actions:
-            if isinstance(action, CreateTest):
-                self._create_test(policy, node_name, action, counts)
-            elif isinstance(action, CancelTest):
-                self._cancel_test(view, node_name, action, now, counts)
-            elif isinstance(action, CreateTicket):
-                if self._create_ticket(policy, body, action, view, counts):
-                    opened.append(action)
-            elif isinstance(action, SetTicketPhase):
-                self._ticket_status(view, node_name, action.name, action.phase, action.message, now)
-            elif isinstance(action, CloseTicket):
-                self._ticket_status(
-                    view, node_name, action.name, TicketPhase.CLOSED, action.message, now
-                )
-            elif isinstance(action, RaiseCycle):
-                self._raise_cycle(view, node_name, action, now)
-            elif isinstance(action, Retire):
-                if action.name:
-                    self._ticket_status(
-                        view, node_name, action.name, TicketPhase.RETIRED, "retired", now
-                    )
-                delete_node = delete_node or action.delete_node
-            elif isinstance(action, EmitEvent):
-                if self.settings.routine_events or not action.routine:
-                    events.append(action)
-            elif isinstance(action, Drain):
-                drain = True
-            elif isinstance(action, DeleteNode):
-                delete_node = True
-        patch = plan_node_patch(node, decision.actions)
+        node = NodeFacts.from_snapshot(
+            body, policy.spec.accelerators, policy.spec.budgets.pool_label
+        )
+        plan = decision.plan
+        opened: set[str] = set()
+        for step in plan.stage(Stage.OBJECTS):
+            self._apply_object(policy, body, step, view, now, counts, opened)
+        patch = plan_node_patch(node, _actions(plan.stage(Stage.NODE_PATCH)))
         if not patch.empty:
-            rv = str(body["metadata"].get("resourceVersion", ""))
+            rv = body.resource_version
             self.writer.patch_node(node_name, patch.body(rv))
             self.expect_nodes[node_name] = rv
             counts["node-patches"] += 1
-        if drain:
+        if plan.stage(Stage.EVICTIONS):
             self._drain(node_name, patch, node, counts)
-        # A new ticket's status (Open, its history) after the taint: the ticket itself,
-        # created before the patch, is the record of why (a ticket without a status
-        # reads as Open), so the quarantine waits for one write less.
-        for ticket in opened:
-            self._open_ticket_status(ticket, now)
-        # Events last: they only tell; the objects and the node already say it all.
-        for event in events:
-            self.writer.event(
-                kind="Node",
-                name=node_name,
-                uid=node.uid or None,
-                reason=event.reason,
-                message=event.message,
-                now=now,
-                warning=event.warning,
-            )
+        for step in plan.stage(Stage.STATUSES):
+            if isinstance(step, OpenTicketStatus) and step.name in opened:
+                self._open_ticket_status(step.name, step.message, now)
+        for step in plan.stage(Stage.EVENTS):
+            if isinstance(step, EmitEvent) and (self.settings.routine_events or not step.routine):
+                self.writer.event(
+                    kind="Node",
+                    name=node_name,
+                    uid=node.uid or None,
+                    reason=step.reason,
+                    message=step.message,
+                    now=now,
+                    warning=step.warning,
+                )
         if decision.changed:
             counts[f"to-{decision.state.value.lower()}"] += 1
             if decision.state == NodeState.QUARANTINED:
@@ -157,8 +130,41 @@ class Executor(TestRunner):
                 trigger=decision.event,
                 note=decision.note,
             )
-        if delete_node:
+        if plan.deletes_node:
             self.writer.delete_node(node_name)
+
+    def _apply_object(
+        self,
+        policy: SDCPolicy,
+        body: NodeSnapshot,
+        step: Step,
+        view: FleetView,
+        now: dt.datetime,
+        counts: Counter[str],
+        opened: set[str],
+    ) -> None:
+        """One step of the objects stage; ``opened`` gathers the tickets created."""
+        node_name = body.name
+        match step:
+            case CreateTest():
+                self._create_test(policy, node_name, step, counts)
+            case CancelTest():
+                self._cancel_test(view, node_name, step, now, counts)
+            case CreateTicket():
+                if self._create_ticket(policy, body, step, view, counts):
+                    opened.add(step.name)
+            case SetTicketPhase(phase=phase, name=name, message=message):
+                self._ticket_status(view, node_name, name, phase, message, now)
+            case CloseTicket(name=name, message=message):
+                self._ticket_status(view, node_name, name, TicketPhase.CLOSED, message, now)
+            case RaiseCycle():
+                self._raise_cycle(view, node_name, step, now)
+            case Retire(name=name) if name:
+                self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
+            case Retire():
+                pass
+            case _:
+                raise ValueError(f"{type(step).__name__} is not a node decision's object step")
 
     def refused_delete(
         self, policy: SDCPolicy, decision: Decision, view: FleetView, now: dt.datetime
@@ -166,11 +172,7 @@ class Executor(TestRunner):
         """A decision that deletes the Node while the operator may not delete Nodes is
         not applied at all (the node stays as it is, its ticket too); told once per node
         in a log line and a Warning Event that name the chart value to set."""
-        deletes = any(
-            isinstance(a, DeleteNode) or (isinstance(a, Retire) and a.delete_node)
-            for a in decision.actions
-        )
-        if not deletes or self.node_delete_allowed(now) is not False:
+        if not decision.plan.deletes_node or self.node_delete_allowed(now) is not False:
             self._told_forbidden.discard(decision.node)
             return False
         node = decision.node
@@ -187,7 +189,8 @@ class Executor(TestRunner):
                 policy=policy.metadata.name,
                 chart_value="rbac.allowNodeDelete=true",
             )
-            uid = (view.nodes.get(node) or {}).get("metadata", {}).get("uid")
+            seen = view.nodes.get(node)
+            uid = seen.uid if seen is not None else None
             self.writer.event(
                 kind="Node",
                 name=node,
@@ -238,8 +241,8 @@ class Executor(TestRunner):
         counts: Counter[str],
     ) -> None:
         """Close, as Replaced, the tickets of a node deleted for replacement."""
-        for body in view.tickets.get(node_name, []):
-            ticket = self._ticket_obj(body)
+        for seen in view.tickets.get(node_name, []):
+            ticket = seen.ticket
             if ticket is None or ticket.spec.policy_ref != policy.metadata.name:
                 continue
             if not closes_as_replaced(TicketFacts.from_api(ticket), policy.spec, False):
@@ -249,8 +252,9 @@ class Executor(TestRunner):
                 continue  # closed already; the watch has not brought it back yet
             try:
                 if ticket.spec.resolution is None:
+                    spec = ticket.spec.model_copy(update={"resolution": Resolution.REPLACED})
                     self.writer.patch_custom(
-                        "repairtickets", name, {"spec": {"resolution": Resolution.REPLACED.value}}
+                        "repairtickets", name, {"spec": to_patch(spec, "resolution")}
                     )
                 self._ticket_status(
                     view,
@@ -333,25 +337,24 @@ class Executor(TestRunner):
     def _create_ticket(
         self,
         policy: SDCPolicy,
-        node_body: Mapping[str, Any],
+        node_body: NodeSnapshot,
         action: CreateTicket,
         view: FleetView,
         counts: Counter[str],
     ) -> bool:
         """Create the ticket; False when it existed (its status is then left alone)."""
         evidence = list(dict.fromkeys(action.evidence))
-        findings = self._findings(view, str(node_body["metadata"]["name"]), evidence)
-        meta, spec = node_body["metadata"], node_body["spec"]
+        name = node_body.name
+        findings = self._findings(view, name, evidence)
         ticket = RepairTicket(
-            metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: meta["name"][:63]}),
+            metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: name[:63]}),
             spec=RepairTicketSpec(
-                node_name=meta["name"],
+                node_name=name,
                 policy_ref=policy.metadata.name,
                 hardware=HardwareIdentity.model_validate(
                     {
-                        "providerID": spec.get("providerID") or None,
-                        "systemUUID": (node_body["status"].get("nodeInfo") or {}).get("systemUUID")
-                        or None,
+                        "providerID": node_body.provider_id or None,
+                        "systemUUID": node_body.system_uuid or None,
                     }
                 ),
                 evidence=evidence,
@@ -375,41 +378,41 @@ class Executor(TestRunner):
                 continue
             facts = known.facts
             written = self.expect_tests.get(known.name)
-            if written is not None and written[0] == _rv(body):
+            if written is not None and written[0] == body.resource_version:
                 facts = TestFacts.from_api(written[1])  # judged in this pass, not back yet
             by_name[known.name] = facts
         found = [f for name in evidence if name in by_name for f in by_name[name].findings]
         return found[:64]
 
-    def _open_ticket_status(self, action: CreateTicket, now: dt.datetime) -> None:
-        status = {
-            "phase": TicketPhase.OPEN.value,
-            "cycle": 1,
-            "openedAt": keys.format_time(now),
-            "history": [
-                {"time": keys.format_time(now), "phase": "Open", "message": bounded(action.message)}
-            ],
-        }
-        self.writer.patch_custom_status("repairtickets", action.name, status)
+    def _open_ticket_status(self, name: str, message: str, now: dt.datetime) -> None:
+        at = _second(now)
+        status = RepairTicketStatus(
+            phase=TicketPhase.OPEN,
+            cycle=1,
+            opened_at=at,
+            history=[HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))],
+        )
+        self.writer.patch_custom_status(
+            "repairtickets", name, to_patch(status, "phase", "cycle", "opened_at", "history")
+        )
 
     def _restore_ticket_status(
-        self, bodies: list[dict[str, Any]], now: dt.datetime, counts: Counter[str]
+        self, tickets: list[TicketSnapshot], now: dt.datetime, counts: Counter[str]
     ) -> None:
         """A ticket whose status never came (the operator died between creating it and
         writing its status, which follows the taint) gets it, dated at its creation."""
-        for body in bodies:
-            meta = body.get("metadata") or {}
-            created = keys.parse_time(meta.get("creationTimestamp"))
-            if body.get("status") or created is None or now - created < TICKET_STATUS_GRACE:
+        for seen in tickets:
+            created = seen.created
+            if seen.has_status or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"
-            self._open_ticket_status(CreateTicket(str(meta.get("name", "")), (), message), created)
+            self._open_ticket_status(seen.name, message, created)
             counts["ticket-status-restored"] += 1
 
     def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:
-        for body in view.tickets.get(node, []):
-            if body.get("metadata", {}).get("name") == name:
-                return self._ticket_obj(body)
+        for seen in view.tickets.get(node, []):
+            if seen.name == name:
+                return seen.ticket
         return None
 
     def _ticket_status(
@@ -425,14 +428,15 @@ class Executor(TestRunner):
         status = ticket.status if ticket and ticket.status else None
         if status is not None and status.phase == phase:
             return
-        history = [to_body(h) for h in (status.history if status else [])]
-        history.append(
-            {"time": keys.format_time(now), "phase": phase.value, "message": bounded(message)}
+        entry = HistoryEntry(time=_second(now), phase=phase, message=bounded(message))
+        history = [*(status.history if status else []), entry][-256:]
+        new = (status or RepairTicketStatus()).model_copy(
+            update={"phase": phase, "history": history, "closed_at": _second(now)}
         )
-        patch: dict[str, Any] = {"phase": phase.value, "history": history[-256:]}
+        fields = ["phase", "history"]
         if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
-            patch["closedAt"] = keys.format_time(now)
-        self.writer.patch_custom_status("repairtickets", name, patch)
+            fields.append("closed_at")
+        self.writer.patch_custom_status("repairtickets", name, to_patch(new, *fields))
 
     def _ticket_waiting(
         self, view: FleetView, node: str, name: str, waiting: str | None, now: dt.datetime
@@ -452,10 +456,9 @@ class Executor(TestRunner):
             if previous is not None and previous.status == "True" and previous.message == waiting:
                 return
             updated = set_condition(conditions, "Waiting", "True", "Waiting", waiting, now)
+        new = (ticket.status or RepairTicketStatus()).model_copy(update={"conditions": updated})
         try:
-            self.writer.patch_custom_status(
-                "repairtickets", name, {"conditions": [to_body(c) for c in updated]}
-            )
+            self.writer.patch_custom_status("repairtickets", name, to_patch(new, "conditions"))
         except ApiException as exc:  # the next pass writes it again
             log.warning("ticket condition not written", ticket=name, status=exc.status)
 
@@ -467,25 +470,40 @@ class Executor(TestRunner):
             return
         evidence = [*ticket.spec.evidence, action.test] if action.test else ticket.spec.evidence
         findings = [*ticket.spec.findings, *self._findings(view, node, [action.test])][-64:]
-        self.writer.patch_custom(
-            "repairtickets",
-            action.name,
-            {
-                "spec": {
-                    "evidence": evidence,
-                    "findings": [to_body(f) for f in findings],
-                    "resolution": None,
-                    "resolutionNote": None,
-                }
-            },
+        spec = ticket.spec.model_copy(
+            update={
+                "evidence": evidence,
+                "findings": findings,
+                "resolution": None,
+                "resolution_note": None,
+            }
         )
-        status = ticket.status
-        cycle = (status.cycle if status else 1) + 1
-        history = [to_body(h) for h in (status.history if status else [])]
+        fields = ("evidence", "findings", "resolution", "resolution_note")
+        self.writer.patch_custom("repairtickets", action.name, {"spec": to_patch(spec, *fields)})
+        status = ticket.status or RepairTicketStatus()
+        cycle = status.cycle + 1
         message = f"repair cycle {cycle}: verification {action.test} failed"
-        history.append({"time": keys.format_time(now), "phase": "Open", "message": message})
-        self.writer.patch_custom_status(
-            "repairtickets",
-            action.name,
-            {"phase": TicketPhase.OPEN.value, "cycle": cycle, "history": history[-256:]},
+        entry = HistoryEntry(time=_second(now), phase=TicketPhase.OPEN, message=message)
+        new = status.model_copy(
+            update={
+                "phase": TicketPhase.OPEN,
+                "cycle": cycle,
+                "history": [*status.history, entry][-256:],
+            }
         )
+        self.writer.patch_custom_status(
+            "repairtickets", action.name, to_patch(new, "phase", "cycle", "history")
+        )
+
+
+def _second(now: dt.datetime) -> dt.datetime:
+    """``now`` in UTC to the second, as Kubernetes writes times."""
+    return now.astimezone(dt.UTC).replace(microsecond=0)
+
+
+_LIFECYCLE_ACTIONS = get_args(Action)
+
+
+def _actions(steps: tuple[Step, ...]) -> list[Action]:
+    """The node-patch stage's steps (all lifecycle actions) for ``plan_node_patch``."""
+    return [s for s in steps if isinstance(s, _LIFECYCLE_ACTIONS)]

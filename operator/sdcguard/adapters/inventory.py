@@ -3,7 +3,7 @@
 Four :class:`~sdcguard.adapters.mirror.Mirror` s (paginated list, then watch; see that
 module for why these kinds do not go through Kopf), each keeping slim snapshots:
 
-- **nodes**: :func:`observe.trim_node` of every Node;
+- **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
 - **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
   grouped by node) or waits for them unscheduled (:class:`observe.PendingDemand`);
   Pods that request no device are not kept at all;
@@ -30,6 +30,7 @@ from kubernetes import client
 from sdcguard.adapters import observe
 from sdcguard.adapters.mirror import NODES, PODS, Change, Kind, Mirror, retrying_client
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
+from sdcguard.domain.observed import NodeSnapshot
 
 PENDING = "pending"
 """The pods mirror's group of unscheduled pods (node groups are ``node/<name>``, and
@@ -87,11 +88,15 @@ class Inventory:
         self.last_busy: dict[str, dt.datetime] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poke: Poke | None = None
-        self._on_node: Callable[[str, dict[str, Any] | None], None] | None = None
+        self._on_node: Callable[[str, NodeSnapshot | None], None] | None = None
         self._stop = threading.Event()
         probe = f"{COMPONENT_LABEL}={COMPONENT}"
-        self.nodes: Mirror[dict[str, Any]] = Mirror(
-            self.api, NODES, observe.trim_node, on_change=self._nodes_changed, page_size=page_size
+        self.nodes: Mirror[NodeSnapshot] = Mirror(
+            self.api,
+            NODES,
+            NodeSnapshot.from_body,
+            on_change=self._nodes_changed,
+            page_size=page_size,
         )
         self.pods: Mirror[observe.PodUse | observe.PendingDemand] = Mirror(
             self.api,
@@ -136,7 +141,7 @@ class Inventory:
         self,
         loop: asyncio.AbstractEventLoop,
         poke: Poke,
-        on_node: Callable[[str, dict[str, Any] | None], None] | None = None,
+        on_node: Callable[[str, NodeSnapshot | None], None] | None = None,
     ) -> None:
         """Start the mirrors; ``poke`` and ``on_node`` (each node that changed, and how
         it is now, None when deleted) are called in ``loop``."""
@@ -163,7 +168,7 @@ class Inventory:
 
     # What a pass reads --------------------------------------------------------
 
-    def node_bodies(self, only: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    def node_bodies(self, only: Iterable[str] | None = None) -> dict[str, NodeSnapshot]:
         if only is None:
             return self.nodes.items()
         return {k: n for k in only if (n := self.nodes.get(k)) is not None}
@@ -196,7 +201,7 @@ class Inventory:
         names = None if nodes is None else list(nodes)
         loop.call_soon_threadsafe(lambda: poke(names, **kwargs))
 
-    def _nodes_changed(self, changes: list[Change[dict[str, Any]]]) -> None:
+    def _nodes_changed(self, changes: list[Change[NodeSnapshot]]) -> None:
         loop, on_node = self._loop, self._on_node
         if loop is not None and on_node is not None and not loop.is_closed():
             for change in changes:

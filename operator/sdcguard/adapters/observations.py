@@ -45,12 +45,9 @@ def seq_floor(node: NodeFacts, tests: list[KnownTest], view: FleetView) -> NodeF
         number = seq(test.name)
         if number is not None and test.finished:
             done.append(number)
-    for body in view.tickets.get(node.name, []):
-        number = seq(str(body.get("metadata", {}).get("name", "")))
-        if number is not None and (body.get("status") or {}).get("phase") in (
-            "Closed",
-            "Retired",
-        ):
+    for ticket in view.tickets.get(node.name, []):
+        number = seq(ticket.name)
+        if number is not None and ticket.phase in ("Closed", "Retired"):
             done.append(number)
     floor = max(done, default=0)
     raw = node.annotations.get(keys.SEQ, "0")
@@ -82,15 +79,13 @@ def idle_since(name: str, accelerators: Iterable[str], view: FleetView) -> dt.da
     last = view.last_busy.get(name)
     if last is not None:
         return last
-    created = keys.parse_time(view.nodes[name]["metadata"].get("creationTimestamp"))
-    return created or _EPOCH
+    return view.nodes[name].created or _EPOCH
 
 
 def needed(name: str, accelerators: list[str], view: FleetView) -> bool:
     """A pending pod asks for this node's kind of accelerator and would fit its labels."""
-    body = view.nodes[name]
-    labels = body["metadata"].get("labels") or {}
-    allocatable = body["status"].get("allocatable") or {}
+    node = view.nodes[name]
+    labels, allocatable = node.labels, node.allocatable
     offered = {r for r in accelerators if str(allocatable.get(r, "0")) not in ("0", "")}
     for demand in view.pending:
         if not offered & set(demand.resources):

@@ -1,8 +1,9 @@
-"""Small immutable snapshots of watched objects, kept in Kopf's in-memory indexes.
+"""Small immutable snapshots of watched Pods and Jobs, kept in Kopf's in-memory indexes
+(Nodes: ``domain.observed.NodeSnapshot``).
 
-A 5,000-node fleet means 5,000 Node bodies; keeping a few fields of each
-instead of the whole body keeps the operator's memory flat, and these
-snapshots are what the reconciler turns into domain observations.
+A 5,000-node fleet means 5,000 Node bodies and their pods; keeping a few fields of each
+instead of the whole body keeps the operator's memory flat, and these snapshots are
+what the reconciler turns into domain observations.
 """
 
 from __future__ import annotations
@@ -13,57 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from sdcguard.api import GROUP, RepairTicket
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTATION, TEST_LABEL
 from sdcguard.domain.judging import NEVER_STARTED_REASONS
 from sdcguard.domain.keys import parse_time
 from sdcguard.domain.quantity import whole_quantity
-
-OUR_PREFIX = "sdcguard.dev/"
-
-
-KEPT_FOREIGN_ANNOTATIONS = (
-    "cluster-autoscaler.kubernetes.io/scale-down-disabled",
-    "karpenter.sh/do-not-disrupt",
-)
-
-
-def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a Node that sdcguard reads, in the Node's own shape.
-
-    ``NodeFacts.from_body`` reads the result exactly as it reads a full Node.
-    """
-    meta = body.get("metadata", {}) or {}
-    spec = body.get("spec", {}) or {}
-    status = body.get("status", {}) or {}
-    annotations = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if k.startswith(OUR_PREFIX) or k in KEPT_FOREIGN_ANNOTATIONS
-    }
-    return {
-        "metadata": {
-            "name": meta.get("name", ""),
-            "uid": meta.get("uid", ""),
-            "resourceVersion": meta.get("resourceVersion", ""),
-            "creationTimestamp": meta.get("creationTimestamp"),
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": annotations,
-        },
-        "spec": {
-            "taints": [dict(t) for t in spec.get("taints") or []],
-            "unschedulable": bool(spec.get("unschedulable", False)),
-            "providerID": spec.get("providerID", ""),
-        },
-        "status": {
-            "allocatable": dict(status.get("allocatable") or {}),
-            "conditions": [
-                {"type": c.get("type"), "status": c.get("status")}
-                for c in status.get("conditions") or []
-                if c.get("type") == "Ready"
-            ],
-            "nodeInfo": {"systemUUID": (status.get("nodeInfo") or {}).get("systemUUID", "")},
-        },
-    }
 
 
 def is_extended_resource(name: str) -> bool:
@@ -274,3 +231,57 @@ def probe_job(body: Mapping[str, Any]) -> ProbeJob | None:
         complete=complete,
         created=parse_time(meta.get("creationTimestamp")),
     )
+
+
+def trim_own(body: Mapping[str, Any]) -> dict[str, Any]:
+    """One of our own resources without what the operator never reads (managedFields,
+    Kopf's copy of the last spec): thousands of them stay in memory."""
+    meta = body.get("metadata", {}) or {}
+    kept = {
+        k: meta[k]
+        for k in ("name", "uid", "resourceVersion", "generation", "creationTimestamp", "labels")
+        if k in meta
+    }
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k != f"{GROUP}/last-handled-configuration"
+    }
+    if annotations:
+        kept["annotations"] = annotations
+    trimmed: dict[str, Any] = {k: v for k, v in body.items() if k != "metadata"}
+    trimmed["metadata"] = kept
+    return trimmed
+
+
+@dataclass(frozen=True, slots=True)
+class TicketSnapshot:
+    """A RepairTicket as the index keeps it: parsed once (``ticket`` None when it does not
+    validate), with what every pass reads of it, the unreadable ones included."""
+
+    name: str
+    resource_version: str = ""
+    created: dt.datetime | None = None
+    phase: str = ""
+    """status.phase as written ("" without a status)."""
+    opened_at: dt.datetime | None = None
+    has_status: bool = False
+    ticket: RepairTicket | None = None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> TicketSnapshot:
+        meta = body.get("metadata", {}) or {}
+        status = body.get("status") or {}
+        try:
+            ticket: RepairTicket | None = RepairTicket.model_validate(trim_own(body))
+        except ValidationError:
+            ticket = None
+        return cls(
+            name=str(meta.get("name", "")),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            created=parse_time(meta.get("creationTimestamp")),
+            phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",
+            opened_at=parse_time(status.get("openedAt")) if isinstance(status, Mapping) else None,
+            has_status=bool(status),
+            ticket=ticket,
+        )

@@ -10,7 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 from pydantic import ValidationError
@@ -19,13 +19,13 @@ from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     CheckSpec,
-    RepairTicket,
+    SDCBaseline,
     SDCTest,
     Verdict,
 )
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member
-from sdcguard.domain.observed import NodeFacts, Observed, TestFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts
 from sdcguard.domain.selection import Selector
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
@@ -39,7 +39,6 @@ STATUS_EVERY = dt.timedelta(seconds=5)
 TICKET_STATUS_GRACE = dt.timedelta(seconds=30)
 """A new ticket's own status write lands well within this; after it, one is missing."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-T = TypeVar("T")
 
 
 def probe_timeout(checks: Iterable[CheckSpec], budget: int, active_deadline: int) -> int:
@@ -61,14 +60,15 @@ def _has_outcome(observed: Observed) -> bool:
 class FleetView:
     """A consistent copy of the indexes for one pass."""
 
-    nodes: dict[str, dict[str, Any]]
+    nodes: dict[str, NodeSnapshot]
     busy: dict[str, list[observe.PodUse]] = field(default_factory=dict)
     pending: list[observe.PendingDemand] = field(default_factory=list)
     probe_pods: dict[str, list[observe.ProbePod]] = field(default_factory=dict)
     probe_jobs: dict[str, observe.ProbeJob] = field(default_factory=dict)
-    tests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    tickets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tests: dict[str, list[TestSnapshot]] = field(default_factory=dict)
+    tickets: dict[str, list[observe.TicketSnapshot]] = field(default_factory=dict)
+    baselines: dict[str, SDCBaseline] = field(default_factory=dict)
+    """Every readable SDCBaseline, parsed once by the index handler."""
     last_busy: dict[str, dt.datetime] = field(default_factory=dict)
     operator_started: dt.datetime | None = None
     policies: dict[str, Selector] = field(default_factory=dict)
@@ -92,10 +92,6 @@ class FleetView:
             policies=newer.policies,
             complete=self.complete and newer.complete,
         )
-
-
-def _rv(body: Mapping[str, Any]) -> str:
-    return str((body.get("metadata") or {}).get("resourceVersion", ""))
 
 
 @dataclass
@@ -177,6 +173,30 @@ class KnownTest:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class TestSnapshot:
+    """An SDCTest as the index keeps it, made once by the index handler: its
+    :class:`KnownTest` (only the facts once it is finished), or None with ``error`` when
+    it does not validate."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str
+    resource_version: str = ""
+    known: KnownTest | None = None
+    error: str = ""
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> TestSnapshot:
+        meta = body.get("metadata") or {}
+        name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion") or "")
+        try:
+            test = SDCTest.model_validate(body)
+        except ValidationError as exc:
+            return cls(name, rv, None, str(exc)[:300])
+        return cls(name, rv, KnownTest.of(test))
+
+
 @dataclass(frozen=True)
 class UrgentWork:
     """Nodes whose probe just ended, with the view they were seen in: served between
@@ -212,10 +232,8 @@ class ReconcilerState:
     """SDCTest name -> node name, for events that name only the test."""
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _memory: dict[str, PolicyMemory] = field(default_factory=dict)
-    # Parsed objects by name, with the resourceVersion they were parsed at: a pass
-    # parses only what changed since the last one.
-    _tests: dict[str, tuple[str, KnownTest | None]] = field(default_factory=dict)
-    _tickets: dict[str, tuple[str, RepairTicket | None]] = field(default_factory=dict)
+    _tests: dict[str, str] = field(default_factory=dict)
+    """SDCTest name -> the resourceVersion its breaker sample and node were noted at."""
     _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
     _samples: dict[str, tuple[str, breaker_mod.Sample]] = field(default_factory=dict)
     """Finished screenings (Pass or SDC) by test name, with their policy: the breaker's
@@ -243,46 +261,32 @@ class ReconcilerState:
         self._node_delete = (now, allowed)
         return allowed
 
-    @staticmethod
-    def _cached(cache: dict[str, tuple[str, T]], body: Mapping[str, Any], parse: Any) -> T:
-        """``parse(body)``, or what it gave for this name at this resourceVersion."""
-        name = str((body.get("metadata") or {}).get("name", ""))
-        rv = _rv(body)
-        cached = cache.get(name)
-        if cached is not None and cached[0] == rv and rv:
-            return cached[1]
-        value: T = parse(body)
-        cache[name] = (rv, value)
-        return value
+    def _test(self, seen: TestSnapshot, node_name: str) -> KnownTest | None:
+        """The test as the index keeps it (None: unreadable); its node and its breaker
+        sample are noted once per resourceVersion."""
+        rv = seen.resource_version
+        if self._tests.get(seen.name) != rv or not rv:
+            if seen.known is None:
+                log.warning("unreadable SDCTest skipped", node=node_name, error=seen.error)
+            else:
+                self.test_nodes[seen.name] = node_name
+            self._note_sample(seen.name, node_name, seen.known)
+            self._tests[seen.name] = rv
+        return seen.known
 
-    def _test(self, body: Mapping[str, Any], node_name: str) -> KnownTest | None:
-        def parse(body: Mapping[str, Any]) -> KnownTest | None:
-            try:
-                test = SDCTest.model_validate(body)
-            except ValidationError as exc:
-                log.warning("unreadable SDCTest skipped", node=node_name, error=str(exc)[:300])
-                self._note_sample(str(body.get("metadata", {}).get("name", "")), node_name, None)
-                return None
-            self.test_nodes[test.metadata.name] = node_name
-            self._note_sample(test.metadata.name, node_name, test)
-            return KnownTest.of(test)
-
-        known: KnownTest | None = self._cached(self._tests, body, parse)
-        return known
-
-    def _note_sample(self, name: str, node_name: str, test: SDCTest | None) -> None:
-        status = test.status if test is not None else None
+    def _note_sample(self, name: str, node_name: str, known: KnownTest | None) -> None:
+        facts = known.facts if known is not None else None
         sample = None
         if (
-            test is not None
-            and status is not None
-            and status.completion_time is not None
-            and status.verdict in (Verdict.PASS, Verdict.SDC)
+            known is not None
+            and facts is not None
+            and facts.completed_at is not None
+            and facts.verdict in (Verdict.PASS, Verdict.SDC)
         ):
             sample = (
-                test.spec.policy_ref,
+                known.policy,
                 breaker_mod.Sample(
-                    status.completion_time, status.verdict == Verdict.SDC, node_name, name
+                    facts.completed_at, facts.verdict == Verdict.SDC, node_name, name
                 ),
             )
         if self._samples.get(name) != sample:
@@ -292,45 +296,24 @@ class ReconcilerState:
                 self._samples[name] = sample
             self._samples_version += 1
 
-    def _ticket_obj(self, body: Mapping[str, Any]) -> RepairTicket | None:
-        def parse(body: Mapping[str, Any]) -> RepairTicket | None:
-            try:
-                return RepairTicket.model_validate(body)
-            except ValidationError:
-                return None
-
-        ticket: RepairTicket | None = self._cached(self._tickets, body, parse)
-        return ticket
-
-    def _node_facts(self, body: Mapping[str, Any], spec: Any) -> NodeFacts:
-        meta = body["metadata"]
-        key = (_rv(body), tuple(spec.accelerators), spec.budgets.pool_label)
-        cached = self._facts.get(meta["name"])
+    def _node_facts(self, snapshot: NodeSnapshot, spec: Any) -> NodeFacts:
+        key = (snapshot.resource_version, tuple(spec.accelerators), spec.budgets.pool_label)
+        cached = self._facts.get(snapshot.name)
         if cached is not None and cached[0] == key and key[0]:
             return cached[1]
-        node = NodeFacts.from_body(body, spec.accelerators, spec.budgets.pool_label)
-        self._facts[meta["name"]] = (key, node)
+        node = NodeFacts.from_snapshot(snapshot, spec.accelerators, spec.budgets.pool_label)
+        self._facts[snapshot.name] = (key, node)
         return node
 
     def _prune(self, view: FleetView) -> None:
         """Drop parse caches of objects the view no longer has (full passes only)."""
-        tests = {
-            str((b.get("metadata") or {}).get("name", ""))
-            for bodies in view.tests.values()
-            for b in bodies
-        }
-        tickets = {
-            str((b.get("metadata") or {}).get("name", ""))
-            for bodies in view.tickets.values()
-            for b in bodies
-        }
+        tests = {t.name for snapshots in view.tests.values() for t in snapshots}
+        tickets = {t.name for snapshots in view.tickets.values() for t in snapshots}
         for name in [n for n in self._tests if n not in tests]:
             del self._tests[name]
             self.test_nodes.pop(name, None)
             if self._samples.pop(name, None) is not None:
                 self._samples_version += 1
-        for name in [n for n in self._tickets if n not in tickets]:
-            del self._tickets[name]
         for name in [n for n in self._replaced if n not in tickets]:
             del self._replaced[name]
         for name in [n for n in self._facts if n not in view.nodes]:

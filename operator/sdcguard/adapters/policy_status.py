@@ -223,14 +223,12 @@ class PolicyReporter(ReconcilerState):
                 usage.unavailable
             )
         ages: list[float] = []
-        for bodies in view.tickets.values():
-            for body in bodies:
-                status = body.get("status") or {}
-                if status.get("phase") in (None, "Closed", "Retired"):
+        for tickets in view.tickets.values():
+            for ticket in tickets:
+                if ticket.phase in ("", "Closed", "Retired"):
                     continue
-                opened = keys.parse_time(status.get("openedAt"))
-                if opened is not None:
-                    ages.append((now - opened).total_seconds())
+                if ticket.opened_at is not None:
+                    ages.append((now - ticket.opened_at).total_seconds())
         buckets = {"lt1h": 0, "1h-24h": 0, "1d-7d": 0, "gt7d": 0}
         for age in ages:
             key = (

@@ -26,6 +26,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from sdcguard.adapters import observe
 from sdcguard.adapters.executor import Executor
 from sdcguard.adapters.observations import current_test, idle_since, needed, seq_floor
 from sdcguard.adapters.pass_state import (
@@ -47,7 +48,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain.decide import Decision, iter_decisions, priority
 from sdcguard.domain.echo import bounded
-from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 
 log = structlog.get_logger("sdcguard.reconcile")
@@ -150,7 +151,7 @@ class Reconciler(Executor, PolicyReporter):
             if body is None:
                 memory.forget(node_name)
                 continue
-            labels = body["metadata"].get("labels") or {}
+            labels = body.labels
             claims = {p: specificity(s) for p, s in selectors.items() if selects(s, labels)}
             owner = owning_policy(labels, selectors)
             if owner != policy_name:
@@ -175,7 +176,7 @@ class Reconciler(Executor, PolicyReporter):
         node_name: str,
         owner: str,
         claims: Mapping[str, int],
-        body: Mapping[str, Any],
+        body: NodeSnapshot,
     ) -> None:
         """Several policies select the node: remember it for both policies' PolicyOverlap
         condition; the owner's pass logs it and tells it in one Event on the Node."""
@@ -195,7 +196,7 @@ class Reconciler(Executor, PolicyReporter):
         self.writer.event(
             kind="Node",
             name=node_name,
-            uid=str(body["metadata"].get("uid") or "") or None,
+            uid=body.uid or None,
             reason="PolicyOverlap",
             message=bounded(
                 f"{node_name} is selected by policies {', '.join(overlap[1])}; {owner} owns it "
@@ -361,7 +362,7 @@ class Reconciler(Executor, PolicyReporter):
                     )
                     if test is not known.running:
                         known = KnownTest.of(test)
-                        self._note_sample(test.metadata.name, node_name, test)
+                        self._note_sample(test.metadata.name, node_name, known)
                 tests_by_node.setdefault(node_name, []).append(known)
 
         return tests_by_node
@@ -387,7 +388,7 @@ class Reconciler(Executor, PolicyReporter):
                 continue
             expected_rv = self.expect_nodes.get(node_name)
             if expected_rv is not None:
-                if expected_rv == view.nodes[node_name]["metadata"].get("resourceVersion"):
+                if expected_rv == view.nodes[node_name].resource_version:
                     counts["nodes-awaiting-watch"] += 1
                     # Our last write has not come back through the watch yet; its event
                     # brings the node back, and if it never comes, this look does.
@@ -556,10 +557,10 @@ class Reconciler(Executor, PolicyReporter):
             return False
         return True
 
-    def _open_ticket(self, bodies: list[dict[str, Any]]) -> TicketFacts | None:
+    def _open_ticket(self, seen: list[observe.TicketSnapshot]) -> TicketFacts | None:
         tickets = []
-        for body in bodies:
-            ticket = self._ticket_obj(body)
+        for snapshot in seen:
+            ticket = snapshot.ticket
             if ticket is None:
                 continue
             phase = ticket.status.phase if ticket.status else TicketPhase.OPEN

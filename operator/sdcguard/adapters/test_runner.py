@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
 import structlog
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from sdcguard.adapters.pass_state import (
     PROBE_VANISHED_GRACE,
@@ -36,7 +33,8 @@ from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_na
 from sdcguard.domain import baselines, keys
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
-from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot
+from sdcguard.domain.plan import Plan
 from sdcguard.domain.seeds import screening_seed
 from sdcguard.domain.testphase import (
     CreateJob,
@@ -62,11 +60,11 @@ class TestRunner(ReconcilerState):
     __test__ = False
 
     def probe_request(
-        self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: Mapping[str, Any]
+        self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: NodeSnapshot
     ) -> ProbeJobRequest:
         spec = policy.spec
         checks = spec.suites.checks(test.spec.suite)
-        capacity = (node_body.get("status") or {}).get("allocatable") or {}
+        capacity = node_body.allocatable
         resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
         count = int(str(capacity.get(resource, "0"))) if resource else 0
         budget = spec.probe.budget_seconds
@@ -186,14 +184,7 @@ class TestRunner(ReconcilerState):
         return judgement
 
     def _baseline_specs(self, view: FleetView) -> dict[str, SDCBaselineSpec]:
-        specs: dict[str, SDCBaselineSpec] = {}
-        for body in view.baselines.values():
-            try:
-                baseline = SDCBaseline.model_validate(body)
-            except ValidationError:
-                continue
-            specs[baseline.spec.fingerprint.hash] = baseline.spec
-        return specs
+        return {b.spec.fingerprint.hash: b.spec for b in view.baselines.values()}
 
     def _record_candidate(
         self,
@@ -208,8 +199,7 @@ class TestRunner(ReconcilerState):
         fp = judgement.fingerprint
         assert fp is not None
         name = baseline_name(fp.hash)
-        body = view.baselines.get(name)
-        current = SDCBaseline.model_validate(body) if body is not None else None
+        current = view.baselines.get(name)
         candidates = current.status.candidates if current and current.status else []
         if any(
             c.node_name == test.spec.node_name and c.test_name == test.metadata.name
@@ -226,19 +216,15 @@ class TestRunner(ReconcilerState):
             settings=policy.spec.baseline,
             now=now,
         )
-        spec_body = to_body(update.spec)
-        status_body = to_body(update.status)
         if current is None:
             baseline = SDCBaseline(metadata=ObjectMeta(name=name), spec=update.spec)
             self.writer.create_custom("sdcbaselines", to_body(baseline))
         elif update.spec != current.spec:
-            self.writer.patch_custom("sdcbaselines", name, {"spec": spec_body})
-        self.writer.patch_custom_status("sdcbaselines", name, status_body)
-        view.baselines[name] = {
-            "metadata": {"name": name},
-            "spec": spec_body,
-            "status": status_body,
-        }
+            self.writer.patch_custom("sdcbaselines", name, {"spec": to_body(update.spec)})
+        self.writer.patch_custom_status("sdcbaselines", name, to_body(update.status))
+        view.baselines[name] = SDCBaseline(
+            metadata=ObjectMeta(name=name), spec=update.spec, status=update.status
+        )
         log.info(
             "baseline candidate", baseline=name, node=test.spec.node_name, message=update.message
         )
@@ -249,7 +235,7 @@ class TestRunner(ReconcilerState):
     def _report_suspect(self, node: str, why: str, view: FleetView) -> None:
         """Mark a node suspect the way a workload would (the lifecycle takes it from there)."""
         body = view.nodes.get(node)
-        if body is None or keys.REQUEST_SUSPECT in (body["metadata"].get("annotations") or {}):
+        if body is None or keys.REQUEST_SUSPECT in body.annotations:
             return
         self.writer.patch_node(node, {"metadata": {"annotations": {keys.REQUEST_SUSPECT: why}}})
 
@@ -258,7 +244,7 @@ class TestRunner(ReconcilerState):
         policy: SDCPolicy,
         test: SDCTest,
         node: NodeFacts | None,
-        node_body: Mapping[str, Any] | None,
+        node_body: NodeSnapshot | None,
         view: FleetView,
         now: dt.datetime,
         counts: Counter[str],
@@ -305,46 +291,49 @@ class TestRunner(ReconcilerState):
         if judgement is not None:
             verdict, reason, message = judgement.verdict, judgement.reason, judgement.message
         finished: SDCTest | None = None
-        for action in row.actions:
-            if isinstance(action, CreateJob):
-                assert node is not None and node_body is not None
-                self._end_predecessors(test, view, counts)
-                manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
-                self.writer.create_job(manifest)
-                counts["jobs-created"] += 1
-            elif isinstance(action, DeleteJob):
-                self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
-                counts["jobs-deleted"] += 1
-            elif isinstance(action, MarkAwaitingBaseline):
-                conds = set_condition(
-                    status.conditions,
-                    "AwaitingBaseline",
-                    "True",
-                    "AwaitingQuorum",
-                    "digests recorded; waiting for enough nodes to agree on a baseline",
-                    now,
-                )
-                if conds != status.conditions:
-                    status = status.model_copy(update={"conditions": conds})
-                    self._write_test_status(test, status)
-            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RESERVING:
-                status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
-                self._write_test_status(test, status)
-            elif isinstance(action, WriteStatus) and row.target == SDCTestPhase.RUNNING:
-                status = self._running_status(test, status, now)
-                self._write_test_status(test, status)
-            elif isinstance(action, WriteStatus):
-                if judgement is not None:
-                    self._count_judgement(judgement, finished_at, now)
-                    status = status.model_copy(
-                        update={
-                            "checks": judgement.check_statuses(),
-                            "fingerprint_hash": (
-                                judgement.fingerprint.hash if judgement.fingerprint else None
-                            ),
-                        }
+        for step in Plan.of(row.actions).steps:  # all in the objects stage, in row order
+            match step:
+                case CreateJob():
+                    assert node is not None and node_body is not None
+                    self._end_predecessors(test, view, counts)
+                    manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
+                    self.writer.create_job(manifest)
+                    counts["jobs-created"] += 1
+                case DeleteJob():
+                    self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
+                    counts["jobs-deleted"] += 1
+                case MarkAwaitingBaseline():
+                    conds = set_condition(
+                        status.conditions,
+                        "AwaitingBaseline",
+                        "True",
+                        "AwaitingQuorum",
+                        "digests recorded; waiting for enough nodes to agree on a baseline",
+                        now,
                     )
-                finished = self._finish(test, status, verdict, reason, message, now, counts)
+                    if conds != status.conditions:
+                        status = status.model_copy(update={"conditions": conds})
+                        self._write_test_status(test, status)
+                case WriteStatus() if row.target == SDCTestPhase.RESERVING:
+                    status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
+                    self._write_test_status(test, status)
+                case WriteStatus() if row.target == SDCTestPhase.RUNNING:
+                    status = self._running_status(test, status, now)
+                    self._write_test_status(test, status)
+                case WriteStatus():
+                    if judgement is not None:
+                        self._count_judgement(judgement, finished_at, now)
+                        status = status.model_copy(
+                            update={
+                                "checks": judgement.check_statuses(),
+                                "fingerprint_hash": (
+                                    judgement.fingerprint.hash if judgement.fingerprint else None
+                                ),
+                            }
+                        )
+                    finished = self._finish(test, status, verdict, reason, message, now, counts)
+                case _:
+                    raise ValueError(f"{type(step).__name__} is not an SDCTest step")
         if finished is not None:
             return finished
         return test.model_copy(update={"status": status})

@@ -58,6 +58,7 @@ from sdcguard.api.resources import (
     Resource,
     from_body,
     to_body,
+    to_patch,
 )
 from sdcguard.api.sdctest import (
     CheckStatus,
@@ -164,4 +165,5 @@ __all__ = [
     "parse_duration",
     "set_condition",
     "to_body",
+    "to_patch",
 ]

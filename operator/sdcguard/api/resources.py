@@ -152,6 +152,21 @@ def to_body(model: ApiModel) -> dict[str, Any]:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def to_patch(model: ApiModel, *fields: str) -> dict[str, Any]:
+    """A merge patch that sets these fields (Python names) of ``model`` and no others,
+    camelCase as :func:`to_body` writes them; a field that is None is sent as null, which
+    removes it from the object."""
+    unknown = [f for f in fields if f not in type(model).model_fields]
+    if unknown:
+        raise ValueError(f"{type(model).__name__} has no fields {unknown}")
+    patch = model.model_dump(mode="json", by_alias=True, exclude_none=True, include=set(fields))
+    for name in fields:
+        if getattr(model, name) is None:
+            info = type(model).model_fields[name]
+            patch[info.alias or name] = None
+    return patch
+
+
 def from_body(body: Mapping[str, Any]) -> Body:
     """Parse an object read from the API server into its model, by ``kind``.
 

@@ -58,7 +58,9 @@ from sdcguard.domain.lifecycle import (
     TABLE,
     Action,
     AddTaint,
+    AdoptTest,
     Annotate,
+    BackOff,
     CancelTest,
     CloseTicket,
     Cordon,
@@ -66,8 +68,13 @@ from sdcguard.domain.lifecycle import (
     CreateTicket,
     Drain,
     EmitEvent,
+    EndDrain,
     Event,
+    ForgetSuspicion,
+    ForgetTest,
+    HoldQuarantine,
     IllegalTransition,
+    KeepSuspicion,
     MarkQualified,
     NodeState,
     RaiseCycle,
@@ -81,6 +88,7 @@ from sdcguard.domain.lifecycle import (
     transition,
 )
 from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
+from sdcguard.domain.plan import Plan
 from sdcguard.domain.reports import report_reference
 
 PROBE_TOLERATED_CORDON = "node.kubernetes.io/unschedulable"
@@ -130,6 +138,11 @@ class Decision:
         """Whether the node changes state."""
         return self.event is not None and self.state != self.previous
 
+    @property
+    def plan(self) -> Plan:
+        """``actions`` in the order the executor applies them (see ``domain.plan``)."""
+        return Plan.of(self.actions)
+
 
 @dataclass
 class _Step:
@@ -138,11 +151,15 @@ class _Step:
     event: Event | None
     detail: str
     changes: Changes = field(default_factory=dict)
+    """Only the request annotation the step answered (consumed); what a row remembers
+    is in its bookkeeping actions."""
     requeue: float | None = None
     suite: Suite | None = None
     """Suite for CreateTest rows that leave it open."""
     attempt: int = 1
     evidence: tuple[str, ...] = ()
+    suspect_checks: frozenset[str] = frozenset()
+    """The checks still suspect after the outcome (for KeepSuspicion)."""
     waits: str | None = None
     """Why the operator holds back the node's next step (published on the node, the
     ticket's Waiting condition, ``kubectl sdc status``, and an Event once it lasts)."""
@@ -315,7 +332,7 @@ class _Reader:
         if self.node.excluded:
             if self.state == S.EXCLUDED:
                 return _Step(None, "excluded: sdcguard touches nothing")
-            return _Step(E.OPTED_OUT, f"label {keys.LABEL_EXCLUDE}=true", _forget_all())
+            return _Step(E.OPTED_OUT, f"label {keys.LABEL_EXCLUDE}=true")
         if self.state == S.EXCLUDED:
             return _Step(E.OPTED_IN, f"label {keys.LABEL_EXCLUDE} removed")
         return None
@@ -335,8 +352,7 @@ class _Reader:
                     {key: None},
                     requeue=REQUEUE_AFTER_TRANSITION,
                 )
-            changes: Changes = {key: None, **_forget_all()}
-            return _Step(event, f"{key}: {why}", changes, evidence=self.node.evidence)
+            return _Step(event, f"{key}: {why}", {key: None}, evidence=self.node.evidence)
         return None
 
     def _outcome(self) -> _Step | None:
@@ -361,79 +377,64 @@ class _Reader:
         evidence = (
             (*self.node.evidence, test.name) if test.verdict == Verdict.SDC else self.node.evidence
         )
+        checks = found.suspect_checks
         if found.outcome == Outcome.CLEARED:
-            return _Step(E.TEST_PASSED, found.message, {**_forget_test(), **_forget_suspicion()})
+            return _Step(E.TEST_PASSED, found.message)
         if found.outcome == Outcome.CONFIRMED:
             if self.obs.breaker_open:
-                held = self._suspicion_kept(found.suspect_checks, evidence, back_off=False)
-                held[keys.HELD] = f"circuit breaker open; confirmed by {test.name}"
                 detail = (
                     f"{found.message}; quarantine held: circuit breaker open "
                     "(re-tested when it closes, or on request)"
                 )
-                return _Step(E.QUARANTINE_HELD, detail, held)
-            changes = {**_forget_test(), **_forget_suspicion()}
-            return _Step(E.TEST_FAILED, found.message, changes, evidence=evidence)
+                return _Step(E.QUARANTINE_HELD, detail, evidence=evidence, suspect_checks=checks)
+            return _Step(E.TEST_FAILED, found.message, evidence=evidence)
         if found.outcome == Outcome.NEEDS_RERUN:
             rerun = test.attempt + 1 if test.reason == ScreeningReason.CONFIRMATION else 1
             event = (
                 E.TEST_FAILED_UNCONFIRMED if test.verdict == Verdict.SDC else E.CONFIRMATION_PASSED
             )
-            kept = self._suspicion_kept(found.suspect_checks, evidence, back_off=False)
-            return _Step(event, found.message, kept, suite=test.suite, attempt=rerun)
+            return _Step(
+                event,
+                found.message,
+                suite=test.suite,
+                attempt=rerun,
+                evidence=evidence,
+                suspect_checks=checks,
+            )
         if found.outcome == Outcome.FLAKY:
-            kept = self._suspicion_kept(found.suspect_checks, evidence, back_off=True)
-            return _Step(E.FLAKY, found.message, kept)
+            return _Step(E.FLAKY, found.message, evidence=evidence, suspect_checks=checks)
         return self._inconclusive(found.message)
 
     def _verification(self, verdict: Verdict | None, name: str, message: str) -> _Step:
         said = f"{name}: {message}" if message else name
         if verdict == Verdict.PASS:
-            return _Step(E.VERIFICATION_PASSED, said, {**_forget_test(), **_forget_suspicion()})
+            return _Step(E.VERIFICATION_PASSED, said)
         if verdict == Verdict.SDC:
             ticket = self.obs.ticket
             cycle = ticket.cycle if ticket else 1
             if cycle >= self.policy.repair.max_repair_cycles:
                 detail = f"{said}; repair cycle {cycle} of {self.policy.repair.max_repair_cycles}"
-                return _Step(
-                    E.REPAIR_CYCLES_EXCEEDED, detail, {**_forget_test(), **_forget_suspicion()}
-                )
+                return _Step(E.REPAIR_CYCLES_EXCEEDED, detail)
             return _Step(
-                E.VERIFICATION_FAILED,
-                f"{said}; repair cycle {cycle + 1} begins",
-                {**_forget_test(), **_forget_suspicion()},
-                evidence=(name,),
+                E.VERIFICATION_FAILED, f"{said}; repair cycle {cycle + 1} begins", evidence=(name,)
             )
         return self._inconclusive(said)
 
-    def _retry_changes(self, count: int) -> Changes:
+    def back_off(self, count: int) -> Changes:
+        """The inconclusive count and the time before the node is screened again."""
         base = parse_duration(self.policy.triggers.inconclusive_backoff)
         return {
             keys.INCONCLUSIVE: str(count) if count else None,
             keys.RETRY_AFTER: keys.format_time(retry_time(self.now, base, max(1, count))),
         }
 
-    def _suspicion_kept(
-        self, checks: frozenset[str], evidence: tuple[str, ...], *, back_off: bool
-    ) -> Changes:
-        """Bookkeeping for a node that stays under suspicion after its test."""
-        changes: Changes = {
-            **_forget_test(),
-            keys.SUSPECT_CHECKS: keys.join_list(checks),
-            keys.EVIDENCE: keys.join_list(evidence),
-        }
-        if back_off:
-            changes.update(self._retry_changes(self.node.inconclusive_count))
-        return changes
-
     def _inconclusive(self, why: str) -> _Step:
         count = self.node.inconclusive_count + 1
-        changes = {**_forget_test(), **self._retry_changes(count)}
         if self.state == S.TESTING:
             event = E.TEST_INCONCLUSIVE if self.node.qualified_at else E.ACCEPTANCE_INCONCLUSIVE
         else:
             event = E.TEST_INCONCLUSIVE
-        return _Step(event, f"{why} (inconclusive #{count})", changes)
+        return _Step(event, f"{why} (inconclusive #{count})")
 
     def _adoption(self) -> _Step | None:
         test = self.obs.test
@@ -443,7 +444,7 @@ class _Reader:
             and not test.finished
             and test.name != self.node.current_test
         ):
-            return _Step(E.TEST_STARTED, f"adopted {test.name}", {keys.CURRENT_TEST: test.name})
+            return _Step(E.TEST_STARTED, f"adopted {test.name}")
         return None
 
     def _ticket(self) -> _Step | None:
@@ -451,7 +452,7 @@ class _Reader:
         if self.state not in (S.QUARANTINED, S.REPAIRING) or ticket is None:
             return None
         if ticket.resolution == Resolution.RETIRE:
-            return _Step(E.TICKET_RETIRE, f"ticket {ticket.name} resolved Retire", _forget_all())
+            return _Step(E.TICKET_RETIRE, f"ticket {ticket.name} resolved Retire")
         if ticket.resolution is not None:
             blocked = self.blocked(takes_node=False)
             if blocked:
@@ -462,9 +463,7 @@ class _Reader:
                     waits=f"verification waits: {blocked}",
                 )
             return _Step(
-                E.TICKET_RESOLVED,
-                f"ticket {ticket.name} resolved {ticket.resolution}; verifying",
-                {keys.INCONCLUSIVE: None, keys.RETRY_AFTER: None},
+                E.TICKET_RESOLVED, f"ticket {ticket.name} resolved {ticket.resolution}; verifying"
             )
         if self.state == S.QUARANTINED and ticket.acknowledged:
             if self.policy.repair.strategy == RepairStrategy.REPLACE:
@@ -488,7 +487,6 @@ class _Reader:
             return _Step(
                 E.DRAIN_TIMED_OUT,
                 "pods are left: evictions were refused until the drain's time ran out",
-                {keys.DRAIN_UNTIL: None},
                 requeue=REQUEUE_MAX,
             )
         timeout = dt.timedelta(seconds=self.policy.quarantine.drain_timeout_seconds)
@@ -616,18 +614,6 @@ class _Reader:
         return REQUEUE_WAITING
 
 
-def _forget_test() -> Changes:
-    return {keys.CURRENT_TEST: None, keys.INCONCLUSIVE: None, keys.RETRY_AFTER: None}
-
-
-def _forget_suspicion() -> Changes:
-    return {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None, keys.HELD: None}
-
-
-def _forget_all() -> Changes:
-    return {**_forget_test(), **_forget_suspicion()}
-
-
 class _Binder:
     """Turns table rows into concrete actions for one node (see module docstring)."""
 
@@ -646,9 +632,39 @@ class _Binder:
         return node.name[: 253 - len(suffix)] + suffix
 
     def bind(self, action: Action) -> Action | None:
+        """The action with the node's names and keys filled in (None: nothing to do
+        here). Bookkeeping actions become annotation changes (``self.changes``)."""
         r, node, policy = self.r, self.r.node, self.r.policy
         ticket = r.obs.ticket
         match action:
+            case ForgetTest():
+                self.changes.update(
+                    {keys.CURRENT_TEST: None, keys.INCONCLUSIVE: None, keys.RETRY_AFTER: None}
+                )
+                return None
+            case ForgetSuspicion():
+                self.changes.update(
+                    {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None, keys.HELD: None}
+                )
+                return None
+            case KeepSuspicion():
+                self.changes[keys.SUSPECT_CHECKS] = keys.join_list(self.step.suspect_checks)
+                self.changes[keys.EVIDENCE] = keys.join_list(self.step.evidence)
+                return None
+            case HoldQuarantine():
+                by = r.obs.test.name if r.obs.test else "its test"
+                self.changes[keys.HELD] = f"circuit breaker open; confirmed by {by}"
+                return None
+            case BackOff(count=count):
+                self.changes.update(r.back_off(node.inconclusive_count + (1 if count else 0)))
+                return None
+            case AdoptTest():
+                if r.obs.test is not None:
+                    self.changes[keys.CURRENT_TEST] = r.obs.test.name
+                return None
+            case EndDrain():
+                self.changes[keys.DRAIN_UNTIL] = None
+                return None
             case AddTaint(role=TaintRole.TESTING) if (
                 self.step.event == E.SUSPECTED and not policy.triggers.hold_suspects
             ):

@@ -16,7 +16,10 @@
 
 Rows name taints by role (gate, testing, quarantine) and tests and tickets without
 names; ``decide`` binds them to the policy's keys, the node, and the objects
-involved. A (state, event) pair that is not a row raises :class:`IllegalTransition`.
+involved. A row also says what the node remembers afterwards (its bookkeeping:
+forget the test, keep or settle the suspicion, back off, hold a quarantine; see
+``BOOKKEEPING``), so one row tells all a (state, event) pair does. A (state, event)
+pair that is not a row raises :class:`IllegalTransition`.
 """
 
 from __future__ import annotations
@@ -250,6 +253,65 @@ class Retire:
     delete_node: bool = False
 
 
+# Bookkeeping: what the node's sdcguard.dev/ annotations remember across passes. Each
+# is bound to annotation changes, written with the node patch (one Annotate action).
+
+
+@dataclass(frozen=True)
+class ForgetTest:
+    """The node's current test is done with: forget its name, the count of inconclusive
+    results and the back-off (``current-test``, ``inconclusive``, ``retry-after``)."""
+
+
+@dataclass(frozen=True)
+class ForgetSuspicion:
+    """The suspicion is settled: forget the suspect checks, the evidence and a held
+    quarantine (``suspect-checks``, ``evidence``, ``held``)."""
+
+
+@dataclass(frozen=True)
+class KeepSuspicion:
+    """The node stays under suspicion: record the checks still suspect and the evidence
+    (the failed tests) as the outcome judged them (``suspect-checks``, ``evidence``)."""
+
+
+@dataclass(frozen=True)
+class HoldQuarantine:
+    """The open circuit breaker holds this confirmed failure (``held``, naming the test):
+    the node is re-tested when the breaker closes or a person asks, not in a loop."""
+
+
+@dataclass(frozen=True)
+class BackOff:
+    """Screen again only after ``triggers.inconclusiveBackoff``, growing with the count
+    of inconclusive results (``retry-after``). ``count``: this outcome was inconclusive
+    and is counted (``inconclusive`` + 1); else the count stays."""
+
+    count: bool = True
+
+
+@dataclass(frozen=True)
+class AdoptTest:
+    """Take the test someone else started on the node as its current test."""
+
+
+@dataclass(frozen=True)
+class EndDrain:
+    """The drain is over: forget its deadline (``drain-until``)."""
+
+
+BOOKKEEPING: tuple[type, ...] = (
+    ForgetTest,
+    ForgetSuspicion,
+    KeepSuspicion,
+    HoldQuarantine,
+    BackOff,
+    AdoptTest,
+    EndDrain,
+)
+"""Row actions that only change what the node's annotations remember."""
+
+
 @dataclass(frozen=True)
 class EmitEvent:
     """A Kubernetes Event on the Node. ``message`` may use {node} and {detail}."""
@@ -281,6 +343,13 @@ Action = (
     | CloseTicket
     | RaiseCycle
     | Retire
+    | ForgetTest
+    | ForgetSuspicion
+    | KeepSuspicion
+    | HoldQuarantine
+    | BackOff
+    | AdoptTest
+    | EndDrain
     | EmitEvent
 )
 
@@ -328,7 +397,13 @@ S = NodeState
 E = Event
 GATE, TESTING, QUARANTINE = TaintRole.GATE, TaintRole.TESTING, TaintRole.QUARANTINE
 
+SETTLED: tuple[Action, ...] = (ForgetTest(), ForgetSuspicion())
+"""The node's fate is decided: its test and its suspicion are done with."""
+KEEP_SUSPECT: tuple[Action, ...] = (ForgetTest(), KeepSuspicion())
+"""The test is done with, the suspicion is not."""
+
 QUARANTINE_ACTIONS: tuple[Action, ...] = (
+    *SETTLED,
     RemoveTaint(TESTING),
     AddTaint(QUARANTINE),
     Cordon(),
@@ -338,6 +413,7 @@ QUARANTINE_ACTIONS: tuple[Action, ...] = (
     SetAutoscalerAnnotations(on=True),
 )
 RELEASE_ACTIONS: tuple[Action, ...] = (
+    *SETTLED,
     RemoveTaint(GATE),
     RemoveTaint(TESTING),
     RemoveTaint(QUARANTINE),
@@ -345,12 +421,14 @@ RELEASE_ACTIONS: tuple[Action, ...] = (
     SetAutoscalerAnnotations(on=False),
 )
 QUALIFY_ACTIONS: tuple[Action, ...] = (
+    *SETTLED,
     RemoveTaint(GATE),
     RemoveTaint(TESTING),
     MarkQualified(),
     EmitEvent("Qualified", "{node} passed its screening: {detail}", routine=True),
 )
 RETIRE_ACTIONS: tuple[Action, ...] = (
+    *SETTLED,
     Cordon(),
     Retire(),
     EmitEvent("Retired", "{node} is retired: {detail}", warning=True),
@@ -364,6 +442,7 @@ CONFIRMED_FAILURE: tuple[Action, ...] = (
     EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
 )
 RERUN: tuple[Action, ...] = (
+    *KEEP_SUSPECT,
     CONFIRM,
     EmitEvent("SDCSuspected", "{node}: {detail}; re-running to confirm", warning=True),
 )
@@ -377,6 +456,7 @@ def _resolution(source: NodeState) -> list[Transition]:
             E.TICKET_RESOLVED,
             S.VERIFYING,
             SetTicketPhase(TicketPhase.VERIFYING),
+            ForgetTest(),
             VERIFY,
             EmitEvent("Verifying", "{node}: {detail}"),
         ),
@@ -392,6 +472,7 @@ def _draining(source: NodeState) -> list[Transition]:
             source,
             E.DRAIN_TIMED_OUT,
             source,
+            EndDrain(),
             EmitEvent("DrainIncomplete", "{node}: {detail}", warning=True),
         ),
     ]
@@ -456,7 +537,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     # Adopting a test started elsewhere (or one created just before a crash) adopts the
     # registration gate too, so the pass that qualifies the node can remove it.
-    _row(S.UNQUALIFIED, E.TEST_STARTED, S.TESTING, AddTaint(GATE), AddTaint(TESTING)),
+    _row(S.UNQUALIFIED, E.TEST_STARTED, S.TESTING, AdoptTest(), AddTaint(GATE), AddTaint(TESTING)),
     *_manual(S.UNQUALIFIED),
     # Testing: the outcome decides.
     _row(S.TESTING, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
@@ -466,12 +547,16 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.TESTING,
         E.QUARANTINE_HELD,
         S.SUSPECT,
+        *KEEP_SUSPECT,
+        HoldQuarantine(),
         EmitEvent("QuarantineHeld", "{node}: {detail}", warning=True),
     ),
     _row(
         S.TESTING,
         E.TEST_INCONCLUSIVE,
         S.QUALIFIED,
+        ForgetTest(),
+        BackOff(),
         RemoveTaint(TESTING),
         EmitEvent("Inconclusive", "{node}: {detail}; released, screened again later"),
     ),
@@ -479,6 +564,8 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.TESTING,
         E.ACCEPTANCE_INCONCLUSIVE,
         S.UNQUALIFIED,
+        ForgetTest(),
+        BackOff(),
         RemoveTaint(TESTING),
         EmitEvent("Inconclusive", "{node}: {detail}; still gated, screened again later"),
     ),
@@ -500,7 +587,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         CreateTest(Suite.REQUALIFICATION, ScreeningReason.EXPIRY),
         EmitEvent("TestStarted", "{node}'s qualification expired: {detail}", routine=True),
     ),
-    _row(S.QUALIFIED, E.TEST_STARTED, S.TESTING, AddTaint(TESTING)),
+    _row(S.QUALIFIED, E.TEST_STARTED, S.TESTING, AdoptTest(), AddTaint(TESTING)),
     _row(
         S.QUALIFIED,
         E.SUSPECTED,
@@ -520,23 +607,29 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     _row(S.SUSPECT, E.TEST_FAILED, S.QUARANTINED, *CONFIRMED_FAILURE),
     _row(S.SUSPECT, E.TEST_FAILED_UNCONFIRMED, S.SUSPECT, *RERUN),
-    _row(S.SUSPECT, E.CONFIRMATION_PASSED, S.SUSPECT, CONFIRM),
+    _row(S.SUSPECT, E.CONFIRMATION_PASSED, S.SUSPECT, *KEEP_SUSPECT, CONFIRM),
     _row(
         S.SUSPECT,
         E.FLAKY,
         S.SUSPECT,
+        *KEEP_SUSPECT,
+        BackOff(count=False),
         EmitEvent("Flaky", "{node}: {detail}; held and screened again later", warning=True),
     ),
     _row(
         S.SUSPECT,
         E.QUARANTINE_HELD,
         S.SUSPECT,
+        *KEEP_SUSPECT,
+        HoldQuarantine(),
         EmitEvent("QuarantineHeld", "{node}: {detail}", warning=True),
     ),
     _row(
         S.SUSPECT,
         E.TEST_INCONCLUSIVE,
         S.SUSPECT,
+        ForgetTest(),
+        BackOff(),
         EmitEvent("Inconclusive", "{node}: {detail}; screened again later"),
     ),
     _row(
@@ -547,7 +640,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         CreateTest(Suite.REQUALIFICATION, ScreeningReason.SUSPECT),
         EmitEvent("TestStarted", "{node} is suspect: {detail}"),
     ),
-    _row(S.SUSPECT, E.TEST_STARTED, S.SUSPECT, AddTaint(TESTING)),
+    _row(S.SUSPECT, E.TEST_STARTED, S.SUSPECT, AdoptTest(), AddTaint(TESTING)),
     *_manual(S.SUSPECT),
     # Quarantined and repairing: the ticket drives.
     _row(
@@ -585,6 +678,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.VERIFYING,
         E.VERIFICATION_FAILED,
         S.QUARANTINED,
+        *SETTLED,
         RaiseCycle(),
         EmitEvent("RepairFailed", "{node} failed repair verification: {detail}", warning=True),
     ),
@@ -593,6 +687,8 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.VERIFYING,
         E.TEST_INCONCLUSIVE,
         S.VERIFYING,
+        ForgetTest(),
+        BackOff(),
         EmitEvent("Inconclusive", "{node}: {detail}; verification runs again later"),
     ),
     _row(S.VERIFYING, E.RETEST_DUE, S.VERIFYING, VERIFY),

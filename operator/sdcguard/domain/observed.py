@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,65 @@ class Taint:
     value: str = ""
 
 
+OUR_PREFIX = "sdcguard.dev/"
+KEPT_FOREIGN_ANNOTATIONS = (
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+    "karpenter.sh/do-not-disrupt",
+)
+"""Annotations of others that a snapshot keeps (sdcguard reads whether they are set)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """A Node as the operator keeps it in memory: only the fields it reads, made once
+    by the index handler (5,000 of these stay in memory, not 5,000 Node bodies)."""
+
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    created: dt.datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """sdcguard's own (``sdcguard.dev/...``) and the autoscalers' keep-me annotations."""
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    provider_id: str = ""
+    ready: bool = False
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    system_uuid: str = ""
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> NodeSnapshot:
+        """The snapshot of a Node as the API returns it (a dict, e.g. a Kopf body)."""
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        status = body.get("status") or {}
+        return cls(
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            created=keys.parse_time(meta.get("creationTimestamp")),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            annotations={
+                str(k): str(v)
+                for k, v in (meta.get("annotations") or {}).items()
+                if str(k).startswith(OUR_PREFIX) or k in KEPT_FOREIGN_ANNOTATIONS
+            },
+            taints=tuple(
+                Taint(str(t.get("key", "")), str(t.get("effect", "")), str(t.get("value") or ""))
+                for t in spec.get("taints") or []
+            ),
+            unschedulable=bool(spec.get("unschedulable")),
+            provider_id=str(spec.get("providerID") or ""),
+            ready=any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            ),
+            allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
+            system_uuid=str((status.get("nodeInfo") or {}).get("systemUUID") or ""),
+        )
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """The parts of a Node that matter to the lifecycle."""
@@ -54,29 +114,28 @@ class NodeFacts:
     def from_body(
         cls, body: Mapping[str, Any], accelerators: Sequence[str], pool_label: str | None = None
     ) -> NodeFacts:
-        """Facts from a Node as the API returns it (a dict, e.g. a Kopf body)."""
-        meta = body.get("metadata") or {}
-        spec = body.get("spec") or {}
-        status = body.get("status") or {}
-        labels = dict(meta.get("labels") or {})
-        allocatable = status.get("allocatable") or {}
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or []
-        )
+        """Facts from a Node as the API returns it (a dict, e.g. a Kopf body), with every
+        annotation it has (the snapshot keeps only those the operator reads)."""
+        annotations = dict((body.get("metadata") or {}).get("annotations") or {})
+        facts = cls.from_snapshot(NodeSnapshot.from_body(body), accelerators, pool_label)
+        return dataclasses.replace(facts, annotations=annotations)
+
+    @classmethod
+    def from_snapshot(
+        cls, node: NodeSnapshot, accelerators: Sequence[str], pool_label: str | None = None
+    ) -> NodeFacts:
+        """Facts from the snapshot the index keeps, for a policy's accelerators and pools."""
+        allocatable = node.allocatable
         return cls(
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid") or ""),
-            labels=labels,
-            annotations=dict(meta.get("annotations") or {}),
-            taints=tuple(
-                Taint(str(t.get("key", "")), str(t.get("effect", "")), str(t.get("value") or ""))
-                for t in spec.get("taints") or []
-            ),
-            unschedulable=bool(spec.get("unschedulable")),
-            ready=ready,
+            name=node.name,
+            uid=node.uid,
+            labels=node.labels,
+            annotations=node.annotations,
+            taints=node.taints,
+            unschedulable=node.unschedulable,
+            ready=node.ready,
             accelerators=sum(whole_quantity(allocatable.get(name, 0)) for name in accelerators),
-            pool=labels.get(pool_label, "") if pool_label else "",
+            pool=node.labels.get(pool_label, "") if pool_label else "",
         )
 
     @property

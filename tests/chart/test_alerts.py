@@ -1,0 +1,112 @@
+"""The chart's alerts evaluated against the operator's own metrics: each one fires on
+the series its trouble produces and stays quiet on a healthy fleet. A renamed metric or
+label value, a wrong threshold or unit, or a broken expression fails here."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from sdcguard.api import SDCTestPhase
+from sdcguard.domain.lifecycle import NodeState
+from sdcguard.metrics import Metrics
+from tests.chart.alerts import alert_expr, alert_rules, scrape_registry
+from tests.promql import Scrape, firing
+
+POLICY = "gpus"
+
+
+def _healthy() -> tuple[Metrics, Scrape]:
+    """A fleet where everything is fine, and its first scrape."""
+    metrics = Metrics(registry=CollectorRegistry())
+    metrics.nodes.labels(policy=POLICY, state=NodeState.QUALIFIED.value).set(8)
+    metrics.nodes.labels(policy=POLICY, state=NodeState.QUARANTINED.value).set(0)
+    metrics.breaker_open.labels(policy=POLICY).set(0)
+    metrics.tests.labels(suite="acceptance", phase=SDCTestPhase.PASSED.value).inc(5)
+    metrics.notifications.labels(sink="webhook", outcome="delivered").inc(2)
+    metrics.oldest_ticket.set(3600)
+    return metrics, scrape_registry(metrics.registry)
+
+
+def test_every_alert_is_evaluated_here() -> None:
+    assert set(alert_rules()) == {
+        "SdcguardCircuitBreakerOpen",
+        "SdcguardNodesQuarantined",
+        "SdcguardTestsInconclusive",
+        "SdcguardRepairTicketOverSLA",
+        "SdcguardTicketNotificationFailing",
+        "SdcguardIllegalTransition",
+    }, "a new alert needs its firing test below"
+    for rule in alert_rules().values():
+        assert rule["labels"]["severity"] in {"warning", "critical"}
+        assert rule["annotations"]["summary"]
+
+
+def test_a_healthy_fleet_fires_nothing() -> None:
+    metrics, first = _healthy()
+    metrics.tests.labels(suite="acceptance", phase=SDCTestPhase.PASSED.value).inc(3)
+    history = [first, scrape_registry(metrics.registry)]
+    fired = {name: firing(rule["expr"], history) for name, rule in alert_rules().items()}
+    assert fired == {name: [] for name in fired}
+
+
+def test_breaker_open_fires_for_its_policy() -> None:
+    metrics, first = _healthy()
+    metrics.breaker_open.labels(policy=POLICY).set(1)
+    history = [first, scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardCircuitBreakerOpen"), history) == [{"policy": POLICY}]
+
+
+def test_quarantined_nodes_over_the_threshold_fire() -> None:
+    metrics, _ = _healthy()
+    metrics.nodes.labels(policy=POLICY, state=NodeState.QUARANTINED.value).set(2)
+    history = [scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardNodesQuarantined"), history) == [{"policy": POLICY}]
+    expr = alert_expr("SdcguardNodesQuarantined", {"quarantinedNodesThreshold": 2})
+    assert firing(expr, history) == []
+
+
+def test_inconclusive_share_over_the_fraction_fires() -> None:
+    metrics, first = _healthy()
+    tests = metrics.tests
+    tests.labels(suite="acceptance", phase=SDCTestPhase.PASSED.value).inc(3)
+    tests.labels(suite="acceptance", phase=SDCTestPhase.INCONCLUSIVE.value).inc(1)
+    history = [first, scrape_registry(metrics.registry)]
+    # 1 of 4 in the window: at the default 25% it does not fire, below it does.
+    assert firing(alert_expr("SdcguardTestsInconclusive"), history) == []
+    lower = alert_expr("SdcguardTestsInconclusive", {"inconclusiveFraction": 0.2})
+    assert firing(lower, history) == [{}]
+    # Inconclusive tests counted before the window do not count.
+    assert firing(lower, [history[-1], history[-1]]) == []
+
+
+def test_a_ticket_over_its_sla_fires() -> None:
+    metrics, _ = _healthy()
+    metrics.oldest_ticket.set(71 * 3600)
+    assert firing(alert_expr("SdcguardRepairTicketOverSLA"), [_scrape(metrics)]) == []
+    metrics.oldest_ticket.set(73 * 3600)
+    assert firing(alert_expr("SdcguardRepairTicketOverSLA"), [_scrape(metrics)]) == [{}]
+    day = alert_expr("SdcguardRepairTicketOverSLA", {"ticketSlaHours": 24})
+    metrics.oldest_ticket.set(25 * 3600)
+    assert firing(day, [_scrape(metrics)]) == [{}]
+
+
+def test_a_sink_that_delivers_nothing_fires() -> None:
+    metrics, first = _healthy()
+    metrics.notifications.labels(sink="jira", outcome="failed").inc(4)
+    # The webhook fails once but still delivers: only Jira is failing.
+    metrics.notifications.labels(sink="webhook", outcome="failed").inc()
+    metrics.notifications.labels(sink="webhook", outcome="delivered").inc()
+    history = [first, scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardTicketNotificationFailing"), history) == [{"sink": "jira"}]
+
+
+def test_an_illegal_transition_fires() -> None:
+    metrics, first = _healthy()
+    assert firing(alert_expr("SdcguardIllegalTransition"), [first, first]) == []
+    metrics.illegal_transitions.labels(from_state="Qualified", event="TestFailed").inc()
+    history = [first, scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardIllegalTransition"), history) == [{}]
+
+
+def _scrape(metrics: Metrics) -> Scrape:
+    return scrape_registry(metrics.registry)

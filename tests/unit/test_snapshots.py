@@ -1,0 +1,142 @@
+"""What the Node index keeps: a frozen snapshot of the fields the operator reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from sdcguard.adapters.observe import TicketSnapshot
+from sdcguard.adapters.pass_state import TestSnapshot
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Taint
+
+BODY = {
+    "metadata": {
+        "name": "gpu-1",
+        "uid": "0a1b2c3d-0000",
+        "resourceVersion": "42",
+        "creationTimestamp": "2025-06-01T10:00:00Z",
+        "labels": {"pool": "a", "sdcguard.dev/state": "Qualified"},
+        "annotations": {
+            "sdcguard.dev/seq": "3",
+            "karpenter.sh/do-not-disrupt": "true",
+            "kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 4000 + "}",
+        },
+        "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+    },
+    "spec": {
+        "providerID": "aws:///i-1",
+        "unschedulable": True,
+        "taints": [{"key": "sdcguard.dev/testing", "effect": "NoSchedule"}],
+    },
+    "status": {
+        "allocatable": {"nvidia.com/gpu": "8", "cpu": "96"},
+        "conditions": [
+            {"type": "MemoryPressure", "status": "False", "message": "m" * 500},
+            {"type": "Ready", "status": "True"},
+        ],
+        "nodeInfo": {"systemUUID": "ec2-1", "kernelVersion": "6.1"},
+        "images": [{"names": ["big"], "sizeBytes": 1}] * 50,
+    },
+}
+
+
+def test_a_snapshot_keeps_only_what_the_operator_reads() -> None:
+    snap = NodeSnapshot.from_body(BODY)
+    assert snap == NodeSnapshot(
+        name="gpu-1",
+        uid="0a1b2c3d-0000",
+        resource_version="42",
+        created=dt.datetime(2025, 6, 1, 10, tzinfo=dt.UTC),
+        labels={"pool": "a", "sdcguard.dev/state": "Qualified"},
+        annotations={"sdcguard.dev/seq": "3", "karpenter.sh/do-not-disrupt": "true"},
+        taints=(Taint("sdcguard.dev/testing", "NoSchedule"),),
+        unschedulable=True,
+        provider_id="aws:///i-1",
+        ready=True,
+        allocatable={"nvidia.com/gpu": "8", "cpu": "96"},
+        system_uuid="ec2-1",
+    )
+    assert not hasattr(snap, "__dict__"), "slots: no per-instance dict"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.name = "other"  # type: ignore[misc]
+
+
+def test_facts_from_the_snapshot_are_the_facts_of_the_node() -> None:
+    snap = NodeSnapshot.from_body(BODY)
+    facts = NodeFacts.from_snapshot(snap, ["nvidia.com/gpu"], "pool")
+    full = NodeFacts.from_body(BODY, ["nvidia.com/gpu"], "pool")
+    assert facts == dataclasses.replace(full, annotations=snap.annotations)
+    assert (facts.accelerators, facts.pool, facts.ready) == (8, "a", True)
+
+
+def test_a_node_without_status_is_not_ready_and_offers_nothing() -> None:
+    snap = NodeSnapshot.from_body({"metadata": {"name": "bare"}})
+    assert (snap.ready, dict(snap.allocatable), snap.created) == (False, {}, None)
+
+
+def test_a_ticket_snapshot_is_parsed_once_without_what_is_never_read() -> None:
+    body = {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "RepairTicket",
+        "metadata": {
+            "name": "gpu-1-0a1b2-4",
+            "resourceVersion": "9",
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "managedFields": [{"manager": "sdcguard"}],
+            "annotations": {"sdcguard.dev/last-handled-configuration": "{}"},
+        },
+        "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "evidence": ["t-1"]},
+        "status": {"phase": "Open", "openedAt": "2025-06-01T10:00:05Z"},
+    }
+    snap = TicketSnapshot.from_body(body)
+    assert (snap.name, snap.resource_version, snap.phase, snap.has_status) == (
+        "gpu-1-0a1b2-4",
+        "9",
+        "Open",
+        True,
+    )
+    assert snap.opened_at == dt.datetime(2025, 6, 1, 10, 0, 5, tzinfo=dt.UTC)
+    assert snap.ticket is not None and snap.ticket.spec.evidence == ["t-1"]
+    assert "managedFields" not in (snap.ticket.metadata.model_extra or {})
+    assert not snap.ticket.metadata.annotations
+    assert not hasattr(snap, "__dict__")
+
+
+def test_an_unreadable_ticket_still_counts_by_its_name_and_phase() -> None:
+    body = {
+        "metadata": {"name": "gpu-1-0a1b2-2"},
+        "spec": {"nodeName": "gpu-1", "evidence": "not a list"},
+        "status": {"phase": "Closed"},
+    }
+    snap = TicketSnapshot.from_body(body)
+    assert (snap.ticket, snap.phase, snap.name) == (None, "Closed", "gpu-1-0a1b2-2")
+
+
+def _test_body(phase: str, **status: object) -> dict[str, object]:
+    return {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCTest",
+        "metadata": {"name": "gpu-1-0a1b2-5", "resourceVersion": "11"},
+        "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "suite": "requalification"},
+        "status": {"phase": phase, **status},
+    }
+
+
+def test_a_finished_test_is_kept_as_its_facts_a_running_one_whole() -> None:
+    done = TestSnapshot.from_body(
+        _test_body("Failed", verdict="SDC", checks=[{"name": "golden", "verdict": "SDC"}])
+    )
+    assert done.known is not None and done.known.running is None
+    assert (done.name, done.resource_version) == ("gpu-1-0a1b2-5", "11")
+    assert done.known.facts.failed_checks == {"golden"} and done.known.policy == "fleet"
+    running = TestSnapshot.from_body(_test_body("Running"))
+    assert running.known is not None and running.known.running is not None
+    assert running.known.running.spec.node_name == "gpu-1"
+    assert not hasattr(done, "__dict__")
+
+
+def test_an_unreadable_test_says_why() -> None:
+    seen = TestSnapshot.from_body(_test_body("Exploded"))
+    assert seen.known is None and "phase" in seen.error and seen.name == "gpu-1-0a1b2-5"
