@@ -33,6 +33,7 @@ from sdcguard.api import (
     TicketPhase,
     find_condition,
     set_condition,
+    suite_of,
     to_body,
 )
 from sdcguard.builders.probe_job import job_name
@@ -308,7 +309,7 @@ class Executor(TestRunner):
             self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
             counts["tests-cancelled"] += 1
             self.metrics.tests.labels(
-                suite=test.spec.suite.value, phase=SDCTestPhase.CANCELLED.value
+                suite=suite_of(test).value, phase=SDCTestPhase.CANCELLED.value
             ).inc()
             log.info("test cancelled", test=test.metadata.name, node=node_name)
 

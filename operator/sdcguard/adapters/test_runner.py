@@ -30,12 +30,15 @@ from sdcguard.api import (
     Verdict,
     baseline_name,
     set_condition,
+    suite_of,
     to_body,
+    unnamed_suite,
 )
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
+from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts
 from sdcguard.domain.seeds import screening_seed
 from sdcguard.domain.testphase import (
@@ -65,7 +68,7 @@ class TestRunner(ReconcilerState):
         self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: Mapping[str, Any]
     ) -> ProbeJobRequest:
         spec = policy.spec
-        checks = spec.suites.checks(test.spec.suite)
+        checks = spec.suites.checks(suite_of(test))
         capacity = (node_body.get("status") or {}).get("allocatable") or {}
         resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
         count = int(str(capacity.get(resource, "0"))) if resource else 0
@@ -162,7 +165,7 @@ class TestRunner(ReconcilerState):
         self, policy: SDCPolicy, test: SDCTest, end: PodEnd, view: FleetView, now: dt.datetime
     ) -> Judgement:
         """Judge, and take part in baseline consensus when no baseline is trusted yet."""
-        expected = [c.name.value for c in policy.spec.suites.checks(test.spec.suite)]
+        expected = [c.name.value for c in policy.spec.suites.checks(suite_of(test))]
         known = self._baseline_specs(view)
         judgement = judge_result(end, expected, known)
         fp = judgement.fingerprint
@@ -266,6 +269,15 @@ class TestRunner(ReconcilerState):
         """Move one unfinished test along one row of ``testphase.TEST_TRANSITIONS``;
         returns the test as it is now."""
         status = test.status or SDCTestStatus()
+        if status.suite is None and node is not None and not status.phase.finished:
+            # A hand-written test that names no suite gets the one the operator would run.
+            before = node.qualified_at is not None or node.state not in (
+                None,
+                NodeState.UNQUALIFIED,
+            )
+            chosen = test.spec.suite or unnamed_suite(before)
+            status = status.model_copy(update={"suite": chosen})
+            test = test.model_copy(update={"status": status})
         judgement: Judgement | None = None
         end: PodEnd | None = None
         finished_at: dt.datetime | None = None
@@ -434,9 +446,9 @@ class TestRunner(ReconcilerState):
         )
         self._write_test_status(test, status)
         counts[f"tests-{phase.value.lower()}"] += 1
-        self.metrics.tests.labels(suite=test.spec.suite.value, phase=phase.value).inc()
+        self.metrics.tests.labels(suite=suite_of(test).value, phase=phase.value).inc()
         if status.start_time is not None:
-            self.metrics.screening_duration.labels(suite=test.spec.suite.value).observe(
+            self.metrics.screening_duration.labels(suite=suite_of(test).value).observe(
                 max(0.0, (now - status.start_time).total_seconds())
             )
         log.info(

@@ -69,6 +69,8 @@ from sdcguard.api.sdctest import (
     SDCTestStatus,
     Verdict,
     check_test_update,
+    suite_of,
+    unnamed_suite,
 )
 from sdcguard.api.ticket import (
     ExternalRef,
@@ -163,5 +165,7 @@ __all__ = [
     "from_body",
     "parse_duration",
     "set_condition",
+    "suite_of",
     "to_body",
+    "unnamed_suite",
 ]

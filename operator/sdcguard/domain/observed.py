@@ -18,6 +18,7 @@ from sdcguard.api import (
     Suite,
     TicketPhase,
     Verdict,
+    suite_of,
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage
@@ -177,7 +178,7 @@ class TestFacts:
         checks = status.checks if status else []
         return cls(
             name=test.metadata.name,
-            suite=test.spec.suite,
+            suite=suite_of(test),
             reason=test.spec.reason,
             attempt=test.spec.attempt,
             phase=status.phase if status else SDCTestPhase.PENDING,
