@@ -38,7 +38,7 @@ from sdcguard.api import (
 )
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
-from sdcguard.domain.decide import Decision, closes_as_replaced
+from sdcguard.domain.decide import Decision, closes_as_replaced, wait_reason
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     CancelTest,
@@ -452,13 +452,42 @@ class Executor(TestRunner):
         else:
             if previous is not None and previous.status == "True" and previous.message == waiting:
                 return
-            updated = set_condition(conditions, "Waiting", "True", "Waiting", waiting, now)
+            updated = set_condition(
+                conditions, "Waiting", "True", wait_reason(waiting), waiting, now
+            )
         try:
             self.writer.patch_custom_status(
                 "repairtickets", name, {"conditions": [to_body(c) for c in updated]}
             )
         except ApiException as exc:  # the next pass writes it again
             log.warning("ticket condition not written", ticket=name, status=exc.status)
+
+    def _test_waiting(self, test: SDCTest, decision: Decision, now: dt.datetime) -> None:
+        """An unfinished SDCTest's Waiting condition: True, with the reason and why, on
+        the test the node's wait holds back; False again on it once it stops waiting.
+        Written only when it changes."""
+        status = test.status or SDCTestStatus()
+        previous = find_condition(status.conditions, "Waiting")
+        waiting = decision.waiting if decision.waiting_test == test.metadata.name else None
+        if waiting is None:
+            if previous is None or previous.status == "False":
+                return
+            conditions = set_condition(
+                status.conditions, "Waiting", "False", "NotWaiting", "nothing holds it back", now
+            )
+        else:
+            reason = wait_reason(waiting)
+            if previous is not None and (previous.status, previous.reason, previous.message) == (
+                "True",
+                reason,
+                waiting,
+            ):
+                return
+            conditions = set_condition(status.conditions, "Waiting", "True", reason, waiting, now)
+        try:
+            self._write_test_status(test, status.model_copy(update={"conditions": conditions}))
+        except ApiException as exc:  # the next pass writes it again
+            log.warning("test condition not written", test=test.metadata.name, status=exc.status)
 
     def _raise_cycle(
         self, view: FleetView, node: str, action: RaiseCycle, now: dt.datetime

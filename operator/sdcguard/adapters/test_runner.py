@@ -19,6 +19,7 @@ from sdcguard.adapters.pass_state import (
     probe_timeout,
 )
 from sdcguard.api import (
+    Condition,
     Mode,
     ObjectMeta,
     SDCBaseline,
@@ -29,6 +30,7 @@ from sdcguard.api import (
     SDCTestStatus,
     Verdict,
     baseline_name,
+    find_condition,
     set_condition,
     suite_of,
     to_body,
@@ -57,6 +59,17 @@ log = structlog.get_logger("sdcguard.reconcile")
 def _seed_of(test: SDCTest) -> int:
     """The seed of this screening's data (pinned, or the day's; see domain.seeds)."""
     return screening_seed(test.spec.seed, test.metadata.creation_timestamp, test.metadata.name)
+
+
+def _not_waiting(
+    conditions: list[Condition], reason: str, message: str, now: dt.datetime
+) -> list[Condition]:
+    """``conditions`` with a Waiting condition that was True set False (left as it is
+    otherwise)."""
+    previous = find_condition(conditions, "Waiting")
+    if previous is None or previous.status != "True":
+        return conditions
+    return set_condition(conditions, "Waiting", "False", reason, message, now)
 
 
 class TestRunner(ReconcilerState):
@@ -295,6 +308,10 @@ class TestRunner(ReconcilerState):
             or node.has_taint(taints.quarantine)
             or policy.spec.mode == Mode.OBSERVE
         )
+        if node is not None and node.current_test not in (None, test.metadata.name):
+            # The reservation is another test's: this one waits for it to end, and is
+            # adopted then (the node's decision says so on the test and the node).
+            reserved = False
         event = phase_event(
             status.phase,
             node_exists=node is not None and node_body is not None,
@@ -394,20 +411,21 @@ class TestRunner(ReconcilerState):
         self, test: SDCTest, status: SDCTestStatus, now: dt.datetime
     ) -> SDCTestStatus:
         name = test.metadata.name
+        conditions = set_condition(
+            status.conditions,
+            "JobCreated",
+            "True",
+            "JobCreated",
+            f"probe Job {self.settings.namespace}/{job_name(name)}",
+            now,
+        )
         return status.model_copy(
             update={
                 "phase": SDCTestPhase.RUNNING,
                 "seed": _seed_of(test),
                 "job_name": job_name(name),
                 "start_time": now,
-                "conditions": set_condition(
-                    status.conditions,
-                    "JobCreated",
-                    "True",
-                    "JobCreated",
-                    f"probe Job {self.settings.namespace}/{job_name(name)}",
-                    now,
-                ),
+                "conditions": _not_waiting(conditions, "Started", "the probe Job is created", now),
             }
         )
 
@@ -434,6 +452,7 @@ class TestRunner(ReconcilerState):
             status.conditions, "Complete", "True", reason or verdict.value, bounded(message), now
         )
         conditions = [c for c in conditions if c.type != "AwaitingBaseline"]
+        conditions = _not_waiting(conditions, "Finished", "the test has ended", now)
         status = status.model_copy(
             update={
                 "phase": phase,

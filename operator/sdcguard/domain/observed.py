@@ -248,6 +248,9 @@ class Observed:
     """The node's pool, before this node's decision."""
     breaker_open: bool = False
     """The policy's circuit breaker is open: no new quarantines."""
+    queued: tuple[str, ...] = ()
+    """Unfinished SDCTests of the node other than ``test`` (a person's tests that wait
+    for the current one to end), oldest first."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).
