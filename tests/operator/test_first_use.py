@@ -320,3 +320,37 @@ def test_hand_written_tests_say_why_they_wait_and_get_the_operators_suite(
         )
         assert _test_status(api_client, second)["suite"] == "requalification"
         assert _waiting(api_client, second)["status"] == "False"
+
+
+def test_a_huge_suspect_annotation_is_echoed_cut_in_logs_and_events(api_client, operator) -> None:
+    """A 240,000-character ``sdcguard.dev/suspect`` reaches the log and the Event cut,
+    saying so, and the node is re-screened as asked."""
+    case = new_case()
+    node = f"huge-{case}"
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
+        client.CoreV1Api(api_client).patch_node(
+            node, {"metadata": {"annotations": {"sdcguard.dev/suspect": "w" * 240_000}}}
+        )
+        wait_for(
+            lambda: [
+                t
+                for t in list_custom(api_client, "sdctests", node)
+                if t["spec"]["reason"] == "Suspect"
+            ],
+            60,
+            "the suspect's re-test",
+        )
+        cut = "(cut, 240000 characters)"
+        told = wait_for(
+            lambda: [e for e in _events(api_client, node) if cut in (e.message or "")],
+            30,
+            "an Event that says the reason was cut",
+        )
+        assert all(len(e.message or "") <= 1024 for e in _events(api_client, node))
+        assert told
+        lines = operator.log_path.read_text(errors="replace").splitlines()
+        assert any(cut in line for line in lines), "the log says it was cut"
+        assert max(len(line) for line in lines) < 8192
