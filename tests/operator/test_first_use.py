@@ -354,3 +354,48 @@ def test_a_huge_suspect_annotation_is_echoed_cut_in_logs_and_events(api_client, 
         lines = operator.log_path.read_text(errors="replace").splitlines()
         assert any(cut in line for line in lines), "the log says it was cut"
         assert max(len(line) for line in lines) < 8192
+
+
+def test_a_test_whose_probe_pod_cannot_be_scheduled_says_why(api_client, operator) -> None:
+    """A workload holds every GPU of a qualified node when a person asks for a test: the
+    probe Pod cannot be scheduled, and the test says so (Waiting, ProbeUnschedulable,
+    quoting the scheduler), as does the node; once the workload is gone it runs."""
+    case = new_case()
+    node = f"busy-{case}"
+    trusted_baseline(api_client)
+    core = client.CoreV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        policy = create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
+        workload = f"train-{case}"
+        core.create_namespaced_pod(
+            "default",
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name=workload),
+                spec=client.V1PodSpec(
+                    node_name=node,
+                    containers=[
+                        client.V1Container(
+                            name="train",
+                            image="example.invalid/train",
+                            resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
+                        )
+                    ],
+                ),
+            ),
+        )
+        name = f"{node}-manual-1"
+        try:
+            _manual_test(api_client, name, node, policy)
+            wait_for(
+                lambda: _waiting(api_client, name).get("reason") == "ProbeUnschedulable",
+                90,
+                "the test's Waiting condition",
+            )
+            assert "nvidia.com/gpu" in _waiting(api_client, name)["message"]
+            annotations = core.read_node(node).metadata.annotations or {}
+            assert "cannot be scheduled" in annotations.get("sdcguard.dev/waiting", "")
+        finally:
+            core.delete_namespaced_pod(workload, "default", grace_period_seconds=0)
+        wait_for(lambda: _test_status(api_client, name).get("phase") == "Passed", 120, "a pass")
+        assert _waiting(api_client, name)["status"] == "False"

@@ -823,7 +823,25 @@ def test_a_test_held_for_a_baseline_quorum_waits_and_says_so() -> None:
             "AwaitingBaseline",
         ),
         ("acceptance waits: pool a100 already runs 4 tests (maxConcurrentTests 4)", "Budget"),
+        (
+            "test t waits: its probe Pod cannot be scheduled: 0/3 nodes: node not Ready",
+            "ProbeUnschedulable",
+        ),
     ],
 )
 def test_every_wait_has_a_reason(waiting: str, reason: str) -> None:
     assert wait_reason(waiting) == reason
+
+
+def test_a_running_test_whose_probe_pod_cannot_be_scheduled_says_so() -> None:
+    n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t1"}, qualified_at=NOW - HOUR)
+    message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    d = decide(observe(n, test=sdctest("t1"), probe_unschedulable=message), policy(), NOW)
+    assert d.event is None and d.waiting_test == "t1"
+    assert d.waiting == f"test t1 waits: its probe Pod cannot be scheduled: {message}"
+    assert wait_reason(d.waiting) == "ProbeUnschedulable"
+    n = applied(n, d)
+    assert n.annotations[keys.WAITING] == d.waiting
+    scheduled = decide(observe(n, test=sdctest("t1")), policy(), NOW + dt.timedelta(seconds=5))
+    assert scheduled.waiting is None
+    assert keys.WAITING not in applied(n, scheduled).annotations

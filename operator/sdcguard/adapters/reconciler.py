@@ -33,6 +33,7 @@ from sdcguard.adapters.observations import (
     needed,
     queued_tests,
     seq_floor,
+    unschedulable,
 )
 from sdcguard.adapters.pass_state import (
     _EPOCH,
@@ -410,6 +411,7 @@ class Reconciler(Executor, PolicyReporter):
                     node=node,
                     test=test,
                     queued=queued_tests(test, tests_by_node.get(node_name, [])),
+                    probe_unschedulable=unschedulable(test, view),
                     ticket=self._open_ticket(view.tickets.get(node_name, [])),
                     idle_since=idle_since(node_name, spec.accelerators, view),
                     pending_pod_needs_node=needed(node_name, spec.accelerators, view),

@@ -370,6 +370,15 @@ class _Reader:
                 return _Step(
                     None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=test.name
                 )
+            if self.obs.probe_unschedulable:
+                why = bounded(
+                    f"test {test.name} waits: its probe Pod cannot be scheduled: "
+                    f"{self.obs.probe_unschedulable}",
+                    256,
+                )
+                return _Step(
+                    None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=test.name
+                )
             if self.obs.queued:
                 queued = self.obs.queued[0]
                 why = f"test {queued} waits: test {test.name} still running"
@@ -863,6 +872,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
 
 
 WAIT_REASONS: tuple[tuple[str, str], ...] = (
+    ("cannot be scheduled", "ProbeUnschedulable"),  # first: it quotes the scheduler
     ("node not Ready", "NodeNotReady"),
     ("policy paused", "PolicyPaused"),
     ("keeps probes off", "ForeignTaint"),

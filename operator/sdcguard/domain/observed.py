@@ -248,6 +248,8 @@ class Observed:
     """The node's pool, before this node's decision."""
     breaker_open: bool = False
     """The policy's circuit breaker is open: no new quarantines."""
+    probe_unschedulable: str | None = None
+    """The scheduler's message while it cannot place the current test's probe Pod."""
     queued: tuple[str, ...] = ()
     """Unfinished SDCTests of the node other than ``test`` (a person's tests that wait
     for the current one to end), oldest first."""
