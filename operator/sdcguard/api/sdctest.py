@@ -167,7 +167,7 @@ class SDCTestStatus(ApiModel):
     )
     """JobCreated, AwaitingBaseline, Complete, and Waiting: True while the operator holds
     the test back, with a one-word reason (NodeNotReady, ForeignTaint, NoAccelerators,
-    AnotherTest, AwaitingBaseline) and why."""
+    AnotherTest, ProbeUnschedulable, AwaitingBaseline) and why."""
     checks: list[CheckStatus] = Field(default_factory=list, max_length=16)
     """Per-check results."""
     job_name: Annotated[str, StringConstraints(max_length=253)] | None = None
