@@ -730,7 +730,9 @@ def history_entries(
         spec, st = test.get("spec") or {}, test.get("status") or {}
         created = parse_time(_meta(test).get("creationTimestamp"))
         finished = parse_time(st.get("completionTime"))
-        detail = f"{spec.get('suite')} ({spec.get('reason')}): {st.get('phase', 'Pending')}"
+        # The suite that ran (the operator's pick for a test that named none).
+        suite = st.get("suite") or spec.get("suite") or "suite not chosen yet"
+        detail = f"{suite} ({spec.get('reason')}): {st.get('phase', 'Pending')}"
         if st.get("verdict"):
             detail += f", verdict {st['verdict']}"
         if st.get("reason"):
@@ -749,7 +751,7 @@ def history_entries(
                 "detail": detail,
                 "phase": st.get("phase", "Pending"),
                 "verdict": st.get("verdict"),
-                "suite": spec.get("suite"),
+                "suite": st.get("suite") or spec.get("suite"),
                 "reason": spec.get("reason"),
                 "startTime": st.get("startTime"),
                 "completionTime": st.get("completionTime"),
