@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -363,6 +364,58 @@ def test_a_manual_test_of_a_never_qualified_node_is_an_acceptance_test(fleet: Fl
         assert obj["spec"]["suite"] == "acceptance" and obj["metadata"]["managedFields"]
     finally:
         core.delete_node(name)
+
+
+def test_two_test_requests_at_the_same_moment_create_one_sdctest(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both requests find no test running (they are held together right after that
+    check), then both create: the API server lets exactly one through, and the other is
+    refused, naming the test that was made."""
+    from sdcguard.cli import commands
+
+    core = client.CoreV1Api(fleet.api)
+    node = f"cli-{fleet.suffix}-race-1"
+    _create_node(core, node, {"cli-test.sdcguard.dev/run": fleet.suffix}, 8)
+    both_checked = threading.Barrier(2, timeout=20)
+    checked = commands.running_test
+
+    def check_then_wait(*args: Any) -> Any:
+        found = checked(*args)
+        both_checked.wait()
+        return found
+
+    monkeypatch.setattr(commands, "running_test", check_then_wait)
+    results: list[tuple[int, str, str]] = []
+    tests: list[str] = []
+    try:
+        threads = [
+            threading.Thread(target=lambda: results.append(fleet.sdc("test", node)))
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        tests = [
+            t["metadata"]["name"]
+            for t in _custom(fleet.api).list_cluster_custom_object(GROUP, VERSION, "sdctests")[
+                "items"
+            ]
+            if t["spec"]["nodeName"] == node
+        ]
+        assert tests == [f"{node}-manual-1"], tests
+        assert sorted(code for code, _, _ in results) == [0, 1]
+        refused = next(err for code, _, err in results if code == 1)
+        assert refused == (
+            f"error: node {node} already has a test that has not ended: sdctest/{node}-manual-1 "
+            "was created by another request at the same moment; follow it with kubectl get "
+            f"sdctest {node}-manual-1 -w, and run this again once it ends\n"
+        )
+    finally:
+        core.delete_node(node)
+        for name in tests:
+            _custom(fleet.api).delete_cluster_custom_object(GROUP, VERSION, "sdctests", name)
 
 
 def test_test_errors(fleet: Fleet) -> None:

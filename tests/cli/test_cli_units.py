@@ -327,3 +327,21 @@ def test_release_is_refused_where_it_would_be_undone(
     labels = {keys.LABEL_STATE: state} if state else {}
     why = commands.release_refusal(_with({"labels": labels}))
     assert (why is None) if refused is None else (why is not None and refused in why)
+
+
+def test_history_names_the_suite_that_ran_for_a_test_that_named_none() -> None:
+    tests = [
+        {
+            "metadata": {"name": "t1", "creationTimestamp": "2025-01-01T00:00:00Z"},
+            "spec": {"reason": "Manual"},
+            "status": {"phase": "Running", "suite": "acceptance"},
+        },
+        {
+            "metadata": {"name": "t2", "creationTimestamp": "2025-01-02T00:00:00Z"},
+            "spec": {"reason": "Manual"},
+        },
+    ]
+    entries = commands.history_entries(tests, [], [])
+    assert entries[0]["suite"] == "acceptance"
+    assert entries[0]["detail"].startswith("acceptance (Manual): Running")
+    assert entries[1]["detail"].startswith("suite not chosen yet (Manual): Pending")

@@ -180,8 +180,11 @@ def terminated_probe(image: str | None, code: int, message: str, at: str) -> dic
 class ProbeKubelet:
     """Completes probe Pods bound to known nodes, as a kubelet would report them."""
 
-    def __init__(self, api: client.ApiClient, outcomes: dict[str, str]) -> None:
+    def __init__(
+        self, api: client.ApiClient, outcomes: dict[str, str], namespace: str = NS
+    ) -> None:
         self.core = client.CoreV1Api(api)
+        self.namespace = namespace
         self.outcomes = outcomes
         """node -> pass | sdc | sdc@DEVICE@STEP | mismatch | garbage | empty | truncated |
         never."""
@@ -201,7 +204,7 @@ class ProbeKubelet:
         while not self._stop.is_set():
             try:
                 pods = self.core.list_namespaced_pod(
-                    NS, label_selector="app.kubernetes.io/component=sdcprobe"
+                    self.namespace, label_selector="app.kubernetes.io/component=sdcprobe"
                 ).items
             except Exception:
                 time.sleep(0.5)
@@ -231,7 +234,9 @@ class ProbeKubelet:
             ],
         }
         try:
-            self.core.patch_namespaced_pod_status(pod.metadata.name, NS, {"status": status})
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name, self.namespace, {"status": status}
+            )
             self.completed.append((pod.spec.node_name, pod.metadata.name, outcome))
         except ApiException:
             pass

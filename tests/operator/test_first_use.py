@@ -205,3 +205,197 @@ def test_overlapping_policies_are_told_on_both_and_on_the_node(api_client, opera
         ]
         assert ended and all("no longer exists" not in t["status"]["message"] for t in ended)
         custom.delete_cluster_custom_object(GROUP, VERSION, "sdcpolicies", second)
+
+
+def test_a_policy_that_selects_no_node_says_so(api_client, operator) -> None:
+    """A selector that matches no node is not plain Ready "0 nodes": NoNodesSelected is
+    True and says what to check, and turns False once a node is selected."""
+    case = new_case()
+    custom = client.CustomObjectsApi(api_client)
+    policy = create_policy(api_client, case)
+
+    def condition(kind: str) -> dict[str, Any]:
+        body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
+        conditions = (body.get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == kind), {})
+
+    wait_for(lambda: condition("NoNodesSelected").get("status") == "True", 60, "NoNodesSelected")
+    message = condition("NoNodesSelected")["message"]
+    assert f"sdcguard.test/case={case}" in message and "selects no node" in message
+    assert condition("Ready")["reason"] == "NoNodesSelected"
+    node = f"none-{case}"
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
+        wait_for(
+            lambda: condition("NoNodesSelected").get("status") == "False", 60, "a node selected"
+        )
+        assert condition("Ready")["reason"] == "Reconciled"
+
+
+def _manual_test(api_client: client.ApiClient, name: str, node: str, policy: str) -> None:
+    """A hand-written SDCTest that names no suite (the operator picks it)."""
+    client.CustomObjectsApi(api_client).create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "sdctests",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SDCTest",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "policyRef": policy, "reason": "Manual"},
+        },
+    )
+
+
+def _test_status(api_client: client.ApiClient, name: str) -> dict[str, Any]:
+    body = client.CustomObjectsApi(api_client).get_cluster_custom_object(
+        GROUP, VERSION, "sdctests", name
+    )
+    return dict(body.get("status") or {})
+
+
+def _waiting(api_client: client.ApiClient, name: str) -> dict[str, Any]:
+    conditions = _test_status(api_client, name).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Waiting"), {})
+
+
+def _checks(job: client.V1Job) -> list[str]:
+    args = list(job.spec.template.spec.containers[0].args or [])
+    return args[args.index("--checks") + 1].split(",")
+
+
+def test_hand_written_tests_say_why_they_wait_and_get_the_operators_suite(
+    api_client, operator
+) -> None:
+    """A person's SDCTests without a suite: on a node that is not Ready the test waits
+    with a Waiting condition (NodeNotReady) and the node says so; once Ready it runs the
+    acceptance suite (the node never qualified). A second test while the first runs
+    waits (AnotherTest) without a Job of its own, then runs requalification."""
+    case = new_case()
+    node = f"hand-{case}"
+    trusted_baseline(api_client)
+    outcomes = {node: "never"}
+    core = client.CoreV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case) as beats, ProbeKubelet(api_client, outcomes):
+        # Paused: the operator starts no test of its own; a person's tests still run.
+        policy = create_policy(api_client, case, paused=True)
+        beats.forget(node)
+        _ready(api_client, node, False)
+        first, second = f"{node}-manual-1", f"{node}-manual-2"
+        _manual_test(api_client, first, node, policy)
+        wait_for(
+            lambda: _waiting(api_client, first).get("reason") == "NodeNotReady",
+            60,
+            "the first test's Waiting condition",
+        )
+        assert _waiting(api_client, first)["status"] == "True"
+        assert "node not Ready" in _waiting(api_client, first)["message"]
+        annotations = core.read_node(node).metadata.annotations or {}
+        assert first in annotations.get("sdcguard.dev/waiting", "")
+        assert not _jobs(api_client, node)
+
+        _ready(api_client, node, True)
+        cfg = next(n for n in beats.nodes if n.name == node)
+        beats.adopt(cfg, str(core.read_node(node).metadata.uid))
+        wait_for(lambda: _jobs(api_client, node), 90, "the first test's probe Job")
+        wait_for(lambda: _test_status(api_client, first).get("phase") == "Running", 30, "Running")
+        assert _test_status(api_client, first)["suite"] == "acceptance"
+        assert "memory" in _checks(_jobs(api_client, node)[0]), "the acceptance suite's checks"
+        assert _waiting(api_client, first)["status"] == "False"
+
+        _manual_test(api_client, second, node, policy)
+        wait_for(
+            lambda: _waiting(api_client, second).get("reason") == "AnotherTest",
+            60,
+            "the second test's Waiting condition",
+        )
+        assert first in _waiting(api_client, second)["message"]
+        assert [j.metadata.name for j in _jobs(api_client, node)] == [
+            _test_status(api_client, first)["jobName"]
+        ], "no Job for the test that waits"
+
+        outcomes[node] = "pass"
+        wait_for(lambda: _test_status(api_client, first).get("phase") == "Passed", 60, "pass")
+        wait_for(
+            lambda: _test_status(api_client, second).get("phase") == "Passed", 90, "the second"
+        )
+        assert _test_status(api_client, second)["suite"] == "requalification"
+        assert _waiting(api_client, second)["status"] == "False"
+
+
+def test_a_huge_suspect_annotation_is_echoed_cut_in_logs_and_events(api_client, operator) -> None:
+    """A 240,000-character ``sdcguard.dev/suspect`` reaches the log and the Event cut,
+    saying so, and the node is re-screened as asked."""
+    case = new_case()
+    node = f"huge-{case}"
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
+        client.CoreV1Api(api_client).patch_node(
+            node, {"metadata": {"annotations": {"sdcguard.dev/suspect": "w" * 240_000}}}
+        )
+        wait_for(
+            lambda: [
+                t
+                for t in list_custom(api_client, "sdctests", node)
+                if t["spec"]["reason"] == "Suspect"
+            ],
+            60,
+            "the suspect's re-test",
+        )
+        cut = "(cut, 240000 characters)"
+        told = wait_for(
+            lambda: [e for e in _events(api_client, node) if cut in (e.message or "")],
+            30,
+            "an Event that says the reason was cut",
+        )
+        assert all(len(e.message or "") <= 1024 for e in _events(api_client, node))
+        assert told
+        lines = operator.log_path.read_text(errors="replace").splitlines()
+        assert any(cut in line for line in lines), "the log says it was cut"
+        assert max(len(line) for line in lines) < 8192
+
+
+def test_a_test_whose_probe_pod_cannot_be_scheduled_says_why(api_client, operator) -> None:
+    """A workload holds every GPU of a qualified node when a person asks for a test: the
+    probe Pod cannot be scheduled, and the test says so (Waiting, ProbeUnschedulable,
+    quoting the scheduler), as does the node; once the workload is gone it runs."""
+    case = new_case()
+    node = f"busy-{case}"
+    trusted_baseline(api_client)
+    core = client.CoreV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
+        policy = create_policy(api_client, case)
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
+        workload = f"train-{case}"
+        core.create_namespaced_pod(
+            "default",
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name=workload),
+                spec=client.V1PodSpec(
+                    node_name=node,
+                    containers=[
+                        client.V1Container(
+                            name="train",
+                            image="example.invalid/train",
+                            resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
+                        )
+                    ],
+                ),
+            ),
+        )
+        name = f"{node}-manual-1"
+        try:
+            _manual_test(api_client, name, node, policy)
+            wait_for(
+                lambda: _waiting(api_client, name).get("reason") == "ProbeUnschedulable",
+                90,
+                "the test's Waiting condition",
+            )
+            assert "nvidia.com/gpu" in _waiting(api_client, name)["message"]
+            annotations = core.read_node(node).metadata.annotations or {}
+            assert "cannot be scheduled" in annotations.get("sdcguard.dev/waiting", "")
+        finally:
+            core.delete_namespaced_pod(workload, "default", grace_period_seconds=0)
+        wait_for(lambda: _test_status(api_client, name).get("phase") == "Passed", 120, "a pass")
+        assert _waiting(api_client, name)["status"] == "False"

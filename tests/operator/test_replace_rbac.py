@@ -3,12 +3,16 @@ with its own ServiceAccount's token, names the chart value, and does not pretend
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.pass_state import FleetView
@@ -19,8 +23,20 @@ from sdcguard.domain.lifecycle import DeleteNode, NodeState
 from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
+from sdcguard.sim.demo_install import install, start_operator, uninstall
 from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import new_case
+from tests.operator.harness import (
+    GROUP,
+    VERSION,
+    ProbeKubelet,
+    gpu_nodes,
+    list_custom,
+    new_case,
+    node_state,
+    policy_body,
+    trusted_baseline,
+    wait_for,
+)
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -117,3 +133,76 @@ def test_replace_without_node_delete_is_named_up_front_and_not_pretended(
     assert "rbac.allowNodeDelete=true" in events[0].message
     assert "stays Quarantined" in events[0].message
     assert restricted.writer.writes["node-delete"] == 0
+
+
+def test_the_operator_under_the_charts_default_rbac_does_not_replace_and_says_so(
+    cluster: LocalCluster, api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """End to end: the operator process runs with a token of the chart's ServiceAccount
+    (default values: rbac.allowNodeDelete=false) and a Replace policy. The policy names
+    the value to set, a quarantined node whose ticket is taken is not deleted and stays
+    Quarantined, and one Event says what happened."""
+    case = new_case()
+    custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+    inst = install(cluster, api_client, release=f"rp-{case}", namespace=f"rp-{case}")
+    operator = None
+    node = f"replace-{case}"
+    policy = f"p-{case}"
+    trusted_baseline(api_client)
+    try:
+        operator = start_operator(
+            cluster, api_client, inst, workdir=tmp_path, log_path=tmp_path / "operator.log"
+        )
+        with (
+            gpu_nodes(api_client, [node], case=case),
+            ProbeKubelet(api_client, {node: "sdc"}, namespace=inst.namespace),
+        ):
+            custom.create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "sdcpolicies",
+                policy_body(
+                    policy,
+                    match_labels={"sdcguard.test/case": case},
+                    repair={"strategy": "Replace"},
+                ),
+            )
+
+            def permitted() -> dict[str, Any]:
+                body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
+                conditions = (body.get("status") or {}).get("conditions") or []
+                return next((c for c in conditions if c["type"] == "NodeDeletePermitted"), {})
+
+            wait_for(lambda: permitted().get("status") == "False", 60, "NodeDeletePermitted")
+            assert "rbac.allowNodeDelete=true" in permitted()["message"]
+            wait_for(lambda: node_state(api_client, node) == "Quarantined", 120, "quarantine")
+            ticket = list_custom(api_client, "repairtickets", node)[0]["metadata"]["name"]
+            custom.patch_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "repairtickets",
+                ticket,
+                {"spec": {"external": {"system": "test", "id": f"R-{case}"}}},
+            )
+
+            def refused() -> list[Any]:
+                events = core.list_namespaced_event(
+                    "default", field_selector=f"involvedObject.name={node}"
+                ).items
+                return [e for e in events if e.reason == "NodeDeleteForbidden"]
+
+            wait_for(refused, 60, "the NodeDeleteForbidden Event")
+            time.sleep(12)  # two more passes: the refusal is not repeated, nothing moves
+            (event,) = refused()
+            assert "was not deleted" in event.message and "rbac.allowNodeDelete=true" in (
+                event.message
+            )
+            assert core.read_node(node).metadata.deletion_timestamp is None
+            assert node_state(api_client, node) == "Quarantined"
+            assert "applying a decision failed" not in operator.log_tail(400)
+    finally:
+        if operator is not None:
+            operator.stop()
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
+        uninstall(api_client, inst)

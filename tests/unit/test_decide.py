@@ -12,13 +12,14 @@ from sdcguard.api import (
     Resolution,
     ScreeningReason,
     SDCPolicySpec,
+    SDCTestPhase,
     Suite,
     TicketPhase,
     Verdict,
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage
-from sdcguard.domain.decide import Decision, decide
+from sdcguard.domain.decide import Decision, decide, wait_reason
 from sdcguard.domain.lifecycle import (
     NODE_MUTATIONS,
     TICKET_ACTIONS,
@@ -774,3 +775,98 @@ def test_a_repaired_node_that_is_not_ready_says_why_it_waits() -> None:
     assert (d.event, d.state) == (E.TICKET_RESOLVED, S.VERIFYING)
     n = applied(n, d)
     assert not {keys.WAITING, keys.WAITING_SINCE, keys.WAITING_TOLD} & set(n.annotations)
+
+
+def test_a_manual_test_on_a_node_that_is_not_ready_waits_and_says_so_on_the_test() -> None:
+    """A person's test is not adopted while its probe could not run: the decision names
+    the test that waits and why (its Waiting condition), the node records it, and once
+    the node is Ready the test is adopted and the record cleared."""
+    p = policy()
+    manual = sdctest("gpu-1-manual-1", reason=ScreeningReason.MANUAL, phase=SDCTestPhase.PENDING)
+    n = dataclasses.replace(node(state=S.QUALIFIED, qualified_at=NOW - HOUR), ready=False)
+    d = decide(observe(n, test=manual), p, NOW)
+    assert (d.event, d.state) == (None, S.QUALIFIED)
+    assert d.waiting == "test gpu-1-manual-1 waits: node not Ready"
+    assert d.waiting_test == "gpu-1-manual-1"
+    assert wait_reason(d.waiting) == "NodeNotReady"
+    n = applied(n, d)
+    assert n.annotations[keys.WAITING] == d.waiting
+    later = decide(observe(n, test=manual), p, NOW + dt.timedelta(seconds=61))
+    assert one(later, EmitEvent).reason == "Waiting"
+    n = applied(dataclasses.replace(n, ready=True), later)
+    d = decide(observe(n, test=manual), p, NOW + dt.timedelta(seconds=90))
+    assert (d.event, d.state) == (E.TEST_STARTED, S.TESTING)
+    assert d.waiting is None and d.waiting_test is None
+    assert keys.WAITING not in applied(n, d).annotations
+
+
+def test_a_manual_test_on_a_never_labelled_gated_node_is_not_silent() -> None:
+    """The zero-write rule for gated nodes waiting for budget does not hide a person's test."""
+    gated = dataclasses.replace(node(taints=(Taint(GATE, "NoSchedule"),)), ready=False)
+    manual = sdctest("gpu-1-manual-1", reason=ScreeningReason.MANUAL, phase=SDCTestPhase.PENDING)
+    d = decide(observe(gated, test=manual), policy(), NOW)
+    assert d.waiting_test == "gpu-1-manual-1" and d.waiting is not None
+    assert applied(gated, d).annotations[keys.WAITING] == d.waiting
+
+
+def test_a_second_test_waits_for_the_running_one_and_the_node_says_so() -> None:
+    n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t1"}, qualified_at=NOW - HOUR)
+    d = decide(observe(n, test=sdctest("t1"), queued=("gpu-1-manual-1",)), policy(), NOW)
+    assert d.event is None and d.waiting_test == "gpu-1-manual-1"
+    assert d.waiting == "test gpu-1-manual-1 waits: test t1 still running"
+    assert wait_reason(d.waiting) == "AnotherTest"
+
+
+def test_a_test_held_for_a_baseline_quorum_waits_and_says_so() -> None:
+    n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t1"})
+    held = dataclasses.replace(sdctest("t1"), awaiting_baseline=True)
+    d = decide(observe(n, test=held), policy(), NOW)
+    assert d.event is None and d.waiting_test == "t1"
+    assert d.waiting is not None and wait_reason(d.waiting) == "AwaitingBaseline"
+    assert applied(n, d).annotations[keys.WAITING] == d.waiting
+
+
+@pytest.mark.parametrize(
+    ("waiting", "reason"),
+    [
+        ("acceptance waits: policy paused: no new tests", "PolicyPaused"),
+        ("acceptance waits: node not Ready", "NodeNotReady"),
+        (
+            "re-test waits: taint example.com/x:NoSchedule keeps probes off the node too",
+            "ForeignTaint",
+        ),
+        ("acceptance waits: no allocatable accelerators yet", "NoAccelerators"),
+        ("replacement waits: circuit breaker open", "BreakerOpen"),
+        (
+            "re-test waits: backing off after inconclusive results until 2026-01-01T00:00:00Z",
+            "BackOff",
+        ),
+        ("test a waits: test b still running", "AnotherTest"),
+        ("re-test waits: a pending pod needs this node", "PendingPod"),
+        (
+            "test t1 waits for a baseline: its digests are recorded, and 3 nodes must agree",
+            "AwaitingBaseline",
+        ),
+        ("acceptance waits: pool a100 already runs 4 tests (maxConcurrentTests 4)", "Budget"),
+        (
+            "test t waits: its probe Pod cannot be scheduled: 0/3 nodes: node not Ready",
+            "ProbeUnschedulable",
+        ),
+    ],
+)
+def test_every_wait_has_a_reason(waiting: str, reason: str) -> None:
+    assert wait_reason(waiting) == reason
+
+
+def test_a_running_test_whose_probe_pod_cannot_be_scheduled_says_so() -> None:
+    n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t1"}, qualified_at=NOW - HOUR)
+    message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    d = decide(observe(n, test=sdctest("t1"), probe_unschedulable=message), policy(), NOW)
+    assert d.event is None and d.waiting_test == "t1"
+    assert d.waiting == f"test t1 waits: its probe Pod cannot be scheduled: {message}"
+    assert wait_reason(d.waiting) == "ProbeUnschedulable"
+    n = applied(n, d)
+    assert n.annotations[keys.WAITING] == d.waiting
+    scheduled = decide(observe(n, test=sdctest("t1")), policy(), NOW + dt.timedelta(seconds=5))
+    assert scheduled.waiting is None
+    assert keys.WAITING not in applied(n, scheduled).annotations

@@ -34,12 +34,13 @@ from sdcguard.api import (
     TicketPhase,
     find_condition,
     set_condition,
+    suite_of,
     to_body,
     to_patch,
 )
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
-from sdcguard.domain.decide import Decision, closes_as_replaced
+from sdcguard.domain.decide import Decision, closes_as_replaced, wait_reason
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     Action,
@@ -312,7 +313,7 @@ class Executor(TestRunner):
             self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
             counts["tests-cancelled"] += 1
             self.metrics.tests.labels(
-                suite=test.spec.suite.value, phase=SDCTestPhase.CANCELLED.value
+                suite=suite_of(test).value, phase=SDCTestPhase.CANCELLED.value
             ).inc()
             log.info("test cancelled", test=test.metadata.name, node=node_name)
 
@@ -455,12 +456,41 @@ class Executor(TestRunner):
         else:
             if previous is not None and previous.status == "True" and previous.message == waiting:
                 return
-            updated = set_condition(conditions, "Waiting", "True", "Waiting", waiting, now)
+            updated = set_condition(
+                conditions, "Waiting", "True", wait_reason(waiting), waiting, now
+            )
         new = (ticket.status or RepairTicketStatus()).model_copy(update={"conditions": updated})
         try:
             self.writer.patch_custom_status("repairtickets", name, to_patch(new, "conditions"))
         except ApiException as exc:  # the next pass writes it again
             log.warning("ticket condition not written", ticket=name, status=exc.status)
+
+    def _test_waiting(self, test: SDCTest, decision: Decision, now: dt.datetime) -> None:
+        """An unfinished SDCTest's Waiting condition: True, with the reason and why, on
+        the test the node's wait holds back; False again on it once it stops waiting.
+        Written only when it changes."""
+        status = test.status or SDCTestStatus()
+        previous = find_condition(status.conditions, "Waiting")
+        waiting = decision.waiting if decision.waiting_test == test.metadata.name else None
+        if waiting is None:
+            if previous is None or previous.status == "False":
+                return
+            conditions = set_condition(
+                status.conditions, "Waiting", "False", "NotWaiting", "nothing holds it back", now
+            )
+        else:
+            reason = wait_reason(waiting)
+            if previous is not None and (previous.status, previous.reason, previous.message) == (
+                "True",
+                reason,
+                waiting,
+            ):
+                return
+            conditions = set_condition(status.conditions, "Waiting", "True", reason, waiting, now)
+        try:
+            self._write_test_status(test, status.model_copy(update={"conditions": conditions}))
+        except ApiException as exc:  # the next pass writes it again
+            log.warning("test condition not written", test=test.metadata.name, status=exc.status)
 
     def _raise_cycle(
         self, view: FleetView, node: str, action: RaiseCycle, now: dt.datetime

@@ -67,6 +67,24 @@ def current_test(node: NodeFacts, tests: list[KnownTest]) -> TestFacts | None:
     return max(running, key=lambda t: (t.created, t.name)).facts
 
 
+def queued_tests(current: TestFacts | None, tests: list[KnownTest]) -> tuple[str, ...]:
+    """The node's unfinished tests other than ``current``, oldest first: they wait for it."""
+    if current is None:
+        return ()
+    waiting = [t for t in tests if not t.finished and t.name != current.name]
+    return tuple(t.name for t in sorted(waiting, key=lambda t: (t.created, t.name)))
+
+
+def unschedulable(test: TestFacts | None, view: FleetView) -> str | None:
+    """The scheduler's message while it cannot place the running test's probe Pod."""
+    if test is None or test.finished:
+        return None
+    for pod in view.probe_pods.get(test.name, []):
+        if pod.phase == "Pending" and pod.unschedulable and not pod.deleted:
+            return pod.unschedulable
+    return None
+
+
 def idle_since(name: str, accelerators: Iterable[str], view: FleetView) -> dt.datetime | None:
     """None while a workload uses the node's accelerators (the policy's
     spec.accelerators); else since when it is idle.

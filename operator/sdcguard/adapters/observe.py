@@ -135,6 +135,8 @@ class ProbePod:
     """The kubelet's reason the container is not running yet (ErrImageNeverPull, ...)."""
     waiting_message: str = ""
     """The kubelet's message with it (names the image)."""
+    unschedulable: str = ""
+    """The scheduler's message while it cannot place the Pod (PodScheduled False)."""
 
     @property
     def start_failure(self) -> str | None:
@@ -178,6 +180,10 @@ def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
             message = term.get("message")
             term_reason = term.get("reason", "") or ""
             finished = parse_time(term.get("finishedAt"))
+    unschedulable = ""
+    for cond in status.get("conditions", []) or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            unschedulable = str(cond.get("message") or cond.get("reason") or "Unschedulable")
     return ProbePod(
         test_name=test,
         name=meta.get("name", ""),
@@ -192,6 +198,7 @@ def probe_pod(body: Mapping[str, Any]) -> ProbePod | None:
         deleted=bool(meta.get("deletionTimestamp")),
         waiting_reason=waiting_reason,
         waiting_message=waiting_message,
+        unschedulable=unschedulable[:512],
     )
 
 

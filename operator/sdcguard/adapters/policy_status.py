@@ -38,6 +38,38 @@ from sdcguard.domain.observed import Observed
 log = structlog.get_logger("sdcguard.reconcile")
 
 
+def selector_text(policy: SDCPolicy) -> str:
+    """The policy's nodeSelector as ``kubectl get nodes -l`` takes it (empty: every node)."""
+    selector = policy.spec.node_selector
+    parts = [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
+    for req in selector.match_expressions:
+        if req.operator.value in ("In", "NotIn"):
+            parts.append(f"{req.key} {req.operator.value.lower()} ({','.join(req.values)})")
+        else:
+            parts.append(req.key if req.operator.value == "Exists" else f"!{req.key}")
+    return ",".join(parts)
+
+
+def no_nodes_message(
+    policy: SDCPolicy, overlaps: Mapping[str, tuple[str, tuple[str, ...]]] | None
+) -> str:
+    """Why a policy has no nodes, and what to check."""
+    shown = selector_text(policy)
+    where = f"nodeSelector {shown!r}" if shown else "an empty nodeSelector"
+    accelerators = ", ".join(policy.spec.accelerators)
+    taken = sorted(n for n, (owner, _) in (overlaps or {}).items() if owner != policy.metadata.name)
+    owned = (
+        f"; {len(taken)} nodes it selects are owned by other policies (PolicyOverlap): "
+        + ", ".join(taken[:10])
+        if taken
+        else ""
+    )
+    return bounded(
+        f"{where} with accelerators ({accelerators}) selects no node, so nothing is screened"
+        f"{owned}; check the labels: kubectl get nodes -l '{shown}' --show-labels"
+    )
+
+
 class PolicyReporter(ReconcilerState):
     """Computes the breaker and writes the policy's status and gauges."""
 
@@ -128,13 +160,24 @@ class PolicyReporter(ReconcilerState):
             now,
             policy.metadata.generation,
         )
+        selected = sum(states.values())
+        conditions = set_condition(
+            conditions,
+            "NoNodesSelected",
+            "False" if selected else "True",
+            "NodesSelected" if selected else "NoNodesSelected",
+            f"{selected} nodes selected" if selected else no_nodes_message(policy, overlaps),
+            now,
+            policy.metadata.generation,
+        )
         conditions = set_condition(
             conditions,
             "Ready",
             "True",
-            "Reconciled",
-            f"{sum(states.values())} nodes; mode {policy.spec.mode.value}"
-            + ("; paused" if policy.spec.paused else ""),
+            "Reconciled" if selected else "NoNodesSelected",
+            f"{selected} nodes; mode {policy.spec.mode.value}"
+            + ("; paused" if policy.spec.paused else "")
+            + ("" if selected else "; the selector matches no node (see NoNodesSelected)"),
             now,
             policy.metadata.generation,
         )

@@ -28,7 +28,14 @@ from pydantic import ValidationError
 
 from sdcguard.adapters import observe
 from sdcguard.adapters.executor import Executor
-from sdcguard.adapters.observations import current_test, idle_since, needed, seq_floor
+from sdcguard.adapters.observations import (
+    current_test,
+    idle_since,
+    needed,
+    queued_tests,
+    seq_floor,
+    unschedulable,
+)
 from sdcguard.adapters.pass_state import (
     _EPOCH,
     REQUEUE_MAX_SECONDS,
@@ -291,7 +298,9 @@ class Reconciler(Executor, PolicyReporter):
         illegal_before = dict(memory.illegal)
         for decision in decisions:
             self._note_illegal(name, memory, decision)
-        wake = self._act(policy, memory, view, decisions, by_node, holding, now, counts)
+        wake = self._act(
+            policy, memory, view, decisions, by_node, tests_by_node, holding, now, counts
+        )
         if not full and memory.due:
             soonest = min(memory.due.values())
             wake = min(wake, max(0.0, (soonest - now).total_seconds()))
@@ -397,10 +406,13 @@ class Reconciler(Executor, PolicyReporter):
                 del self.expect_nodes[node_name]
             self._restore_ticket_status(view.tickets.get(node_name, []), now, counts)
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
+            test = current_test(node, tests_by_node.get(node_name, []))
             observations.append(
                 Observed(
                     node=node,
-                    test=current_test(node, tests_by_node.get(node_name, [])),
+                    test=test,
+                    queued=queued_tests(test, tests_by_node.get(node_name, [])),
+                    probe_unschedulable=unschedulable(test, view),
                     ticket=self._open_ticket(view.tickets.get(node_name, [])),
                     idle_since=idle_since(node_name, spec.accelerators, view),
                     pending_pod_needs_node=needed(node_name, spec.accelerators, view),
@@ -417,6 +429,7 @@ class Reconciler(Executor, PolicyReporter):
         view: FleetView,
         decisions: list[Decision],
         by_node: Mapping[str, Observed],
+        tests_by_node: Mapping[str, list[KnownTest]],
         holding: frozenset[str],
         now: dt.datetime,
         counts: Counter[str],
@@ -455,6 +468,9 @@ class Reconciler(Executor, PolicyReporter):
             memory.states[node_name] = decision.state.value
             if observed.ticket is not None:
                 self._ticket_waiting(view, node_name, observed.ticket.name, decision.waiting, now)
+            for known in tests_by_node.get(node_name, []):
+                if known.running is not None:
+                    self._test_waiting(known.running, decision, now)
             if decision.held:
                 memory.held.add(node_name)
             else:

@@ -16,6 +16,7 @@ from sdcguard.adapters.pass_state import (
     probe_timeout,
 )
 from sdcguard.api import (
+    Condition,
     Mode,
     ObjectMeta,
     SDCBaseline,
@@ -26,13 +27,17 @@ from sdcguard.api import (
     SDCTestStatus,
     Verdict,
     baseline_name,
+    find_condition,
     set_condition,
+    suite_of,
     to_body,
+    unnamed_suite,
 )
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Judgement, PodEnd, judge_result
+from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.plan import Plan
 from sdcguard.domain.seeds import screening_seed
@@ -54,6 +59,17 @@ def _seed_of(test: SDCTest) -> int:
     return screening_seed(test.spec.seed, test.metadata.creation_timestamp, test.metadata.name)
 
 
+def _not_waiting(
+    conditions: list[Condition], reason: str, message: str, now: dt.datetime
+) -> list[Condition]:
+    """``conditions`` with a Waiting condition that was True set False (left as it is
+    otherwise)."""
+    previous = find_condition(conditions, "Waiting")
+    if previous is None or previous.status != "True":
+        return conditions
+    return set_condition(conditions, "Waiting", "False", reason, message, now)
+
+
 class TestRunner(ReconcilerState):
     """Executes the rows of the SDCTest phase table."""
 
@@ -63,7 +79,7 @@ class TestRunner(ReconcilerState):
         self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: NodeSnapshot
     ) -> ProbeJobRequest:
         spec = policy.spec
-        checks = spec.suites.checks(test.spec.suite)
+        checks = spec.suites.checks(suite_of(test))
         capacity = node_body.allocatable
         resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
         count = int(str(capacity.get(resource, "0"))) if resource else 0
@@ -160,7 +176,7 @@ class TestRunner(ReconcilerState):
         self, policy: SDCPolicy, test: SDCTest, end: PodEnd, view: FleetView, now: dt.datetime
     ) -> Judgement:
         """Judge, and take part in baseline consensus when no baseline is trusted yet."""
-        expected = [c.name.value for c in policy.spec.suites.checks(test.spec.suite)]
+        expected = [c.name.value for c in policy.spec.suites.checks(suite_of(test))]
         known = self._baseline_specs(view)
         judgement = judge_result(end, expected, known)
         fp = judgement.fingerprint
@@ -252,6 +268,15 @@ class TestRunner(ReconcilerState):
         """Move one unfinished test along one row of ``testphase.TEST_TRANSITIONS``;
         returns the test as it is now."""
         status = test.status or SDCTestStatus()
+        if status.suite is None and node is not None and not status.phase.finished:
+            # A hand-written test that names no suite gets the one the operator would run.
+            before = node.qualified_at is not None or node.state not in (
+                None,
+                NodeState.UNQUALIFIED,
+            )
+            chosen = test.spec.suite or unnamed_suite(before)
+            status = status.model_copy(update={"suite": chosen})
+            test = test.model_copy(update={"status": status})
         judgement: Judgement | None = None
         end: PodEnd | None = None
         finished_at: dt.datetime | None = None
@@ -269,6 +294,10 @@ class TestRunner(ReconcilerState):
             or node.has_taint(taints.quarantine)
             or policy.spec.mode == Mode.OBSERVE
         )
+        if node is not None and node.current_test not in (None, test.metadata.name):
+            # The reservation is another test's: this one waits for it to end, and is
+            # adopted then (the node's decision says so on the test and the node).
+            reserved = False
         event = phase_event(
             status.phase,
             node_exists=node is not None and node_body is not None,
@@ -378,20 +407,21 @@ class TestRunner(ReconcilerState):
         self, test: SDCTest, status: SDCTestStatus, now: dt.datetime
     ) -> SDCTestStatus:
         name = test.metadata.name
+        conditions = set_condition(
+            status.conditions,
+            "JobCreated",
+            "True",
+            "JobCreated",
+            f"probe Job {self.settings.namespace}/{job_name(name)}",
+            now,
+        )
         return status.model_copy(
             update={
                 "phase": SDCTestPhase.RUNNING,
                 "seed": _seed_of(test),
                 "job_name": job_name(name),
                 "start_time": now,
-                "conditions": set_condition(
-                    status.conditions,
-                    "JobCreated",
-                    "True",
-                    "JobCreated",
-                    f"probe Job {self.settings.namespace}/{job_name(name)}",
-                    now,
-                ),
+                "conditions": _not_waiting(conditions, "Started", "the probe Job is created", now),
             }
         )
 
@@ -418,6 +448,7 @@ class TestRunner(ReconcilerState):
             status.conditions, "Complete", "True", reason or verdict.value, bounded(message), now
         )
         conditions = [c for c in conditions if c.type != "AwaitingBaseline"]
+        conditions = _not_waiting(conditions, "Finished", "the test has ended", now)
         status = status.model_copy(
             update={
                 "phase": phase,
@@ -430,9 +461,9 @@ class TestRunner(ReconcilerState):
         )
         self._write_test_status(test, status)
         counts[f"tests-{phase.value.lower()}"] += 1
-        self.metrics.tests.labels(suite=test.spec.suite.value, phase=phase.value).inc()
+        self.metrics.tests.labels(suite=suite_of(test).value, phase=phase.value).inc()
         if status.start_time is not None:
-            self.metrics.screening_duration.labels(suite=test.spec.suite.value).observe(
+            self.metrics.screening_duration.labels(suite=suite_of(test).value).observe(
                 max(0.0, (now - status.start_time).total_seconds())
             )
         log.info(

@@ -70,6 +70,8 @@ from sdcguard.api.sdctest import (
     SDCTestStatus,
     Verdict,
     check_test_update,
+    suite_of,
+    unnamed_suite,
 )
 from sdcguard.api.ticket import (
     ExternalRef,
@@ -164,6 +166,8 @@ __all__ = [
     "from_body",
     "parse_duration",
     "set_condition",
+    "suite_of",
     "to_body",
     "to_patch",
+    "unnamed_suite",
 ]

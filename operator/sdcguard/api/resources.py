@@ -80,7 +80,7 @@ TEST = Resource(
     status=SDCTestStatus,
     columns=(
         PrinterColumn("Node", ".spec.nodeName"),
-        PrinterColumn("Suite", ".spec.suite"),
+        PrinterColumn("Suite", ".status.suite"),
         PrinterColumn("Reason", ".spec.reason"),
         PrinterColumn("Attempt", ".spec.attempt", "integer", priority=1),
         PrinterColumn("Phase", ".status.phase"),

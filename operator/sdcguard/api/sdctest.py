@@ -113,7 +113,7 @@ class SDCTestSpec(ApiModel):
             cel("self == oldSelf", "spec: an SDCTest's spec is immutable; create a new SDCTest"),
             cel(
                 "self.reason != 'RepairVerification' "
-                "|| (has(self.ticketRef) && self.suite == 'repairVerification')",
+                "|| (has(self.ticketRef) && has(self.suite) && self.suite == 'repairVerification')",
                 "spec.ticketRef: reason RepairVerification needs ticketRef and "
                 "suite: repairVerification",
             ),
@@ -124,8 +124,10 @@ class SDCTestSpec(ApiModel):
     """The node to screen."""
     policy_ref: NodeName
     """The SDCPolicy whose suites, probe and budgets apply."""
-    suite: Suite = Suite.REQUALIFICATION
-    """acceptance, requalification or repairVerification."""
+    suite: Suite | None = None
+    """acceptance, requalification or repairVerification. Unset: the operator picks when
+    it starts the test, as it would for its own tests: acceptance on a node that never
+    qualified, requalification otherwise (status.suite says which ran)."""
     reason: ScreeningReason = ScreeningReason.MANUAL
     """Why: Join, ReturnFromUse, Expiry, Suspect, Manual, RepairVerification, Confirmation."""
     attempt: int = Field(default=1, ge=1, le=100)
@@ -163,13 +165,17 @@ class SDCTestStatus(ApiModel):
     conditions: list[Condition] = Field(
         default_factory=list, max_length=16, json_schema_extra=CONDITIONS_LIST
     )
-    """Reserved, JobCreated, Complete."""
+    """JobCreated, AwaitingBaseline, Complete, and Waiting: True while the operator holds
+    the test back, with a one-word reason (NodeNotReady, ForeignTaint, NoAccelerators,
+    AnotherTest, ProbeUnschedulable, AwaitingBaseline) and why."""
     checks: list[CheckStatus] = Field(default_factory=list, max_length=16)
     """Per-check results."""
     job_name: Annotated[str, StringConstraints(max_length=253)] | None = None
     """The probe Job."""
     fingerprint_hash: HexDigest | None = None
     """Fingerprint of the hardware and software that ran the probe."""
+    suite: Suite | None = None
+    """The suite that runs: spec.suite, or the operator's pick when spec.suite is unset."""
     seed: int | None = Field(default=None, ge=0, le=2147483647)
     """The seed the probe Job was given (spec.seed if pinned, else the day's seed)."""
     start_time: dt.datetime | None = None
@@ -186,6 +192,19 @@ class SDCTest(ApiModel):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SDCTestSpec
     status: SDCTestStatus | None = None
+
+
+def unnamed_suite(qualified_before: bool) -> Suite:
+    """The suite of a test that names none: acceptance on a node that never qualified
+    (as the operator's own gate would run), requalification on any other."""
+    return Suite.REQUALIFICATION if qualified_before else Suite.ACCEPTANCE
+
+
+def suite_of(test: SDCTest) -> Suite:
+    """The suite a test runs: the one the operator recorded when it started the test,
+    else spec.suite, else requalification (a test not started yet that names none)."""
+    recorded = test.status.suite if test.status else None
+    return recorded or test.spec.suite or Suite.REQUALIFICATION
 
 
 def check_test_update(old: SDCTestSpec, new: SDCTestSpec) -> None:

@@ -5,6 +5,7 @@ an :class:`~sdcguard.cli.output.Result`; deciding what to show is kept apart fro
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import socket
 import uuid
 from collections import Counter
@@ -12,13 +13,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from sdcguard.api import (
+    GROUP,
     PLURAL_BASELINES,
     PLURAL_POLICIES,
     PLURAL_TESTS,
     PLURAL_TICKETS,
+    VERSION,
     Resolution,
     ScreeningReason,
     SDCPolicy,
@@ -28,6 +32,7 @@ from sdcguard.api import (
     Suite,
     TicketPhase,
     to_body,
+    unnamed_suite,
 )
 from sdcguard.cli.kube import (
     CliError,
@@ -343,9 +348,10 @@ def default_suite(node: Mapping[str, Any]) -> tuple[Suite, str]:
     meta = _meta(node)
     state = (meta.get("labels") or {}).get(keys.LABEL_STATE)
     never = not (meta.get("annotations") or {}).get(keys.QUALIFIED_AT)
-    if never and state in (None, NodeState.UNQUALIFIED.value):
-        return Suite.ACCEPTANCE, "the node never qualified"
-    return Suite.REQUALIFICATION, "the node qualified before"
+    suite = unnamed_suite(not (never and state in (None, NodeState.UNQUALIFIED.value)))
+    if suite == Suite.ACCEPTANCE:
+        return suite, "the node never qualified"
+    return suite, "the node qualified before"
 
 
 def running_test(
@@ -400,7 +406,8 @@ def start_test(
             f"node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); remove the label first: "
             f"kubectl label node {node_name} {keys.LABEL_EXCLUDE}-"
         )
-    running = running_test(node, list_custom(conn, PLURAL_TESTS))
+    tests = list_custom(conn, PLURAL_TESTS)
+    running = running_test(node, tests)
     if running is not None:
         test_name, phase = running
         raise CliError(
@@ -422,22 +429,16 @@ def start_test(
         )
     )
     body = to_body(test)
+    name = manual_test_name(node_name, tests)
     body["metadata"] = {
-        "generateName": f"{node_name[:40].rstrip('-.')}-manual-",
+        # A name of its own per node and number, not generateName: of two runs at the same
+        # moment that both found no test running, the API server refuses the second (409).
+        "name": name,
         # Label values stop at 63 characters; longer node names are found by spec.nodeName.
         "labels": {TEST_NODE_LABEL: node_name} if len(node_name) <= 63 else {},
         "annotations": {REQUESTED_BY: who},
     }
-    created: dict[str, Any] = call(
-        conn,
-        conn.custom.create_cluster_custom_object,
-        "sdcguard.dev",
-        "v1alpha1",
-        PLURAL_TESTS,
-        body,
-        plural=PLURAL_TESTS,
-    )
-    name = _name(created)
+    created = _create_manual_test(conn, body, node_name)
     return Result(
         data=created,
         lines=[
@@ -446,6 +447,47 @@ def start_test(
             f"Follow it: kubectl get sdctest {name} -w",
         ],
     )
+
+
+class _NameTaken(Exception):
+    """The API server answered 409: an SDCTest of that name exists already."""
+
+
+def manual_test_name(node_name: str, tests: Iterable[Mapping[str, Any]]) -> str:
+    """``<node>-manual-<n>``: one more than the highest n of the node's manual tests (a
+    long node name is cut and given a digest of the whole, so names stay apart)."""
+    stem = node_name
+    if len(stem) > 200:
+        stem = f"{stem[:191].rstrip('-.')}-{hashlib.sha256(node_name.encode()).hexdigest()[:8]}"
+    prefix = f"{stem}-manual-"
+    taken = [_name(t)[len(prefix) :] for t in tests if _name(t).startswith(prefix)]
+    return f"{prefix}{max((int(n) for n in taken if n.isdecimal()), default=0) + 1}"
+
+
+def _create_manual_test(conn: Connection, body: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """Create the SDCTest; a name already taken means another ``kubectl sdc test`` of this
+    node got there first: refuse, naming it."""
+
+    def create(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return conn.custom.create_cluster_custom_object(*args, **kwargs)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise _NameTaken from None
+            raise
+
+    name = str(body["metadata"]["name"])
+    try:
+        created: dict[str, Any] = call(
+            conn, create, GROUP, VERSION, PLURAL_TESTS, body, plural=PLURAL_TESTS, name=name
+        )
+    except _NameTaken:
+        raise CliError(
+            f"node {node_name} already has a test that has not ended: sdctest/{name} was "
+            f"created by another request at the same moment; follow it with kubectl get "
+            f"sdctest {name} -w, and run this again once it ends"
+        ) from None
+    return created
 
 
 # --------------------------------------------------------------------------- quarantine, release
@@ -691,7 +733,9 @@ def history_entries(
         spec, st = test.get("spec") or {}, test.get("status") or {}
         created = parse_time(_meta(test).get("creationTimestamp"))
         finished = parse_time(st.get("completionTime"))
-        detail = f"{spec.get('suite')} ({spec.get('reason')}): {st.get('phase', 'Pending')}"
+        # The suite that ran (the operator's pick for a test that named none).
+        suite = st.get("suite") or spec.get("suite") or "suite not chosen yet"
+        detail = f"{suite} ({spec.get('reason')}): {st.get('phase', 'Pending')}"
         if st.get("verdict"):
             detail += f", verdict {st['verdict']}"
         if st.get("reason"):
@@ -710,7 +754,7 @@ def history_entries(
                 "detail": detail,
                 "phase": st.get("phase", "Pending"),
                 "verdict": st.get("verdict"),
-                "suite": spec.get("suite"),
+                "suite": st.get("suite") or spec.get("suite"),
                 "reason": spec.get("reason"),
                 "startTime": st.get("startTime"),
                 "completionTime": st.get("completionTime"),

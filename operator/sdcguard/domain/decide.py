@@ -132,6 +132,8 @@ class Decision:
     """The node's confirmed failure is held by the open circuit breaker."""
     waiting: str | None = None
     """Why sdcguard holds back the node's next step (None: it does not)."""
+    waiting_test: str | None = None
+    """The SDCTest that waits (its Waiting condition says why), when the wait is a test's."""
 
     @property
     def changed(self) -> bool:
@@ -163,6 +165,8 @@ class _Step:
     waits: str | None = None
     """Why the operator holds back the node's next step (published on the node, the
     ticket's Waiting condition, ``kubectl sdc status``, and an Event once it lasts)."""
+    waiting_test: str | None = None
+    """The SDCTest the wait holds back, if it is a test's (its Waiting condition)."""
 
 
 def _taint_key(policy: SDCPolicySpec, role: TaintRole) -> str:
@@ -270,11 +274,10 @@ class _Reader:
         key = self.policy.taints.testing
         return key in self.node.owned_taints and self.node.has_taint(key)
 
-    def blocked(self, *, takes_node: bool, routine: bool = False) -> str | None:
-        """Why a test cannot start now, or None when it can."""
-        node, obs = self.node, self.obs
-        if self.policy.paused:
-            return "policy paused: no new tests"
+    def cannot_run(self) -> str | None:
+        """Why a probe could not run on the node now (a test a person asked for waits only
+        for these: budgets, back-off and the breaker give way to the request)."""
+        node = self.node
         if not node.ready:
             return "node not Ready"
         foreign = self.untolerated_taints()
@@ -282,6 +285,16 @@ class _Reader:
             return f"taint {foreign[0]} keeps probes off the node too"
         if node.accelerators <= 0:
             return "no allocatable accelerators yet"
+        return None
+
+    def blocked(self, *, takes_node: bool, routine: bool = False) -> str | None:
+        """Why a test cannot start now, or None when it can."""
+        node, obs = self.node, self.obs
+        if self.policy.paused:
+            return "policy paused: no new tests"
+        cannot = self.cannot_run()
+        if cannot:
+            return cannot
         if routine and obs.breaker_open:
             return "circuit breaker open: routine screening stopped"
         retry = node.retry_after
@@ -366,6 +379,29 @@ class _Reader:
         if test is None or test.name != current:
             return self._inconclusive(f"SDCTest {current} is gone")
         if not test.finished:
+            if test.awaiting_baseline:
+                why = (
+                    f"test {test.name} waits for a baseline: its digests are recorded, and "
+                    f"{self.policy.baseline.quorum} nodes must agree"
+                )
+                return _Step(
+                    None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=test.name
+                )
+            if self.obs.probe_unschedulable:
+                why = bounded(
+                    f"test {test.name} waits: its probe Pod cannot be scheduled: "
+                    f"{self.obs.probe_unschedulable}",
+                    256,
+                )
+                return _Step(
+                    None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=test.name
+                )
+            if self.obs.queued:
+                queued = self.obs.queued[0]
+                why = f"test {queued} waits: test {test.name} still running"
+                return _Step(
+                    None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=queued
+                )
             return _Step(
                 None, f"waiting for {test.name} ({test.phase})", requeue=REQUEUE_TEST_RUNNING
             )
@@ -444,6 +480,10 @@ class _Reader:
             and not test.finished
             and test.name != self.node.current_test
         ):
+            blocked = self.cannot_run()
+            if blocked:
+                why = f"test {test.name} waits: {blocked}"
+                return _Step(None, why, requeue=REQUEUE_WAITING, waits=why, waiting_test=test.name)
             return _Step(E.TEST_STARTED, f"adopted {test.name}")
         return None
 
@@ -849,7 +889,32 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         waits_for_budget=reader.budget_blocked and not starts_test,
         held=bool(held),
         waiting=bounded(step.waits, 256) if step.waits and step.event is None else None,
+        waiting_test=step.waiting_test if step.waits and step.event is None else None,
     )
+
+
+WAIT_REASONS: tuple[tuple[str, str], ...] = (
+    ("cannot be scheduled", "ProbeUnschedulable"),  # first: it quotes the scheduler
+    ("node not Ready", "NodeNotReady"),
+    ("policy paused", "PolicyPaused"),
+    ("keeps probes off", "ForeignTaint"),
+    ("no allocatable accelerators", "NoAccelerators"),
+    ("circuit breaker open", "BreakerOpen"),
+    ("backing off", "BackOff"),
+    ("still running", "AnotherTest"),
+    ("a pending pod needs", "PendingPod"),
+    ("waits for a baseline", "AwaitingBaseline"),
+)
+"""The phrase of each wait and its one-word reason (conditions); budgets are the rest."""
+
+
+def wait_reason(waiting: str) -> str:
+    """The CamelCase reason of a wait's message (for the SDCTest's and ticket's Waiting
+    condition): the first phrase of WAIT_REASONS it names, else Budget."""
+    for phrase, reason in WAIT_REASONS:
+        if phrase in waiting:
+            return reason
+    return "Budget"
 
 
 def _publish_wait(
@@ -892,6 +957,8 @@ def _unseen_and_waiting(reader: _Reader, step: _Step, bound: list[Action]) -> bo
     node = reader.node
     if node.state_label is not None or reader.state != S.UNQUALIFIED or step.event is not None:
         return False
+    if step.waiting_test is not None:
+        return False  # a test a person created waits: say why, on it and the node
     if step.changes or node.annotations.get(keys.CURRENT_TEST):
         return False
     gate = reader.policy.taints.gate

@@ -19,6 +19,7 @@ from sdcguard.api import (
     Suite,
     TicketPhase,
     Verdict,
+    suite_of,
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage
@@ -236,7 +237,7 @@ class TestFacts:
         checks = status.checks if status else []
         return cls(
             name=test.metadata.name,
-            suite=test.spec.suite,
+            suite=suite_of(test),
             reason=test.spec.reason,
             attempt=test.spec.attempt,
             phase=status.phase if status else SDCTestPhase.PENDING,
@@ -306,6 +307,11 @@ class Observed:
     """The node's pool, before this node's decision."""
     breaker_open: bool = False
     """The policy's circuit breaker is open: no new quarantines."""
+    probe_unschedulable: str | None = None
+    """The scheduler's message while it cannot place the current test's probe Pod."""
+    queued: tuple[str, ...] = ()
+    """Unfinished SDCTests of the node other than ``test`` (a person's tests that wait
+    for the current one to end), oldest first."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).
