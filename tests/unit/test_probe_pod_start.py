@@ -12,6 +12,7 @@ from kubernetes import client
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.observe import probe_pod
+from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.adapters.reconciler import FleetView, Reconciler
 from sdcguard.api import SDCTest, SDCTestPhase, Verdict
 from sdcguard.domain.judging import PodEnd, judge_result
@@ -153,17 +154,19 @@ def test_a_pod_the_jobs_deadline_killed_is_a_timeout_whatever_its_exit_status() 
     assert (j.verdict, j.reason) == (Verdict.TIMEOUT, "TimedOut")
 
 
-def _finished_test(name: str, phase: str, verdict: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "creationTimestamp": "2026-12-01T12:00:00Z"},
-        "spec": {"nodeName": "real-node-0", "policyRef": "p", "suite": "acceptance"},
-        "status": {
-            "phase": phase,
-            "verdict": verdict,
-            "startTime": "2026-12-01T12:00:00Z",
-            "completionTime": "2026-12-01T12:01:00Z",
-        },
-    }
+def _finished_test(name: str, phase: str, verdict: str) -> TestSnapshot:
+    return TestSnapshot.from_body(
+        {
+            "metadata": {"name": name, "creationTimestamp": "2026-12-01T12:00:00Z"},
+            "spec": {"nodeName": "real-node-0", "policyRef": "p", "suite": "acceptance"},
+            "status": {
+                "phase": phase,
+                "verdict": verdict,
+                "startTime": "2026-12-01T12:00:00Z",
+                "completionTime": "2026-12-01T12:01:00Z",
+            },
+        }
+    )
 
 
 def _old_job(test: str) -> observe.ProbeJob:
