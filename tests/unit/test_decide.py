@@ -18,7 +18,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage
-from sdcguard.domain.decide import Decision, decide
+from sdcguard.domain.decide import Decision, closes_as_replaced, decide, node_gone_closing
 from sdcguard.domain.lifecycle import (
     NODE_MUTATIONS,
     TICKET_ACTIONS,
@@ -749,3 +749,31 @@ def test_a_repaired_node_that_is_not_ready_says_why_it_waits() -> None:
     assert (d.event, d.state) == (E.TICKET_RESOLVED, S.VERIFYING)
     n = applied(n, d)
     assert not {keys.WAITING, keys.WAITING_SINCE, keys.WAITING_TOLD} & set(n.annotations)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "phase", "closing"),
+    [
+        ("Replace", TicketPhase.IN_REPAIR, "deleted for replacement"),
+        ("Replace", TicketPhase.OPEN, "was deleted while its ticket was Open, not by sdcguard"),
+        ("InPlace", TicketPhase.OPEN, "was deleted while its ticket was Open, not by sdcguard"),
+        ("InPlace", TicketPhase.IN_REPAIR, "while its ticket was InRepair, not by sdcguard"),
+        ("InPlace", TicketPhase.VERIFYING, "while its ticket was Verifying, not by sdcguard"),
+        ("InPlace", TicketPhase.CLOSED, None),
+        ("Replace", TicketPhase.RETIRED, None),
+    ],
+)
+def test_a_deleted_nodes_unfinished_ticket_closes_with_a_true_reason(
+    strategy: str, phase: TicketPhase, closing: str | None
+) -> None:
+    """An autoscaler's expiry or repair (or a person) deletes a quarantined node: its
+    ticket closes rather than staying open for hardware that left the cluster."""
+    facts = ticket(phase=phase)
+    message = node_gone_closing(facts, policy(repair={"strategy": strategy}), "n1")
+    if closing is None:
+        assert message is None
+    else:
+        assert message is not None and closing in message and "node n1" in message
+    assert closes_as_replaced(facts, policy(repair={"strategy": strategy}), False) == (
+        strategy == "Replace" and phase == TicketPhase.IN_REPAIR
+    )

@@ -271,7 +271,7 @@ class Reconciler(Executor, PolicyReporter):
         counts["nodes-decided"] = len(facts)
         deleted = [n for n in view.tickets if n not in view.nodes] if full else sorted(vanished)
         for node_name in deleted:
-            self._close_replaced(policy, view, node_name, now, counts)
+            self._close_node_gone(policy, view, node_name, now, counts)
 
         tests_by_node = self._advance_tests(policy, view, facts, vanished, full, now, counts)
         breaker, breaker_status = self._breaker(policy, now)

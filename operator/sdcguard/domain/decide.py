@@ -233,6 +233,25 @@ def closes_as_replaced(ticket: TicketFacts, policy: SDCPolicySpec, node_exists: 
     )
 
 
+def node_gone_closing(ticket: TicketFacts, policy: SDCPolicySpec, node: str) -> str | None:
+    """The closing message for an unfinished ticket whose Node is gone, or None when
+    the ticket is finished already.
+
+    Deleted for replacement (Replace strategy, InRepair) it closes as Replaced. Deleted
+    by someone else (an autoscaler's expiry or node repair, a person) the quarantined
+    hardware left the cluster all the same: nothing is left to repair or verify here, and
+    a Node of the same name or instance later joins as a new node (acceptance)."""
+    if ticket.phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
+        return None
+    if closes_as_replaced(ticket, policy, False):
+        return f"node {node} deleted for replacement; its successor joins as new"
+    return (
+        f"node {node} was deleted while its ticket was {ticket.phase.value}, not by "
+        "sdcguard (an autoscaler's expiry or node repair, or a person); nothing is left "
+        "to repair or verify, and a successor joins as new"
+    )
+
+
 class _Reader:
     """The observations of one node, read against the policy at one instant."""
 
