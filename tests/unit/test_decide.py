@@ -144,6 +144,21 @@ def test_busy_node_seen_for_the_first_time_is_admitted_not_gated() -> None:
     d = decide(observe(node(), idle_since=None), policy(), NOW)
     assert (d.event, d.state) == (E.ADMITTED, S.QUALIFIED)
     assert not only(d, AddTaint)
+    assert "already running workloads when first seen" in d.note
+
+
+def test_new_node_that_took_work_before_the_gate_is_admitted_and_says_so() -> None:
+    """A NodePool without the gate in startupTaints: pods landed before sdcguard saw the
+    node. It is admitted untested (screened when idle), and the Event says why."""
+    d = decide(observe(node(), idle_since=None, joined_after_start=True), policy(), NOW)
+    assert (d.event, d.state) == (E.ADMITTED, S.QUALIFIED)
+    assert not only(d, AddTaint)
+    assert f"joined without the gate taint {GATE}" in d.note
+    assert "startupTaints" in d.note
+    events = only(d, EmitEvent)
+    assert events and "joined without the gate taint" in events[0].message.format(
+        node="n", detail=d.note
+    )
 
 
 def quarantined_story(p: SDCPolicySpec | None = None) -> tuple[NodeFacts, list[Decision]]:

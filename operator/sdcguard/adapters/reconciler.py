@@ -404,6 +404,11 @@ class Reconciler(Executor, PolicyReporter):
                     idle_since=idle_since(node_name, spec.accelerators, view),
                     pending_pod_needs_node=needed(node_name, spec.accelerators, view),
                     breaker_open=breaker_open,
+                    joined_after_start=(
+                        node.created is not None
+                        and view.operator_started is not None
+                        and node.created > view.operator_started
+                    ),
                 )
             )
 

@@ -547,6 +547,14 @@ class _Reader:
         if first_sight and self.obs.idle_since is None and not registered_gated:
             # Installing sdcguard on a busy fleet must not gate nodes that already serve:
             # they count as qualified long ago and are screened in their first idle window.
+            if self.obs.joined_after_start:
+                # A new node without the gate: work landed before sdcguard saw it.
+                return _Step(
+                    E.ADMITTED,
+                    f"joined without the gate taint {self.policy.taints.gate} and ran "
+                    "workloads before sdcguard saw it; register new nodes with the gate "
+                    "(Karpenter NodePool startupTaints, kubelet --register-with-taints)",
+                )
             return _Step(E.ADMITTED, "already running workloads when first seen")
         if self.obs.idle_since is None:
             return _Step(

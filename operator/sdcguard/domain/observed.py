@@ -49,6 +49,8 @@ class NodeFacts:
     """Allocatable devices of the policy's accelerator resources."""
     pool: str = ""
     """Value of the policy's pool label ("" without one)."""
+    created: dt.datetime | None = None
+    """The Node's creationTimestamp."""
 
     @classmethod
     def from_body(
@@ -77,6 +79,7 @@ class NodeFacts:
             ready=ready,
             accelerators=sum(whole_quantity(allocatable.get(name, 0)) for name in accelerators),
             pool=labels.get(pool_label, "") if pool_label else "",
+            created=keys.parse_time(meta.get("creationTimestamp")),
         )
 
     @property
@@ -247,6 +250,9 @@ class Observed:
     """The node's pool, before this node's decision."""
     breaker_open: bool = False
     """The policy's circuit breaker is open: no new quarantines."""
+    joined_after_start: bool = False
+    """The Node was created after the operator started (an autoscaler's or a person's
+    new node, not one of the fleet sdcguard was installed on)."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).
