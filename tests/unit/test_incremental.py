@@ -270,3 +270,29 @@ def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
     rec.run_pass(_policy_body(1), view, NOW, dirty=["gpu-0"])
     assert writer.writes["repairtickets-status"] == 1
     assert rec.last_counts["ticket-status-restored"] == 1
+
+
+def test_a_karpenter_nodes_node_claim_is_kept_in_the_trimmed_node() -> None:
+    """Replace deletes the NodeClaim of a Node Karpenter launched: the trimmed Node keeps
+    that owner (and no other owner reference)."""
+    body = {
+        "metadata": {
+            "name": "n1",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "1"},
+                {
+                    "apiVersion": "karpenter.sh/v1",
+                    "kind": "NodeClaim",
+                    "name": "gpu-abc",
+                    "uid": "2",
+                },
+            ],
+        }
+    }
+    trimmed = observe.trim_node(body)
+    assert trimmed["metadata"]["ownerReferences"] == [
+        {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "gpu-abc"}
+    ]
+    assert observe.node_claim(trimmed) == "gpu-abc"
+    assert observe.node_claim(observe.trim_node({"metadata": {"name": "n2"}})) is None
+    assert observe.node_claim(None) is None

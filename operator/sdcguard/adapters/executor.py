@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters.observe import node_claim
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
     FleetView,
@@ -158,7 +159,7 @@ class Executor(TestRunner):
                 note=decision.note,
             )
         if delete_node:
-            self.writer.delete_node(node_name)
+            self.writer.delete_node(node_name, node_claim(view.nodes.get(node_name)))
 
     def refused_delete(
         self, policy: SDCPolicy, decision: Decision, view: FleetView, now: dt.datetime

@@ -25,6 +25,17 @@ KEPT_FOREIGN_ANNOTATIONS = (
     "cluster-autoscaler.kubernetes.io/scale-down-disabled",
     "karpenter.sh/do-not-disrupt",
 )
+#: Karpenter's NodeClaim, the owner of each Node it launches (the instance).
+NODECLAIM_API_VERSION, NODECLAIM_KIND = "karpenter.sh/v1", "NodeClaim"
+
+
+def node_claim(node_body: Mapping[str, Any] | None) -> str | None:
+    """The name of the Karpenter NodeClaim that owns this Node, or None."""
+    for ref in ((node_body or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("apiVersion") == NODECLAIM_API_VERSION and ref.get("kind") == NODECLAIM_KIND:
+            name = ref.get("name")
+            return str(name) if name else None
+    return None
 
 
 def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,6 +59,11 @@ def trim_node(body: Mapping[str, Any]) -> dict[str, Any]:
             "creationTimestamp": meta.get("creationTimestamp"),
             "labels": dict(meta.get("labels") or {}),
             "annotations": annotations,
+            "ownerReferences": [
+                {"apiVersion": r.get("apiVersion"), "kind": r.get("kind"), "name": r.get("name")}
+                for r in meta.get("ownerReferences") or []
+                if r.get("apiVersion") == NODECLAIM_API_VERSION and r.get("kind") == NODECLAIM_KIND
+            ],
         },
         "spec": {
             "taints": [dict(t) for t in spec.get("taints") or []],

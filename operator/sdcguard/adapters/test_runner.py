@@ -123,6 +123,7 @@ class TestRunner(ReconcilerState):
                     or (job is not None and job.failed_reason == "DeadlineExceeded"),
                     crashed=crashed,
                     detail=pod.terminated_reason or pod.pod_reason,
+                    deleted=pod.deleted,
                 ),
                 pod.finished,
             )
