@@ -119,6 +119,18 @@ def _node_gone(w: World, node: str) -> bool:
     return False
 
 
+def _operator_log(w: World) -> list[dict[str, Any]]:
+    out = []
+    for line in w.operator.log_path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 def _tickets(w: World, node: str) -> list[dict[str, Any]]:
     return list_custom(w.api, "repairtickets", node)
 
@@ -299,9 +311,10 @@ def test_quarantine_keeps_node_and_gets_replacement_capacity(world: World) -> No
     assert _state(w, sick_node) == "Quarantined"
 
 
-def test_replace_deletes_the_node_and_karpenter_its_node_claim(world: World) -> None:
+def test_replace_deletes_the_node_claim(world: World) -> None:
     """``repair.strategy: Replace``: once the repair side takes the ticket, sdcguard deletes
-    the Node; Karpenter's termination then deletes its NodeClaim (the instance)."""
+    the node's NodeClaim (the instance; Karpenter then drains and deletes the Node) under
+    its own repair budget, and closes the ticket as Replaced."""
     w = world
     custom = client.CustomObjectsApi(w.api)
     label = f"{w.case}-r"
@@ -333,9 +346,15 @@ def test_replace_deletes_the_node_and_karpenter_its_node_claim(world: World) -> 
             claim["metadata"]["name"] not in {c["metadata"]["name"] for c in K.node_claims(w.api)}
         ),
         90,
-        "Karpenter to delete the sick node's NodeClaim",
+        "the sick node's NodeClaim to be gone",
         every=1,
     )
+    deleted = [
+        r
+        for r in _operator_log(w)
+        if r.get("event") == "nodeclaim deleted" and r.get("node") == sick_node
+    ]
+    assert [r.get("nodeclaim") for r in deleted] == [claim["metadata"]["name"]], deleted
     pod = _running(w, f"r-0-{w.case}")
     assert _state(w, pod.spec.node_name) == "Qualified"
     closed = wait_for(
