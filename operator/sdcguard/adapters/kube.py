@@ -17,6 +17,7 @@ import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters.observe import NODECLAIM_API_VERSION
 from sdcguard.api import GROUP, VERSION
 from sdcguard.domain.echo import bounded
 from sdcguard.metrics import Metrics
@@ -98,9 +99,8 @@ class KubeWriter:
             if not self._count("nodeclaim-delete"):
                 return
             try:
-                self.custom.delete_cluster_custom_object(
-                    "karpenter.sh", "v1", "nodeclaims", node_claim
-                )
+                group, version = NODECLAIM_API_VERSION.split("/")
+                self.custom.delete_cluster_custom_object(group, version, "nodeclaims", node_claim)
                 log.info("nodeclaim deleted", node=name, nodeclaim=node_claim)
                 return
             except ApiException as exc:
