@@ -218,7 +218,8 @@ async def probe_pods_index(
     _poke(
         rt,
         [pod.node_name] if pod.node_name else _test_node(rt, pod.test_name, None),
-        urgent=ended,
+        # A Pod being deleted (a drain) is looked at at once, while it is still there.
+        urgent=ended or pod.deleted,
         pod=pod if ended else None,
     )
     return {pod.test_name: pod}

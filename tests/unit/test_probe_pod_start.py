@@ -150,3 +150,24 @@ def test_a_pod_the_jobs_deadline_killed_is_a_timeout_whatever_its_exit_status() 
     assert end is not None and end.timed_out
     j = judge_result(end, CHECKS, {})
     assert (j.verdict, j.reason) == (Verdict.TIMEOUT, "TimedOut")
+
+
+def test_a_probe_pod_deleted_by_a_drain_is_not_a_crash_even_once_it_is_gone() -> None:
+    """An autoscaler's drain deletes the probe Pod; the kubelet kills the probe, the Pod
+    goes, and the Job fails (BackoffLimitExceeded) with no Pod left to read. The runner
+    remembers the deletion it saw: the test is Inconclusive (ProbePodDeleted)."""
+    body = pod({"running": {"startedAt": "2026-12-01T13:00:01Z"}}, phase="Running")
+    body["metadata"]["deletionTimestamp"] = "2026-12-01T13:00:30Z"
+    seen = probe_pod(body)
+    assert seen is not None and seen.deleted
+    runner = _runner()
+    view = FleetView(nodes={}, probe_pods={"t1": [seen]}, probe_jobs={"t1": _job(None)})
+    assert runner.pod_end(_running_test(), view, NOW) == (None, None), "still running"
+    gone = FleetView(nodes={}, probe_pods={}, probe_jobs={"t1": _job("BackoffLimitExceeded")})
+    end, _ = runner.pod_end(_running_test(), gone, NOW)
+    assert end is not None and end.deleted and not end.timed_out
+    j = judge_result(end, CHECKS, {})
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "ProbePodDeleted")
+    # A runner that never saw the deletion reads the same Job as the probe's crash.
+    end, _ = _runner().pod_end(_running_test(), gone, NOW)
+    assert end is not None and judge_result(end, CHECKS, {}).verdict == Verdict.CRASH
