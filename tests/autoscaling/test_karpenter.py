@@ -44,7 +44,7 @@ def _policy(
     body = policy_body(
         name,
         match_labels={CASE_LABEL: label},
-        probe=probe or {"budgetSeconds": 5, "activeDeadlineSeconds": 120, "cpuDevices": 2},
+        probe=probe or {"budgetSeconds": 10, "activeDeadlineSeconds": 120, "cpuDevices": 2},
         suites={"acceptance": suite, "requalification": suite, "repairVerification": suite},
         triggers={"onReturnFromUse": {"enabled": True, "idleFor": "1h"}},
         **spec,
