@@ -368,7 +368,8 @@ def test_replace_deletes_the_node_claim(world: World) -> None:
         for r in _operator_log(w)
         if r.get("event") == "nodeclaim deleted" and r.get("node") == sick_node
     ]
-    assert [r.get("nodeclaim") for r in deleted] == [claim["metadata"]["name"]], deleted
+    # (Asked again while Karpenter drains the node: a delete is idempotent.)
+    assert deleted and {r.get("nodeclaim") for r in deleted} == {claim["metadata"]["name"]}
     pod = _running(w, f"r-0-{w.case}")
     assert _state(w, pod.spec.node_name) == "Qualified"
     closed = wait_for(
