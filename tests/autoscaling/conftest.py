@@ -26,8 +26,8 @@ SICK = FaultProfile(
 )
 GPU_TYPE = "p5.48xlarge"
 #: NodePool roles whose nodes the simulator makes sick, and healthy ones.
-SICK_POOLS = ("sick", "rsick")
-HEALTHY_POOLS = ("gated", "plain", "spare", "rspare")
+SICK_POOLS = ("sick", "rsick", "xsick", "hsick")
+HEALTHY_POOLS = ("gated", "plain", "spare", "rspare", "xscreen", "unreg", "nogate")
 
 
 @dataclass
@@ -52,7 +52,14 @@ def world(
     workdir = Path(tmp_path_factory.mktemp("autoscaling"))
     apply_crds(api_client)
     ensure_namespace(api_client)
-    kp = K.KarpenterProcess(cluster.kubeconfig, workdir, instance_type_names=[GPU_TYPE])
+    # Node repair on (it is off by default): it acts only on the conditions of its repair
+    # policies, which the simulator's nodes show only when a test sets them.
+    kp = K.KarpenterProcess(
+        cluster.kubeconfig,
+        workdir,
+        instance_type_names=[GPU_TYPE],
+        feature_gates={"NodeRepair": True},
+    )
     kp.start(api_client)
     sim = Simulator(
         adoption_fleet(f"karpenter-{case}"),
@@ -73,6 +80,7 @@ def world(
         sim.start()
         adopter.start()
         K.create(api_client, K.node_class(f"kwok-{case}"))
+        K.create(api_client, K.node_class(f"kwok-slow-{case}", registration_delay="1h"))
         operator.start()
         yield World(api_client, case, kp, sim, adopter, operator)
     finally:
@@ -84,10 +92,11 @@ def world(
         delete_all(api_client)
         core = client.CoreV1Api(api_client)
         core.delete_collection_namespaced_pod("default", label_selector=f"autoscaling-case={case}")
-        with contextlib.suppress(Exception):
-            client.CustomObjectsApi(api_client).delete_cluster_custom_object(
-                K.KWOK_GROUP, K.KWOK_V1, "kwoknodeclasses", f"kwok-{case}"
-            )
+        for node_class in (f"kwok-{case}", f"kwok-slow-{case}"):
+            with contextlib.suppress(Exception):
+                client.CustomObjectsApi(api_client).delete_cluster_custom_object(
+                    K.KWOK_GROUP, K.KWOK_V1, "kwoknodeclasses", node_class
+                )
 
 
 @pytest.fixture(autouse=True)

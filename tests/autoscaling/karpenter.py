@@ -37,6 +37,7 @@ KARPENTER_GROUP, KARPENTER_V1 = "karpenter.sh", "v1"
 KWOK_GROUP, KWOK_V1 = "karpenter.kwok.sh", "v1alpha1"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+DO_NOT_REPAIR = "karpenter.sh/do-not-repair"
 
 
 def _free_port() -> int:
@@ -212,12 +213,15 @@ class KarpenterProcess:
 # Objects ------------------------------------------------------------------------------
 
 
-def node_class(name: str) -> dict[str, Any]:
+def node_class(name: str, *, registration_delay: str | None = None) -> dict[str, Any]:
+    """A KWOKNodeClass; ``registration_delay`` holds back the Node of each launched
+    NodeClaim that long (an instance that never registers, for an hour)."""
+    spec = {"nodeRegistrationDelay": registration_delay} if registration_delay else {}
     return {
         "apiVersion": f"{KWOK_GROUP}/{KWOK_V1}",
         "kind": "KWOKNodeClass",
         "metadata": {"name": name},
-        "spec": {},
+        "spec": spec,
     }
 
 
@@ -232,6 +236,7 @@ def node_pool(
     weight: int | None = None,
     consolidate_after: str = "Never",
     expire_after: str = "Never",
+    termination_grace_period: str | None = None,
 ) -> dict[str, Any]:
     """A NodePool of ``instance_types`` whose nodes carry ``labels`` (and ``startup_taints``:
     sdcguard's gate, so a new node takes no work before acceptance)."""
@@ -269,6 +274,8 @@ def node_pool(
     }
     if weight is not None:
         spec["weight"] = weight
+    if termination_grace_period is not None:
+        spec["template"]["spec"]["terminationGracePeriod"] = termination_grace_period
     return {
         "apiVersion": f"{KARPENTER_GROUP}/{KARPENTER_V1}",
         "kind": "NodePool",
@@ -291,6 +298,20 @@ def node_claims(api: client.ApiClient, pool: str | None = None) -> list[dict[str
         i
         for i in items
         if pool is None or (i["metadata"].get("labels") or {}).get(NODEPOOL_LABEL) == pool
+    ]
+
+
+def launches(kp: KarpenterProcess, pool: str) -> list[tuple[str, list[str]]]:
+    """Each NodeClaim Karpenter's provisioner created for ``pool``, with the provisionable
+    Pods (namespace/name) its scheduling pass found, from Karpenter's own log."""
+    found = {
+        r.get("reconcileID"): [p.strip() for p in str(r.get("Pods", "")).split(",") if p.strip()]
+        for r in kp.log_lines("found provisionable pod(s)")
+    }
+    return [
+        (str(r["NodeClaim"]["name"]), found.get(r.get("reconcileID"), []))
+        for r in kp.log_lines("created nodeclaim")
+        if (r.get("NodePool") or {}).get("name") == pool
     ]
 
 

@@ -55,8 +55,10 @@ class _Recorder(KubeWriter):
     def event(self, **kw: Any) -> None:
         self.calls.append(("event", kw["reason"]))
 
-    def delete_node(self, name: str) -> None:
+    def delete_node(self, name: str, node_claim: str | None = None) -> None:
         self.calls.append(("node-delete", name))
+        if node_claim is not None:
+            self.calls.append(("nodeclaim-delete", node_claim))
 
 
 def _body(annotations: dict[str, str] | None = None) -> dict[str, Any]:

@@ -19,7 +19,13 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage
-from sdcguard.domain.decide import Decision, decide, wait_reason
+from sdcguard.domain.decide import (
+    Decision,
+    closes_as_replaced,
+    decide,
+    node_gone_closing,
+    wait_reason,
+)
 from sdcguard.domain.lifecycle import (
     NODE_MUTATIONS,
     TICKET_ACTIONS,
@@ -145,6 +151,21 @@ def test_busy_node_seen_for_the_first_time_is_admitted_not_gated() -> None:
     d = decide(observe(node(), idle_since=None), policy(), NOW)
     assert (d.event, d.state) == (E.ADMITTED, S.QUALIFIED)
     assert not only(d, AddTaint)
+    assert "already running workloads when first seen" in d.note
+
+
+def test_new_node_that_took_work_before_the_gate_is_admitted_and_says_so() -> None:
+    """A NodePool without the gate in startupTaints: pods landed before sdcguard saw the
+    node. It is admitted untested (screened when idle), and the Event says why."""
+    d = decide(observe(node(), idle_since=None, joined_after_start=True), policy(), NOW)
+    assert (d.event, d.state) == (E.ADMITTED, S.QUALIFIED)
+    assert not only(d, AddTaint)
+    assert f"joined without the gate taint {GATE}" in d.note
+    assert "startupTaints" in d.note
+    events = only(d, EmitEvent)
+    assert events and "joined without the gate taint" in events[0].message.format(
+        node="n", detail=d.note
+    )
 
 
 def quarantined_story(p: SDCPolicySpec | None = None) -> tuple[NodeFacts, list[Decision]]:
@@ -870,3 +891,31 @@ def test_a_running_test_whose_probe_pod_cannot_be_scheduled_says_so() -> None:
     scheduled = decide(observe(n, test=sdctest("t1")), policy(), NOW + dt.timedelta(seconds=5))
     assert scheduled.waiting is None
     assert keys.WAITING not in applied(n, scheduled).annotations
+
+
+@pytest.mark.parametrize(
+    ("strategy", "phase", "closing"),
+    [
+        ("Replace", TicketPhase.IN_REPAIR, "deleted for replacement"),
+        ("Replace", TicketPhase.OPEN, "was deleted while its ticket was Open, not by sdcguard"),
+        ("InPlace", TicketPhase.OPEN, "was deleted while its ticket was Open, not by sdcguard"),
+        ("InPlace", TicketPhase.IN_REPAIR, "while its ticket was InRepair, not by sdcguard"),
+        ("InPlace", TicketPhase.VERIFYING, "while its ticket was Verifying, not by sdcguard"),
+        ("InPlace", TicketPhase.CLOSED, None),
+        ("Replace", TicketPhase.RETIRED, None),
+    ],
+)
+def test_a_deleted_nodes_unfinished_ticket_closes_with_a_true_reason(
+    strategy: str, phase: TicketPhase, closing: str | None
+) -> None:
+    """An autoscaler's expiry or repair (or a person) deletes a quarantined node: its
+    ticket closes rather than staying open for hardware that left the cluster."""
+    facts = ticket(phase=phase)
+    message = node_gone_closing(facts, policy(repair={"strategy": strategy}), "n1")
+    if closing is None:
+        assert message is None
+    else:
+        assert message is not None and closing in message and "node n1" in message
+    assert closes_as_replaced(facts, policy(repair={"strategy": strategy}), False) == (
+        strategy == "Replace" and phase == TicketPhase.IN_REPAIR
+    )

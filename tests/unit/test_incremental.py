@@ -272,3 +272,27 @@ def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
     rec.run_pass(_policy_body(1), view, NOW, dirty=["gpu-0"])
     assert writer.writes["repairtickets-status"] == 1
     assert rec.last_counts["ticket-status-restored"] == 1
+
+
+def test_a_karpenter_nodes_node_claim_is_kept_in_the_trimmed_node() -> None:
+    """Replace deletes the NodeClaim of a Node Karpenter launched: the trimmed Node keeps
+    that owner (and no other owner reference)."""
+    body = {
+        "metadata": {
+            "name": "n1",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "1"},
+                {
+                    "apiVersion": "karpenter.sh/v1",
+                    "kind": "NodeClaim",
+                    "name": "gpu-abc",
+                    "uid": "2",
+                },
+            ],
+        }
+    }
+    snapshot = NodeSnapshot.from_body(body)
+    assert snapshot.node_claim == "gpu-abc"
+    assert observe.node_claim(snapshot) == "gpu-abc"
+    assert observe.node_claim(NodeSnapshot.from_body({"metadata": {"name": "n2"}})) is None
+    assert observe.node_claim(None) is None

@@ -167,6 +167,23 @@ def test_crash_timeout_and_mismatch_are_different_verdicts() -> None:
         assert "then the Pod" in j.message
 
 
+def test_a_probe_pod_deleted_mid_run_is_inconclusive_not_a_crash() -> None:
+    """A drain (an autoscaler removing the node) deletes the probe Pod and the kubelet
+    kills the probe: neither a crash of the probe nor evidence about the hardware."""
+    j = judge(None, 143, deleted=True, detail="Error")
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "ProbePodDeleted")
+    assert "deleted before the probe finished" in j.message
+    assert judge(None, 137, crashed=True, deleted=True).reason == "ProbePodDeleted"
+    # What the probe did say still counts: a finished pass, wrong answers, a deadline.
+    good = result("pass", {c: check() for c in CHECKS})
+    assert judge(good, 0, deleted=True).verdict == Verdict.PASS
+    bad = result("fail", {"compute": check(), "collective": check(), "golden": check("fail")})
+    assert judge(bad, 1, deleted=True, crashed=True).verdict == Verdict.SDC
+    assert judge(None, 143, deleted=True, timed_out=True).verdict == Verdict.TIMEOUT
+    # Not deleted: the same end is the probe's crash.
+    assert judge(None, 143, detail="Error").verdict == Verdict.CRASH
+
+
 def test_exit_status_contradicting_the_result_is_inconclusive() -> None:
     good = result("pass", {c: check() for c in CHECKS})
     j = judge(good, 1)

@@ -217,3 +217,24 @@ def test_a_new_tests_job_keeps_an_ended_probes_job_and_deletes_a_stuck_one() -> 
     counts: Counter[str] = Counter()
     runner._end_predecessors(_running_test(), view, counts)
     assert deleted == ["sdcprobe-stuck"] and counts["jobs-deleted"] == 1
+
+
+def test_a_probe_pod_deleted_by_a_drain_is_not_a_crash_even_once_it_is_gone() -> None:
+    """An autoscaler's drain deletes the probe Pod; the kubelet kills the probe, the Pod
+    goes, and the Job fails (BackoffLimitExceeded) with no Pod left to read. The runner
+    remembers the deletion it saw: the test is Inconclusive (ProbePodDeleted)."""
+    body = pod({"running": {"startedAt": "2026-12-01T13:00:01Z"}}, phase="Running")
+    body["metadata"]["deletionTimestamp"] = "2026-12-01T13:00:30Z"
+    seen = probe_pod(body)
+    assert seen is not None and seen.deleted
+    runner = _runner()
+    view = FleetView(nodes={}, probe_pods={"t1": [seen]}, probe_jobs={"t1": _job(None)})
+    assert runner.pod_end(_running_test(), view, NOW) == (None, None), "still running"
+    gone = FleetView(nodes={}, probe_pods={}, probe_jobs={"t1": _job("BackoffLimitExceeded")})
+    end, _ = runner.pod_end(_running_test(), gone, NOW)
+    assert end is not None and end.deleted and not end.timed_out
+    j = judge_result(end, CHECKS, {})
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "ProbePodDeleted")
+    # A runner that never saw the deletion reads the same Job as the probe's crash.
+    end, _ = _runner().pod_end(_running_test(), gone, NOW)
+    assert end is not None and judge_result(end, CHECKS, {}).verdict == Verdict.CRASH

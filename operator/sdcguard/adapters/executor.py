@@ -10,7 +10,7 @@ from typing import get_args
 import structlog
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.adapters.observe import TicketSnapshot
+from sdcguard.adapters.observe import TicketSnapshot, node_claim
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
     FleetView,
@@ -40,7 +40,7 @@ from sdcguard.api import (
 )
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
-from sdcguard.domain.decide import Decision, closes_as_replaced, wait_reason
+from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closing, wait_reason
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     Action,
@@ -132,7 +132,7 @@ class Executor(TestRunner):
                 note=decision.note,
             )
         if plan.deletes_node:
-            self.writer.delete_node(node_name)
+            self.writer.delete_node(node_name, node_claim(view.nodes.get(node_name)))
 
     def _apply_object(
         self,
@@ -233,7 +233,7 @@ class Executor(TestRunner):
                 node_name, {"metadata": {"annotations": {keys.DRAIN_UNTIL: None}}}
             )
 
-    def _close_replaced(
+    def _close_node_gone(
         self,
         policy: SDCPolicy,
         view: FleetView,
@@ -241,36 +241,37 @@ class Executor(TestRunner):
         now: dt.datetime,
         counts: Counter[str],
     ) -> None:
-        """Close, as Replaced, the tickets of a node deleted for replacement."""
+        """Close the unfinished tickets of a deleted node: as Replaced when sdcguard
+        deleted it for replacement, with the true reason when someone else did."""
         for seen in view.tickets.get(node_name, []):
             ticket = seen.ticket
             if ticket is None or ticket.spec.policy_ref != policy.metadata.name:
                 continue
-            if not closes_as_replaced(TicketFacts.from_api(ticket), policy.spec, False):
+            facts = TicketFacts.from_api(ticket)
+            message = node_gone_closing(facts, policy.spec, node_name)
+            if message is None:
                 continue
+            replaced = closes_as_replaced(facts, policy.spec, False)
             name = ticket.metadata.name
             if self._replaced.get(name) == ticket.metadata.resource_version:
                 continue  # closed already; the watch has not brought it back yet
             try:
-                if ticket.spec.resolution is None:
+                if replaced and ticket.spec.resolution is None:
                     spec = ticket.spec.model_copy(update={"resolution": Resolution.REPLACED})
                     self.writer.patch_custom(
                         "repairtickets", name, {"spec": to_patch(spec, "resolution")}
                     )
-                self._ticket_status(
-                    view,
-                    node_name,
-                    name,
-                    TicketPhase.CLOSED,
-                    f"node {node_name} deleted for replacement; its successor joins as new",
-                    now,
-                )
+                self._ticket_status(view, node_name, name, TicketPhase.CLOSED, message, now)
             except ApiException as exc:
                 counts[f"ticket-close-error-{exc.status}"] += 1
                 continue
             self._replaced[name] = ticket.metadata.resource_version
-            counts["tickets-replaced"] += 1
-            log.info("ticket closed: node replaced", ticket=name, node=node_name)
+            if replaced:
+                counts["tickets-replaced"] += 1
+                log.info("ticket closed: node replaced", ticket=name, node=node_name)
+            else:
+                counts["tickets-node-gone"] += 1
+                log.info("ticket closed: node deleted by others", ticket=name, node=node_name)
 
     def _cancel_test(
         self,

@@ -232,10 +232,12 @@ class Inventory:
             pod = change.new or change.old
             assert pod is not None
             ended = change.new is not None and change.new.phase in ("Succeeded", "Failed")
+            # A Pod being deleted (a drain) is looked at at once, while it is still there.
+            deleting = change.new is not None and change.new.deleted
             node = pod.node_name or self.test_node(pod.test_name)
             self._call(
                 [node] if node else [],
-                urgent=ended,
+                urgent=ended or deleting,
                 pod=change.new if ended else None,
             )
 

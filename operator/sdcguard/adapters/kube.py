@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sdcguard.api import GROUP, VERSION
 from sdcguard.domain.echo import bounded
+from sdcguard.domain.observed import NODECLAIM_API_VERSION
 from sdcguard.metrics import Metrics
 
 FIELD_MANAGER = "sdcguard"
@@ -89,7 +90,28 @@ class KubeWriter:
             return None
         return bool(answer.status and answer.status.allowed)
 
-    def delete_node(self, name: str) -> None:
+    def delete_node(self, name: str, node_claim: str | None = None) -> None:
+        """Delete the Node; a Node that Karpenter launched is replaced by deleting its
+        NodeClaim (Karpenter then drains and deletes the Node and the instance). A
+        NodeClaim that is gone already, or that the operator may not delete, falls back
+        to deleting the Node, which Karpenter's termination handles the same way."""
+        if node_claim is not None:
+            if not self._count("nodeclaim-delete"):
+                return
+            try:
+                group, version = NODECLAIM_API_VERSION.split("/")
+                self.custom.delete_cluster_custom_object(group, version, "nodeclaims", node_claim)
+                log.info("nodeclaim deleted", node=name, nodeclaim=node_claim)
+                return
+            except ApiException as exc:
+                if exc.status not in (403, 404):
+                    raise
+                log.warning(
+                    "nodeclaim not deleted; deleting the node",
+                    node=name,
+                    nodeclaim=node_claim,
+                    status=exc.status,
+                )
         if self._count("node-delete"):
             try:
                 self.core.delete_node(name)

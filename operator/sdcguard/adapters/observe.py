@@ -20,7 +20,13 @@ from sdcguard.api import GROUP, RepairTicket
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTATION, TEST_LABEL
 from sdcguard.domain.judging import NEVER_STARTED_REASONS
 from sdcguard.domain.keys import parse_time
+from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.domain.quantity import whole_quantity
+
+
+def node_claim(node: NodeSnapshot | None) -> str | None:
+    """The name of the Karpenter NodeClaim that owns this Node, or None."""
+    return (node.node_claim or None) if node is not None else None
 
 
 def is_extended_resource(name: str) -> bool:

@@ -230,6 +230,9 @@ class ReconcilerState:
     last_counts: Counter[str] = field(default_factory=Counter)
     test_nodes: dict[str, str] = field(default_factory=dict)
     """SDCTest name -> node name, for events that name only the test."""
+    probe_pods_deleted: dict[str, None] = field(default_factory=dict)
+    """SDCTests whose probe Pod was seen deleted before it ended (a drain, an eviction):
+    the Job failure that follows, once the Pod is gone, is not a crash of the probe."""
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _memory: dict[str, PolicyMemory] = field(default_factory=dict)
     _tests: dict[str, str] = field(default_factory=dict)

@@ -279,7 +279,7 @@ class Reconciler(Executor, PolicyReporter):
         counts["nodes-decided"] = len(facts)
         deleted = [n for n in view.tickets if n not in view.nodes] if full else sorted(vanished)
         for node_name in deleted:
-            self._close_replaced(policy, view, node_name, now, counts)
+            self._close_node_gone(policy, view, node_name, now, counts)
 
         tests_by_node = self._advance_tests(policy, view, facts, vanished, full, now, counts)
         breaker, breaker_status = self._breaker(policy, now)
@@ -417,6 +417,11 @@ class Reconciler(Executor, PolicyReporter):
                     idle_since=idle_since(node_name, spec.accelerators, view),
                     pending_pod_needs_node=needed(node_name, spec.accelerators, view),
                     breaker_open=breaker_open,
+                    joined_after_start=(
+                        node.created is not None
+                        and view.operator_started is not None
+                        and node.created > view.operator_started
+                    ),
                 )
             )
 

@@ -52,6 +52,8 @@ from sdcguard.domain.testphase import (
 )
 
 log = structlog.get_logger("sdcguard.reconcile")
+#: Tests remembered as having had their probe Pod deleted mid-run (oldest dropped first).
+PROBE_PODS_DELETED_KEPT = 4096
 
 
 def _seed_of(test: SDCTest) -> int:
@@ -123,6 +125,11 @@ class TestRunner(ReconcilerState):
         name = test.metadata.name
         pods = view.probe_pods.get(name, [])
         job = view.probe_jobs.get(name)
+        if any(p.deleted and p.phase not in ("Succeeded", "Failed") for p in pods):
+            self.probe_pods_deleted[name] = None
+            while len(self.probe_pods_deleted) > PROBE_PODS_DELETED_KEPT:
+                del self.probe_pods_deleted[next(iter(self.probe_pods_deleted))]
+        deleted = name in self.probe_pods_deleted
         ended = [p for p in pods if p.phase in ("Succeeded", "Failed") and p.exit_code is not None]
         if ended:
             pod = max(ended, key=lambda p: p.finished or now)
@@ -137,6 +144,7 @@ class TestRunner(ReconcilerState):
                     or (job is not None and job.failed_reason == "DeadlineExceeded"),
                     crashed=crashed,
                     detail=pod.terminated_reason or pod.pod_reason,
+                    deleted=pod.deleted or deleted,
                 ),
                 pod.finished,
             )
@@ -152,6 +160,7 @@ class TestRunner(ReconcilerState):
                     timed_out=timed_out,
                     crashed=not timed_out,
                     detail=job.failed_reason,
+                    deleted=deleted,
                 ),
                 now,
             )
@@ -167,6 +176,7 @@ class TestRunner(ReconcilerState):
                     exit_code=None,
                     crashed=True,
                     detail="ProbeVanished: the probe Job and Pod are gone",
+                    deleted=deleted,
                 ),
                 now,
             )

@@ -255,6 +255,25 @@ def closes_as_replaced(ticket: TicketFacts, policy: SDCPolicySpec, node_exists: 
     )
 
 
+def node_gone_closing(ticket: TicketFacts, policy: SDCPolicySpec, node: str) -> str | None:
+    """The closing message for an unfinished ticket whose Node is gone, or None when
+    the ticket is finished already.
+
+    Deleted for replacement (Replace strategy, InRepair) it closes as Replaced. Deleted
+    by someone else (an autoscaler's expiry or node repair, a person) the quarantined
+    hardware left the cluster all the same: nothing is left to repair or verify here, and
+    a Node of the same name or instance later joins as a new node (acceptance)."""
+    if ticket.phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
+        return None
+    if closes_as_replaced(ticket, policy, False):
+        return f"node {node} deleted for replacement; its successor joins as new"
+    return (
+        f"node {node} was deleted while its ticket was {ticket.phase.value}, not by "
+        "sdcguard (an autoscaler's expiry or node repair, or a person); nothing is left "
+        "to repair or verify, and a successor joins as new"
+    )
+
+
 class _Reader:
     """The observations of one node, read against the policy at one instant."""
 
@@ -572,6 +591,14 @@ class _Reader:
         if first_sight and self.obs.idle_since is None and not registered_gated:
             # Installing sdcguard on a busy fleet must not gate nodes that already serve:
             # they count as qualified long ago and are screened in their first idle window.
+            if self.obs.joined_after_start:
+                # A new node without the gate: work landed before sdcguard saw it.
+                return _Step(
+                    E.ADMITTED,
+                    f"joined without the gate taint {self.policy.taints.gate} and ran "
+                    "workloads before sdcguard saw it; register new nodes with the gate "
+                    "(Karpenter NodePool startupTaints, kubelet --register-with-taints)",
+                )
             return _Step(E.ADMITTED, "already running workloads when first seen")
         if self.obs.idle_since is None:
             return _Step(

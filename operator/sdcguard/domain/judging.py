@@ -88,6 +88,9 @@ class PodEnd:
     never_started: bool = False
     """The kubelet could not start the container (``detail``: its waiting reason and
     message, e.g. ErrImageNeverPull naming the image)."""
+    deleted: bool = False
+    """The Pod was deleted before it ended (a drain or an eviction: an autoscaler
+    removing the node, or a person), so the kubelet killed the probe."""
 
 
 NEVER_STARTED_REASONS = frozenset(
@@ -350,7 +353,17 @@ def judge_result(
         return judged(
             Verdict.TIMEOUT, "TimedOut", f"the probe Job ran past its deadline {end.detail}".strip()
         )
-    if end.crashed or (end.exit_code is not None and end.exit_code not in VALID_EXIT_CODES):
+    killed = end.crashed or (end.exit_code is not None and end.exit_code not in VALID_EXIT_CODES)
+    if end.deleted and (killed or result is None):
+        # Not the probe's fault, nor the hardware's: the Pod was taken away mid-run.
+        return judged(
+            Verdict.INCONCLUSIVE,
+            "ProbePodDeleted",
+            "the probe Pod was deleted before the probe finished (a drain or eviction: an "
+            "autoscaler removing the node, or a person); "
+            f"{problem_message or 'no SDC evidence'}",
+        )
+    if killed:
         what = end.detail or f"exit status {end.exit_code}"
         return judged(
             Verdict.CRASH,

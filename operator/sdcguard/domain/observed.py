@@ -37,6 +37,8 @@ class Taint:
 
 
 OUR_PREFIX = "sdcguard.dev/"
+#: Karpenter's NodeClaim, the owner of each Node it launches (the instance).
+NODECLAIM_API_VERSION, NODECLAIM_KIND = "karpenter.sh/v1", "NodeClaim"
 KEPT_FOREIGN_ANNOTATIONS = (
     "cluster-autoscaler.kubernetes.io/scale-down-disabled",
     "karpenter.sh/do-not-disrupt",
@@ -62,6 +64,8 @@ class NodeSnapshot:
     ready: bool = False
     allocatable: Mapping[str, str] = field(default_factory=dict)
     system_uuid: str = ""
+    node_claim: str = ""
+    """The Karpenter NodeClaim that owns the Node (its owner reference), if any."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> NodeSnapshot:
@@ -92,6 +96,15 @@ class NodeSnapshot:
             ),
             allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
             system_uuid=str((status.get("nodeInfo") or {}).get("systemUUID") or ""),
+            node_claim=next(
+                (
+                    str(ref.get("name") or "")
+                    for ref in meta.get("ownerReferences") or []
+                    if ref.get("apiVersion") == NODECLAIM_API_VERSION
+                    and ref.get("kind") == NODECLAIM_KIND
+                ),
+                "",
+            ),
         )
 
 
@@ -110,6 +123,8 @@ class NodeFacts:
     """Allocatable devices of the policy's accelerator resources."""
     pool: str = ""
     """Value of the policy's pool label ("" without one)."""
+    created: dt.datetime | None = None
+    """The Node's creationTimestamp."""
 
     @classmethod
     def from_body(
@@ -137,6 +152,7 @@ class NodeFacts:
             ready=node.ready,
             accelerators=sum(whole_quantity(allocatable.get(name, 0)) for name in accelerators),
             pool=node.labels.get(pool_label, "") if pool_label else "",
+            created=node.created,
         )
 
     @property
@@ -312,6 +328,9 @@ class Observed:
     queued: tuple[str, ...] = ()
     """Unfinished SDCTests of the node other than ``test`` (a person's tests that wait
     for the current one to end), oldest first."""
+    joined_after_start: bool = False
+    """The Node was created after the operator started (an autoscaler's or a person's
+    new node, not one of the fleet sdcguard was installed on)."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).
