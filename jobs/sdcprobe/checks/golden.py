@@ -32,12 +32,21 @@ import torch
 from sdcprobe.abft import GemmResidual
 from sdcprobe.backends import Backend, setup_backend
 from sdcprobe.config import GoldenConfig
+from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.devices import resolve_backend
 from sdcprobe.faults import Injector
 from sdcprobe.faultspec import FaultSpec
 from sdcprobe.instrument import Instrumentation
 from sdcprobe.model import AdamW, forward, init_params, synthetic_batch
-from sdcprobe.trace import CheckTrace, Evidence, Steps, first_divergence, step_digest, trace_digest
+from sdcprobe.trace import (
+    CheckTrace,
+    Evidence,
+    Steps,
+    first_divergence,
+    step_digest,
+    trace_digest,
+    typical_round,
+)
 
 
 def _bits(x: float) -> str:
@@ -114,6 +123,7 @@ def run_golden(
     device_index: int = 0,
     abft: bool = False,
     threads: int = 1,
+    clock: RoundClock | None = None,
 ) -> GoldenTrace:
     """Train the golden model once and return its full trace.
 
@@ -121,6 +131,8 @@ def run_golden(
     injector to continue (its random streams carry on, e.g. across a replay).
     ``device``: ``"cpu"``, ``"cuda"``, ``"xla"`` or a configured :class:`Backend`.
     ``abft``: also compute ABFT residuals of every GEMM (slower; benchmarks).
+    ``clock``: stop before a step when that step and a replay of every step so far
+    would end past the clock's deadline (the replay then runs as many steps).
     """
     if isinstance(device, Backend):
         backend = device
@@ -133,6 +145,10 @@ def run_golden(
     opt = AdamW(params, cfg)
     steps: list[StepTrace] = []
     for step in range(cfg.steps):
+        if clock is not None:
+            step_s = typical_round([s.wall_s for s in steps])
+            if not clock.allows(step, (step + 2) * step_s if step_s > 0 else None):
+                break
         t_step = time.perf_counter()
         ins.set_step(step)
         tokens, targets = synthetic_batch(cfg, step)
@@ -179,10 +195,16 @@ def run_golden(
     )
 
 
-def golden_check(cfg: GoldenConfig, backend: Backend, injector: Injector) -> CheckTrace:
-    """The ``golden`` check on one device: a run and its replay, compared step by step."""
+def golden_check(
+    cfg: GoldenConfig, backend: Backend, injector: Injector, clock: RoundClock | None = None
+) -> CheckTrace:
+    """The ``golden`` check on one device: a run and its replay, compared step by step.
+    ``clock``: the run stops where it and its replay would end past the deadline."""
     start, cpu0 = time.perf_counter(), time.process_time()
-    first = run_golden(cfg, injector, backend)
+    first = run_golden(cfg, injector, backend, clock=clock)
+    cut = len(first.steps) < cfg.steps
+    if cut:  # the replay repeats exactly what ran
+        cfg = cfg.model_copy(update={"steps": len(first.steps)})
     again = run_golden(cfg, injector, backend)
     evidence: list[Evidence] = []
     divergence = first.first_divergence(again)
@@ -214,6 +236,8 @@ def golden_check(cfg: GoldenConfig, backend: Backend, injector: Injector) -> Che
         # A golden round is one training step, in the run and in its replay; timed
         # on the replay, whose graphs (XLA) are compiled by then.
         round_s=2 * sum(s.wall_s for s in again.steps) / max(len(again.steps), 1),
+        round_cv=round(round_spread([s.wall_s for s in again.steps]), 4),
+        cut_at_deadline=cut,
     )
 
 
