@@ -150,8 +150,11 @@ def test_a_node_that_slows_down_mid_check_still_ends_within_its_budget(tmp_path:
     doc = run.doc
     plan = doc["plan"]
     minimum = {"compute": 2, "collective": 2, "memory": 5, "golden": 16}
-    # Only a node whose start-up left less than the smallest complete plan runs over.
-    assert doc["duration_s"] <= budget or plan["rounds"] == minimum, json.dumps(plan)
+    # A run goes over only where the rounds that always run no longer fitted: then the
+    # last check ran just its minimum (start-up on a busy machine ate the budget).
+    assert doc["duration_s"] <= budget or plan["run"]["golden"] <= minimum["golden"], json.dumps(
+        plan
+    )
     assert doc["duration_s"] >= 0.7 * budget
     # The slowed check gave up rounds (cut at its deadline, or re-planned after it).
     assert (
