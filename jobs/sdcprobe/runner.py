@@ -64,6 +64,9 @@ if sys.platform == "linux":
 
 #: After one worker dies, how long the others get to finish what does not need it.
 CRASH_GRACE_S = 5.0
+#: The last check may run up to this many times its planned rounds (and 16 more),
+#: until its deadline stops it: the run then fills its budget.
+FILL_FACTOR = 4
 #: How long workers that have written their reports get to exit by themselves.
 EXIT_GRACE_S = 0.2
 #: Seconds before the Job's deadline at which the workers are stopped.
@@ -248,11 +251,13 @@ class _Planner:
     def _answer(
         self, stage: int, rest: list[str], rounds: dict[str, int], costs: dict[str, float]
     ) -> None:
+        last = rest[-1]
         answer = RoundsPlan(
             rounds=rounds,
             deadlines=self._deadlines(rest, rounds, costs),
             round_s={c: round(costs[c] / (1.0 + self.margin), 6) for c in rest},
             margin=self.margin,
+            fill_to={} if last in self.fixed else {last: FILL_FACTOR * rounds[last] + 16},
         )
         if stage == 0:
             self.answer = answer
@@ -468,7 +473,8 @@ def run_probe(opts: RunOptions) -> ProbeRun:
                 "cut": [
                     c
                     for c in plan.checks
-                    if any(
+                    if done[c] < run_plan.rounds.get(c, 0)
+                    and any(
                         r is not None and c in r.checks and r.checks[c].cut_at_deadline
                         for r in reports.values()
                     )

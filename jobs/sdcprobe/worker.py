@@ -70,6 +70,10 @@ class RoundsPlan(BaseModel):
     #: Estimated seconds of one round per check, and the safety share on it.
     round_s: dict[str, float] = {}
     margin: float = 0.0
+    #: The last check's upper bound on rounds: it runs until its deadline stops it
+    #: (at least its planned rounds' worth of time is its own), so the run fills
+    #: its budget however wrong the estimates were.
+    fill_to: dict[str, int] = {}
     abort: str | None = None
 
 
@@ -152,7 +156,7 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
                 report.error = answer.abort
                 report.wall_s = time.perf_counter() - start
                 return report
-            config = with_rounds(config, answer.rounds)
+            config = with_rounds(config, {**answer.rounds, **answer.fill_to})
             clocks.update(_clocks(answer, config))
         injector = Injector(spec, rank)
         for stage, check in enumerate(plan.checks, start=1):
@@ -185,7 +189,7 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
                 if answer.abort is not None:
                     report.error = answer.abort
                     break
-                config = with_rounds(config, answer.rounds)
+                config = with_rounds(config, {**answer.rounds, **answer.fill_to})
                 clocks.update(_clocks(answer, config))
         report.injections = injector.by_site()
     except Exception as exc:

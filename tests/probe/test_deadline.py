@@ -130,9 +130,21 @@ def test_deadlines_leave_the_later_checks_their_minimum_and_end_before_the_tail(
     for i in range(len(names) - 1):
         after = sum(cost[d] * BASELINE_ROUNDS[d] for d in names[i + 1 :])
         assert deadlines[i] <= end - after + 0.05
+    # Only the last check runs on past its planned rounds, until its deadline.
+    assert set(answer.fill_to) == {"golden"}
+    assert answer.fill_to["golden"] > answer.rounds["golden"]
     # The plan fills the budget to within the margin.
     work = sum(cost[c] * n for c, n in answer.rounds.items())
     assert work <= end and work >= end - 0.2 - max(cost.values())
+
+
+def test_a_pinned_last_check_runs_what_was_asked(tmp_path: Path) -> None:
+    opts = RunOptions(device="cpu", budget=30.0, steps=40, started=time.perf_counter())
+    planner = _Planner(opts, plan_config(30.0, "cpu", steps=40), str(tmp_path), 2)
+    planner.decide([Calibration(rank=r, world=2, round_s=dict(MEASURED)) for r in range(2)])
+    answer = RoundsPlan.model_validate_json((tmp_path / "rounds-0.json").read_text())
+    assert answer.rounds["golden"] == 40 and answer.fill_to == {}
+    assert "golden" not in answer.deadlines and set(answer.deadlines) == set(MEASURED) - {"golden"}
 
 
 def test_a_node_that_slows_down_mid_check_still_ends_within_its_budget(tmp_path: Path) -> None:
