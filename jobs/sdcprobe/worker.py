@@ -200,7 +200,7 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
 
 
 #: Warm-up rounds per check; those after the first are timed (it pays for lazy set-up).
-_WARMUP_ROUNDS = {"compute": 3, "collective": 3, "memory": 3, "golden": 2}
+_WARMUP_ROUNDS = {"compute": 3, "collective": 3, "memory": 3, "golden": 4}
 
 
 def _warm_up(

@@ -149,8 +149,9 @@ def test_a_pinned_last_check_runs_what_was_asked(tmp_path: Path) -> None:
 
 def test_a_node_that_slows_down_mid_check_still_ends_within_its_budget(tmp_path: Path) -> None:
     """Memory rounds become three times slower from round 8 on, after the plan was made
-    from fast warm-up rounds: the run still ends at or under its budget."""
-    budget = 20.0
+    from fast warm-up rounds: the run still ends at or under its budget, and the memory
+    check pays for it with rounds."""
+    budget = 30.0
     slow = write_faults(tmp_path, {"site": "memory", "mode": "delay", "delay_s": 0.05,
                                    "onset_step": 8})  # fmt: skip
     run = run_cli(
@@ -168,11 +169,10 @@ def test_a_node_that_slows_down_mid_check_still_ends_within_its_budget(tmp_path:
         plan
     )
     assert doc["duration_s"] >= 0.7 * budget
-    # The slowed check gave up rounds (cut at its deadline, or re-planned after it).
-    assert (
-        "memory" in plan["cut"]
-        or plan["run"]["golden"] < plan["rounds"]["golden"]
-        or (plan["run"]["memory"] < plan["run"]["compute"])
-    ), json.dumps(plan)
+    if plan["rounds"] != minimum:  # start-up left room for more than the minimum
+        # The slowed check gave up rounds: cut at its deadline, or re-planned after it.
+        assert "memory" in plan["cut"] or plan["run"]["memory"] < plan["run"]["compute"], (
+            json.dumps(plan)
+        )
     for check in plan["cut"]:
         assert plan["run"][check] < plan["rounds"][check]
