@@ -126,6 +126,10 @@ class _Training:
         self.ins = Instrumentation(backend, injector, record=True, abft=abft)
         self.params = init_params(cfg, backend.device)
         self.opt = AdamW(self.params, cfg)
+        # XLA: materialise the initialisation on its own, so that it never joins the
+        # other run's step graph (each would then compile anew instead of hitting
+        # the cache: a run and its replay must build identical graphs).
+        backend.step_boundary()
         self.steps: list[StepTrace] = []
 
     def step(self) -> StepTrace:
