@@ -20,6 +20,7 @@ Design points:
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -169,9 +170,10 @@ class Injector:
         """
         if not self.faults or not out.is_floating_point() or not self.wants(labels):
             return out
+        self._hold(labels)
         result = out
         for i, fault in enumerate(self.faults):
-            if self._active[i] and fault.matches(labels):
+            if self._active[i] and fault.matches(labels) and fault.mode != "delay":
                 result = self._apply(fault, self._generators[i], result, operand, labels[0])
         if result is out:
             return out
@@ -259,10 +261,11 @@ class Injector:
             raise TypeError(f"memory faults apply to int32 words, not {words.dtype}")
         if not self.faults or not self.wants(labels):
             return 0
+        self._hold(labels)
         flat = words.view(-1)
         changed = 0
         for i, fault in enumerate(self.faults):
-            if not (self._active[i] and fault.matches(labels)):
+            if not (self._active[i] and fault.matches(labels)) or fault.mode == "delay":
                 continue
             gen = self._generators[i]
             idx = _sample_words(fault, gen, flat.numel())
@@ -287,6 +290,16 @@ class Injector:
             self.counts[labels[0]] += int(idx.numel())
             changed += int(idx.numel())
         return changed
+
+    def _hold(self, labels: tuple[str, ...]) -> None:
+        """Mode ``delay``: wait as a slow device would, corrupting nothing."""
+        wait = sum(
+            f.delay_s
+            for f, a in zip(self.faults, self._active, strict=True)
+            if a and f.mode == "delay" and f.matches(labels)
+        )
+        if wait > 0:  # not counted: nothing was corrupted
+            time.sleep(wait)
 
     def by_site(self) -> dict[str, int]:
         """Corrupted element counts per hook label."""

@@ -54,7 +54,7 @@ Site = Literal[
     "*",
 ]
 BitClass = Literal["lo-mant", "hi-mant", "exp", "exp-hi", "sign"]
-Mode = Literal["flip", "zero", "nan", "inf", "scale"]
+Mode = Literal["flip", "zero", "nan", "inf", "scale", "delay"]
 
 #: fp32 bit ranges (inclusive) of each named bit class.
 BIT_CLASSES: dict[str, tuple[int, int]] = {
@@ -100,7 +100,17 @@ class Fault(BaseModel):
         default="lo-mant",
         description="Bit class or inclusive [lo, hi] in fp32 numbering (flip only).",
     )
-    mode: Mode = "flip"
+    mode: Mode = Field(
+        default="flip",
+        description="How hit elements change; 'delay' changes none and holds the hook up "
+        "'delay_s' seconds instead (a slow device, not a wrong one).",
+    )
+    delay_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=10.0,
+        description="Mode 'delay' only: seconds each hooked output of an active step waits.",
+    )
     scale: tuple[float, float] = Field(
         default=(1e-3, 1e-2), description="Relative error range [lo, hi] for mode 'scale'."
     )
@@ -135,10 +145,15 @@ class Fault(BaseModel):
             raise ValueError(f"scale [{lo_s}, {hi_s}] must satisfy 0 <= lo <= hi")
         if self.end_step is not None and self.end_step < self.onset_step:
             raise ValueError(f"end_step {self.end_step} is before onset_step {self.onset_step}")
-        if self.site == "memory" and self.mode not in ("flip", "zero"):
+        if (self.mode == "delay") != (self.delay_s > 0):
+            raise ValueError(
+                "delay_s > 0 goes with mode 'delay' and with no other mode "
+                f"(mode {self.mode!r}, delay_s {self.delay_s:g})"
+            )
+        if self.site == "memory" and self.mode not in ("flip", "zero", "delay"):
             raise ValueError(
                 f"mode {self.mode!r} does not apply to site 'memory' (raw 32-bit words): "
-                "use 'flip' or 'zero'"
+                "use 'flip', 'zero' or 'delay'"
             )
         if self.lane_offset >= self.lane_stride:
             raise ValueError(

@@ -119,7 +119,9 @@ def judge_check(
     ``baseline_rounds`` rounds only, which every plan runs, so runs with different
     plans stay comparable; None covers every round. A device that ran fewer than
     ``planned_rounds`` rounds makes the check inconclusive (never a pass on part
-    of a plan)."""
+    of a plan), unless it stopped at the check's deadline after at least the
+    rounds a baseline covers: the plan then ended there, and devices are compared
+    over the rounds all of them ran."""
     errors: dict[int, str] = {}
     ok: dict[int, CheckTrace] = {}
     for rank, trace in traces.items():
@@ -127,7 +129,11 @@ def judge_check(
             errors[rank] = "no result"
         elif trace.error or trace.digest is None:
             errors[rank] = trace.error or "no digest"
-        elif planned_rounds is not None and len(trace.steps) < planned_rounds:
+        elif (
+            planned_rounds is not None
+            and len(trace.steps) < planned_rounds
+            and not (trace.cut_at_deadline and len(trace.steps) >= (baseline_rounds or 1))
+        ):
             errors[rank] = f"ran {len(trace.steps)} of {planned_rounds} planned rounds"
             ok[rank] = trace  # its evidence still counts
         elif baseline_rounds is not None and len(trace.steps) < baseline_rounds:

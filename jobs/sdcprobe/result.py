@@ -155,6 +155,17 @@ class RunPlan(_Closed):
     round_ms: dict[CheckName, float] = Field(
         default_factory=dict, description="Measured cost of one round (slowest device)."
     )
+    margin: float = Field(
+        default=0.0,
+        ge=0,
+        description="Safety share added to every round's measured cost when planning, from "
+        "the spread of the round times measured in this run.",
+    )
+    cut: list[CheckName] = Field(
+        default_factory=list,
+        description="Checks that stopped before their planned rounds because the next round "
+        "would have ended past the check's deadline (the run stays within its budget).",
+    )
     catch_p: list[float] = Field(
         default_factory=lambda: [0.01, 0.05, 0.1],
         description="Per-round activation probabilities the catch chances are given for.",

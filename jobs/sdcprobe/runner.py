@@ -31,6 +31,7 @@ from sdcprobe.config import (
     plan_rounds,
     with_rounds,
 )
+from sdcprobe.deadline import safety_margin
 from sdcprobe.devices import (
     BackendName,
     apply_determinism_env,
@@ -63,10 +64,13 @@ if sys.platform == "linux":
 
 #: After one worker dies, how long the others get to finish what does not need it.
 CRASH_GRACE_S = 5.0
+#: The last check may run up to this many times its planned rounds (and 16 more),
+#: until its deadline stops it: the run then fills its budget.
+FILL_FACTOR = 4
+#: How long workers that have written their reports get to exit by themselves.
+EXIT_GRACE_S = 0.2
 #: Seconds before the Job's deadline at which the workers are stopped.
 DEADLINE_MARGIN_S = 10.0
-#: Measured round costs are stretched by this much when planning (noise, load).
-ROUND_COST_MARGIN = 1.03
 #: Held back from the budget for what follows the last round: reports, judging,
 #: exit. Seconds, plus a share of the budget.
 TAIL_S, TAIL_SHARE = 0.6, 0.02
@@ -166,6 +170,9 @@ class _Planner:
         self.spent: dict[str, float] = {}  # wall seconds of the checks done (slowest device)
         self.fixed: dict[str, int] = {}
         self.first_rounds: dict[str, int] = {}
+        self.ran: dict[str, int] = {}  # rounds every device ran, per check done
+        self.spreads: list[float] = []  # round-time spreads measured so far
+        self.margin = 0.0
 
     def _calibrations(self) -> list[Calibration] | None:
         found = sorted(Path(self.workdir).glob("calibration-*.json"))
@@ -206,25 +213,76 @@ class _Planner:
             for stage in range(self.stage + 1, len(CHECK_NAMES)):
                 write_atomically(rounds_path(self.workdir, stage), stop)
 
+    def _costs(self, checks: list[str], factor: float = 1.0) -> dict[str, float]:
+        """Planned seconds per round: measured, scaled by how the checks done so far
+        compared with their estimate, stretched by the safety margin."""
+        return {c: self.round_s[c] * factor * (1.0 + self.margin) for c in checks}
+
+    def _end(self) -> float:
+        """``perf_counter()`` by which every check must be done: the budget less the tail."""
+        budget = self.opts.budget
+        return self.started + budget - (TAIL_S + TAIL_SHARE * budget)
+
+    def _deadlines(
+        self, rest: list[str], rounds: dict[str, int], costs: dict[str, float]
+    ) -> dict[str, float]:
+        """Per check still to run, the ``time.monotonic()`` past which none of its rounds
+        may end: where the plan expects it to end plus the plan's unused time, and
+        never so late that the checks after it could not run their minimum. Pinned
+        checks (``--steps``) get none: they run what was asked."""
+        now = time.perf_counter()
+        end = self._end()
+        minimum = self.config.baseline_rounds
+        ends: dict[str, float] = {}
+        t = now
+        for c in rest:
+            t += costs[c] * rounds[c]
+            ends[c] = t
+        slack = max(end - t, 0.0)
+        to_monotonic = time.monotonic() - now
+        out: dict[str, float] = {}
+        for i, c in enumerate(rest):
+            if c in self.fixed:
+                continue
+            after = sum(costs[d] * self.fixed.get(d, minimum[d]) for d in rest[i + 1 :])
+            out[c] = min(ends[c] + slack, end - after) + to_monotonic
+        return out
+
+    def _answer(
+        self, stage: int, rest: list[str], rounds: dict[str, int], costs: dict[str, float]
+    ) -> None:
+        last = rest[-1]
+        answer = RoundsPlan(
+            rounds=rounds,
+            deadlines=self._deadlines(rest, rounds, costs),
+            round_s={c: round(costs[c] / (1.0 + self.margin), 6) for c in rest},
+            margin=self.margin,
+            fill_to={} if last in self.fixed else {last: FILL_FACTOR * rounds[last] + 16},
+        )
+        if stage == 0:
+            self.answer = answer
+        write_atomically(rounds_path(self.workdir, stage), answer.model_dump_json())
+
     def replan(self, stage: int, checks: list[str], progress: list[Progress]) -> None:
         """After the ``stage``-th check: the rounds of the checks still to run, from the
         time left and the warm-up costs scaled by how the checks done so far compared
-        with their estimate (a node's load changes; the plan follows it)."""
+        with their estimate (a node's load changes; the plan follows it); the safety
+        margin follows the spread of the round times seen so far."""
         done = checks[stage - 1]
         self.spent[done] = max(p.wall_s for p in progress)
-        estimated = sum(self.round_s[c] * self.rounds[c] for c in self.spent)
+        self.spreads.extend(p.round_cv for p in progress)
+        self.margin = safety_margin(self.spreads)
+        estimated = sum(self.round_s[c] * n for c, n in self.done_rounds(progress, done).items())
         factor = sum(self.spent.values()) / estimated if estimated > 0 else 1.0
         factor = min(max(factor, 0.25), 4.0)
         rest = checks[stage:]
-        budget = self.opts.budget
-        elapsed = time.perf_counter() - self.started
-        available = budget - elapsed - (TAIL_S + TAIL_SHARE * budget)
-        round_s = {c: self.round_s[c] * factor for c in rest}
+        available = self._end() - time.perf_counter()
+        costs = self._costs(rest, factor)
         minimum = self.config.baseline_rounds
         fixed = {c: n for c, n in self.fixed.items() if c in rest}
-        need = sum(round_s[c] * fixed.get(c, minimum[c]) for c in rest)
+        need = sum(costs[c] * fixed.get(c, minimum[c]) for c in rest)
         try:
-            rounds = plan_rounds(round_s, max(available, need), minimum, fixed)
+            rounds = plan_rounds(costs, max(available, need), minimum, fixed)
         except PlanError:  # cannot happen with max(); keep the plan as it was
             rounds = {c: self.rounds[c] for c in rest}
         # Running late, every remaining check gives up rounds alike; running early,
@@ -232,24 +290,29 @@ class _Planner:
         # again later cannot starve it below the others.
         for c in rest[:-1]:
             rounds[c] = min(rounds[c], max(self.first_rounds[c], fixed.get(c, 0)))
-        spare = available - sum(round_s[c] * rounds[c] for c in rest)
+        spare = available - sum(costs[c] * rounds[c] for c in rest)
         last = rest[-1]
-        if last not in fixed and round_s[last] > 0 and spare > round_s[last] * rounds[last]:
-            rounds[last] = int(spare // round_s[last])
+        if last not in fixed and costs[last] > 0 and spare > costs[last] * rounds[last]:
+            rounds[last] = int(spare // costs[last])
         self.rounds.update(rounds)
         self.stage = stage
-        write_atomically(
-            rounds_path(self.workdir, stage), RoundsPlan(rounds=rounds).model_dump_json()
-        )
+        self._answer(stage, rest, rounds, costs)
         self.config = with_rounds(self.config, rounds)
         if self.plan is not None:
-            self.plan = self.plan.model_copy(update={"rounds": dict(self.rounds)})
+            self.plan = self.plan.model_copy(
+                update={"rounds": dict(self.rounds), "margin": round(self.margin, 4)}
+            )
+
+    def done_rounds(self, progress: list[Progress], done: str) -> dict[str, int]:
+        """Rounds of the checks done so far, as run (a check cut at its deadline ran
+        fewer than planned): what their measured time is compared with."""
+        self.ran[done] = min(p.rounds for p in progress)
+        return {c: self.ran.get(c, self.rounds[c]) for c in self.spent}
 
     def decide(self, cals: list[Calibration]) -> None:
         checks = [c for c in CHECK_NAMES if c in self.opts.checks]
         elapsed = time.perf_counter() - self.started
         budget = self.opts.budget
-        available = budget - elapsed - (TAIL_S + TAIL_SHARE * budget)
         minimum = self.config.baseline_rounds
         fixed: dict[str, int] = {}
         if self.config.golden_steps_fixed:
@@ -257,21 +320,23 @@ class _Planner:
         for cal in cals:  # a check that failed its warm-up runs its minimum only
             for check in cal.errors:
                 fixed.setdefault(check, minimum.get(check, 1))
-        round_s = {
-            c: ROUND_COST_MARGIN * max(cal.round_s.get(c, 0.0) for cal in cals) for c in checks
-        }
-        self.round_s = round_s
+        self.fixed = fixed
+        self.round_s = {c: max(cal.round_s.get(c, 0.0) for cal in cals) for c in checks}
+        self.spreads = [cv for cal in cals for cv in cal.round_cv.values()]
+        self.margin = safety_margin(self.spreads)
+        costs = self._costs(checks)
+        available = self._end() - time.perf_counter()
         try:
-            need_alone = sum(round_s[c] * fixed.get(c, minimum[c]) for c in checks)
+            need_alone = sum(costs[c] * fixed.get(c, minimum[c]) for c in checks)
             if need_alone > budget:
                 raise PlanError(
                     f"budget {budget:g}s is too small: one round of every check "
-                    f"({', '.join(f'{c} {1000 * round_s[c]:.0f}ms' for c in checks)}) and the "
+                    f"({', '.join(f'{c} {1000 * costs[c]:.0f}ms' for c in checks)}) and the "
                     f"minimum a baseline covers need {need_alone:.1f}s of work alone"
                 )
             # A node slow to start still runs the smallest complete plan, never less;
             # the plan then overruns its budget and says so.
-            rounds = plan_rounds(round_s, max(available, need_alone), minimum, fixed)
+            rounds = plan_rounds(costs, max(available, need_alone), minimum, fixed)
         except PlanError as exc:
             self.abort(f"plan: {exc}")
             self.plan = RunPlan(
@@ -279,36 +344,47 @@ class _Planner:
                 startup_s=round(elapsed, 3),
                 planned_s=round(elapsed, 3),
                 rounds={},
-                round_ms={c: round(1000 * s, 3) for c, s in round_s.items()},
+                round_ms={c: round(1000 * s, 3) for c, s in costs.items()},
                 error=str(exc)[:300],
             )
             return
-        work = sum(round_s[c] * rounds[c] for c in checks)
-        self.fixed = fixed
+        work = sum(costs[c] * rounds[c] for c in checks)
         self.rounds = dict(rounds)
         self.first_rounds = dict(rounds)
-        self.answer = RoundsPlan(rounds=rounds)
-        write_atomically(rounds_path(self.workdir), self.answer.model_dump_json())
+        self._answer(0, checks, rounds, costs)
         self.config = with_rounds(self.config, rounds)
         self.plan = RunPlan(
             budget_s=budget,
             startup_s=round(elapsed, 3),
             planned_s=round(elapsed + work, 3),
             rounds=rounds,
-            round_ms={c: round(1000 * s, 3) for c, s in round_s.items()},
+            round_ms={c: round(1000 * s, 3) for c, s in self.round_s.items()},
+            margin=round(self.margin, 4),
         )
 
 
 def _supervise(
-    procs: list[subprocess.Popen[bytes]], deadline_s: float, planner: _Planner | None = None
+    procs: list[subprocess.Popen[bytes]],
+    deadline_s: float,
+    planner: _Planner | None = None,
+    reports: list[Path] | None = None,
 ) -> str | None:
-    """Wait for all workers; returns why the wait was cut short, if it was."""
+    """Wait for all workers; returns why the wait was cut short, if it was.
+
+    Once every worker's report is written (``reports``), the wait ends after a short
+    grace even if a worker is still exiting: tearing down torch and the process
+    group can take seconds that belong to no check (the caller kills what is left)."""
     end = time.monotonic() + deadline_s
     crash_at: float | None = None
+    reported_at: float | None = None
     while any(p.poll() is None for p in procs):
         if planner is not None:
             planner.poll()
         now = time.monotonic()
+        if reported_at is None and reports and all(r.exists() for r in reports):
+            reported_at = now
+        if reported_at is not None and now - reported_at > EXIT_GRACE_S:
+            return None
         if now > end:
             _kill(procs)
             return f"timed out after {deadline_s:.0f}s"
@@ -374,7 +450,8 @@ def run_probe(opts: RunOptions) -> ProbeRun:
                         preexec_fn=_die_with_parent,
                     )
                 )
-            cut_short = _supervise(procs, opts.deadline_s(), planner)
+            written = [report_path(workdir, r) for r in range(count)] if count else None
+            cut_short = _supervise(procs, opts.deadline_s(), planner, written)
         finally:
             _kill(procs)  # no-op for workers that finished; never leaves orphans behind
         reports = _collect(workdir, count, procs, cut_short)
@@ -393,6 +470,15 @@ def run_probe(opts: RunOptions) -> ProbeRun:
         run_plan = run_plan.model_copy(
             update={
                 "run": done,
+                "cut": [
+                    c
+                    for c in plan.checks
+                    if done[c] < run_plan.rounds.get(c, 0)
+                    and any(
+                        r is not None and c in r.checks and r.checks[c].cut_at_deadline
+                        for r in reports.values()
+                    )
+                ],
                 "catch": {
                     c: [round(catch_probability(p, n), 4) for p in CATCH_PROBABILITIES]
                     for c, n in done.items()

@@ -130,7 +130,15 @@ class CheckTrace(BaseModel):
     error: str | None = None
     wall_s: float = 0.0
     cpu_s: float = 0.0
-    round_s: float = Field(default=0.0, description="Wall seconds of the last round.")
+    round_s: float = Field(default=0.0, description="Wall seconds of a typical round.")
+    round_cv: float = Field(
+        default=0.0, description="Spread of the round times (standard deviation over mean)."
+    )
+    cut_at_deadline: bool = Field(
+        default=False,
+        description="Stopped before its planned rounds: the next round would have ended "
+        "past the check's deadline (the rounds a baseline covers always run).",
+    )
 
 
 class DeviceFacts(BaseModel):

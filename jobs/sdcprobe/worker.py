@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from sdcprobe.config import ProbeConfig, with_rounds
+from sdcprobe.deadline import RoundClock
 from sdcprobe.devices import BackendName, apply_determinism_env
 from sdcprobe.trace import CheckTrace, WorkerReport
 
@@ -53,15 +54,26 @@ class Calibration(BaseModel):
     rank: int
     world: int
     round_s: dict[str, float]
+    #: Spread of each check's warm-up round times (standard deviation over mean).
+    round_cv: dict[str, float] = {}
     errors: dict[str, str] = {}
     warmup_s: float = 0.0
 
 
 class RoundsPlan(BaseModel):
-    """The parent's answer: rounds per check, or why the run stops here."""
+    """The parent's answer: rounds per check, or why the run stops here; and per check
+    the deadline (``time.monotonic()``) past which no round may end."""
 
     model_config = ConfigDict(extra="forbid")
     rounds: dict[str, int] = {}
+    deadlines: dict[str, float] = {}
+    #: Estimated seconds of one round per check, and the safety share on it.
+    round_s: dict[str, float] = {}
+    margin: float = 0.0
+    #: The last check's upper bound on rounds: it runs until its deadline stops it
+    #: (at least its planned rounds' worth of time is its own), so the run fills
+    #: its budget however wrong the estimates were.
+    fill_to: dict[str, int] = {}
     abort: str | None = None
 
 
@@ -89,6 +101,7 @@ class Progress(BaseModel):
     check: str
     wall_s: float
     rounds: int
+    round_cv: float = 0.0
 
 
 def progress_path(workdir: str | Path, rank: int, stage: int) -> Path:
@@ -133,6 +146,7 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
             init_group(backend.dist_backend, rank, world, str(Path(plan.workdir) / "store"))
         peaks = _Peaks()
         config = plan.config
+        clocks: dict[str, RoundClock] = {}
         if plan.calibrate:
             calibration = _warm_up(plan, backend, rank, world, peaks)
             calibration.warmup_s = time.perf_counter() - start
@@ -142,13 +156,14 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
                 report.error = answer.abort
                 report.wall_s = time.perf_counter() - start
                 return report
-            config = with_rounds(config, answer.rounds)
+            config = with_rounds(config, {**answer.rounds, **answer.fill_to})
+            clocks.update(_clocks(answer, config))
         injector = Injector(spec, rank)
         for stage, check in enumerate(plan.checks, start=1):
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 report.checks[check] = _run_check(
-                    check, config, backend, injector, rank, world, peaks
+                    check, config, backend, injector, rank, world, peaks, clocks.get(check)
                 )
             except Exception as exc:  # a broken check must not hide the others
                 traceback.print_exc(file=sys.stderr)
@@ -161,7 +176,11 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
                 # The parent re-plans the checks still to run from the time this took.
                 done = report.checks[check]
                 progress = Progress(
-                    rank=rank, check=check, wall_s=done.wall_s, rounds=len(done.steps)
+                    rank=rank,
+                    check=check,
+                    wall_s=done.wall_s,
+                    rounds=len(done.steps),
+                    round_cv=done.round_cv,
                 )
                 write_atomically(
                     progress_path(plan.workdir, rank, stage), progress.model_dump_json()
@@ -170,7 +189,8 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
                 if answer.abort is not None:
                     report.error = answer.abort
                     break
-                config = with_rounds(config, answer.rounds)
+                config = with_rounds(config, {**answer.rounds, **answer.fill_to})
+                clocks.update(_clocks(answer, config))
         report.injections = injector.by_site()
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
@@ -180,7 +200,7 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
 
 
 #: Warm-up rounds per check; those after the first are timed (it pays for lazy set-up).
-_WARMUP_ROUNDS = {"compute": 3, "collective": 3, "memory": 3, "golden": 2}
+_WARMUP_ROUNDS = {"compute": 3, "collective": 3, "memory": 3, "golden": 4}
 
 
 def _warm_up(
@@ -211,10 +231,24 @@ def _warm_up(
             if trace.error:
                 raise RuntimeError(trace.error)
             calibration.round_s[check] = trace.round_s
+            calibration.round_cv[check] = trace.round_cv
         except Exception as exc:  # the real run reports it; plan its minimum
             traceback.print_exc(file=sys.stderr)
             calibration.errors[check] = f"{type(exc).__name__}: {exc}"[:300]
     return calibration
+
+
+def _clocks(answer: RoundsPlan, config: ProbeConfig) -> dict[str, RoundClock]:
+    """A deadline clock for every check the answer gives one."""
+    return {
+        check: RoundClock(
+            deadline=deadline,
+            minimum=config.baseline_rounds.get(check, 1),
+            margin=answer.margin,
+            round_s=answer.round_s.get(check, 0.0),
+        )
+        for check, deadline in answer.deadlines.items()
+    }
 
 
 def _wait_for_rounds(plan: WorkerPlan, stage: int) -> RoundsPlan:
@@ -235,6 +269,7 @@ def _run_check(
     rank: int,
     world: int,
     peaks: _Peaks,
+    clock: RoundClock | None = None,
 ) -> CheckTrace:
     from sdcprobe.checks.collective import run_collective
     from sdcprobe.checks.compute import run_compute
@@ -243,15 +278,17 @@ def _run_check(
     from sdcprobe.instrument import Instrumentation
 
     if check == "compute":
-        return run_compute(cfg.compute, cfg.seed, Instrumentation(backend, injector), peaks.gemm)
+        ins = Instrumentation(backend, injector)
+        return run_compute(cfg.compute, cfg.seed, ins, peaks.gemm, clock)
     if check == "collective":
-        return run_collective(
-            cfg.collective, cfg.seed, Instrumentation(backend, injector), rank, world, peaks.busbw
-        )
+        ins = Instrumentation(backend, injector)
+        return run_collective(cfg.collective, cfg.seed, ins, rank, world, peaks.busbw, clock)
     if check == "memory":
-        return run_memory(cfg.memory, cfg.seed, Instrumentation(backend, injector), peaks.copy)
+        return run_memory(
+            cfg.memory, cfg.seed, Instrumentation(backend, injector), peaks.copy, clock
+        )
     if check == "golden":
-        return golden_check(cfg.golden, backend, injector)
+        return golden_check(cfg.golden, backend, injector, clock)
     raise ValueError(f"unknown check {check!r}")
 
 

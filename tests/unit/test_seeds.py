@@ -87,3 +87,22 @@ def test_history_shows_seeds_and_the_seeds_passed() -> None:
     entries = history_entries(tests, [], [])
     assert [e["seed"] for e in entries] == [10, 20, 30, 10, None]
     assert "seed 20" in entries[1]["detail"]
+
+
+def test_the_day_scheme_gives_a_quorum_a_shared_seed_and_a_node_new_data_each_day() -> None:
+    """What the scheme is chosen for (domain/seeds.py): every screening of the fleet on
+    one day shares the seed (so `quorum` nodes can agree on a baseline for it, and a
+    same-day confirmation repeats the failing data), and a node screened on n days has
+    been checked on n different seeds (a rotating set would stop growing)."""
+    created = [DAY + dt.timedelta(minutes=7 * i) for i in range(200)]  # one day of a fleet
+    fleet_day = {screening_seed(None, t, f"n{i}-1") for i, t in enumerate(created)}
+    assert len(fleet_day) == 1
+    failed, confirm = DAY + dt.timedelta(hours=3), DAY + dt.timedelta(hours=3, minutes=20)
+    assert screening_seed(None, failed, "n1-4") == screening_seed(None, confirm, "n1-5")
+    weekly = [screening_seed(None, DAY + dt.timedelta(days=7 * w), "n1-x") for w in range(104)]
+    assert len(set(weekly)) == 104  # two years of weekly screenings: 104 data sets
+    # The limit, as documented: a confirmation created after midnight draws the next seed.
+    late = DAY + dt.timedelta(hours=23, minutes=59)
+    assert screening_seed(None, late, "n1-6") != screening_seed(
+        None, late + dt.timedelta(minutes=2), "n1-7"
+    )

@@ -17,7 +17,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from sdcprobe.backends import Backend
 from sdcprobe.config import CollectiveConfig
+from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.instrument import Instrumentation, tensor_digest
 from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
@@ -92,11 +94,14 @@ def run_collective(
     rank: int,
     world: int,
     best_busbw: float | None = None,
+    clock: RoundClock | None = None,
 ) -> CheckTrace:
     """Run the collective check; the process group must already be initialised.
 
     ``best_busbw`` (GB/s, from :func:`measure_busbw` in the same run) turns the
-    checked all-reduces' bus bandwidth into a ratio to the best."""
+    checked all-reduces' bus bandwidth into a ratio to the best. ``clock``: no
+    round starts that would end past its deadline on any rank (the ranks agree
+    on it with one small all-reduce per round, outside the checked traffic)."""
     backend = ins.backend
     device = backend.collective_device
     start, cpu0 = time.perf_counter(), time.process_time()
@@ -105,7 +110,11 @@ def run_collective(
     timings: dict[str, float] = {"allreduce": 0.0, "allgather": 0.0, "broadcast": 0.0}
     nbytes = cfg.elements * 4
     round_times: list[float] = []
+    cut = False
     for step in range(cfg.rounds):
+        if _stop_here(clock, step, typical_round(round_times), device, backend):
+            cut = True
+            break
         r0 = time.perf_counter()
         ins.set_step(step)
         inputs = [rank_input(seed, step, r, world, cfg.elements) for r in range(world)]
@@ -181,7 +190,7 @@ def run_collective(
 
     # nccl-tests bus bandwidth: the traffic each link carries, comparable across sizes.
     n = max(world, 1)
-    rounds = cfg.rounds
+    rounds = len(steps)
     factors = {"allreduce": _allreduce_factor(n), "allgather": (n - 1) / n * n, "broadcast": 1.0}
     metrics: dict[str, int | float | str | None] = {
         "world": world,
@@ -203,4 +212,19 @@ def run_collective(
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - cpu0,
         round_s=typical_round(round_times),
+        round_cv=round(round_spread(round_times), 4),
+        cut_at_deadline=cut,
     )
+
+
+def _stop_here(
+    clock: RoundClock | None, done: int, next_s: float, device: torch.device, backend: Backend
+) -> bool:
+    """Whether every rank stops before round ``done``: stopped if any rank's clock
+    says so. The condition for asking is the same on every rank (same plan), so
+    every rank issues the same collectives."""
+    if clock is None or clock.deadline is None or done < clock.minimum:
+        return False
+    flag = torch.tensor([0.0 if clock.allows(done, next_s) else 1.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(backend.to_host(flag)[0] > 0)

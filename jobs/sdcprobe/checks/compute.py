@@ -16,6 +16,7 @@ import torch
 from sdcprobe.abft import GemmResidual, abft_residual
 from sdcprobe.backends import Backend
 from sdcprobe.config import ComputeConfig
+from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.instrument import Instrumentation, tensor_digest
 from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
@@ -93,11 +94,13 @@ def run_compute(
     seed: int,
     ins: Instrumentation,
     peaks: dict[str, float] | None = None,
+    clock: RoundClock | None = None,
 ) -> CheckTrace:
     """Run the compute check on ``ins.backend``; residuals are left in ``ins.residuals``.
 
     ``peaks`` (GFLOP/s per dtype, from :func:`measure_peak` in the same run) turn
     the checked GEMMs' measured throughput into a ratio to the device's peak.
+    ``clock``: no round starts that would end past its deadline.
     """
     backend = ins.backend
     ins.abft_enabled = False  # residuals are computed below, outside the GEMM timing
@@ -108,7 +111,11 @@ def run_compute(
     gemm_s = dict.fromkeys(dtypes, 0.0)
     fastest = dict.fromkeys(dtypes, float("inf"))
     round_times: list[float] = []
+    cut = False
     for step in range(cfg.rounds):
+        if clock is not None and not clock.allows(step, typical_round(round_times)):
+            cut = True
+            break
         r0 = time.perf_counter()
         ins.set_step(step)
         items: dict[str, str] = {}
@@ -153,12 +160,11 @@ def run_compute(
                 )
             )
     wall = time.perf_counter() - start
-    gflops = {
-        n: 2 * 2 * cfg.sizes[n] ** 3 * cfg.rounds / s / 1e9 for n, s in gemm_s.items() if s > 0
-    }
+    ran = len(steps)
+    gflops = {n: 2 * 2 * cfg.sizes[n] ** 3 * ran / s / 1e9 for n, s in gemm_s.items() if s > 0}
     metrics: dict[str, int | float | str | None] = {
-        "rounds": cfg.rounds,
-        "gemms": 2 * cfg.rounds * len(dtypes),
+        "rounds": ran,
+        "gemms": 2 * ran * len(dtypes),
         "dtypes": ",".join(dtypes),
         "sizes": ",".join(str(cfg.sizes[n]) for n in dtypes),
         "gflops": " ".join(f"{n}:{g:.4g}" for n, g in gflops.items()),
@@ -186,6 +192,8 @@ def run_compute(
         wall_s=wall,
         cpu_s=time.process_time() - cpu0,
         round_s=typical_round(round_times),
+        round_cv=round(round_spread(round_times), 4),
+        cut_at_deadline=cut,
     )
 
 

@@ -23,6 +23,7 @@ comparison would see and what ABFT or a loss/grad-norm monitor would see::
 
 from __future__ import annotations
 
+import statistics
 import struct
 import time
 from dataclasses import dataclass, field
@@ -32,12 +33,21 @@ import torch
 from sdcprobe.abft import GemmResidual
 from sdcprobe.backends import Backend, setup_backend
 from sdcprobe.config import GoldenConfig
+from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.devices import resolve_backend
 from sdcprobe.faults import Injector
 from sdcprobe.faultspec import FaultSpec
 from sdcprobe.instrument import Instrumentation
 from sdcprobe.model import AdamW, forward, init_params, synthetic_batch
-from sdcprobe.trace import CheckTrace, Evidence, Steps, first_divergence, step_digest, trace_digest
+from sdcprobe.trace import (
+    CheckTrace,
+    Evidence,
+    Steps,
+    first_divergence,
+    step_digest,
+    trace_digest,
+    typical_round,
+)
 
 
 def _bits(x: float) -> str:
@@ -107,32 +117,25 @@ class GoldenTrace:
         return [s.grad_norm for s in self.steps]
 
 
-def run_golden(
-    cfg: GoldenConfig,
-    faults: FaultSpec | Injector | None = None,
-    device: str | Backend = "cpu",
-    device_index: int = 0,
-    abft: bool = False,
-    threads: int = 1,
-) -> GoldenTrace:
-    """Train the golden model once and return its full trace.
+class _Training:
+    """One deterministic training run of the golden model, a step at a time (so a run
+    and its replay can advance in lockstep)."""
 
-    ``faults``: a spec (a fresh injector is made for ``device_index``) or an
-    injector to continue (its random streams carry on, e.g. across a replay).
-    ``device``: ``"cpu"``, ``"cuda"``, ``"xla"`` or a configured :class:`Backend`.
-    ``abft``: also compute ABFT residuals of every GEMM (slower; benchmarks).
-    """
-    if isinstance(device, Backend):
-        backend = device
-    else:
-        backend = setup_backend(resolve_backend(device), device_index, threads)
-    injector = faults if isinstance(faults, Injector) else Injector(faults, backend.index)
-    ins = Instrumentation(backend, injector, record=True, abft=abft)
-    start = time.perf_counter()
-    params = init_params(cfg, backend.device)
-    opt = AdamW(params, cfg)
-    steps: list[StepTrace] = []
-    for step in range(cfg.steps):
+    def __init__(self, cfg: GoldenConfig, injector: Injector, backend: Backend, abft: bool):
+        self.cfg, self.backend = cfg, backend
+        self.ins = Instrumentation(backend, injector, record=True, abft=abft)
+        self.params = init_params(cfg, backend.device)
+        self.opt = AdamW(self.params, cfg)
+        # XLA: materialise the initialisation on its own, so that it never joins the
+        # other run's step graph (each would then compile anew instead of hitting
+        # the cache: a run and its replay must build identical graphs).
+        backend.step_boundary()
+        self.steps: list[StepTrace] = []
+
+    def step(self) -> StepTrace:
+        """Train one more step and return its trace."""
+        cfg, backend, ins, params = self.cfg, self.backend, self.ins, self.params
+        step = len(self.steps)
         t_step = time.perf_counter()
         ins.set_step(step)
         tokens, targets = synthetic_batch(cfg, step)
@@ -158,7 +161,7 @@ def run_golden(
         for p in params.values():
             assert p.grad is not None
             p.grad = p.grad * coef
-        opt.step(ins)
+        self.opt.step(ins)
         with torch.no_grad():
             for name, p in params.items():
                 ins.corrupt_in_place(p, "param")
@@ -167,23 +170,74 @@ def run_golden(
         loss_v, norm_v = float(loss.detach().to("cpu")), float(grad_norm.to("cpu"))
         digests = ins.digests()
         wall = time.perf_counter() - t_step
-        steps.append(StepTrace(step, loss_v, _bits(loss_v), norm_v, _bits(norm_v), digests, wall))
+        trace = StepTrace(step, loss_v, _bits(loss_v), norm_v, _bits(norm_v), digests, wall)
+        self.steps.append(trace)
+        return trace
+
+    def trace(self, injector: Injector, wall_s: float) -> GoldenTrace:
+        """The run so far, as a :class:`GoldenTrace`."""
+        cfg = self.cfg.model_copy(update={"steps": len(self.steps)})
+        return GoldenTrace(
+            config=cfg,
+            device_index=self.backend.index,
+            steps=self.steps,
+            residuals=self.ins.residuals,
+            injections=injector.by_site(),
+            wall_s=wall_s,
+        )
+
+
+def run_golden(
+    cfg: GoldenConfig,
+    faults: FaultSpec | Injector | None = None,
+    device: str | Backend = "cpu",
+    device_index: int = 0,
+    abft: bool = False,
+    threads: int = 1,
+) -> GoldenTrace:
+    """Train the golden model once and return its full trace.
+
+    ``faults``: a spec (a fresh injector is made for ``device_index``) or an
+    injector to continue (its random streams carry on, e.g. across a replay).
+    ``device``: ``"cpu"``, ``"cuda"``, ``"xla"`` or a configured :class:`Backend`.
+    ``abft``: also compute ABFT residuals of every GEMM (slower; benchmarks).
+    """
+    if isinstance(device, Backend):
+        backend = device
+    else:
+        backend = setup_backend(resolve_backend(device), device_index, threads)
+    injector = faults if isinstance(faults, Injector) else Injector(faults, backend.index)
+    start = time.perf_counter()
+    run = _Training(cfg, injector, backend, abft)
+    for _ in range(cfg.steps):
+        run.step()
     backend.sync()
-    return GoldenTrace(
-        config=cfg,
-        device_index=backend.index,
-        steps=steps,
-        residuals=ins.residuals,
-        injections=injector.by_site(),
-        wall_s=time.perf_counter() - start,
-    )
+    return run.trace(injector, time.perf_counter() - start)
 
 
-def golden_check(cfg: GoldenConfig, backend: Backend, injector: Injector) -> CheckTrace:
-    """The ``golden`` check on one device: a run and its replay, compared step by step."""
+def golden_check(
+    cfg: GoldenConfig, backend: Backend, injector: Injector, clock: RoundClock | None = None
+) -> CheckTrace:
+    """The ``golden`` check on one device: a run and its replay, compared step by step.
+
+    The two advance in lockstep, a step of each per round, so ``clock`` can stop them
+    together after any round: no round starts that would end past its deadline."""
     start, cpu0 = time.perf_counter(), time.process_time()
-    first = run_golden(cfg, injector, backend)
-    again = run_golden(cfg, injector, backend)
+    run = _Training(cfg, injector, backend, abft=False)
+    replay = _Training(cfg, injector, backend, abft=False)
+    round_times: list[float] = []
+    cut = False
+    for step in range(cfg.steps):
+        if clock is not None and not clock.allows(step, typical_round(round_times)):
+            cut = True
+            break
+        r0 = time.perf_counter()
+        run.step()
+        replay.step()
+        round_times.append(time.perf_counter() - r0)
+    backend.sync()
+    wall = time.perf_counter() - start
+    first, again = run.trace(injector, wall / 2), replay.trace(injector, wall / 2)
     evidence: list[Evidence] = []
     divergence = first.first_divergence(again)
     if divergence is not None:
@@ -197,12 +251,13 @@ def golden_check(cfg: GoldenConfig, backend: Backend, injector: Injector) -> Che
             Evidence(kind="nonfinite", step=nonfinite, item="loss", detail="loss is not finite")
         )
     losses = first.losses
+    ran = len(first.steps)
     metrics: dict[str, int | float | str | None] = {
-        "steps": cfg.steps,
+        "steps": ran,
         "loss_first": _round(losses[0]),
         "loss_last": _round(losses[-1]),
         "grad_norm_max": _round(max(first.grad_norms)),
-        "step_ms": round(1000 * (first.wall_s + again.wall_s) / (2 * cfg.steps), 3),
+        "step_ms": round(1000 * sum(round_times) / (2 * max(ran, 1)), 3),
     }
     return CheckTrace(
         digest=first.digest,
@@ -211,9 +266,12 @@ def golden_check(cfg: GoldenConfig, backend: Backend, injector: Injector) -> Che
         metrics=metrics,
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - cpu0,
-        # A golden round is one training step, in the run and in its replay; timed
-        # on the replay, whose graphs (XLA) are compiled by then.
-        round_s=2 * sum(s.wall_s for s in again.steps) / max(len(again.steps), 1),
+        # A golden round is one training step, in the run and in its replay. The
+        # median after the first round: the first pays for set-up, and on XLA the
+        # second compiles the steady-state step once more.
+        round_s=statistics.median(round_times[1:] or round_times) if round_times else 0.0,
+        round_cv=round(round_spread(round_times), 4),
+        cut_at_deadline=cut,
     )
 
 

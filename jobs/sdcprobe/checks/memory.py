@@ -33,6 +33,7 @@ import torch
 
 from sdcprobe.backends import Backend
 from sdcprobe.config import MemoryConfig
+from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.instrument import Instrumentation
 from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
@@ -238,11 +239,16 @@ def measure_copy(cfg: MemoryConfig, backend: Backend) -> float:
 
 
 def run_memory(
-    cfg: MemoryConfig, seed: int, ins: Instrumentation, copy_gbps: float | None = None
+    cfg: MemoryConfig,
+    seed: int,
+    ins: Instrumentation,
+    copy_gbps: float | None = None,
+    clock: RoundClock | None = None,
 ) -> CheckTrace:
     """Run the memory check on ``ins.backend``'s device: ``cfg.rounds`` rounds, round
     r writing pattern r mod len(patterns). ``copy_gbps`` (from :func:`measure_copy`
-    in the same run) turns the write and read-back bandwidth into ratios."""
+    in the same run) turns the write and read-back bandwidth into ratios.
+    ``clock``: no round starts that would end past its deadline."""
     backend = ins.backend
     start, cpu0 = time.perf_counter(), time.process_time()
     plan = plan_memory(cfg, backend)
@@ -255,7 +261,11 @@ def run_memory(
     reuse = backend.name != "xla"
     held: list[torch.Tensor] = []
     scratch: torch.Tensor | None = None
+    cut = False
     for step in range(cfg.rounds):
+        if clock is not None and not clock.allows(step, typical_round(round_times)):
+            cut = True
+            break
         r0 = time.perf_counter()
         name = cfg.patterns[step % len(cfg.patterns)]
         ins.set_step(step)
@@ -324,13 +334,14 @@ def run_memory(
     if backend.name == "cuda":
         torch.cuda.empty_cache()  # give the memory back to the checks that follow
 
-    passes = cfg.rounds * plan.bytes
+    ran = len(steps)
+    passes = ran * plan.bytes
     write_gbps = passes / write_s / 1e9 if write_s > 0 else None
     read_gbps = passes / read_s / 1e9 if read_s > 0 else None
     metrics: dict[str, int | float | str | None] = {
         "bytes_tested": plan.bytes,
         "free_bytes": plan.free_bytes,
-        "rounds": cfg.rounds,
+        "rounds": ran,
         "patterns": len(cfg.patterns),
         "dwell_s": cfg.dwell_s,
         "write_gbps": round(write_gbps, 3) if write_gbps is not None else None,
@@ -359,4 +370,6 @@ def run_memory(
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - cpu0,
         round_s=typical_round(round_times),
+        round_cv=round(round_spread(round_times), 4),
+        cut_at_deadline=cut,
     )

@@ -17,6 +17,24 @@ trigger gets a fresh chance at every later screening. The cost is one baseline
 per fingerprint per day of screening (old seeds never come back, so their
 baselines can be pruned).
 
+Why a day, and not a fresh seed per screening or a small rotating set:
+
+- A baseline by consensus needs ``quorum`` nodes of one fingerprint screened on
+  the same data. With a fresh seed per screening no seed would ever be seen by a
+  second node: no consensus could form, every screening would wait for a
+  baseline, and a defect shared by every device of a node (which only a baseline
+  shows) would never be found. A day's seed is shared by every screening of the
+  fleet that day, so its quorum forms from the day's first screenings.
+- A rotating set of K seeds also gives consensus, but caps the data a node is
+  ever checked on at K sets; a day's seed never comes back, so the data a node
+  has passed grows with every day it is screened, without bound.
+- A confirmation re-run on the same day repeats the data that failed, so a
+  data-dependent defect reproduces instead of being cleared by other data.
+
+The limit: screenings of one node within one UTC day all see that day's data
+(a node re-screened after every short job repeats it until midnight), and a
+confirmation created after midnight draws the next day's seed.
+
 The seed depends only on the test's creation time (or its name, where that is
 unknown), so a restart that rebuilds the probe Job rebuilds it with the same
 seed.
