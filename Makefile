@@ -92,6 +92,7 @@ bench-detection: venv
 
 bench-scale: venv binaries
 	$(PY) -m bench.scale.run
+	$(PY) -m bench.scale.inventory
 
 bench-probe: venv
 	$(PY) -m bench.probe.run
