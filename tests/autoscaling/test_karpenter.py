@@ -119,6 +119,17 @@ def _node_gone(w: World, node: str) -> bool:
     return False
 
 
+def _closed_ticket(w: World, name: str, what: str) -> dict[str, Any]:
+    """Wait until the RepairTicket ``name`` is Closed; returns it."""
+
+    def closed() -> dict[str, Any] | None:
+        ticket = get_custom(w.api, "repairtickets", name)
+        return ticket if (ticket.get("status") or {}).get("phase") == "Closed" else None
+
+    found: dict[str, Any] = wait_for(closed, 60, what, every=1)
+    return found
+
+
 def _operator_log(w: World) -> list[dict[str, Any]]:
     out = []
     for line in w.operator.log_path.read_text(errors="replace").splitlines():
@@ -372,22 +383,7 @@ def test_replace_deletes_the_node_claim(world: World) -> None:
     assert deleted and {r.get("nodeclaim") for r in deleted} == {claim["metadata"]["name"]}
     pod = _running(w, f"r-0-{w.case}")
     assert _state(w, pod.spec.node_name) == "Qualified"
-    closed = wait_for(
-        lambda: (
-            t
-            if (
-                (t := custom.get_cluster_custom_object(GROUP, VERSION, "repairtickets", name)).get(
-                    "status"
-                )
-                or {}
-            ).get("phase")
-            == "Closed"
-            else None
-        ),
-        60,
-        "the replaced node's ticket to close",
-        every=1,
-    )
+    closed = _closed_ticket(w, name, "the replaced node's ticket to close")
     assert closed["spec"]["resolution"] == "Replaced"
     assert "deleted for replacement" in closed["status"]["history"][-1]["message"]
 
@@ -500,20 +496,7 @@ def test_expiry_ends_a_screening_and_a_quarantine_with_true_records(world: World
     assert (node.metadata.annotations or {}).get(K.DO_NOT_DISRUPT) == "true"
     ticket = wait_for(lambda: _tickets(w, sick_node), 30, "its RepairTicket")[0]
     wait_for(lambda: _node_gone(w, sick_node), 180, "Karpenter to expire the node", every=1)
-    closed = wait_for(
-        lambda: (
-            t
-            if (
-                (t := get_custom(w.api, "repairtickets", ticket["metadata"]["name"])).get("status")
-                or {}
-            ).get("phase")
-            == "Closed"
-            else None
-        ),
-        60,
-        "the expired node's ticket to close",
-        every=1,
-    )
+    closed = _closed_ticket(w, ticket["metadata"]["name"], "the expired node's ticket to close")
     assert "not by sdcguard" in closed["status"]["history"][-1]["message"]
     assert closed["spec"].get("resolution") is None, "no repair side answered"
     assert not [
@@ -699,18 +682,5 @@ def test_karpenter_node_repair_wins_over_quarantine(world: World) -> None:
         if str(r.get("command", "")).startswith("Unhealthy/") and sick_node in json.dumps(r)
     ]
     assert repaired, "Karpenter's repair (reason Unhealthy) took the node"
-    closed = wait_for(
-        lambda: (
-            t
-            if (
-                (t := get_custom(w.api, "repairtickets", ticket["metadata"]["name"])).get("status")
-                or {}
-            ).get("phase")
-            == "Closed"
-            else None
-        ),
-        60,
-        "the repaired node's ticket to close",
-        every=1,
-    )
+    closed = _closed_ticket(w, ticket["metadata"]["name"], "the repaired node's ticket to close")
     assert "not by sdcguard" in closed["status"]["history"][-1]["message"]

@@ -18,18 +18,9 @@ from sdcguard.adapters.mirror import Change, Kind, Mirror, retrying_client
 from sdcguard.domain.observed import NodeSnapshot
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
+from tests.operator.harness import wait_for
 
 CASE_LABEL = "sdcguard.test/mirror-case"
-
-
-def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _nodes(api: client.ApiClient, case: str, count: int) -> list[str]:
@@ -82,7 +73,7 @@ def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.Api
     )
     try:
         with _running(mirror):
-            _wait(mirror.synced.is_set, 30, "the first list")
+            wait_for(mirror.synced.is_set, 30, "the first list")
             assert set(mirror.items()) == set(names)
             assert mirror.stats.pages == 5  # 23 nodes in pages of 5
             # The node controller may already be tainting the new nodes (changes), but
@@ -93,7 +84,7 @@ def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.Api
             core.patch_node(extra, {"metadata": {"labels": {CASE_LABEL: case}}})
             core.patch_node(names[0], {"metadata": {"labels": {"example.com/x": "1"}}})
             core.delete_node(names[1])
-            _wait(lambda: set(mirror.items()) == _listed(api_client, case), 30, "the watch")
+            wait_for(lambda: set(mirror.items()) == _listed(api_client, case), 30, "the watch")
             snapshot = mirror.get(names[0])
             assert snapshot is not None and snapshot.labels["example.com/x"] == "1"
             # Controllers change the nodes too: the first change of the new node, the
@@ -137,9 +128,9 @@ def test_a_resource_version_too_old_means_a_fresh_list(
             client.CoreV1Api(api_client).delete_node(names[0])
             proxy.rates = FaultRates(0, 0, 0, 0, 0, 0, 0, 0, 0, gone=1.0)
             with _running(mirror):
-                _wait(lambda: proxy.injected["watch-gone"] >= 1, 30, "the 410")
+                wait_for(lambda: proxy.injected["watch-gone"] >= 1, 30, "the 410")
                 proxy.calm()
-                _wait(lambda: names[0] not in mirror.items(), 30, "the relist's result")
+                wait_for(lambda: names[0] not in mirror.items(), 30, "the relist's result")
             assert mirror.stats.relists_gone >= 1
             assert set(mirror.items()) == set(names[1:])
             assert [c.key for c in seen if c.new is None] == [names[0]]
@@ -183,9 +174,9 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
         mirror.relist = relist  # type: ignore[method-assign]
         try:
             with _running(mirror):
-                _wait(mirror.synced.is_set, 90, "the first list through the faults")
+                wait_for(mirror.synced.is_set, 90, "the first list through the faults")
                 assert sizes_at_sync == [len(names)], "the first sync was not complete"
-                _wait(lambda: proxy.injected["watch-cut"] >= 1, 60, "a watch cut short")
+                wait_for(lambda: proxy.injected["watch-cut"] >= 1, 60, "a watch cut short")
                 core = client.CoreV1Api(api_client)
                 for name in names[:10]:
                     core.patch_node(name, {"metadata": {"labels": {"example.com/y": "2"}}})
@@ -198,7 +189,7 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
                         copy[n].labels.get("example.com/y") == "2" for n in names[:10]
                     )
 
-                _wait(exact, 90, "the copy to equal a LIST after the changes")
+                wait_for(exact, 90, "the copy to equal a LIST after the changes")
         finally:
             _delete_nodes(api_client, case)
         injected = dict(proxy.injected)
