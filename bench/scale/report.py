@@ -190,9 +190,9 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += [
         "## Where the time and the writes go",
         "",
-        "- A probe Pod's end is urgent: Kopf hands the event over after its batch window",
-        "  (set to 20 ms), and the operator decides that node at once from a view of just",
-        "  that node, between two writes of whatever pass is running. The release or",
+        "- A probe Pod's end is urgent: the inventory's probe-Pod watch hands it to the",
+        "  event loop as it arrives, and the operator decides that node at once from a view",
+        "  of just that node, between two writes of whatever pass is running. The release or",
         "  quarantine then costs the test's status write, the node patch and, for a",
         "  quarantine, the RepairTicket (its status is written after the taint).",
         "- Other events mark their node; after a 0.2 s debounce a pass decides those nodes",
@@ -201,10 +201,10 @@ def markdown(doc: dict[str, Any]) -> str:
         "- Writes per clean qualification: the SDCTest, its status Running and Passed, the",
         "  Job, the reservation and the release. A node that waits for budget is not",
         "  labelled first, and Events for clean screenings are off by default.",
-        "- Memory: about 100 MB of interpreter and libraries, then the indexes (trimmed",
-        "  Nodes, SDCTests without digests once finished, probe Pods and Jobs), Kopf's",
-        "  per-object state and the operator's caches (facts, not objects, of finished",
-        "  tests).",
+        "- Memory: about 100 MB of interpreter and libraries, then the inventory (Node",
+        "  snapshots, only the Pods that hold accelerators, probe Pods and Jobs), Kopf's",
+        "  indexes of our own resources (SDCTests as facts once finished) and the",
+        "  operator's caches.",
         "",
     ]
     if doc.get("refused"):
