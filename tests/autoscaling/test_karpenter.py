@@ -82,7 +82,10 @@ def _gpu_pod(w: World, name: str, label: str, run_seconds: int) -> None:
 def _registered(w: World, role: str, timeout: float = 90) -> tuple[dict[str, Any], str]:
     """The first NodeClaim of the role's pool whose Node registered, and the Node's name."""
     claim = wait_for(
-        lambda: [c for c in K.node_claims(w.api, w.pool(role)) if c["status"].get("nodeName")],
+        # A NodeClaim just created has no status yet.
+        lambda: [
+            c for c in K.node_claims(w.api, w.pool(role)) if (c.get("status") or {}).get("nodeName")
+        ],
         timeout,
         f"a node of NodePool {w.pool(role)} to register",
     )[0]
@@ -196,7 +199,7 @@ def test_scale_up_waits_for_acceptance_without_extra_capacity(world: World) -> N
             {
                 c["metadata"]["name"]: c["status"]["nodeName"]
                 for c in claims
-                if c.get("status", {}).get("nodeName")
+                if (c.get("status") or {}).get("nodeName")
             }
         )
         for c in claims:
@@ -324,7 +327,7 @@ def test_quarantine_keeps_node_and_gets_replacement_capacity(world: World) -> No
     # Replacement capacity: the pending pod lands on a node of the spare pool.
     pod = _running(w, f"q-0-{w.case}")
     spare = K.node_claims(w.api, w.pool("spare"))
-    assert [c["status"].get("nodeName") for c in spare] == [pod.spec.node_name]
+    assert [(c.get("status") or {}).get("nodeName") for c in spare] == [pod.spec.node_name]
     assert (core.read_node(pod.spec.node_name).metadata.labels or {}).get(STATE_LABEL) == (
         "Qualified"
     ), "the replacement went through acceptance first"
