@@ -6,8 +6,7 @@ module for why these kinds do not go through Kopf), each keeping slim snapshots:
 - **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
 - **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
   grouped by node) or waits for them unscheduled (:class:`observe.PendingDemand`);
-  Pods that request no device are not kept at all, and probe Pods are left out by
-  the server (a label selector);
+  Pods that request no device are not kept at all;
 - **probe Pods** and **probe Jobs**: only the operator's namespace, selected by the
   probe's component label on the server (a Pod labelled like a probe elsewhere must
   never pass or fail a node), grouped by their SDCTest.
@@ -21,7 +20,6 @@ ended, urgently, with the ended object itself.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -102,9 +100,7 @@ class Inventory:
         )
         self.pods: Mirror[observe.PodUse | observe.PendingDemand] = Mirror(
             self.api,
-            # Probe Pods are the probe mirror's: the server leaves them out here, so no
-            # probe Pod event is parsed twice.
-            dataclasses.replace(PODS, label_selector=f"{COMPONENT_LABEL}!={COMPONENT}"),
+            PODS,
             _pod_entry,
             groups=_pod_groups,
             on_change=self._pods_changed,
