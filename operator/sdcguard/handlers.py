@@ -354,10 +354,30 @@ def _view(
     )
 
 
+class _ParsedPolicy:
+    """The policy's body parsed once per change of it (its resourceVersion), so a
+    pass and every urgent pass get the typed model, never the raw body."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.policy: SDCPolicy | None = None
+
+    def of(self, body: kopf.Body) -> SDCPolicy | None:
+        """The typed policy, or None while its body is unreadable (logged once)."""
+        version = str(body.get("metadata", {}).get("resourceVersion", ""))
+        if version != self.version or not version:
+            self.version = version
+            try:
+                self.policy = SDCPolicy.model_validate(dict(body))
+            except ValidationError as exc:  # the API server should have refused it
+                log.error("policy unreadable; nothing done", error=str(exc)[:500])
+                self.policy = None
+        return self.policy
+
+
 async def _pass(
     rt: Runtime,
-    name: str,
-    body: kopf.Body,
+    policy: SDCPolicy,
     indexes: dict[str, kopf.Index[str, Any]],
     dirty: frozenset[str] | None,
     wake: Wake,
@@ -369,7 +389,7 @@ async def _pass(
     """
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(
-        rt.executor, rt.reconciler.run_pass, dict(body), _view(rt, indexes), _now(), dirty
+        rt.executor, rt.reconciler.run_pass, policy, _view(rt, indexes), _now(), dirty
     )
     try:
         while not future.done():
@@ -382,10 +402,10 @@ async def _pass(
                 nodes, pods, jobs = wake.take_urgent()
                 if nodes:
                     view = _urgent_view(rt, indexes, nodes, pods, jobs)
-                    rt.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes, _now()))
+                    rt.reconciler.offer_urgent(UrgentWork(policy, view, nodes, _now()))
         wake_in = await future
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
-        log.exception("reconcile pass failed", policy=name)
+        log.exception("reconcile pass failed", policy=policy.metadata.name)
         wake.full = True
         return 2.0
     finally:
@@ -411,6 +431,7 @@ async def policy_loop(
     wake = Wake()
     rt.wakes.append(wake)
     next_full = next_look = 0.0
+    parsed = _ParsedPolicy()
     # Nothing is decided from a partial copy of the fleet: a node not yet listed
     # must never look idle or new.
     if not await rt.inventory.wait_synced(lambda: bool(stopped)):
@@ -433,14 +454,18 @@ async def policy_loop(
                     )
             wake.event.clear()
             wake.urgent_event.clear()
+            policy = parsed.of(body)
+            if policy is None:  # waits for a readable body; its change wakes the loop
+                next_look = time.monotonic() + 60.0
+                continue
             full = wake.full or time.monotonic() >= next_full
             urgent, pods, jobs = wake.take_urgent()
             if urgent:  # decided first, from a view of just these nodes
                 view = _urgent_view(rt, indexes, urgent, pods, jobs)
-                rt.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent, _now()))
+                rt.reconciler.offer_urgent(UrgentWork(policy, view, urgent, _now()))
             dirty = None if full else frozenset(wake.dirty)
             wake.dirty, wake.full = set(), False
-            wake_in = await _pass(rt, name, body, indexes, dirty, wake)
+            wake_in = await _pass(rt, policy, indexes, dirty, wake)
             if full:
                 next_full = time.monotonic() + settings.resync_seconds
             next_look = time.monotonic() + wake_in
@@ -449,17 +474,18 @@ async def policy_loop(
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
-async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
-    """Every policy's spec, for the ticket timer (no GET per ticket and tick)."""
-    meta = body.get("metadata", {})
-    return {
-        name: {
-            "metadata": {
-                k: meta[k] for k in ("name", "generation", "resourceVersion") if k in meta
-            },
-            "spec": dict(body.get("spec") or {}),
+async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, SDCPolicy]:
+    """Every policy, parsed once here for the ticket timer (no GET or parse per ticket
+    and tick); an unreadable one is left out (and logged): its tickets wait for it."""
+    try:
+        return {
+            name: SDCPolicy.model_validate(
+                {"metadata": body.get("metadata", {}), "spec": body.get("spec") or {}}
+            )
         }
-    }
+    except ValidationError as exc:  # the API server should have refused it
+        log.warning("unreadable SDCPolicy skipped", policy=name, error=str(exc)[:300])
+        return {}
 
 
 def _ticket_pending(body: kopf.Body, **_: Any) -> bool:
@@ -478,13 +504,7 @@ def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs:
     rt = _rt(memo)
     ref = str(spec.get("policyRef") or "")
     specs: kopf.Index[str, Any] = kwargs["policy_specs_index"]
-    stored = next(iter(specs.get(ref, [])), None)
-    policy = None
-    if stored is not None:
-        try:
-            policy = SDCPolicy.model_validate(stored)
-        except ValidationError:
-            policy = None
+    policy: SDCPolicy | None = next(iter(specs.get(ref, [])), None)
     ticket_sinks.announce(dict(body), policy, rt.reconciler.writer, rt.metrics, _now())
 
 

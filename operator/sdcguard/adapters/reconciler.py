@@ -24,7 +24,6 @@ from typing import Any
 
 import structlog
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from sdcguard.adapters import observe
 from sdcguard.adapters.executor import Executor
@@ -69,7 +68,7 @@ class Reconciler(Executor, PolicyReporter):
 
     def run_pass(
         self,
-        policy_body: Mapping[str, Any],
+        policy: SDCPolicy,
         view: FleetView,
         now: dt.datetime,
         dirty: Iterable[str] | None = None,
@@ -91,7 +90,7 @@ class Reconciler(Executor, PolicyReporter):
             scope = None if dirty is None else frozenset(dirty)
             self._serve_urgent()
             try:
-                return self._run_pass(policy_body, view, now, scope, fill=True)
+                return self._run_pass(policy, view, now, scope, fill=True)
             finally:
                 self._serve_urgent()
                 self._touched = set()
@@ -116,7 +115,7 @@ class Reconciler(Executor, PolicyReporter):
             return
         merged: dict[str, UrgentWork] = {}
         for work in self.take_unserved():
-            key = str((work.policy.get("metadata") or {}).get("name", ""))
+            key = work.policy.metadata.name
             earlier = merged.get(key)
             if earlier is not None:
                 work = UrgentWork(
@@ -238,7 +237,7 @@ class Reconciler(Executor, PolicyReporter):
 
     def _run_pass(
         self,
-        policy_body: Mapping[str, Any],
+        policy: SDCPolicy,
         view: FleetView,
         now: dt.datetime,
         scope: frozenset[str] | None,
@@ -247,11 +246,6 @@ class Reconciler(Executor, PolicyReporter):
     ) -> float:
         counts: Counter[str] = Counter()
         writes_before = Counter(self.writer.writes)
-        try:
-            policy = SDCPolicy.model_validate(policy_body)
-        except ValidationError as exc:  # the API server should have refused it already
-            log.error("policy unreadable; nothing done", error=str(exc)[:500])
-            return 60.0
         name = policy.metadata.name
         spec = policy.spec
         full = scope is None
