@@ -19,7 +19,6 @@ import heapq
 import queue
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -52,7 +51,7 @@ from sdcguard.api import (
     SDCTest,
     TicketPhase,
 )
-from sdcguard.domain.decide import Decision, iter_decisions, priority
+from sdcguard.domain.decide import Decision, iter_decisions, member_after, priority
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
@@ -454,10 +453,9 @@ class Reconciler(Executor, PolicyReporter):
                 if self._skip(node_name):
                     continue
                 if self._apply_guarded(policy, decision, view, now, counts):
-                    if decision.starts_test:
-                        member = replace(
-                            member, testing=True, held=member.held or decision.takes_node
-                        )
+                    # Written: the pool counts the node as the decision left it, before
+                    # its watch event comes back (a quarantine holds it at once).
+                    member = member_after(member, decision)
                 else:
                     memory.due[node_name] = now + dt.timedelta(seconds=1)
                     wake = min(wake, 1.0)
