@@ -98,7 +98,7 @@ def table_lines(
             verdict = str(last.verdict or last.phase)
             if last.failed_checks:
                 verdict += " " + ",".join(last.failed_checks)
-        tag = " *" if track.faulty else ""
+        tag = " R" if track.real else " *" if track.faulty else ""
         row_state = f"{track.state:<12}"
         row = (
             f"{(name + tag):<13} {track.instance_type:<16} {_paint(row_state, track.state, color)} "
@@ -120,6 +120,11 @@ def table_lines(
             lines.append(f"  [{clock(tr.t)}] {tr.node}: {tr.old} -> {tr.new}")
     lines.append("")
     lines.append("* faulty in the fleet file (the operator does not know)")
+    if any(t.real for t in view.nodes.values()):
+        lines.append(
+            "R real node (kubelet + containerd, probes in real containers; the demo injects "
+            "a fault once it is Qualified)"
+        )
     return [_fit(line, width) for line in lines]
 
 
@@ -274,6 +279,7 @@ def build_summary(
                 "pool": track.pool,
                 "faulty": track.faulty,
                 "intermittent": track.intermittent,
+                "real": track.real,
                 "finalState": track.state,
                 "path": track.path(),
                 "states": [[_r(t), s] for t, s in track.states],
