@@ -389,7 +389,7 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         if node["tickets"]:
             k = tickets[node["tickets"][-1]]
             ticket_text = f"{k['name']} {k['phase']}, cycle {k['cycle']}"
-        tag = " *" if node["faulty"] else ""
+        tag = " R" if node.get("real") else " *" if node["faulty"] else ""
         lines.append(
             f"{(node['name'] + tag):<13} {node['finalState']:<10} {quarantined:<15} "
             f"{ticket_text:<36} {' > '.join(node['path'])}"
@@ -414,6 +414,8 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         f"{len(broken)} over maxUnavailable; {test_over} samples over maxConcurrentTests"
     )
     lines.append("* faulty in the fleet file")
+    if any(n.get("real") for n in summary["nodes"]):
+        lines.append("R real node: probes in real containers, a fault injected by the demo")
     return lines
 
 
@@ -483,7 +485,13 @@ def plot_timeline(summary: Mapping[str, Any], path: Path) -> Path:
     for node in reversed(nodes):
         tag = ""
         if node["faulty"]:
-            tag = " (intermittent)" if node["intermittent"] else " (faulty)"
+            tag = (
+                " (real, fault injected)"
+                if node.get("real")
+                else " (intermittent)"
+                if node["intermittent"]
+                else " (faulty)"
+            )
         labels.append(f"{node['name']}{tag}")
     ax.set_yticks(range(len(nodes)))
     ax.set_yticklabels(labels, fontsize=8)
