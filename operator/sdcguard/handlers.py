@@ -140,10 +140,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     def node_changed(name: str, node: NodeSnapshot | None) -> None:
         # An SDCReport about the node learns its outcome (confirmed, cleared).
         if rt.reports.awaits(name):
-            seen = None
-            if node is not None:
-                seen = {"metadata": {"labels": node.labels, "annotations": node.annotations}}
-            follow = asyncio.to_thread(rt.reports.follow, name, seen, _now())
+            follow = asyncio.to_thread(rt.reports.follow, name, _followed(node), _now())
             rt.background.add(asyncio.ensure_future(follow))
 
     rt.inventory.start(
@@ -151,6 +148,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         lambda nodes=None, **kw: _poke(rt, nodes, **kw),
         on_node=node_changed,
     )
+    rt.background.add(asyncio.ensure_future(_resume_reports(rt)))
     # We post our own Events on transitions; Kopf's per-handler events are noise.
     settings.posting.enabled = False
     settings.posting.level = logging.WARNING
@@ -171,6 +169,24 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # back for more of the same object (Kopf's default waits 0.1 s).
     settings.batching.batch_window = 0.02
     log.info("operator starting", namespace=rt.settings.namespace, dry_run=rt.settings.dry_run)
+
+
+def _followed(node: NodeSnapshot | None) -> dict[str, Any] | None:
+    """A node as the report follower reads it; None: no such node."""
+    if node is None:
+        return None
+    return {"metadata": {"labels": node.labels, "annotations": node.annotations}}
+
+
+def _node_body(rt: Runtime, name: str) -> dict[str, Any] | None:
+    return _followed(rt.inventory.node_bodies([name]).get(name))
+
+
+async def _resume_reports(rt: Runtime) -> None:
+    """Once the fleet copy is complete: reports found again after a restart learn what
+    became of their node while no operator watched."""
+    if await rt.inventory.wait_synced(lambda: False):
+        await asyncio.to_thread(rt.reports.resume, lambda n: _node_body(rt, n), _now())
 
 
 # Indexes ------------------------------------------------------------------
@@ -512,4 +528,8 @@ def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs:
 async def report_seen(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A training job's SDCReport: admitted once (status written), remembered after."""
     if type != "DELETED":
-        await asyncio.to_thread(_rt(memo).reports.handle, dict(body), _now())
+        rt = _rt(memo)
+        await asyncio.to_thread(rt.reports.handle, dict(body), _now())
+        if rt.inventory.synced():
+            # Found after the fleet copy was complete (_resume_reports ran already).
+            await asyncio.to_thread(rt.reports.resume, lambda n: _node_body(rt, n), _now())
