@@ -192,7 +192,15 @@ class ProbeResult(_Closed):
     injection: Injection = Field(default_factory=Injection)
     duration_s: float = Field(default=0.0, ge=0)
     truncated: bool = False
-    seed: int | None = Field(default=None, description="The seed every check's data came from.")
+    seed: int | None = Field(
+        default=None,
+        description="The seed of the rounds a baseline covers (shared by the fleet's nodes).",
+    )
+    data_seed: int | None = Field(
+        default=None,
+        description="The seed of every later round: the screening's own data, judged "
+        "without a baseline (equal to seed unless the run was given --data-seed).",
+    )
     plan: RunPlan | None = Field(
         default=None, description="Budget, planned and completed rounds, catch chances."
     )

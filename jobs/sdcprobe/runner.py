@@ -85,6 +85,8 @@ class RunOptions:
     cpu_devices: int = 2
     budget: float = 60.0
     seed: int = 0
+    #: The screening's own seed for the rounds a baseline does not cover (None: seed).
+    data_seed: int | None = None
     steps: int | None = None
     threads: int = 1
     memory_fraction: float | None = None
@@ -100,7 +102,13 @@ class RunOptions:
     def config(self, backend: BackendName) -> ProbeConfig:
         """Check parameters for this run."""
         return plan_config(
-            self.budget, backend, self.steps, self.seed, self.memory_fraction, self.memory_mib
+            self.budget,
+            backend,
+            self.steps,
+            self.seed,
+            self.memory_fraction,
+            self.memory_mib,
+            self.data_seed,
         )
 
     def deadline_s(self) -> float:

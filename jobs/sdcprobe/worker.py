@@ -277,15 +277,19 @@ def _run_check(
     from sdcprobe.checks.memory import run_memory
     from sdcprobe.instrument import Instrumentation
 
+    # Rounds after those a baseline covers draw the screening's own data (data_seed).
+    data, base = cfg.data_seed, cfg.baseline_rounds.get(check, 0)
     if check == "compute":
         ins = Instrumentation(backend, injector)
-        return run_compute(cfg.compute, cfg.seed, ins, peaks.gemm, clock)
+        return run_compute(cfg.compute, cfg.seed, ins, peaks.gemm, clock, data, base)
     if check == "collective":
         ins = Instrumentation(backend, injector)
-        return run_collective(cfg.collective, cfg.seed, ins, rank, world, peaks.busbw, clock)
+        return run_collective(
+            cfg.collective, cfg.seed, ins, rank, world, peaks.busbw, clock, data, base
+        )
     if check == "memory":
         return run_memory(
-            cfg.memory, cfg.seed, Instrumentation(backend, injector), peaks.copy, clock
+            cfg.memory, cfg.seed, Instrumentation(backend, injector), peaks.copy, clock, data, base
         )
     if check == "golden":
         return golden_check(cfg.golden, backend, injector, clock)
