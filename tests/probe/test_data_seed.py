@@ -79,7 +79,10 @@ def test_run_records_both_seeds_and_devices_agree_on_fresh_data(tmp_path: Path) 
     """End to end on two CPU replicas: the data seed is reported, the fingerprint and
     the baseline-covered digests stay those of the shared seed, every check passes."""
     runs = [
-        run_cli(["run", "--device", "cpu", *FAST, "--seed", "3", "--steps", "20", *extra], tmp_path)
+        run_cli(
+            ["run", "--device", "cpu", "--budget", "12", "--seed", "3", "--steps", "20", *extra],
+            tmp_path,
+        )
         for extra in ([], ["--data-seed", "12345"])
     ]
     for run in runs:

@@ -59,12 +59,16 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
     """This device's GEMM throughput per dtype in GFLOP/s, measured now: the best
     over square GEMMs of the ladder's sizes (and the check's own size), each timed
     after one untimed call. A dtype whose GEMMs get slow stops early (CPU fp16
-    has no fast kernel and is fastest small)."""
+    has no fast kernel and is fastest small), and so does one whose throughput fell
+    at a size at least twice the check's own (past its peak: the larger sizes cost
+    the most start-up time and only fall further)."""
     ladder = PEAK_LADDER["xla" if backend.name == "xla" else backend.name]
     peaks: dict[str, float] = {}
     for name in compute_dtypes(cfg, backend):
-        best = 0.0
+        best = last = 0.0
         for size in sorted({*ladder, cfg.sizes[name]}):
+            if size > 2 * cfg.sizes[name] and best > last:
+                break  # the size before fell below the best: past the peak
             gen = torch.Generator().manual_seed(size)
             a = torch.randn(size, size, generator=gen).to(_DTYPES[name]).to(backend.device)
             b = torch.randn(size, size, generator=gen).to(_DTYPES[name]).to(backend.device)
@@ -82,7 +86,8 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
                     break
             del out
             # The fastest call: a load spike on a shared machine is not the device's peak.
-            best = max(best, 2 * size**3 / fastest / 1e9)
+            last = 2 * size**3 / fastest / 1e9
+            best = max(best, last)
             if fastest > _PEAK_GEMM_CAP_S:
                 break
         peaks[name] = best
