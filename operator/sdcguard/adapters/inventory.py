@@ -6,7 +6,8 @@ module for why these kinds do not go through Kopf), each keeping slim snapshots:
 - **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
 - **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
   grouped by node) or waits for them unscheduled (:class:`observe.PendingDemand`);
-  Pods that request no device are not kept at all;
+  Pods that request no device are not kept at all, and probe Pods are left out by
+  the server (a label selector);
 - **probe Pods** and **probe Jobs**: only the operator's namespace, selected by the
   probe's component label on the server (a Pod labelled like a probe elsewhere must
   never pass or fail a node), grouped by their SDCTest.
@@ -20,6 +21,7 @@ ended, urgently, with the ended object itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -100,7 +102,9 @@ class Inventory:
         )
         self.pods: Mirror[observe.PodUse | observe.PendingDemand] = Mirror(
             self.api,
-            PODS,
+            # Probe Pods are the probe mirror's: the server leaves them out here, so no
+            # probe Pod event is parsed twice.
+            dataclasses.replace(PODS, label_selector=f"{COMPONENT_LABEL}!={COMPONENT}"),
             _pod_entry,
             groups=_pod_groups,
             on_change=self._pods_changed,
