@@ -190,6 +190,20 @@ PY
   rm -rf "$TOOLS_BIN"; mv "$TOOLS_BIN.tmp" "$TOOLS_BIN"; rm -rf "$tmp"
 }
 
+# Everything this version needs is built already: no need to wait for the lock
+# (another version's build may hold it for many minutes). Each directory is
+# renamed into place only when complete, so its presence means it is whole.
+built() {
+  [ -x "$TOOLS_BIN/helm" ] && [ -x "$TOOLS_BIN/kubectl" ] && [ -x "$ETCD_BIN/etcd" ] &&
+    [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] &&
+    [ -x "$K8S_BIN/kube-scheduler" ] && [ -x "$NODE_BIN/kubelet" ] &&
+    [ -x "$TESTBIN/deviceplugin" ] && [ -x "$TESTBIN/pause" ]
+}
+if built; then
+  echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+  exit 0
+fi
+
 # One build at a time per cache (two test runs starting together would
 # otherwise both compile Kubernetes on the same cores).
 mkdir -p "$CACHE"
