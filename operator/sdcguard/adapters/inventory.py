@@ -92,6 +92,7 @@ class Inventory:
         self._poke: Poke | None = None
         self._on_node: Callable[[str, NodeSnapshot | None], None] | None = None
         self._stop = threading.Event()
+        self._started = False
         probe = f"{COMPONENT_LABEL}={COMPONENT}"
         self.nodes: Mirror[NodeSnapshot] = Mirror(
             self.api,
@@ -147,9 +148,17 @@ class Inventory:
         poke: Poke,
         on_node: Callable[[str, NodeSnapshot | None], None] | None = None,
     ) -> None:
-        """Start the mirrors; ``poke`` and ``on_node`` (each node that changed, and how
-        it is now, None when deleted) are called in ``loop``."""
+        """Start the mirrors (unless :meth:`warm` did); ``poke`` and ``on_node`` (each
+        node that changed, and how it is now, None when deleted) are called in ``loop``."""
         self._loop, self._poke, self._on_node = loop, poke, on_node
+        self.warm()
+
+    def warm(self) -> None:
+        """Start listing and watching without anyone to tell (a standby replica): the
+        copy stays current, and the first pass after :meth:`start` is a full one."""
+        if self._started:
+            return
+        self._started = True
         for mirror in self.mirrors:
             mirror.start(self._stop)
 
