@@ -63,6 +63,18 @@ log = structlog.get_logger("sdcguard.reconcile")
 __all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
 
 
+def failures_first(work: UrgentWork) -> list[str]:
+    """The urgent nodes in the order they are decided: those whose probe Pod failed
+    (SDC, a crash: a quarantine or its confirmation may follow) before the rest."""
+    failed = {
+        pod.node_name
+        for pods in work.view.probe_pods.values()
+        for pod in pods
+        if pod.phase == "Failed" and pod.node_name in work.nodes
+    }
+    return sorted(work.nodes, key=lambda node: (node not in failed, node))
+
+
 class Reconciler(Executor, PolicyReporter):
     """Runs passes: observe, decide (pure), act. Holds only caches that a restart may
     lose without harm (see ReconcilerState)."""
@@ -110,8 +122,13 @@ class Reconciler(Executor, PolicyReporter):
                 return left
 
     def _serve_urgent(self) -> None:
-        """Serve the urgent work offered so far, one pass per policy (work offered
-        while it runs waits for the next check, so the running pass moves on too)."""
+        """Serve the urgent work offered so far (work offered while it runs waits for
+        the next check, so the running pass moves on too).
+
+        Each node is decided in a pass of its own, nodes whose probe failed first: a
+        batch of probe ends decided together would write every node's test status
+        before any node patch, so a quarantine waited behind the other nodes' writes
+        (measured: 2 of them at p50 took 0.23 s under load, more than the patch)."""
         if self._depth:
             return
         merged: dict[str, UrgentWork] = {}
@@ -127,14 +144,15 @@ class Reconciler(Executor, PolicyReporter):
                 )
             merged[key] = work
         for work in merged.values():
-            self._depth += 1
-            try:
-                self._run_pass(work.policy, work.view, work.now, work.nodes, fill=False)
-            except Exception:  # the loop's next pass decides again
-                log.exception("urgent pass failed", nodes=sorted(work.nodes)[:10])
-            finally:
-                self._depth -= 1
-                self._touched |= work.nodes
+            for node in failures_first(work):
+                self._depth += 1
+                try:
+                    self._run_pass(work.policy, work.view, work.now, frozenset({node}), fill=False)
+                except Exception:  # the loop's next pass decides again
+                    log.exception("urgent pass failed", node=node)
+                finally:
+                    self._depth -= 1
+                    self._touched.add(node)
 
     def _skip(self, node: str) -> bool:
         """Urgent work served during this pass decided the node from fresher facts."""
