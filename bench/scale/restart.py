@@ -176,6 +176,7 @@ class Phases:
     env: dict[str, str]
     say: Callable[[str], None]
     started: list[Replica] = field(default_factory=list)
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def replica(self, user: str, kubeconfig: Path, tag: str) -> Replica:
         log = self.workdir / f"operator-{tag}.log"
@@ -191,6 +192,7 @@ class Phases:
     def stop_all(self) -> None:
         for replica in self.started:
             replica.proc.stop()
+        self.resources.close()
 
     # Restart -------------------------------------------------------------------
 
@@ -218,30 +220,34 @@ class Phases:
             len(in_flight) if reserved else f"{len(in_flight)} (timed out)"
         )
         token = self.tokens[audit.OPERATOR_USER]
-        with FaultProxy(
-            self.cluster.server, self.cluster.ca_file, token, seed=16, rates=STARTUP_FAULTS
-        ) as proxy:
-            config = _proxy_kubeconfig(self.workdir / "proxied.kubeconfig", proxy.url, token)
-            restarted_at = time.time()
-            new = self.replica(audit.OPERATOR_USER, config, "restarted")
-
-            def full_pass() -> bool:
-                new.read_log()
-                return any(nodes >= self.n for _, nodes in new.passes)
-
-            if not _wait(full_pass, 300, every=0.5):
-                raise RuntimeError(f"the restarted operator never passed; see {new.log}")
-            proxy.calm()
-            out["faults_injected"] = dict(proxy.injected)
-            listed = _listed(self.admin)
-            settled = _wait(
-                lambda: all(
-                    self.nodes.states().get(x) == ("Quarantined" if x in sick else "Qualified")
-                    for x in joiners
-                ),
-                300,
-                every=0.5,
+        # The restarted operator talks through the proxy for the rest of its life (it
+        # leads the standby phase): the proxy closes with the phases (stop_all).
+        proxy = self.resources.enter_context(
+            FaultProxy(
+                self.cluster.server, self.cluster.ca_file, token, seed=16, rates=STARTUP_FAULTS
             )
+        )
+        config = _proxy_kubeconfig(self.workdir / "proxied.kubeconfig", proxy.url, token)
+        restarted_at = time.time()
+        new = self.replica(audit.OPERATOR_USER, config, "restarted")
+
+        def full_pass() -> bool:
+            new.read_log()
+            return any(nodes >= self.n for _, nodes in new.passes)
+
+        if not _wait(full_pass, 300, every=0.5):
+            raise RuntimeError(f"the restarted operator never passed; see {new.log}")
+        proxy.calm()
+        out["faults_injected"] = dict(proxy.injected)
+        listed = _listed(self.admin)
+        settled = _wait(
+            lambda: all(
+                self.nodes.states().get(x) == ("Quarantined" if x in sick else "Qualified")
+                for x in joiners
+            ),
+            300,
+            every=0.5,
+        )
         new.read_log()
         states = self.nodes.states()
         out["settled"] = settled
