@@ -35,7 +35,7 @@ from tests.operator.harness import (
 pytestmark = pytest.mark.cluster
 
 LEASE = "sdcguard-leader"
-LEASE_SECONDS = 4
+LEASE_SECONDS = 6
 REPLICAS = ("replica-a", "replica-b")
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # Reviews of the replica's own permissions are questions, not changes.
@@ -142,7 +142,7 @@ def test_only_the_lease_holder_writes_and_the_standby_takes_over_when_it_dies(
     env = {
         "SDCGUARD_LEADER_ELECTION": "true",
         "SDCGUARD_LEASE_DURATION_SECONDS": str(LEASE_SECONDS),
-        "SDCGUARD_RENEW_DEADLINE_SECONDS": "3",
+        "SDCGUARD_RENEW_DEADLINE_SECONDS": "4",
         "SDCGUARD_RETRY_PERIOD_SECONDS": "1",
     }
     replicas = {
