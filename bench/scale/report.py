@@ -114,7 +114,7 @@ def markdown(doc: dict[str, Any]) -> str:
     )
     row("Join → probe Job created, p50 / p99", lambda r: _pair(r["join_to_job_s"], unit=" s"))
     row(
-        "Restart under faults: first write / copy complete / first quarantine after it",
+        "Restart under faults: first write (its Lease) / copy complete / first quarantine",
         lambda r: (
             f"{_fmt(r['restart']['resume_s'], ' s')} / "
             f"{_fmt(r['restart']['mirrors_synced_s'], ' s')} / "

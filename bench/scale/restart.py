@@ -255,8 +255,12 @@ class Phases:
             x for x in in_flight if states.get(x) not in ("Qualified", "Quarantined")
         )
         writes = _writes(self.auditlog, restarted_at, time.time() + 1)
+        # resume_s: its first accepted write of any kind (the Lease, with leader
+        # election); first_fleet_write_s: its first write about the fleet.
         first_write = min((r.at for r in writes), default=None)
         out["resume_s"] = round(first_write - restarted_at, 2) if first_write else None
+        fleet = min((r.at for r in writes if r.resource != "leases"), default=None)
+        out["first_fleet_write_s"] = round(fleet - restarted_at, 2) if fleet else None
         synced_at = max((at for at, _ in new.synced.values()), default=None)
         out["mirrors_synced_s"] = round(synced_at - restarted_at, 2) if synced_at else None
         # The Lease is the election's, not an action on the fleet.
@@ -329,12 +333,17 @@ class Phases:
             register_nodes(self.admin, [joiner], threads=1)
             took = _wait(lambda s=standby: _holder(self.admin) == s.identity, 120, every=0.1)
             leased = time.time() - killed if took else None
-            _wait(lambda j=joiner: self.jobs.created.get(j), 60, every=0.1)
-            mine = [
-                r
-                for r in _writes(self.auditlog, killed, time.time() + 1)
-                if r.user == standby.user and r.resource != "leases"
-            ]
+
+            def acted(s: Replica = standby, k: float = killed) -> list[audit.Request]:
+                return [
+                    r
+                    for r in _writes(self.auditlog, k, time.time() + 1)
+                    if r.user == s.user and r.resource != "leases"
+                ]
+
+            # Its first write, however long it takes (Kopf lists our resources first).
+            _wait(acted, 600, every=0.2)
+            mine = acted()
             first = min((r.at for r in mine), default=None)
             takeovers.append(
                 {
