@@ -1,9 +1,10 @@
 """Counting the operator's API requests from the API server's audit log.
 
-The operator runs under its own ServiceAccount token, and the audit policy logs
-(at Metadata level) only that user's requests, so every line is one request the
-operator made. Lines are read incrementally; each request is counted once (by
-audit ID), with its verb, resource, subresource, name and time.
+The operator runs under its own ServiceAccount token (a standby replica under
+another), and the audit policy logs (at Metadata level) only those users' requests,
+so every line is one request an operator replica made. Lines are read incrementally;
+each request is counted once (by audit ID), with its verb, resource, subresource,
+name, user and time.
 """
 
 from __future__ import annotations
@@ -18,18 +19,22 @@ from pathlib import Path
 OPERATOR_NS = "sdcguard-system"
 OPERATOR_SA = "sdcguard-operator"
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"
+STANDBY_SA = "sdcguard-standby"
+"""A second replica's own ServiceAccount: the audit log tells the two replicas apart."""
+STANDBY_USER = f"system:serviceaccount:{OPERATOR_NS}:{STANDBY_SA}"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 NODE_IN_NAME = re.compile(r"gpu-\d{5}")
 
 
-def policy_yaml(user: str = OPERATOR_USER) -> str:
-    """Log the operator's requests (metadata only), nothing else."""
+def policy_yaml(users: tuple[str, ...] = (OPERATOR_USER, STANDBY_USER)) -> str:
+    """Log the operator replicas' requests (metadata only), nothing else."""
+    listed = ", ".join(f'"{u}"' for u in users)
     return f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  users: ["{user}"]
+  users: [{listed}]
 - level: None
 """
 
@@ -54,6 +59,7 @@ class Request:
     subresource: str
     name: str
     code: int
+    user: str = OPERATOR_USER
 
     @property
     def write(self) -> bool:
@@ -78,9 +84,11 @@ def _epoch(stamp: str) -> float:
 class AuditLog:
     """Reads the audit log as it grows."""
 
-    def __init__(self, path: Path, user: str = OPERATOR_USER) -> None:
+    def __init__(
+        self, path: Path, users: frozenset[str] = frozenset({OPERATOR_USER, STANDBY_USER})
+    ) -> None:
         self.path = path
-        self.user = user
+        self.users = users
         self.requests: list[Request] = []
         self._seen: set[str] = set()
         self._offset = 0
@@ -103,7 +111,8 @@ class AuditLog:
                 continue
             event = json.loads(line)
             audit_id = event.get("auditID", "")
-            if audit_id in self._seen or (event.get("user") or {}).get("username") != self.user:
+            user = (event.get("user") or {}).get("username")
+            if audit_id in self._seen or user not in self.users:
                 continue
             self._seen.add(audit_id)
             ref = event.get("objectRef") or {}
@@ -115,6 +124,7 @@ class AuditLog:
                     subresource=ref.get("subresource", ""),
                     name=ref.get("name", ""),
                     code=int((event.get("responseStatus") or {}).get("code", 0)),
+                    user=str(user),
                 )
             )
         self.requests.extend(new)

@@ -290,6 +290,9 @@ class FastKubelet:
     def __init__(self, api: client.ApiClient, sdc_nodes: set[str], workers: int = 4) -> None:
         self.core = client.CoreV1Api(api)
         self.sdc_nodes = sdc_nodes
+        self.hold: set[str] = set()
+        """Nodes whose probe Pods are kept running until :meth:`release`."""
+        self._held: list[tuple[str, str, tuple[str, ...], str]] = []
         self.terminated: dict[str, list[float]] = defaultdict(list)
         self.completed = 0
         self._handled: set[str] = set()
@@ -332,7 +335,20 @@ class FastKubelet:
         args = list((spec.get("containers") or [{}])[0].get("args") or [])
         checks = tuple(args[args.index("--checks") + 1].split(",")) if "--checks" in args else ()
         image = (spec.get("containers") or [{}])[0].get("image", "")
+        with self.lock:
+            if node in self.hold:
+                self._held.append((name, node, checks, image))
+                return
         self._queue.put((name, node, checks, image))
+
+    def release(self) -> int:
+        """Complete the held probe Pods now (and hold no more); returns how many."""
+        with self.lock:
+            held, self._held = self._held, []
+            self.hold.clear()
+        for item in held:
+            self._queue.put(item)
+        return len(held)
 
     def _message(self, outcome: str, checks: tuple[str, ...]) -> tuple[int, str]:
         key = (outcome, checks)

@@ -104,7 +104,60 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{r['fresh_join_quarantine_latency_s']['p99'] / r['raw_node_patch_s']['p99']:.0f}x"
         ),
     )
+    row(
+        "Quarantine while qualifying, p50 / p99: termination → first write / → node patch sent",
+        lambda r: (
+            _pair(r["quarantine_breakdown"]["reaction_s"], unit=" s")
+            + " / "
+            + _pair(r["quarantine_breakdown"]["to_patch_s"], unit=" s")
+        ),
+    )
     row("Join → probe Job created, p50 / p99", lambda r: _pair(r["join_to_job_s"], unit=" s"))
+    row(
+        "Restart under faults: first write (its Lease) / copy complete / first quarantine",
+        lambda r: (
+            f"{_fmt(r['restart']['resume_s'], ' s')} / "
+            f"{_fmt(r['restart']['mirrors_synced_s'], ' s')} / "
+            f"{_fmt(r['restart']['first_quarantine_after_restart_s'], ' s')}"
+        ),
+    )
+    row(
+        "Restart: reservations in flight / lost / writes before the copy was complete",
+        lambda r: (
+            f"{r['restart']['reserved_before_kill']} / {len(r['restart']['lost_reservations'])}"
+            f" / {r['restart']['writes_before_complete_copy']}"
+        ),
+    )
+    row(
+        "Restart: SDCTests per clean / SDC joiner (max), faults injected",
+        lambda r: (
+            f"{r['restart']['sdctests_created_per_joiner']['clean_max']} / "
+            f"{r['restart']['sdctests_created_per_joiner']['sdc_max']}, "
+            + ", ".join(f"{k} {v}" for k, v in sorted(r["restart"]["faults_injected"].items()))
+        ),
+    )
+    row(
+        "Restart: copy against a LIST (nodes, probe Pods, probe Jobs)",
+        lambda r: ", ".join(
+            f"{v['mirror']}/{v['list']}" for v in r["restart"]["copy_against_list"].values()
+        ),
+    )
+    row(
+        "Standby: leader killed n times → new leader's first write, p50 / max",
+        lambda r: (
+            f"{_fmt(r['standby']['first_write_s']['p50'], ' s')} / "
+            f"{_fmt(r['standby']['first_write_s']['max'], ' s')} "
+            f"(n={r['standby']['first_write_s']['n']}, "
+            f"lease {r['standby']['lease_duration_s']:g} s)"
+        ),
+    )
+    row(
+        "Standby: writes outside the writer's own term / standby RSS",
+        lambda r: (
+            f"{r['standby']['writes_outside_own_term']} / "
+            f"{_fmt(r['standby']['standby_rss_mb'], ' MB')}"
+        ),
+    )
     row(
         "Breaker: screenings / kept as samples (cap 500) / SDC screenings / window failures",
         lambda r: (
@@ -183,8 +236,16 @@ def markdown(doc: dict[str, Any]) -> str:
         "operator's own ServiceAccount and attributed to nodes by the names derived from",
         'them (SDCTest, Job, Event, Node). "While qualifying" latencies are those of the',
         "initial fleet qualification (the operator busy with 100 screenings at a time);",
-        '"qualified fleet" ones come from 20 nodes joining the qualified fleet one by one',
-        "(2 of them reporting SDC). Initial sync is the operator's first write after start.",
+        '"qualified fleet" ones come from 40 nodes joining the qualified fleet one by one',
+        "(20 of them reporting SDC). Initial sync is the operator's first write after start.",
+        "The quarantine breakdown reads the audit log: the probe's end to the operator's",
+        "first write for that node, then to the node patch it sent. Restart: 20 nodes",
+        "join and are reserved, the operator is killed with their probes running, the",
+        "probes end, and a new operator starts behind the fault proxy (reads answered",
+        "429/500 or dropped, watches cut) until its first full pass. Standby: the",
+        "restarted operator and a second replica (its own ServiceAccount) elect a leader;",
+        "the leader is killed while a node joins, and the new leader's first write is",
+        "timed from the kill; the killed one comes back as the standby.",
         "",
     ]
     lines += [

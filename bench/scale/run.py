@@ -60,7 +60,7 @@ from tests.operator.harness import (
     trusted_baseline,
 )
 
-from bench.scale import audit, report
+from bench.scale import audit, report, restart
 from bench.scale.fleet import (
     FLEET_LABEL,
     FastKubelet,
@@ -79,7 +79,10 @@ RESYNC_SECONDS = 10.0
 KEEP_LOGS: Path | None = None
 MAX_CONCURRENT_TESTS = 100
 RAW_PATCHES = 50
-FRESH_JOINS = 20
+FRESH_JOINS = 40
+# A restart under start-up faults and standby takeovers after the other measurements
+# (bench/scale/restart.py); --no-restart leaves them out.
+RESTART_PHASES = True
 # Memory the run needs: control plane and tools, plus per node (Node, SDCTest, Job,
 # Pod, Events in etcd and the API server's caches; the operator's indexes).
 BASE_MB = 1500
@@ -140,33 +143,32 @@ def summary(values: list[float]) -> dict[str, Any]:
 # Cluster set-up -----------------------------------------------------------------------
 
 
-def operator_kubeconfig(admin: client.ApiClient, cluster: LocalCluster, path: Path) -> Path:
-    """A ServiceAccount for the operator, bound to cluster-admin, and a kubeconfig holding
-    a TokenRequest token for it: the audit log then tells its requests apart."""
+def operator_kubeconfig(
+    admin: client.ApiClient, cluster: LocalCluster, path: Path, sa: str = audit.OPERATOR_SA
+) -> tuple[Path, str]:
+    """A ServiceAccount for an operator replica, bound to cluster-admin, and a kubeconfig
+    holding a TokenRequest token for it (returned too): the audit log then tells its
+    requests apart."""
     core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
     with contextlib.suppress(client.ApiException):
-        core.create_namespaced_service_account(
-            NS, {"metadata": {"name": audit.OPERATOR_SA, "namespace": NS}}
-        )
+        core.create_namespaced_service_account(NS, {"metadata": {"name": sa, "namespace": NS}})
     with contextlib.suppress(client.ApiException):
         rbac.create_cluster_role_binding(
             {
-                "metadata": {"name": "sdcguard-bench-operator"},
+                "metadata": {"name": f"{sa}-bench"},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "ClusterRole",
                     "name": "cluster-admin",
                 },
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": audit.OPERATOR_SA, "namespace": NS}
-                ],
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": NS}],
             }
         )
     token = core.create_namespaced_service_account_token(
-        audit.OPERATOR_SA, NS, {"spec": {"expirationSeconds": 86400}}
+        sa, NS, {"spec": {"expirationSeconds": 86400}}
     ).status.token
     path.write_text(kubeconfig_text(cluster.server, cluster.ca_file, token, user="sdcguard"))
-    return path
+    return path, token
 
 
 class LogTail(threading.Thread):
@@ -241,9 +243,15 @@ class Sampler(threading.Thread):
 # One size -----------------------------------------------------------------------------
 
 
+# Quarantine latency samples per size: enough that p99 is not one outlier's value
+# alone at the sizes that matter (nearest rank: p99 of 25 is the slowest).
+SDC_SAMPLES = 25
+
+
 def sdc_nodes_for(n: int) -> list[str]:
-    """A few evenly spread SDC nodes (quarantine latency samples)."""
-    count = 3 if n <= 100 else 5 if n <= 1000 else 10
+    """Evenly spread SDC nodes (quarantine latency samples): SDC_SAMPLES, at most a
+    fifth of the fleet (the breaker trips at half)."""
+    count = max(1, min(SDC_SAMPLES, n // 5))
     step = n // count
     return [node_name(i * step + step // 2) for i in range(count)]
 
@@ -291,6 +299,51 @@ def release_latencies(
         if before:
             out.append(mark - max(before))
     return out
+
+
+def quarantine_breakdown(
+    nodes: list[str], watch: NodeWatch, kubelet: FastKubelet, auditlog: audit.AuditLog
+) -> dict[str, Any]:
+    """Where each quarantine's time goes, from the audit log: probe termination to the
+    operator's first write for that node (its reaction), the writes it sends before the
+    node patch, and the patch's arrival to the benchmark's watch seeing the taint."""
+    rows = []
+    for name in nodes:
+        rec = watch.record(name)
+        ends = kubelet.terminated.get(name, [])
+        if not rec.quarantined or not ends:
+            continue
+        mark = rec.quarantined[0]
+        before = [t for t in ends if t <= mark]
+        if not before:
+            continue
+        end = max(before)
+        mine = [r for r in auditlog.between(end - 0.5, mark + 0.5) if r.node == name and r.write]
+        after = [r for r in mine if r.at >= end - 0.05]
+        patch = next((r for r in after if r.kind == "patch nodes"), None)
+        if not after or patch is None:
+            continue
+        rows.append(
+            {
+                "node": name,
+                "total_s": round(mark - end, 4),
+                "reaction_s": round(after[0].at - end, 4),
+                "to_patch_s": round(patch.at - after[0].at, 4),
+                "patch_to_seen_s": round(mark - patch.at, 4),
+                "writes_before_patch": [r.kind for r in after if r.at < patch.at],
+            }
+        )
+    rows.sort(key=lambda r: -float(r["total_s"]))
+
+    def part(key: str) -> dict[str, Any]:
+        return summary([float(r[key]) for r in rows])
+
+    return {
+        "reaction_s": part("reaction_s"),
+        "to_patch_s": part("to_patch_s"),
+        "patch_to_seen_s": part("patch_to_seen_s"),
+        "slowest": rows[:5],
+    }
 
 
 def raw_patch_latency(admin: client.ApiClient, name: str, count: int) -> list[float]:
@@ -416,7 +469,10 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
         admin.configuration.connection_pool_maxsize = 16
         apply_crds(admin)
         ensure_namespace(admin)
-        op_config = operator_kubeconfig(admin, cluster, audit_dir / "operator.kubeconfig")
+        op_config, op_token = operator_kubeconfig(admin, cluster, audit_dir / "operator.kubeconfig")
+        standby_config, standby_token = operator_kubeconfig(
+            admin, cluster, audit_dir / "standby.kubeconfig", sa=audit.STANDBY_SA
+        )
         client.CoreV1Api(admin).create_node(node_body("bench-raw-patch", gpus=0, fleet=False))
         t0 = time.monotonic()
         register_nodes(admin, names, progress=lambda k: say(f"registered {k}/{n} nodes"))
@@ -433,13 +489,22 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
             w.synced.wait(60)
         auditlog = audit.AuditLog(audit_file)
         op_log = audit_dir / "operator.log"
-        operator = OperatorProcess(
-            op_config,
-            op_log,
-            env={
-                "SDCGUARD_RESYNC_SECONDS": str(RESYNC_SECONDS),
-                "SDCGUARD_LOG_LEVEL": "info",
-            },
+        op_env = {"SDCGUARD_RESYNC_SECONDS": str(RESYNC_SECONDS), "SDCGUARD_LOG_LEVEL": "info"}
+        operator = OperatorProcess(op_config, op_log, env=op_env)
+        phases = restart.Phases(
+            n=n,
+            first_free=n + FRESH_JOINS,
+            admin=admin,
+            cluster=cluster,
+            workdir=audit_dir,
+            auditlog=auditlog,
+            nodes=nodes,
+            jobs=jobs,
+            kubelet=kubelet,
+            kubeconfigs={audit.OPERATOR_USER: op_config, audit.STANDBY_USER: standby_config},
+            tokens={audit.OPERATOR_USER: op_token, audit.STANDBY_USER: standby_token},
+            env=op_env,
+            say=say,
         )
         tail = LogTail(op_log)
         tail.start()
@@ -459,7 +524,15 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
                     kubelet, auditlog, started, qualify_timeout, say,
                 )
             )  # fmt: skip
+            if RESTART_PHASES:
+                try:
+                    result["restart"], active = phases.restart(operator)
+                    result["standby"] = phases.standby(active)
+                except Exception as exc:  # the measurements above stand on their own
+                    say(f"restart/standby phase failed: {exc!r}")
+                    result["restart_error"] = repr(exc)[:500]
         finally:
+            phases.stop_all()
             operator.stop()
             sampler.stop.set()
             tail.stop.set()
@@ -474,6 +547,8 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
     if KEEP_LOGS is not None:
         KEEP_LOGS.mkdir(parents=True, exist_ok=True)
         shutil.copy(op_log, KEEP_LOGS / f"operator-{n}.log")
+        for extra in audit_dir.glob("operator-*.log"):
+            shutil.copy(extra, KEEP_LOGS / f"{extra.stem}-{n}.log")
     shutil.rmtree(audit_dir, ignore_errors=True)
     return result
 
@@ -566,6 +641,8 @@ def measure(
     out["operator"]["rss_mb_at_qualified"] = round(sampler.samples[-1][1], 1)
     out["release_latency_s"] = summary(release_latencies(clean, nodes, kubelet, quarantine=False))
     out["quarantine_latency_s"] = summary(release_latencies(sdc, nodes, kubelet, quarantine=True))
+    out["quarantine_breakdown"] = quarantine_breakdown(sdc, nodes, kubelet, auditlog)
+    say(f"quarantine breakdown: {out['quarantine_breakdown']}")
     say(
         f"fleet qualified in {out['qualify_s']}s; termination->release "
         f"{out['release_latency_s']}, ->quarantine {out['quarantine_latency_s']}"
@@ -670,7 +747,7 @@ def measure(
             GROUP, VERSION, "sdcpolicies", "bench", {"spec": {"paused": False}}
         )
     joiners = [node_name(n + i) for i in range(FRESH_JOINS)]
-    sick_joiners = joiners[:: FRESH_JOINS // 2]
+    sick_joiners = joiners[::2]  # half of them: FRESH_JOINS // 2 quarantine samples
     kubelet.sdc_nodes.update(sick_joiners)
     fine_joiners = [x for x in joiners if x not in sick_joiners]
     joined_at: dict[str, float] = {}
@@ -788,9 +865,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-logs", type=Path, default=None, help="copy each size's operator log here"
     )
+    parser.add_argument(
+        "--no-restart",
+        action="store_true",
+        help="leave out the restart under faults and the standby takeovers",
+    )
     args = parser.parse_args(argv)
-    global KEEP_LOGS
+    global KEEP_LOGS, RESTART_PHASES
     KEEP_LOGS = args.keep_logs
+    RESTART_PHASES = not args.no_restart
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if any(s < 10 for s in sizes):
         parser.error("sizes must be at least 10 nodes")

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from sdcguard.adapters import observe, reports, ticket_sinks
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.kube import KubeWriter, make_api_client
+from sdcguard.adapters.leader import LeaderElector
 from sdcguard.adapters.pass_state import FleetView, TestSnapshot, UrgentWork
 from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import GROUP, VERSION, SDCBaseline, SDCPolicy, SDCTestPhase
@@ -69,19 +70,24 @@ class Runtime:
     """The operator's state shared by its handlers: made by the startup handler and
     kept in Kopf's memo (``memo.rt``), which every handler receives; no module globals."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, reconciler: Reconciler) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        reconciler: Reconciler,
+        inventory: Inventory | None = None,
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
         self.reconciler = reconciler
         self.wakes: list[Wake] = []
         self.started = _now()
-        self.inventory = Inventory(
-            reconciler.writer.api,
-            settings.namespace,
-            test_node=lambda test: reconciler.test_nodes.get(test),
-            clock=_now,
+        self.inventory = inventory or Inventory(
+            reconciler.writer.api, settings.namespace, test_node=lambda _: None, clock=_now
         )
-        """Nodes, workload Pods, probe Pods and Jobs: listed in pages, then watched."""
+        """Nodes, workload Pods, probe Pods and Jobs: listed in pages, then watched (a
+        standby replica's is handed in already warm)."""
+        self.inventory.test_node = lambda test: reconciler.test_nodes.get(test)
         # One worker thread runs every pass (they are serialized anyway): one malloc arena.
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
         self.policy_seen: dict[str, Any] = {}
@@ -133,8 +139,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     metrics = Metrics()
     if config.metrics_port:
         metrics.serve(config.metrics_port)
-    writer = KubeWriter(api=make_api_client(), metrics=metrics, dry_run=config.dry_run)
-    rt = Runtime(config, metrics, Reconciler(writer=writer, settings=config, metrics=metrics))
+    # With leader election (__main__), the Lease's holder starts Kopf: its writes are
+    # fenced by the Lease, and its inventory has been listing while it waited.
+    elector: LeaderElector | None = memo.get("elector")
+    writer = KubeWriter(
+        api=make_api_client(),
+        metrics=metrics,
+        dry_run=config.dry_run,
+        leading=elector.leading if elector is not None else None,
+    )
+    reconciler = Reconciler(writer=writer, settings=config, metrics=metrics)
+    rt = Runtime(config, metrics, reconciler, memo.get("inventory"))
     memo.rt = rt
 
     def node_changed(name: str, node: NodeSnapshot | None) -> None:
@@ -152,7 +167,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # We post our own Events on transitions; Kopf's per-handler events are noise.
     settings.posting.enabled = False
     settings.posting.level = logging.WARNING
-    # One replica with the Recreate strategy: no peering objects needed.
+    # One active replica: alone, or the holder of the leader Lease (__main__); Kopf's
+    # peering is not used.
     settings.peering.standalone = True
     settings.peering.mandatory = False
     # Progress and diff-base bookkeeping only ever lands on our own resources: Nodes,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sdcguard.domain.reports import ReportLimits
@@ -49,6 +49,52 @@ class Settings(BaseSettings):
         default=False, description="Decide and log, but send no mutating request at all."
     )
     api_timeout_seconds: float = Field(default=10.0, gt=0)
+    leader_election: bool = Field(
+        default=False,
+        description="Run as one of several replicas: only the holder of the leader Lease "
+        "acts; the others keep their copy of Nodes and Pods warm and take over when it "
+        "stops renewing (adapters/leader.py).",
+    )
+    leader_lease_name: str = Field(
+        default="sdcguard-leader", description="The Lease's name (in the namespace above)."
+    )
+    leader_identity: str = Field(
+        default="",
+        description="This replica's name in the Lease (the chart passes the Pod name); "
+        "empty: the host name and process id.",
+    )
+    lease_duration_seconds: int = Field(
+        default=8,
+        ge=2,
+        description="How long a standby waits, by its own clock, for an unchanged Lease "
+        "before it takes over.",
+    )
+    renew_deadline_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="A leader that could not renew for this long stops acting and exits "
+        "(shorter than the lease duration, so it stops before a standby may start).",
+    )
+    retry_period_seconds: float = Field(
+        default=1.0, ge=1, description="How often the leader renews and a standby tries."
+    )
+
+    @model_validator(mode="after")
+    def _lease_times(self) -> Settings:
+        # The client's election refuses anything else (its jitter is 1.2).
+        if not (
+            1.2 * self.retry_period_seconds
+            < self.renew_deadline_seconds
+            < self.lease_duration_seconds
+        ):
+            raise ValueError(
+                "1.2 x SDCGUARD_RETRY_PERIOD_SECONDS < SDCGUARD_RENEW_DEADLINE_SECONDS < "
+                "SDCGUARD_LEASE_DURATION_SECONDS must hold, got "
+                f"{self.retry_period_seconds} / {self.renew_deadline_seconds} / "
+                f"{self.lease_duration_seconds}"
+            )
+        return self
+
     report_window_seconds: float = Field(
         default=3600.0,
         gt=0,

@@ -82,6 +82,41 @@ def test_deployment_runs_one_hardened_replica(docs: list[dict[str, Any]]) -> Non
     assert pod["serviceAccountName"] == find(docs, "ServiceAccount")["metadata"]["name"]
 
 
+def test_two_replicas_elect_a_leader_on_a_lease() -> None:
+    """replicas: 2 turns leader election on (each Pod named in the Lease by its own
+    name), rolls without a gap, grants the Lease and nothing more; the settings accept
+    the rendered timings."""
+    from sdcguard.settings import Settings
+
+    docs = render({"replicas": 2, "leaderElection": {"leaseDurationSeconds": 10}})
+    dep = find(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["SDCGUARD_LEADER_ELECTION"] == "true"
+    assert env["SDCGUARD_LEADER_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    lease_rules = [r for _, r in _rules(docs, "Role") if "leases" in r["resources"]]
+    assert lease_rules == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    plain = {k: v for k, v in env.items() if isinstance(v, str)}
+    settings = Settings(**{k.removeprefix("SDCGUARD_").lower(): v for k, v in plain.items()})
+    assert settings.leader_election and settings.lease_duration_seconds == 10
+    # One replica: no election, no Lease rule.
+    single = render({})
+    (one,) = find(single, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "SDCGUARD_LEADER_ELECTION" not in {e["name"] for e in one["env"]}
+    assert not [r for _, r in _rules(single, "Role") if "leases" in r["resources"]]
+
+
 def test_operator_settings_accept_the_rendered_environment(docs: list[dict[str, Any]]) -> None:
     from sdcguard.settings import Settings
 
@@ -445,7 +480,8 @@ def test_policy_can_be_left_out() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"replicas": 2}, "Additional property replicas is not allowed"),
+        ({"replicas": 0}, "replicas: Must be greater than or equal to 1"),
+        ({"leaderElection": {"leaseSeconds": 9}}, "Additional property leaseSeconds"),
         ({"policy": {"mdoe": "Observe"}}, "policy: Additional property mdoe is not allowed"),
         (
             {"policy": {"suites": {"acceptance": {"checks": {"gpu-burn": {}}}}}},

@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client
 
 from sdcguard.adapters.inventory import Inventory
-from sdcguard.adapters.mirror import Change, Kind, Mirror, retrying_client
+from sdcguard.adapters.mirror import Change, Kind, Mirror, object_key, retrying_client
 from sdcguard.domain.observed import NodeSnapshot
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
@@ -226,8 +226,21 @@ def test_the_inventory_says_when_a_workload_stops_using_a_node(
             ),
         )
 
+    parsed: dict[str, list[str]] = {"pods": [], "probe-pods": []}
+
+    def recording(mirror: Mirror[Any]) -> None:
+        slim = mirror.slim
+
+        def record(body: Any) -> Any:
+            parsed[mirror.kind.name].append(object_key(body))
+            return slim(body)
+
+        mirror.slim = record
+
     async def scenario() -> None:
         inv = Inventory(api_client, namespace, test_node=lambda _: None, clock=_clock)
+        recording(inv.pods)
+        recording(inv.probe_pods)
         inv.start(asyncio.get_running_loop(), lambda nodes=None, **kw: pokes.append((nodes, kw)))
         try:
             assert await asyncio.wait_for(inv.wait_synced(lambda: False), 30)
@@ -246,6 +259,21 @@ def test_the_inventory_says_when_a_workload_stops_using_a_node(
             await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("waits", None))
             await _until(inv.pending, "the pending demand")
             assert [d.name for d in inv.pending() if d.namespace == namespace] == ["waits"]
+            # A probe Pod is the probe mirror's alone: the server leaves it out of the
+            # all-Pods watch, so it is parsed once.
+            probe = pod("probe", node)
+            probe.metadata.labels = {"app.kubernetes.io/component": "sdcprobe"}
+            await asyncio.to_thread(core.create_namespaced_pod, namespace, probe)
+            await _until(lambda: f"{namespace}/probe" in parsed["probe-pods"], "the probe Pod")
+            await asyncio.to_thread(
+                core.patch_namespaced_pod_status,
+                "probe",
+                namespace,
+                {"status": {"phase": "Succeeded"}},
+            )
+            await _until(lambda: parsed["probe-pods"].count(f"{namespace}/probe") >= 2, "its end")
+            assert f"{namespace}/train" in parsed["pods"]
+            assert f"{namespace}/probe" not in parsed["pods"]
         finally:
             inv.stop()
 

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
-from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
+from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork, failures_first
 from sdcguard.api import SDCPolicy
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, pool_usage
@@ -118,13 +118,17 @@ class _Spy(KubeWriter):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.by_node: Counter[str] = Counter()
+        self.order: list[str] = []
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> None:
         self.by_node[name] += 1
+        self.order.append(name)
         super().patch_node(name, patch)
 
     def create_custom(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        self.by_node[str(body.get("spec", {}).get("nodeName"))] += 1
+        node = str(body.get("spec", {}).get("nodeName"))
+        self.by_node[node] += 1
+        self.order.append(node)
         return super().create_custom(plural, body)
 
 
@@ -228,6 +232,46 @@ def test_urgent_work_with_a_partial_view_forgets_no_other_node() -> None:
     memory = rec._memory["fleet"]
     assert set(memory.states) == {"gpu-0", "gpu-1", "gpu-2"}
     assert memory.states["gpu-1"] == "Quarantined"
+
+
+def _ended_probe(node_name: str, phase: str) -> observe.ProbePod:
+    return observe.ProbePod(
+        test_name=f"{node_name}-t1",
+        name=f"{node_name}-t1-pod",
+        node_name=node_name,
+        phase=phase,
+        exit_code=1 if phase == "Failed" else 0,
+        message_z=None,
+        terminated_reason="Error" if phase == "Failed" else "Completed",
+        pod_reason="",
+        started=NOW,
+        finished=NOW,
+        deleted=False,
+    )
+
+
+def test_a_failed_probes_node_is_decided_first_and_alone() -> None:
+    """Probe ends offered together: the node whose probe Pod failed is decided in a
+    pass of its own before the others, so its quarantine waits for none of their
+    writes; the others are decided together."""
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(3)}
+    rec, writer = _reconciler()
+    rec.run_pass(_policy_body(5), _view(nodes), NOW)
+    writer.order.clear()
+    urgent = {n: _node_body(n, rv=2, **{keys.REQUEST_QUARANTINE: "fans"}) for n in nodes}
+    view = _view(urgent)
+    view.complete = False
+    view.probe_pods = {
+        p.test_name: [p]
+        for p in (_ended_probe("gpu-0", "Succeeded"), _ended_probe("gpu-2", "Failed"))
+    }
+    work = UrgentWork(_policy_body(5), view, frozenset(urgent), NOW)
+    assert failures_first(work) == [frozenset({"gpu-2"}), frozenset({"gpu-0", "gpu-1"})]
+    rec.offer_urgent(work)
+    rec.run_pass(_policy_body(5), _view(nodes), NOW, dirty=())
+    # Each quarantine is a ticket and a patch: gpu-2's both come first.
+    assert writer.order[:2] == ["gpu-2", "gpu-2"]
+    assert sorted(writer.order[2:]) == ["gpu-0", "gpu-0", "gpu-1", "gpu-1"]
 
 
 def test_a_probe_pods_result_is_kept_compressed_and_read_back_intact() -> None:

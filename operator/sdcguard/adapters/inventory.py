@@ -6,7 +6,8 @@ module for why these kinds do not go through Kopf), each keeping slim snapshots:
 - **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
 - **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
   grouped by node) or waits for them unscheduled (:class:`observe.PendingDemand`);
-  Pods that request no device are not kept at all;
+  Pods that request no device are not kept at all, and probe Pods are left out by
+  the server (a label selector);
 - **probe Pods** and **probe Jobs**: only the operator's namespace, selected by the
   probe's component label on the server (a Pod labelled like a probe elsewhere must
   never pass or fail a node), grouped by their SDCTest.
@@ -20,6 +21,7 @@ ended, urgently, with the ended object itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -90,6 +92,7 @@ class Inventory:
         self._poke: Poke | None = None
         self._on_node: Callable[[str, NodeSnapshot | None], None] | None = None
         self._stop = threading.Event()
+        self._started = False
         probe = f"{COMPONENT_LABEL}={COMPONENT}"
         self.nodes: Mirror[NodeSnapshot] = Mirror(
             self.api,
@@ -100,7 +103,9 @@ class Inventory:
         )
         self.pods: Mirror[observe.PodUse | observe.PendingDemand] = Mirror(
             self.api,
-            PODS,
+            # Probe Pods are the probe mirror's: the server leaves them out here, so no
+            # probe Pod event is parsed twice.
+            dataclasses.replace(PODS, label_selector=f"{COMPONENT_LABEL}!={COMPONENT}"),
             _pod_entry,
             groups=_pod_groups,
             on_change=self._pods_changed,
@@ -143,9 +148,17 @@ class Inventory:
         poke: Poke,
         on_node: Callable[[str, NodeSnapshot | None], None] | None = None,
     ) -> None:
-        """Start the mirrors; ``poke`` and ``on_node`` (each node that changed, and how
-        it is now, None when deleted) are called in ``loop``."""
+        """Start the mirrors (unless :meth:`warm` did); ``poke`` and ``on_node`` (each
+        node that changed, and how it is now, None when deleted) are called in ``loop``."""
         self._loop, self._poke, self._on_node = loop, poke, on_node
+        self.warm()
+
+    def warm(self) -> None:
+        """Start listing and watching without anyone to tell (a standby replica): the
+        copy stays current, and the first pass after :meth:`start` is a full one."""
+        if self._started:
+            return
+        self._started = True
         for mirror in self.mirrors:
             mirror.start(self._stop)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,10 @@ def make_api_client() -> client.ApiClient:
     return api
 
 
+class NotLeading(RuntimeError):
+    """A write from a replica that does not hold the leader Lease (never sent)."""
+
+
 @dataclass
 class KubeWriter:
     """All writes the operator makes, counted and dry-run aware."""
@@ -47,6 +52,9 @@ class KubeWriter:
     metrics: Metrics
     dry_run: bool = False
     writes: Counter[str] = field(default_factory=Counter)
+    leading: Callable[[], bool] | None = None
+    """With leader election: whether this replica holds the Lease now. Every write is
+    refused (:class:`NotLeading`) while it does not (``adapters/leader.py``)."""
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
@@ -54,7 +62,10 @@ class KubeWriter:
         self.custom = client.CustomObjectsApi(self.api)
 
     def _count(self, kind: str) -> bool:
-        """Record one write; returns False in dry-run (caller must not send)."""
+        """Record one write; returns False in dry-run (caller must not send). Raises
+        :class:`NotLeading` when a replica that lost its Lease tries to write."""
+        if self.leading is not None and not self.leading():
+            raise NotLeading(f"{kind} refused: this replica does not hold the leader Lease")
         self.writes[kind] += 1
         self.metrics.api_writes.labels(kind=kind).inc()
         if self.dry_run:

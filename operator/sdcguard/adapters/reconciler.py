@@ -61,6 +61,22 @@ log = structlog.get_logger("sdcguard.reconcile")
 __all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
 
 
+def failures_first(work: UrgentWork) -> list[frozenset[str]]:
+    """The urgent nodes in the passes that decide them, in order: each node whose probe
+    Pod failed (SDC, a crash: a quarantine or its confirmation may follow) in a pass
+    of its own, then the rest together (one pass costs less than one per node)."""
+    failed = sorted(
+        {
+            pod.node_name
+            for pods in work.view.probe_pods.values()
+            for pod in pods
+            if pod.phase == "Failed" and pod.node_name in work.nodes
+        }
+    )
+    rest = work.nodes - set(failed)
+    return [frozenset({node}) for node in failed] + ([rest] if rest else [])
+
+
 class Reconciler(Executor, PolicyReporter):
     """Runs passes: observe, decide (pure), act. Holds only caches that a restart may
     lose without harm (see ReconcilerState)."""
@@ -108,8 +124,13 @@ class Reconciler(Executor, PolicyReporter):
                 return left
 
     def _serve_urgent(self) -> None:
-        """Serve the urgent work offered so far, one pass per policy (work offered
-        while it runs waits for the next check, so the running pass moves on too)."""
+        """Serve the urgent work offered so far (work offered while it runs waits for
+        the next check, so the running pass moves on too).
+
+        A node whose probe failed is decided first, in a pass of its own: probe ends
+        decided together write every node's test status before any node patch, so a
+        quarantine waited behind the other nodes' writes (measured under load: the
+        writes before its patch took 0.23 s at p50, several times the patch)."""
         if self._depth:
             return
         merged: dict[str, UrgentWork] = {}
@@ -125,14 +146,15 @@ class Reconciler(Executor, PolicyReporter):
                 )
             merged[key] = work
         for work in merged.values():
-            self._depth += 1
-            try:
-                self._run_pass(work.policy, work.view, work.now, work.nodes, fill=False)
-            except Exception:  # the loop's next pass decides again
-                log.exception("urgent pass failed", nodes=sorted(work.nodes)[:10])
-            finally:
-                self._depth -= 1
-                self._touched |= work.nodes
+            for nodes in failures_first(work):
+                self._depth += 1
+                try:
+                    self._run_pass(work.policy, work.view, work.now, nodes, fill=False)
+                except Exception:  # the loop's next pass decides again
+                    log.exception("urgent pass failed", nodes=sorted(nodes)[:10])
+                finally:
+                    self._depth -= 1
+                    self._touched |= nodes
 
     def _skip(self, node: str) -> bool:
         """Urgent work served during this pass decided the node from fresher facts."""

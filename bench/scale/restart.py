@@ -1,0 +1,383 @@
+"""A restart mid-run under start-up faults, and a standby that takes over (bench.scale).
+
+Run by :func:`bench.scale.run.measure` after the other measurements of a size:
+
+- **Restart.** Nodes join and are reserved (their probe Pods are held running by the
+  fake kubelet); the operator is killed (SIGKILL) with those reservations in flight,
+  the probes end while no operator runs, and a new operator starts behind the fault
+  proxy (``tests/chaos/proxy.py``): list pages and other reads answered 429 or 500 at
+  a rate, connections dropped, watches cut, until its first full pass. Measured: time
+  to its first write, to the first quarantine of an SDC node found after the restart,
+  whether every reservation ended (Qualified or Quarantined), writes per joiner across
+  the restart (a repeat is a no-op: no second SDCTest), that its copy of the fleet was
+  complete (its "mirror synced" counts against a LIST) and that nothing was written
+  before it was.
+- **Standby.** The restarted operator runs with leader election; a standby replica
+  under another ServiceAccount keeps its copy warm. The leader is killed several
+  times (a node joins at each kill, so the new leader has something to do); measured:
+  kill to the new leader's Lease and to its first write, and, from the audit log, that
+  no write of one replica fell inside another's term.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kubernetes import client
+from tests.chaos.proxy import FaultProxy, FaultRates
+from tests.cluster.localcluster import LocalCluster
+from tests.operator.harness import NS, OperatorProcess
+
+from bench.scale import audit
+from bench.scale.fleet import FastKubelet, JobWatch, NodeWatch, node_name, register_nodes
+
+RESTART_JOINS = 20
+"""Nodes in flight at the kill; every fourth reports SDC."""
+KILLS = 5
+LEASE = "sdcguard-leader"
+LEADER_ENV = {
+    "SDCGUARD_LEADER_ELECTION": "true",
+    "SDCGUARD_LEASE_DURATION_SECONDS": "8",
+    "SDCGUARD_RENEW_DEADLINE_SECONDS": "5",
+    "SDCGUARD_RETRY_PERIOD_SECONDS": "1",
+}
+STARTUP_FAULTS = FaultRates(
+    drop=0.05,
+    error_500=0.10,
+    error_429=0.10,
+    conflict_409=0.0,
+    lost_response=0.0,
+    delay=0.0,
+    max_delay_s=0.0,
+    cut_watch=0.5,
+    max_watch_s=3.0,
+)
+"""Reads (list pages included) fail at these rates and watches are cut within 3 s."""
+NOT_CHANGES = frozenset({"selfsubjectaccessreviews", "selfsubjectrulesreviews"})
+
+
+@dataclass
+class Replica:
+    """One operator process, its ServiceAccount's audit user and its log."""
+
+    proc: OperatorProcess
+    user: str
+    log: Path
+    identity: str
+    synced: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """kind -> (time, objects) of each mirror's first complete list, from the log."""
+    passes: list[tuple[float, int]] = field(default_factory=list)
+    """(time, nodes) of each reconcile pass."""
+    lead_at: float | None = None
+
+    def read_log(self) -> None:
+        self.synced.clear()
+        self.passes.clear()
+        if not self.log.exists():
+            return
+        for line in self.log.read_text(errors="replace").splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            event = doc.get("event")
+            if event not in ("mirror synced", "reconcile pass", "leading"):
+                continue
+            at = dt.datetime.fromisoformat(
+                str(doc.get("timestamp", "")).replace("Z", "+00:00")
+            ).timestamp()
+            if event == "mirror synced":
+                self.synced.setdefault(str(doc.get("kind")), (at, int(doc.get("objects", 0))))
+            elif event == "leading":
+                self.lead_at = at
+            else:
+                self.passes.append((at, int(doc.get("nodes", 0))))
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, every: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False
+
+
+def _writes(auditlog: audit.AuditLog, start: float, end: float) -> list[audit.Request]:
+    return [
+        r
+        for r in auditlog.between(start, end)
+        if r.write and r.resource not in NOT_CHANGES and r.code < 400
+    ]
+
+
+def _holder(admin: client.ApiClient) -> str | None:
+    with contextlib.suppress(client.ApiException):
+        lease: Any = client.CoordinationV1Api(admin).read_namespaced_lease(LEASE, NS)
+        return lease.spec.holder_identity or None
+    return None
+
+
+def _proxy_kubeconfig(path: Path, url: str, token: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters:\n- name: proxied\n  cluster: {{server: "{url}"}}\n'
+        f"users:\n- name: operator\n  user: {{token: {token}}}\n"
+        "contexts:\n- name: proxied\n  context: {cluster: proxied, user: operator}\n"
+        "current-context: proxied\n"
+    )
+    return path
+
+
+def _listed(admin: client.ApiClient) -> dict[str, int]:
+    """What a LIST returns now, for the kinds whose mirror keeps every object."""
+    core, batch = client.CoreV1Api(admin), client.BatchV1Api(admin)
+    probe = "app.kubernetes.io/component=sdcprobe"
+
+    def count(resp: Any) -> int:
+        return len(json.loads(resp.data)["items"])
+
+    return {
+        "nodes": count(core.list_node(_preload_content=False)),
+        "probe-pods": count(
+            core.list_namespaced_pod(NS, label_selector=probe, _preload_content=False)
+        ),
+        "probe-jobs": count(
+            batch.list_namespaced_job(NS, label_selector=probe, _preload_content=False)
+        ),
+    }
+
+
+@dataclass
+class Phases:
+    """What the restart and standby phases share with the rest of a size's run."""
+
+    n: int
+    first_free: int
+    admin: client.ApiClient
+    cluster: LocalCluster
+    workdir: Path
+    auditlog: audit.AuditLog
+    nodes: NodeWatch
+    jobs: JobWatch
+    kubelet: FastKubelet
+    kubeconfigs: dict[str, Path]
+    """audit user -> kubeconfig with that ServiceAccount's token."""
+    tokens: dict[str, str]
+    env: dict[str, str]
+    say: Callable[[str], None]
+    started: list[Replica] = field(default_factory=list)
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def replica(self, user: str, kubeconfig: Path, tag: str) -> Replica:
+        log = self.workdir / f"operator-{tag}.log"
+        identity = f"replica-{tag}"
+        proc = OperatorProcess(
+            kubeconfig, log, env={**self.env, **LEADER_ENV, "SDCGUARD_LEADER_IDENTITY": identity}
+        )
+        replica = Replica(proc, user, log, identity)
+        self.started.append(replica)
+        proc.start()
+        return replica
+
+    def stop_all(self) -> None:
+        for replica in self.started:
+            replica.proc.stop()
+        self.resources.close()
+
+    # Restart -------------------------------------------------------------------
+
+    def restart(self, operator: OperatorProcess) -> tuple[dict[str, Any], Replica]:
+        """Kill the operator with reservations in flight; start one behind faults."""
+        joiners = [node_name(self.first_free + i) for i in range(RESTART_JOINS)]
+        self.first_free += RESTART_JOINS
+        sick = joiners[::4]
+        self.kubelet.sdc_nodes.update(sick)
+        self.kubelet.hold.update(joiners)
+        register_nodes(self.admin, joiners, threads=4)
+        reserved = _wait(lambda: all(self.jobs.created.get(x) for x in joiners), 120)
+        states = self.nodes.states()
+        in_flight = sorted(x for x in joiners if states.get(x) == "Testing")
+        operator.kill()
+        killed = time.time()
+        held = self.kubelet.release()
+        self.say(
+            f"restart: killed the operator with {len(in_flight)} reservations in flight "
+            f"({held} probe Pods end while it is down)"
+        )
+        time.sleep(2.0)
+        out: dict[str, Any] = {"joiners": len(joiners), "sdc_joiners": len(sick)}
+        out["reserved_before_kill"] = (
+            len(in_flight) if reserved else f"{len(in_flight)} (timed out)"
+        )
+        token = self.tokens[audit.OPERATOR_USER]
+        # The restarted operator talks through the proxy for the rest of its life (it
+        # leads the standby phase): the proxy closes with the phases (stop_all).
+        proxy = self.resources.enter_context(
+            FaultProxy(
+                self.cluster.server, self.cluster.ca_file, token, seed=16, rates=STARTUP_FAULTS
+            )
+        )
+        config = _proxy_kubeconfig(self.workdir / "proxied.kubeconfig", proxy.url, token)
+        restarted_at = time.time()
+        new = self.replica(audit.OPERATOR_USER, config, "restarted")
+
+        def full_pass() -> bool:
+            new.read_log()
+            return any(nodes >= self.n for _, nodes in new.passes)
+
+        if not _wait(full_pass, 300, every=0.5):
+            raise RuntimeError(f"the restarted operator never passed; see {new.log}")
+        proxy.calm()
+        out["faults_injected"] = dict(proxy.injected)
+        listed = _listed(self.admin)
+        settled = _wait(
+            lambda: all(
+                self.nodes.states().get(x) == ("Quarantined" if x in sick else "Qualified")
+                for x in joiners
+            ),
+            300,
+            every=0.5,
+        )
+        new.read_log()
+        states = self.nodes.states()
+        out["settled"] = settled
+        out["lost_reservations"] = sorted(
+            x for x in in_flight if states.get(x) not in ("Qualified", "Quarantined")
+        )
+        writes = _writes(self.auditlog, restarted_at, time.time() + 1)
+        # resume_s: its first accepted write of any kind (the Lease, with leader
+        # election); first_fleet_write_s: its first write about the fleet.
+        first_write = min((r.at for r in writes), default=None)
+        out["resume_s"] = round(first_write - restarted_at, 2) if first_write else None
+        fleet = min((r.at for r in writes if r.resource != "leases"), default=None)
+        out["first_fleet_write_s"] = round(fleet - restarted_at, 2) if fleet else None
+        synced_at = max((at for at, _ in new.synced.values()), default=None)
+        out["mirrors_synced_s"] = round(synced_at - restarted_at, 2) if synced_at else None
+        # The Lease is the election's, not an action on the fleet.
+        out["writes_before_complete_copy"] = sum(
+            1 for r in writes if r.resource != "leases" and (synced_at is None or r.at < synced_at)
+        )
+        out["copy_against_list"] = {
+            kind: {"mirror": new.synced.get(kind, (0.0, None))[1], "list": count}
+            for kind, count in listed.items()
+        }
+        marks = [
+            rec.quarantined[0]
+            for x in sick
+            if (rec := self.nodes.record(x)).quarantined and rec.quarantined[0] > restarted_at
+        ]
+        out["first_quarantine_after_restart_s"] = (
+            round(min(marks) - restarted_at, 2) if marks else None
+        )
+        per_joiner = Counter(r.node for r in _writes(self.auditlog, killed - 600, time.time() + 1)
+                             if r.node in set(joiners))  # fmt: skip
+        tests = Counter(
+            r.node
+            for r in _writes(self.auditlog, killed - 600, time.time() + 1)
+            if r.kind == "create sdctests" and r.node in set(joiners)
+        )
+        out["sdctests_created_per_joiner"] = {
+            "clean_max": max((tests[x] for x in joiners if x not in sick), default=None),
+            "sdc_max": max((tests[x] for x in sick), default=None),
+        }
+        out["writes_per_clean_joiner_max"] = max(
+            (per_joiner[x] for x in joiners if x not in sick), default=None
+        )
+        out["refused_creates_after_restart"] = sum(
+            1
+            for r in self.auditlog.between(restarted_at, time.time() + 1)
+            if r.verb == "create" and r.code == 409
+        )
+        self.say(f"restart: {out}")
+        return out, new
+
+    # Standby -------------------------------------------------------------------
+
+    def standby(self, leader: Replica) -> dict[str, Any]:
+        """Kill the leader KILLS times with a warm standby; the takeover each time."""
+        users = {leader.user: self.kubeconfigs[leader.user]}
+        other = audit.STANDBY_USER if leader.user == audit.OPERATOR_USER else audit.OPERATOR_USER
+        users[other] = self.kubeconfigs[other]
+        standby = self.replica(other, users[other], "standby-0")
+        terms: list[tuple[str, float]] = [(leader.user, 0.0)]
+        takeovers: list[dict[str, float]] = []
+        rss_standby: list[float] = []
+        kinds = ("nodes", "pods", "probe-pods", "probe-jobs")
+        for i in range(KILLS):
+
+            def warm(replica: Replica = standby) -> bool:
+                replica.read_log()
+                return all(k in replica.synced for k in kinds)
+
+            if not _wait(warm, 300, every=0.5):
+                raise RuntimeError(f"the standby never synced; see {standby.log}")
+            time.sleep(1.0)
+            if standby.proc.proc is not None:
+                with contextlib.suppress(psutil.Error):
+                    rss = psutil.Process(standby.proc.proc.pid).memory_info().rss
+                    rss_standby.append(rss / 2**20)
+            joiner = node_name(self.first_free)
+            self.first_free += 1
+            leader.proc.kill()
+            killed = time.time()
+            register_nodes(self.admin, [joiner], threads=1)
+            took = _wait(lambda s=standby: _holder(self.admin) == s.identity, 120, every=0.1)
+            leased = time.time() - killed if took else None
+
+            def acted(s: Replica = standby, k: float = killed) -> list[audit.Request]:
+                return [
+                    r
+                    for r in _writes(self.auditlog, k, time.time() + 1)
+                    if r.user == s.user and r.resource != "leases"
+                ]
+
+            # Its first write, however long it takes (Kopf lists our resources first).
+            _wait(acted, 600, every=0.2)
+            mine = acted()
+            first = min((r.at for r in mine), default=None)
+            takeovers.append(
+                {
+                    "lease_s": round(leased, 2) if leased is not None else -1.0,
+                    "first_write_s": round(first - killed, 2) if first else -1.0,
+                }
+            )
+            terms.append((standby.user, killed))
+            self.say(f"standby: kill {i + 1}/{KILLS}: {takeovers[-1]}")
+            # The killed one comes back as the new standby.
+            leader, standby = standby, self.replica(leader.user, users[leader.user], f"r{i + 1}")
+        time.sleep(2.0)
+        end = time.time()
+        overlaps = []
+        for r in _writes(self.auditlog, terms[1][1] - 600, end):
+            if r.resource == "leases":
+                continue
+            term = max((t for t in terms if t[1] <= r.at), key=lambda t: t[1])
+            # A request the old leader had sent before its death is in its own term.
+            if r.user != term[0]:
+                overlaps.append({"at": r.at, "user": r.user, "kind": r.kind, "name": r.name})
+        firsts = sorted(t["first_write_s"] for t in takeovers if t["first_write_s"] >= 0)
+        out = {
+            "kills": KILLS,
+            "lease_duration_s": float(LEADER_ENV["SDCGUARD_LEASE_DURATION_SECONDS"]),
+            "takeovers": takeovers,
+            "first_write_s": {
+                "n": len(firsts),
+                "p50": firsts[len(firsts) // 2] if firsts else None,
+                "max": firsts[-1] if firsts else None,
+            },
+            "writes_outside_own_term": len(overlaps),
+            "outside_examples": overlaps[:5],
+            "standby_rss_mb": round(max(rss_standby), 1) if rss_standby else None,
+        }
+        self.say(f"standby: {out}")
+        return out

@@ -1,0 +1,74 @@
+"""Leader election's guards that need no API server: the timing rules, refused at start
+with a message naming the settings, and the writer's fence."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from pydantic import ValidationError
+
+from sdcguard.adapters.kube import KubeWriter, NotLeading
+from sdcguard.adapters.leader import LeaderElector
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("duration", "deadline", "retry"),
+    [(5, 5, 1), (4, 6, 1), (8, 1.1, 1), (8, 5, 0.5)],
+)
+def test_lease_timings_that_cannot_fence_are_refused(
+    duration: int, deadline: float, retry: float
+) -> None:
+    """A leader must stop before a standby may start (deadline < duration), and the
+    client's election needs 1 s <= retry and 1.2 x retry < deadline."""
+    with pytest.raises(ValidationError):
+        Settings(
+            lease_duration_seconds=duration,
+            renew_deadline_seconds=deadline,
+            retry_period_seconds=retry,
+        )
+    with pytest.raises(ValueError, match="renew_deadline"):
+        LeaderElector(
+            client.ApiClient(),
+            namespace="ns",
+            name="lease",
+            identity="me",
+            lease_duration=duration,
+            renew_deadline=deadline,
+            retry_period=retry,
+            on_lost=lambda: None,
+        )
+
+
+def test_the_defaults_fence() -> None:
+    s = Settings()
+    assert not s.leader_election
+    assert 1.2 * s.retry_period_seconds < s.renew_deadline_seconds < s.lease_duration_seconds
+
+
+def test_a_replica_that_does_not_lead_sends_no_write() -> None:
+    """The fence is asked before every write; a refused one is neither counted as sent
+    nor sent (any request would fail this unit test)."""
+    leading = [False]
+    writer = KubeWriter(api=client.ApiClient(), metrics=Metrics(), leading=lambda: leading[0])
+    with pytest.raises(NotLeading, match="node-patch refused"):
+        writer.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(NotLeading):
+        writer.create_custom("sdctests", {"metadata": {"name": "t"}})
+    assert not writer.writes
+
+
+def test_an_elector_that_never_won_does_not_lead() -> None:
+    elector = LeaderElector(
+        client.ApiClient(),
+        namespace="ns",
+        name="lease",
+        identity="me",
+        lease_duration=8,
+        renew_deadline=5,
+        retry_period=1,
+        on_lost=lambda: None,
+    )
+    assert not elector.leading()
+    elector.release()  # not elected: nothing to hand over, and no request
