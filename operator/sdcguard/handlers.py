@@ -29,6 +29,7 @@ import structlog
 from pydantic import ValidationError
 
 from sdcguard.adapters import observe, reports, ticket_sinks
+from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.pass_state import FleetView, TestSnapshot, UrgentWork
@@ -273,6 +274,18 @@ async def baselines_index(
         return {}
 
 
+@kopf.index(GROUP, VERSION, "sdchardwares")
+async def hardware_index(
+    body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
+) -> dict[str, HardwareRecord]:
+    """Every SDCHardware (only failing hardware has one), parsed once here; an unreadable
+    one is left out (logged) and counts nothing. A change makes the loops look again."""
+    rt = _rt(memo)
+    _poke(rt)
+    record = HardwareRecord.from_body(body)
+    return {} if record is None else {name: record}
+
+
 # The reconcile loop ----------------------------------------------------------
 
 
@@ -281,6 +294,7 @@ INDEX_NAMES = (
     "tickets_index",
     "baselines_index",
     "policies_index",
+    "hardware_index",
 )
 
 
@@ -321,6 +335,7 @@ def _view(
     inv = rt.inventory
     pending = inv.pending()
     baselines = {k: first(v) for k, v in indexes["baselines_index"].items()}
+    records = {k: first(v) for k, v in indexes["hardware_index"].items()}
     policies = {k: first(v) for k, v in indexes["policies_index"].items()}
     if only is None:
         return FleetView(
@@ -335,6 +350,8 @@ def _view(
             baselines=baselines,
             operator_started=rt.started,
             policies=policies,
+            hardware=records,
+            id_holders=lambda node: inv.id_holders([node]),
         )
     tests = all_of("tests_index", only)
     names = [t.name for snapshots in tests.values() for t in snapshots]
@@ -351,6 +368,8 @@ def _view(
         operator_started=rt.started,
         policies=policies,
         complete=False,
+        hardware=records,
+        id_holders=lambda node: inv.id_holders([node]),
     )
 
 

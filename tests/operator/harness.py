@@ -77,7 +77,7 @@ def create_or_replace_crds(api: client.ApiClient, crd_dir: Path) -> None:
 def apply_crds(api: client.ApiClient) -> None:
     create_or_replace_crds(api, REPO / "crds")
     custom = client.CustomObjectsApi(api)
-    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
+    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines", "sdchardwares"):
         wait_for(lambda p=plural: _served(custom, p), 30, f"CRD {plural} to be served")
 
 
@@ -433,7 +433,7 @@ def list_custom(
 
 def delete_all(api: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(api)
-    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
+    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines", "sdchardwares"):
         for item in custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]:
             with contextlib.suppress(ApiException):
                 custom.delete_cluster_custom_object(

@@ -10,6 +10,7 @@ from typing import get_args
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters import hardware
 from sdcguard.adapters.observe import TicketSnapshot, node_claim
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
@@ -51,6 +52,7 @@ from sdcguard.domain.lifecycle import (
     EmitEvent,
     NodeState,
     RaiseCycle,
+    RecordHardware,
     Retire,
     SetTicketPhase,
 )
@@ -107,7 +109,9 @@ class Executor(TestRunner):
             self._drain(node_name, patch, node, counts)
         for step in plan.stage(Stage.STATUSES):
             if isinstance(step, OpenTicketStatus) and step.name in opened:
-                self._open_ticket_status(step.name, step.message, now)
+                self._open_ticket_status(
+                    step.name, step.message, now, cycle=step.cycle, retired=step.retired
+                )
         for step in plan.stage(Stage.EVENTS):
             if isinstance(step, EmitEvent) and (self.settings.routine_events or not step.routine):
                 self.writer.event(
@@ -160,6 +164,9 @@ class Executor(TestRunner):
                 self._ticket_status(view, node_name, name, TicketPhase.CLOSED, message, now)
             case RaiseCycle():
                 self._raise_cycle(view, node_name, step, now)
+            case RecordHardware():
+                identity = hardware.node_identity(body, view.id_holders(body))
+                hardware.record(self.writer, body, identity, view.hardware, step, now, counts)
             case Retire(name=name) if name:
                 self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
             case Retire():
@@ -348,6 +355,7 @@ class Executor(TestRunner):
         evidence = list(dict.fromkeys(action.evidence))
         name = node_body.name
         findings = self._findings(view, name, evidence)
+        identity = hardware.node_identity(node_body, view.id_holders(node_body))
         ticket = RepairTicket(
             metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: name[:63]}),
             spec=RepairTicketSpec(
@@ -357,6 +365,10 @@ class Executor(TestRunner):
                     {
                         "providerID": node_body.provider_id or None,
                         "systemUUID": node_body.system_uuid or None,
+                        "machineID": node_body.machine_id or None,
+                        "untrusted": [u.model_dump(by_alias=True) for u in identity.untrusted],
+                        "records": list(identity.records),
+                        "cyclesBefore": max(0, action.cycle - 1),
                     }
                 ),
                 evidence=evidence,
@@ -386,17 +398,31 @@ class Executor(TestRunner):
         found = [f for name in evidence if name in by_name for f in by_name[name].findings]
         return found[:64]
 
-    def _open_ticket_status(self, name: str, message: str, now: dt.datetime) -> None:
+    def _open_ticket_status(
+        self,
+        name: str,
+        message: str,
+        now: dt.datetime,
+        *,
+        cycle: int = 1,
+        retired: bool = False,
+    ) -> None:
+        """A new ticket's first status: Open at the repair cycle it begins; Retired at
+        once (closed) when the hardware has no cycle left."""
         at = _second(now)
+        history = [HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))]
+        if retired:
+            why = f"retired: repair cycle {cycle} is past the policy's maxRepairCycles"
+            history.append(HistoryEntry(time=at, phase=TicketPhase.RETIRED, message=why))
         status = RepairTicketStatus(
-            phase=TicketPhase.OPEN,
-            cycle=1,
+            phase=TicketPhase.RETIRED if retired else TicketPhase.OPEN,
+            cycle=max(1, cycle),
             opened_at=at,
-            history=[HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))],
+            closed_at=at if retired else None,
+            history=history,
         )
-        self.writer.patch_custom_status(
-            "repairtickets", name, to_patch(status, "phase", "cycle", "opened_at", "history")
-        )
+        fields = ["phase", "cycle", "opened_at", "history"] + (["closed_at"] if retired else [])
+        self.writer.patch_custom_status("repairtickets", name, to_patch(status, *fields))
 
     def _restore_ticket_status(
         self, tickets: list[TicketSnapshot], now: dt.datetime, counts: Counter[str]

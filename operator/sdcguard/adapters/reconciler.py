@@ -26,7 +26,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from sdcguard.adapters import observe
+from sdcguard.adapters import hardware, observe
 from sdcguard.adapters.executor import Executor
 from sdcguard.adapters.observations import (
     current_test,
@@ -421,6 +421,13 @@ class Reconciler(Executor, PolicyReporter):
                         node.created is not None
                         and view.operator_started is not None
                         and node.created > view.operator_started
+                    ),
+                    hardware=hardware.facts(
+                        view.nodes[node_name],
+                        view.id_holders,
+                        view.hardware,
+                        spec.repair.repair_cycle_window,
+                        now,
                     ),
                 )
             )
