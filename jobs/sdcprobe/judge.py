@@ -325,6 +325,11 @@ def judge(
     run inconclusive with its reason."""
     facts = [r.facts for _, r in sorted(reports.items()) if r is not None and r.facts is not None]
     fingerprint = build_fingerprint(facts, len(reports), config) if facts else None
+    ids = [
+        (r.facts.device_id or "") if r is not None and r.facts is not None else ""
+        for _, r in sorted(reports.items())
+    ]
+    devices = ids if any(ids) else []
     by_site: Counter[str] = Counter()
     for report in reports.values():
         if report is not None:
@@ -404,5 +409,6 @@ def judge(
         injection=injection,
         duration_s=round(duration_s, 3),
         seed=config.seed,
+        devices=devices,
         plan=plan,
     )

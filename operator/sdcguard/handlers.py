@@ -192,6 +192,7 @@ KEPT_FINISHED_STATUS = (
     "completionTime",
     "fingerprintHash",
     "jobName",
+    "deviceIDs",
 )
 
 

@@ -5,11 +5,9 @@ Nodes that share identifiers never share a history."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client
@@ -17,7 +15,6 @@ from kubernetes.client.exceptions import ApiException
 
 from sdcguard.cli.main import main as kubectl_sdc
 from sdcguard.sim.fleet import NodeConfig
-from sdcguard.sim.kube import Kube
 from sdcguard.sim.nodes import Heartbeats
 from tests.operator.harness import (
     ProbeKubelet,
@@ -27,6 +24,7 @@ from tests.operator.harness import (
     new_case,
     node_state,
     read_node,
+    registered_nodes,
     trusted_baseline,
     wait_for,
 )
@@ -46,21 +44,6 @@ def _host(case: str, name: str, *, as_node: str | None = None, provider: str = "
         provider_id=provider or cfg.provider_id,
         labels=labels,
     )
-
-
-@contextlib.contextmanager
-def registered(api: client.ApiClient, cfgs: list[NodeConfig]) -> Iterator[Heartbeats]:
-    """Register these Nodes and keep them Ready; delete them at the end."""
-    beats = Heartbeats(Kube(api), cfgs, interval=5.0)
-    beats.register_all()
-    beats.start()
-    try:
-        yield beats
-    finally:
-        beats.stop()
-        for cfg in cfgs:
-            with contextlib.suppress(ApiException):
-                client.CoreV1Api(api).delete_node(cfg.name)
 
 
 def _delete_node(api: client.ApiClient, beats: Heartbeats, name: str) -> None:
@@ -124,7 +107,7 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
     with ProbeKubelet(api_client, outcomes):
         create_policy(api_client, case, repair={"maxRepairCycles": 2})
         # 1. The host fails its acceptance: cycle 1, and its history begins.
-        with registered(api_client, [first]) as beats:
+        with registered_nodes(api_client, [first]) as beats:
             wait_for(lambda: _ticket(api_client, host, "Open"), 120, "first quarantine")
             ticket = _ticket(api_client, host, "Open")
             assert ticket is not None and ticket["status"]["cycle"] == 1
@@ -137,7 +120,7 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
             _delete_node(api_client, beats, host)
 
         # 2. The same machine registers as a new Node: recognised, verified on join.
-        with registered(api_client, [_host(case, host, as_node=second)]) as beats:
+        with registered_nodes(api_client, [_host(case, host, as_node=second)]) as beats:
             wait_for(lambda: _ticket(api_client, second, "Open"), 120, "second quarantine")
             tests = list_custom(api_client, "sdctests", second)
             joined = [t for t in tests if t["spec"]["reason"] == "Join"]
@@ -151,7 +134,7 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
             _delete_node(api_client, beats, second)
 
         # 3. And again: past maxRepairCycles (2), the third failure retires it.
-        with registered(api_client, [_host(case, host, as_node=third)]):
+        with registered_nodes(api_client, [_host(case, host, as_node=third)]):
             wait_for(lambda: node_state(api_client, third) == "Retired", 120, "retirement")
             assert read_node(api_client, third).spec.unschedulable is True
             ticket = _ticket(api_client, third, "Retired")
@@ -195,7 +178,7 @@ def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -
     trusted_baseline(api_client)
     with ProbeKubelet(api_client, {one: "sdc", two: "sdc"}):
         create_policy(api_client, case, repair={"maxRepairCycles": 1})
-        with registered(api_client, cfgs):
+        with registered_nodes(api_client, cfgs):
             for name, other in ((one, two), (two, one)):
                 wait_for(lambda n=name: _ticket(api_client, n, "Open"), 120, f"{name} quarantined")
                 ticket = _ticket(api_client, name, "Open")
@@ -210,3 +193,38 @@ def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -
             # Both failed once with maxRepairCycles 1: had their histories merged, the
             # second would have been retired. Each is quarantined at cycle 1.
             assert node_state(api_client, one) == node_state(api_client, two) == "Quarantined"
+
+
+def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) -> None:
+    """The probe names each device's UUID; the failing one (the odd device) gets a
+    history of its own, and a host it is moved into counts it: with maxRepairCycles 1,
+    that host's first failure naming the GPU retires it."""
+    case = new_case()
+    old, new = f"gpu-{case}-a", f"gpu-{case}-b"
+    bad = f"GPU-{case}-0001"
+    devices = {old: (f"GPU-{case}-a000", bad), new: (bad, f"GPU-{case}-b001")}
+    trusted_baseline(api_client)
+    outcomes = {old: "sdc@1@3", new: "sdc@0@3"}  # the same GPU, index 1 there, 0 here
+    with ProbeKubelet(api_client, outcomes, devices=devices):
+        create_policy(api_client, case, repair={"maxRepairCycles": 1})
+        with registered_nodes(api_client, [_host(case, old)]) as beats:
+            wait_for(lambda: _ticket(api_client, old, "Open"), 120, "quarantine")
+            ticket = _ticket(api_client, old, "Open")
+            assert ticket is not None
+            assert ticket["spec"]["hardware"]["deviceIDs"] == list(devices[old])
+            gpu = wait_for(
+                lambda: [r for r in _records(api_client, old) if r["spec"]["kind"] == "Device"],
+                30,
+                "the GPU's record",
+            )
+            assert [r["spec"]["id"] for r in gpu] == [bad], "only the odd device"
+            _delete_node(api_client, beats, old)
+        with registered_nodes(api_client, [_host(case, new)]):
+            wait_for(lambda: node_state(api_client, new) == "Retired", 120, "retirement")
+            ticket = _ticket(api_client, new, "Retired")
+            assert ticket is not None and ticket["status"]["cycle"] == 2
+            assert ticket["spec"]["hardware"]["cyclesBefore"] == 1
+            tests = list_custom(api_client, "sdctests", new)
+            assert all(t["spec"]["suite"] == "acceptance" for t in tests), (
+                "a GPU is known only once the probe names it: the join test is acceptance"
+            )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -44,31 +45,15 @@ from sdcguard.domain.lifecycle import (
     Retire,
     TaintRole,
 )
-from sdcguard.domain.observed import Observed
 from sdcguard.domain.plan import OpenTicketStatus
 from tests.unit.factories import HOUR, NOW, node, policy, sdctest, ticket
+from tests.unit.test_decide import observe, one, only
 
 S, E = NodeState, Event
 A = TypeVar("A")
 DAY = dt.timedelta(days=1)
 ROOMY = PoolUsage(nodes=100)
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-def only(decision: Decision, kind: type[A]) -> list[A]:
-    return [a for a in decision.actions if isinstance(a, kind)]
-
-
-def one(decision: Decision, kind: type[A]) -> A:
-    found = only(decision, kind)
-    assert len(found) == 1, (kind, decision.actions)
-    return found[0]
-
-
-def observe(n: Any, **kw: Any) -> Observed:
-    kw.setdefault("idle_since", NOW - 2 * HOUR)
-    kw.setdefault("usage", ROOMY)
-    return Observed(node=n, **kw)
 
 
 def failure(at: dt.datetime, ticket_name: str = "t1", kind: FailureKind = FailureKind.QUARANTINED):
@@ -301,3 +286,45 @@ def test_observe_mode_writes_no_history() -> None:
     d = decide(observe(node("new-1"), hardware=KNOWN), p, NOW)
     assert d.event == E.REJOINED
     assert not only(d, RecordHardware) and any(isinstance(a, RecordHardware) for a in d.suppressed)
+
+
+# Devices ----------------------------------------------------------------------------
+
+
+def test_the_failed_tests_odd_device_is_named_by_its_uuid() -> None:
+    from sdcguard.adapters.hardware import latest_devices, odd_devices
+    from sdcguard.api import Finding
+    from sdcguard.domain.observed import TestFacts
+
+    ids = ("GPU-a", "", "GPU-c")
+    test = TestFacts(
+        name="s1",
+        suite=Suite.REQUALIFICATION,
+        reason=ScreeningReason.RETURN_FROM_USE,
+        device_ids=ids,
+        findings=(
+            Finding(test="s1", check="golden", odd_device=2),
+            Finding(test="s1", check="compute", odd_device=2),
+            Finding(test="s1", check="memory", odd_device=1),  # unnamed: no record
+            Finding(test="s1", check="collective", odd_device=7),  # out of range
+            Finding(test="s1", check="collective"),
+        ),
+    )
+    assert odd_devices(test) == ("GPU-c",)
+    older = dataclasses.replace(test, name="s0", device_ids=("GPU-old",))
+    plain = dataclasses.replace(test, name="s2", device_ids=())
+    assert latest_devices([(NOW - HOUR, older), (NOW, test), (NOW + HOUR, plain)]) == (
+        "GPU-a",
+        "GPU-c",
+    )
+
+
+def test_a_gpu_brings_its_history_into_another_host() -> None:
+    window = parse_duration("720h")
+    gpu = record_name(IdentityKind.DEVICE, "GPU-c")
+    moved = SDCHardwareStatus(failures=[failure(NOW - DAY)], total_failures=1)
+    new_host = identify("host-2", candidates("p-2", "s-2", "", ["GPU-x", "GPU-c"]), {})
+    facts = hardware_facts(new_host, {gpu: moved}, NOW, window)
+    assert facts is not None and facts.cycles == 1 and facts.records == (gpu,)
+    host_only = identify("host-2", candidates("p-2", "s-2", ""), {})
+    assert hardware_facts(host_only, {gpu: moved}, NOW, window) is None

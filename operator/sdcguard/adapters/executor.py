@@ -165,8 +165,7 @@ class Executor(TestRunner):
             case RaiseCycle():
                 self._raise_cycle(view, node_name, step, now)
             case RecordHardware():
-                identity = hardware.node_identity(body, view.id_holders(body))
-                hardware.record(self.writer, body, identity, view.hardware, step, now, counts)
+                self._record_hardware(view, body, step, now, counts)
             case Retire(name=name) if name:
                 self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
             case Retire():
@@ -356,6 +355,15 @@ class Executor(TestRunner):
         name = node_body.name
         findings = self._findings(view, name, evidence)
         identity = hardware.node_identity(node_body, view.id_holders(node_body))
+        tests = self._tests_by_name(view, name)
+        devices = next(
+            (
+                tests[t].device_ids
+                for t in reversed(evidence)
+                if t in tests and any(tests[t].device_ids)
+            ),
+            (),
+        )
         ticket = RepairTicket(
             metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: name[:63]}),
             spec=RepairTicketSpec(
@@ -366,6 +374,7 @@ class Executor(TestRunner):
                         "providerID": node_body.provider_id or None,
                         "systemUUID": node_body.system_uuid or None,
                         "machineID": node_body.machine_id or None,
+                        "deviceIDs": list(dict.fromkeys(d for d in devices if d))[:64],
                         "untrusted": [u.model_dump(by_alias=True) for u in identity.untrusted],
                         "records": list(identity.records),
                         "cyclesBefore": max(0, action.cycle - 1),
@@ -383,8 +392,8 @@ class Executor(TestRunner):
         counts["tickets-created"] += 1
         return True
 
-    def _findings(self, view: FleetView, node: str, evidence: list[str]) -> list[Finding]:
-        """Where the evidence tests' failed checks located the fault, in evidence order."""
+    def _tests_by_name(self, view: FleetView, node: str) -> dict[str, TestFacts]:
+        """The node's tests' facts, as this pass judged them."""
         by_name: dict[str, TestFacts] = {}
         for body in view.tests.get(node, []):
             known = self._test(body, node)
@@ -395,8 +404,28 @@ class Executor(TestRunner):
             if written is not None and written[0] == body.resource_version:
                 facts = TestFacts.from_api(written[1])  # judged in this pass, not back yet
             by_name[known.name] = facts
+        return by_name
+
+    def _findings(self, view: FleetView, node: str, evidence: list[str]) -> list[Finding]:
+        """Where the evidence tests' failed checks located the fault, in evidence order."""
+        by_name = self._tests_by_name(view, node)
         found = [f for name in evidence if name in by_name for f in by_name[name].findings]
         return found[:64]
+
+    def _record_hardware(
+        self,
+        view: FleetView,
+        body: NodeSnapshot,
+        action: RecordHardware,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> None:
+        """The hardware's history: the host's records, and those of the devices the failed
+        test named as the odd one out (their UUIDs from the probe)."""
+        test = self._tests_by_name(view, body.name).get(action.test) if action.test else None
+        named = hardware.odd_devices(test) if test is not None else ()
+        identity = hardware.node_identity(body, view.id_holders(body), named)
+        hardware.record(self.writer, body, identity, view.hardware, action, now, counts)
 
     def _open_ticket_status(
         self,

@@ -41,7 +41,7 @@ from sdcguard.domain.hardware import (
     updated,
 )
 from sdcguard.domain.lifecycle import RecordHardware
-from sdcguard.domain.observed import NodeSnapshot
+from sdcguard.domain.observed import NodeSnapshot, TestFacts
 
 log = structlog.get_logger("sdcguard.hardware")
 
@@ -72,6 +72,25 @@ def holder_keys(node: NodeSnapshot) -> tuple[str, ...]:
     return tuple(holder_key(kind, value) for kind, value in ids if value.strip())
 
 
+def odd_devices(test: TestFacts) -> tuple[str, ...]:
+    """The UUIDs or serials of the devices a failed test named as the odd one out."""
+    ids = test.device_ids
+    named = [
+        ids[f.odd_device]
+        for f in test.findings
+        if f.odd_device is not None and f.odd_device < len(ids) and ids[f.odd_device]
+    ]
+    return tuple(dict.fromkeys(named))
+
+
+def latest_devices(tests: Iterable[tuple[dt.datetime, TestFacts]]) -> tuple[str, ...]:
+    """The device IDs the node's newest test that named any reported (non-empty ones)."""
+    for _, test in sorted(tests, key=lambda t: t[0], reverse=True):
+        if any(test.device_ids):
+            return tuple(dict.fromkeys(d for d in test.device_ids if d))
+    return ()
+
+
 def node_identity(
     node: NodeSnapshot, holders: Mapping[str, Sequence[str]], devices: Sequence[str] = ()
 ) -> Identity:
@@ -86,15 +105,18 @@ def facts(
     records: Mapping[str, HardwareRecord],
     window: str,
     now: dt.datetime,
+    devices: Sequence[str] = (),
 ) -> HardwareFacts | None:
     """What the node's hardware records say (None without records: the common case,
-    answered without identifying the node when no record exists at all)."""
+    answered without identifying the node when no record exists at all). ``devices``:
+    the device IDs its latest probe named (a GPU moved from a failing host brings its
+    history along)."""
     if not records:
         return None
-    ids = candidates(node.provider_id, node.system_uuid, node.machine_id)
+    ids = candidates(node.provider_id, node.system_uuid, node.machine_id, devices)
     if not any(record_name(kind, value) in records for kind, value in ids if value.strip()):
         return None  # no record could be this node's: no need to ask who else holds its IDs
-    identity = node_identity(node, holders(node))
+    identity = node_identity(node, holders(node), devices)
     statuses = {n: r.status or SDCHardwareStatus() for n, r in records.items()}
     return hardware_facts(identity, statuses, now, parse_duration(window))
 

@@ -428,6 +428,11 @@ class Reconciler(Executor, PolicyReporter):
                         view.hardware,
                         spec.repair.repair_cycle_window,
                         now,
+                        hardware.latest_devices(
+                            (k.created, k.facts) for k in tests_by_node.get(node_name, [])
+                        )
+                        if view.hardware
+                        else (),
                     ),
                 )
             )
