@@ -454,16 +454,23 @@ class Executor(TestRunner):
         self.writer.patch_custom_status("repairtickets", name, to_patch(status, *fields))
 
     def _restore_ticket_status(
-        self, tickets: list[TicketSnapshot], now: dt.datetime, counts: Counter[str]
+        self,
+        tickets: list[TicketSnapshot],
+        now: dt.datetime,
+        counts: Counter[str],
+        retired: bool = False,
     ) -> None:
         """A ticket whose status never came (the operator died between creating it and
-        writing its status, which follows the taint) gets it, dated at its creation."""
+        writing its status, which follows the taint) gets it, dated at its creation, at
+        the repair cycle it began (its hardware's earlier cycles plus one); ``retired``:
+        the node was retired by the same decision (a ticket born Retired)."""
         for seen in tickets:
             created = seen.created
             if seen.has_status or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"
-            self._open_ticket_status(seen.name, message, created)
+            before = seen.ticket.spec.hardware.cycles_before if seen.ticket else 0
+            self._open_ticket_status(seen.name, message, created, cycle=before + 1, retired=retired)
             counts["ticket-status-restored"] += 1
 
     def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:

@@ -55,6 +55,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain.decide import Decision, iter_decisions, priority
 from sdcguard.domain.echo import bounded
+from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 
@@ -404,7 +405,12 @@ class Reconciler(Executor, PolicyReporter):
                     memory.due[node_name] = now + dt.timedelta(seconds=5)
                     continue
                 del self.expect_nodes[node_name]
-            self._restore_ticket_status(view.tickets.get(node_name, []), now, counts)
+            self._restore_ticket_status(
+                view.tickets.get(node_name, []),
+                now,
+                counts,
+                retired=node.state == NodeState.RETIRED,
+            )
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
             test = current_test(node, tests_by_node.get(node_name, []))
             observations.append(
