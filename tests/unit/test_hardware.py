@@ -328,3 +328,15 @@ def test_a_gpu_brings_its_history_into_another_host() -> None:
     assert facts is not None and facts.cycles == 1 and facts.records == (gpu,)
     host_only = identify("host-2", candidates("p-2", "s-2", ""), {})
     assert hardware_facts(host_only, {gpu: moved}, NOW, window) is None
+
+
+def test_a_persons_quarantine_begins_no_cycle_but_the_ticket_knows_the_history() -> None:
+    n = node(state=S.QUALIFIED, annotations={keys.REQUEST_QUARANTINE: "XID storm"})
+    d = decide(observe(n, hardware=KNOWN), policy(), NOW)
+    assert d.event == E.MANUAL_QUARANTINE
+    created = one(d, CreateTicket)
+    assert (created.cycle, created.before) == (1, 1), "cycle 1 used; this one begins none"
+    assert not only(d, RecordHardware)
+    used = HardwareFacts(records=("provider-x",), cycles=2, failures=2)
+    d = decide(observe(n, hardware=used), policy(), NOW)
+    assert (one(d, CreateTicket).cycle, one(d, CreateTicket).before) == (2, 2)

@@ -377,7 +377,7 @@ class Executor(TestRunner):
                         "deviceIDs": list(dict.fromkeys(d for d in devices if d))[:64],
                         "untrusted": [u.model_dump(by_alias=True) for u in identity.untrusted],
                         "records": list(identity.records),
-                        "cyclesBefore": max(0, action.cycle - 1),
+                        "cyclesBefore": action.before,
                     }
                 ),
                 evidence=evidence,

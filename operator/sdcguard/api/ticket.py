@@ -64,7 +64,8 @@ class HardwareIdentity(ApiModel):
     records: list[Id] = Field(default_factory=list, max_length=8, json_schema_extra=SET_LIST)
     """The SDCHardware records that count this incident (``kubectl sdc hardware``)."""
     cycles_before: int = Field(default=0, ge=0)
-    """Repair cycles the hardware had used within the policy's window before this ticket."""
+    """Repair cycles the hardware had used within the policy's window before this ticket
+    (a confirmed failure begins the next one; a person's quarantine begins none)."""
 
 
 class ExternalRef(ApiModel):

@@ -809,9 +809,11 @@ class _Binder:
                     return None
                 evidence = self.step.evidence or node.evidence
                 used = r.obs.hardware.cycles if r.obs.hardware is not None else 0
+                begins = self.step.event in (E.TEST_FAILED, E.REPAIR_CYCLES_EXCEEDED)
+                cycle = used + 1 if begins else max(1, used)
                 self.created_ticket = self._name()
                 return CreateTicket(
-                    self.created_ticket, evidence, self.step.detail, used + 1, retired
+                    self.created_ticket, evidence, self.step.detail, cycle, retired, used
                 )
             case RecordHardware(failure=failure, retire=retire):
                 failed = r.obs.test.name if r.obs.test is not None and failure else ""

@@ -221,15 +221,17 @@ class CancelTest:
 
 @dataclass(frozen=True)
 class CreateTicket:
-    """Open a RepairTicket (its sinks are notified by the ticket adapter). ``cycle``: the
-    repair cycle it begins (the hardware's cycles in the window, plus one); ``retired``:
-    it is born Retired (the hardware has no cycle left)."""
+    """Open a RepairTicket (its sinks are notified by the ticket adapter). ``before``: the
+    repair cycles its hardware used within the window; ``cycle``: the ticket's first
+    cycle (``before`` + 1 for a confirmed failure, which begins a cycle; a person's
+    quarantine begins none); ``retired``: it is born Retired (no cycle left)."""
 
     name: str = ""
     evidence: tuple[str, ...] = ()
     message: str = ""
     cycle: int = 1
     retired: bool = False
+    before: int = 0
 
 
 @dataclass(frozen=True)
