@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import os
 import platform
 import re
 from pathlib import Path
@@ -63,6 +64,22 @@ def _nvidia_driver() -> str | None:
     return None
 
 
+def device_id(backend: Backend) -> str | None:
+    """This device's UUID or serial, when the runtime names it: on CUDA the GPU UUID as
+    nvidia-smi writes it (``GPU-...``); otherwise the entry for this device in
+    ``NVIDIA_VISIBLE_DEVICES`` (the NVIDIA device plugin lists the allocated GPUs' UUIDs
+    there), if it holds UUIDs rather than indexes."""
+    if backend.name == "cuda":
+        with contextlib.suppress(Exception):  # a build or driver without the field
+            uuid = str(torch.cuda.get_device_properties(backend.index).uuid)
+            if uuid:
+                return _ascii(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}", 96)
+    visible = [v.strip() for v in os.environ.get("NVIDIA_VISIBLE_DEVICES", "").split(",")]
+    if 0 <= backend.index < len(visible) and visible[backend.index].startswith(("GPU-", "MIG-")):
+        return _ascii(visible[backend.index], 96)
+    return None
+
+
 def device_facts(backend: Backend) -> DeviceFacts:
     """Facts about this worker's device and software stack."""
     driver: str | None = None
@@ -90,6 +107,7 @@ def device_facts(backend: Backend) -> DeviceFacts:
         torch_xla=_version("torch-xla") or _version("torch_xla"),
         cpu_isa=cpu_isa(),
         threads=backend.threads,
+        device_id=device_id(backend),
     )
 
 

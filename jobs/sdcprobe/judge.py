@@ -325,6 +325,11 @@ def judge(
     run inconclusive with its reason."""
     facts = [r.facts for _, r in sorted(reports.items()) if r is not None and r.facts is not None]
     fingerprint = build_fingerprint(facts, len(reports), config) if facts else None
+    ids = [
+        (r.facts.device_id or "") if r is not None and r.facts is not None else ""
+        for _, r in sorted(reports.items())
+    ]
+    devices = ids if any(ids) else []
     by_site: Counter[str] = Counter()
     for report in reports.values():
         if report is not None:
@@ -405,5 +410,6 @@ def judge(
         duration_s=round(duration_s, 3),
         seed=config.seed,
         data_seed=config.data_seed if config.data_seed is not None else config.seed,
+        devices=devices,
         plan=plan,
     )

@@ -47,6 +47,8 @@ CheckName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63
 # bounded, so the fingerprint always fits in a termination message.
 ShortText = Annotated[str, StringConstraints(pattern=r"^[\x20-\x7e]{0,128}$")]
 MetricValue = int | float | str | None
+DeviceId = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{0,96}$")]
+"""A device UUID or serial: printable ASCII without spaces ("" when unknown)."""
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -212,6 +214,12 @@ class ProbeResult(_Closed):
         default=None,
         description="The seed of every later round: the screening's own data, judged "
         "without a baseline (equal to seed unless the run was given --data-seed).",
+    )
+    devices: list[DeviceId] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Each device's UUID or serial by device index ('' where unknown); "
+        "empty when the runtime names none.",
     )
     plan: RunPlan | None = Field(
         default=None, description="Budget, planned and completed rounds, catch chances."
@@ -384,6 +392,9 @@ def encode_for_termination(result: ProbeResult, limit: int = TERMINATION_LIMIT) 
         if (out := reduced()) is not None:
             return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     doc["injection"]["by_site"] = {}
+    if (out := reduced()) is not None:
+        return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+    doc["devices"] = []
     if (out := reduced()) is not None:
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     # Last resort: keep as many check entries as fit, the ones that explain the

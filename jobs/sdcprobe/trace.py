@@ -153,6 +153,9 @@ class DeviceFacts(BaseModel):
     torch_xla: str | None = None
     cpu_isa: str
     threads: int
+    device_id: str | None = None
+    """The device's UUID or serial when the runtime names it (not part of the
+    fingerprint: healthy devices of one model compute the same bits)."""
 
 
 class WorkerReport(BaseModel):

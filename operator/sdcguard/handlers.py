@@ -29,6 +29,7 @@ import structlog
 from pydantic import ValidationError
 
 from sdcguard.adapters import observe, reports, ticket_sinks
+from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.leader import LeaderElector
@@ -223,6 +224,7 @@ KEPT_FINISHED_STATUS = (
     "completionTime",
     "fingerprintHash",
     "jobName",
+    "deviceIDs",
 )
 
 
@@ -305,6 +307,18 @@ async def baselines_index(
         return {}
 
 
+@kopf.index(GROUP, VERSION, "sdchardwares")
+async def hardware_index(
+    body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
+) -> dict[str, HardwareRecord]:
+    """Every SDCHardware (only failing hardware has one), parsed once here; an unreadable
+    one is left out (logged) and counts nothing. A change makes the loops look again."""
+    rt = _rt(memo)
+    _poke(rt)
+    record = HardwareRecord.from_body(body)
+    return {} if record is None else {name: record}
+
+
 # The reconcile loop ----------------------------------------------------------
 
 
@@ -313,6 +327,7 @@ INDEX_NAMES = (
     "tickets_index",
     "baselines_index",
     "policies_index",
+    "hardware_index",
 )
 
 
@@ -353,6 +368,7 @@ def _view(
     inv = rt.inventory
     pending = inv.pending()
     baselines = {k: first(v) for k, v in indexes["baselines_index"].items()}
+    records = {k: first(v) for k, v in indexes["hardware_index"].items()}
     policies = {k: first(v) for k, v in indexes["policies_index"].items()}
     if only is None:
         return FleetView(
@@ -367,6 +383,8 @@ def _view(
             baselines=baselines,
             operator_started=rt.started,
             policies=policies,
+            hardware=records,
+            id_holders=lambda node: inv.id_holders([node]),
         )
     tests = all_of("tests_index", only)
     names = [t.name for snapshots in tests.values() for t in snapshots]
@@ -383,6 +401,8 @@ def _view(
         operator_started=rt.started,
         policies=policies,
         complete=False,
+        hardware=records,
+        id_holders=lambda node: inv.id_holders([node]),
     )
 
 

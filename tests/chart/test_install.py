@@ -149,6 +149,8 @@ ALLOWED = [
     ("patch", "repairtickets.sdcguard.dev/status", ""),
     ("patch", "sdcpolicies.sdcguard.dev/status", ""),
     ("create", "sdcbaselines.sdcguard.dev", ""),
+    ("create", "sdchardwares.sdcguard.dev", ""),
+    ("patch", "sdchardwares.sdcguard.dev/status", ""),
     ("patch", "repairtickets.sdcguard.dev", ""),
     ("watch", "repairtickets.sdcguard.dev", ""),
     ("watch", "sdcreports.sdcguard.dev", "*"),

@@ -345,3 +345,62 @@ def test_history_names_the_suite_that_ran_for_a_test_that_named_none() -> None:
     assert entries[0]["suite"] == "acceptance"
     assert entries[0]["detail"].startswith("acceptance (Manual): Running")
     assert entries[1]["detail"].startswith("suite not chosen yet (Manual): Pending")
+
+
+def test_hardware_lists_records_and_finds_one_by_node_id_or_past_name(monkeypatch) -> None:
+    from sdcguard.api import IdentityKind
+    from sdcguard.cli.output import render_table
+    from sdcguard.domain.hardware import record_name
+
+    provider = "aws:///us-east-1a/i-0abc"
+    record = {
+        "metadata": {
+            "name": record_name(IdentityKind.PROVIDER_ID, provider),
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+        },
+        "spec": {"kind": "ProviderID", "id": provider},
+        "status": {
+            "failures": [
+                {
+                    "time": "2025-06-01T10:00:00Z",
+                    "kind": "Quarantined",
+                    "node": "old-1",
+                    "ticket": "old-1-t",
+                    "test": "old-1-s",
+                },
+                {
+                    "time": "2025-06-02T10:00:00Z",
+                    "kind": "Retired",
+                    "node": "new-1",
+                    "ticket": "new-1-t",
+                    "test": "new-1-s",
+                },
+            ],
+            "totalFailures": 2,
+            "nodes": [{"node": "old-1"}, {"node": "new-1"}],
+            "lastNode": "new-1",
+            "retired": {"time": "2025-06-02T10:00:00Z", "node": "new-1", "message": "done"},
+            "untrusted": [{"kind": "SystemUUID", "value": "", "reason": "empty"}],
+        },
+    }
+    node_body = {"metadata": {"name": "new-1"}, "spec": {"providerID": provider}}
+    monkeypatch.setattr(commands, "list_custom", lambda conn, plural: [record])
+
+    def get_node(conn: Any, name: str) -> dict[str, Any]:
+        if name == "new-1":
+            return node_body
+        raise CliError(f"node {name} not found")
+
+    monkeypatch.setattr(commands, "get_node", get_node)
+    listed = commands.hardware(None, None)  # type: ignore[arg-type]
+    assert [r["totalFailures"] for r in listed.data] == [2]
+    table = render_table(listed.tables[0])
+    assert "ProviderID" in table and "old-1,new-1" in table
+    for wanted in ("new-1", provider.upper(), "old-1", record["metadata"]["name"]):
+        found = commands.hardware(None, wanted)  # type: ignore[arg-type]
+        assert [r["id"] for r in found.data] == [provider], wanted
+    detail = commands.hardware(None, "new-1")  # type: ignore[arg-type]
+    text = "\n".join(render_table(t) for t in detail.tables)
+    assert "Retired" in text and "empty" in text and "kubectl delete sdchardware" in detail.lines[0]
+    with pytest.raises(CliError, match="no hardware history for 'gpu-9'"):
+        commands.hardware(None, "gpu-9")  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.api import baseline_name
-from sdcguard.sim.fleet import Fleet, load_fleet
+from sdcguard.sim.fleet import Fleet, NodeConfig, load_fleet
 from sdcguard.sim.kube import Kube
 from sdcguard.sim.nodes import Heartbeats
 from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, encode_for_termination
@@ -77,7 +77,7 @@ def create_or_replace_crds(api: client.ApiClient, crd_dir: Path) -> None:
 def apply_crds(api: client.ApiClient) -> None:
     create_or_replace_crds(api, REPO / "crds")
     custom = client.CustomObjectsApi(api)
-    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
+    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines", "sdchardwares"):
         wait_for(lambda p=plural: _served(custom, p), 30, f"CRD {plural} to be served")
 
 
@@ -120,11 +120,14 @@ HEALTHY = {c: _digest(f"healthy-{c}") for c in ("compute", "collective", "golden
 
 
 def result_message(
-    outcome: str, checks: tuple[str, ...] = ("compute", "collective", "golden")
+    outcome: str,
+    checks: tuple[str, ...] = ("compute", "collective", "golden"),
+    devices: tuple[str, ...] = (),
 ) -> tuple[int, str]:
     """(exit code, termination message) of a probe run with ``outcome``.
 
-    ``sdc@D@S``: SDC found by golden on device D from step S (plain ``sdc``: 1 and 3)."""
+    ``sdc@D@S``: SDC found by golden on device D from step S (plain ``sdc``: 1 and 3).
+    ``devices``: the device UUIDs the probe names, by index."""
     outcome, _, where = outcome.partition("@")
     device, _, step = where.partition("@")
     odd_device, first_step = int(device or 1), int(step or 3)
@@ -149,7 +152,13 @@ def result_message(
             continue
         results[check] = CheckResult(verdict="pass", digest=digest)
     verdict = "fail" if outcome == "sdc" else "pass"
-    result = ProbeResult(verdict=verdict, fingerprint=FINGERPRINT, checks=results, duration_s=1.0)
+    result = ProbeResult(
+        verdict=verdict,
+        fingerprint=FINGERPRINT,
+        checks=results,
+        duration_s=1.0,
+        devices=list(devices),
+    )
     text = encode_for_termination(result)
     if outcome == "truncated":
         return 0, text[: len(text) // 2]
@@ -181,11 +190,17 @@ class ProbeKubelet:
     """Completes probe Pods bound to known nodes, as a kubelet would report them."""
 
     def __init__(
-        self, api: client.ApiClient, outcomes: dict[str, str], namespace: str = NS
+        self,
+        api: client.ApiClient,
+        outcomes: dict[str, str],
+        namespace: str = NS,
+        devices: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.outcomes = outcomes
+        self.devices = devices or {}
+        """node -> the device UUIDs its probe names."""
         """node -> pass | sdc | sdc@DEVICE@STEP | mismatch | garbage | empty | truncated |
         never."""
         self.completed: list[tuple[str, str, str]] = []
@@ -224,7 +239,11 @@ class ProbeKubelet:
     def _complete(self, pod: client.V1Pod, outcome: str) -> None:
         args = list(pod.spec.containers[0].args or [])
         checks = tuple(args[args.index("--checks") + 1].split(",")) if "--checks" in args else ()
-        code, message = result_message(outcome, checks or ("compute", "collective", "golden"))
+        code, message = result_message(
+            outcome,
+            checks or ("compute", "collective", "golden"),
+            self.devices.get(pod.spec.node_name, ()),
+        )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {
             "phase": "Succeeded" if code == 0 else "Failed",
@@ -284,7 +303,15 @@ def gpu_nodes(
     """Register H100-like nodes (8 GPUs), gated like kubelet --register-with-taints, and keep
     them Ready until the block ends; then delete them."""
     loaded = gpu_fleet(names, case=case, gated=gated, pool=pool)
-    beats = Heartbeats(Kube(api), loaded.nodes, interval=5.0)
+    with registered_nodes(api, list(loaded.nodes)) as beats:
+        yield beats
+
+
+@contextlib.contextmanager
+def registered_nodes(api: client.ApiClient, nodes: list[NodeConfig]) -> Iterator[Heartbeats]:
+    """Register these simulated nodes and keep them Ready until the block ends; then
+    delete them."""
+    beats = Heartbeats(Kube(api), nodes, interval=5.0)
     beats.register_all()
     beats.start()
     try:
@@ -292,9 +319,9 @@ def gpu_nodes(
     finally:
         beats.stop()
         core = client.CoreV1Api(api)
-        for name in names:
+        for cfg in nodes:
             with contextlib.suppress(ApiException):
-                core.delete_node(name)
+                core.delete_node(cfg.name)
 
 
 # The operator --------------------------------------------------------------------
@@ -433,7 +460,7 @@ def list_custom(
 
 def delete_all(api: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(api)
-    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines"):
+    for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines", "sdchardwares"):
         for item in custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]:
             with contextlib.suppress(ApiException):
                 custom.delete_cluster_custom_object(

@@ -159,3 +159,36 @@ def test_sdc_beats_a_crash_elsewhere() -> None:
     )
     assert result.verdict == "fail" and result.checks["compute"].odd_device == 0
     assert result.checks["golden"].verdict == "inconclusive"
+
+
+def test_device_ids_are_reported_by_index_and_stay_out_of_the_fingerprint() -> None:
+    named = {
+        0: WorkerReport(
+            rank=0,
+            facts=facts().model_copy(update={"device_id": "GPU-aaaa"}),
+            checks={"golden": trace()},
+        ),
+        1: WorkerReport(rank=1, facts=facts(), checks={"golden": trace(bad_from=1)}),
+    }
+    result = judge(["golden"], named, CONFIG, None, injection_enabled=False, duration_s=1.0)
+    assert result.devices == ["GPU-aaaa", ""], "the unnamed device keeps its index"
+    assert result.fingerprint is not None and result.fingerprint.hash == fingerprint().hash
+    plain = {r: WorkerReport(rank=r, facts=facts(), checks={"golden": trace()}) for r in (0, 1)}
+    result = judge(["golden"], plain, CONFIG, None, injection_enabled=False, duration_s=1.0)
+    assert result.devices == [], "none named: empty"
+
+
+def test_device_id_comes_from_the_device_plugins_uuids(monkeypatch) -> None:
+    import torch
+
+    from sdcprobe.backends import Backend
+    from sdcprobe.fingerprint import device_id
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-1111-aaaa, GPU-2222-bbbb")
+    assert device_id(Backend("cpu", 1, cpu, 1)) == "GPU-2222-bbbb"
+    assert device_id(Backend("cpu", 2, cpu, 1)) is None, "no entry for this device"
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0,1")  # indexes name no hardware
+    assert device_id(Backend("cpu", 0, cpu, 1)) is None
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "all")
+    assert device_id(Backend("cpu", 0, cpu, 1)) is None

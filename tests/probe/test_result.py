@@ -298,3 +298,13 @@ def test_hundreds_of_checks_still_fit_and_parse(verdict: str) -> None:
         assert {n for n, c in back.checks.items() if c.verdict == "fail"} == {
             n for n, c in result.checks.items() if c.verdict == "fail"
         }
+
+
+def test_device_ids_survive_the_termination_message_and_are_bounded() -> None:
+    doc = _valid_doc()
+    doc["devices"] = [f"GPU-{i:08d}-0000-0000-0000-000000000000" for i in range(8)]
+    result = parse_result(json.dumps(doc))
+    assert parse_result(encode_for_termination(result)).devices == doc["devices"]
+    doc["devices"] = ["GPU 1 with spaces"]
+    with pytest.raises(ResultError):
+        parse_result(json.dumps(doc))

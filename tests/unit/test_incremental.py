@@ -4,6 +4,7 @@ reconciler's targeted and urgent passes, run in-process in dry-run mode."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 from typing import Any
@@ -319,6 +320,44 @@ def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
     rec.run_pass(_policy_body(1), view, NOW, dirty=["gpu-0"])
     assert writer.writes["repairtickets-status"] == 1
     assert rec.last_counts["ticket-status-restored"] == 1
+
+
+def test_a_ticket_born_retired_gets_its_retired_status_after_an_interruption() -> None:
+    """The hardware had no repair cycle left: the ticket was created, the node retired,
+    and the operator died before the ticket's status. It is restored Retired, at the
+    cycle it began (the hardware's earlier cycles plus one), not Open at cycle 1."""
+    statuses: list[dict[str, Any]] = []
+
+    class _Statuses(_Spy):
+        def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> None:
+            statuses.append(status)
+            super().patch_custom_status(plural, name, status)
+
+    metrics = Metrics()
+    writer = _Statuses(api=client.ApiClient(), metrics=metrics, dry_run=True)
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    created = keys.format_time(NOW - dt.timedelta(minutes=2))
+    ticket = observe.TicketSnapshot.from_body(
+        {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "RepairTicket",
+            "metadata": {"name": "t-3", "resourceVersion": "7", "creationTimestamp": created},
+            "spec": {
+                "nodeName": "gpu-0",
+                "policyRef": "fleet",
+                "hardware": {"providerID": "p-1", "cyclesBefore": 2},
+            },
+        }
+    )
+    node = _node_body("gpu-0")
+    node = dataclasses.replace(node, labels={**node.labels, keys.LABEL_STATE: "Retired"})
+    view = _view({"gpu-0": node})
+    view.tickets = {"gpu-0": [ticket]}
+    rec.run_pass(_policy_body(1), view, NOW)
+    restored = [s for s in statuses if "openedAt" in s]
+    assert len(restored) == 1
+    assert (restored[0]["phase"], restored[0]["cycle"]) == ("Retired", 3)
+    assert [h["phase"] for h in restored[0]["history"]] == ["Open", "Retired"]
 
 
 def test_a_karpenter_nodes_node_claim_is_kept_in_the_trimmed_node() -> None:

@@ -31,6 +31,7 @@ from sdcguard.domain.lifecycle import (
     MarkQualified,
     NodeState,
     RaiseCycle,
+    RecordHardware,
     RemoveTaint,
     Retire,
     RevokeQualification,
@@ -61,6 +62,15 @@ QUARANTINE_EFFECTS = SETTLED | {
 RELEASE_EFFECTS = SETTLED | {"-gate", "-testing", "-quarantine", "Uncordon", "Autoscaler:off"}
 QUALIFY_EFFECTS = SETTLED | {"-gate", "-testing", "MarkQualified"}
 RETIRE_EFFECTS = SETTLED | {"Cordon", "Retire"}
+OUT_OF_CYCLES = SETTLED | {
+    "-testing",
+    "+quarantine",
+    "Cordon",
+    "RevokeQualification",
+    "CreateTicket:retired",
+    "Hardware:Retired+retire",
+    "Retire",
+}
 
 
 def _confirm() -> str:
@@ -72,11 +82,20 @@ def _confirm() -> str:
 # deliberate change here too.
 EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.UNQUALIFIED, E.JOINED): (S.TESTING, {"+gate", "+testing", "Test:acceptance/Join"}),
+    (S.UNQUALIFIED, E.REJOINED): (
+        S.TESTING,
+        {"+gate", "+testing", "Test:repairVerification/Join", "Hardware:seen"},
+    ),
+    (S.UNQUALIFIED, E.HARDWARE_RETIRED): (
+        S.RETIRED,
+        SETTLED | {"+quarantine", "Cordon", "Hardware:seen", "Retire"},
+    ),
     (S.UNQUALIFIED, E.ADMITTED): (S.QUALIFIED, {"-gate"}),
     (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+gate", "+testing"}),
     (S.TESTING, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
     (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, KEEP_SUSPECT | {_confirm()}),
-    (S.TESTING, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
+    (S.TESTING, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS | {"Hardware:Quarantined"}),
+    (S.TESTING, E.REPAIR_CYCLES_EXCEEDED): (S.RETIRED, OUT_OF_CYCLES),
     (S.TESTING, E.QUARANTINE_HELD): (S.SUSPECT, KEEP_SUSPECT | {"HoldQuarantine"}),
     (S.TESTING, E.TEST_INCONCLUSIVE): (S.QUALIFIED, BACK_OFF | {"-testing"}),
     (S.TESTING, E.ACCEPTANCE_INCONCLUSIVE): (S.UNQUALIFIED, BACK_OFF | {"-testing"}),
@@ -85,7 +104,8 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+testing"}),
     (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, {"+testing"}),
     (S.SUSPECT, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
-    (S.SUSPECT, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS),
+    (S.SUSPECT, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS | {"Hardware:Quarantined"}),
+    (S.SUSPECT, E.REPAIR_CYCLES_EXCEEDED): (S.RETIRED, OUT_OF_CYCLES),
     (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, KEEP_SUSPECT | {_confirm()}),
     (S.SUSPECT, E.CONFIRMATION_PASSED): (S.SUSPECT, KEEP_SUSPECT | {_confirm()}),
     (S.SUSPECT, E.FLAKY): (S.SUSPECT, KEEP_SUSPECT | {"BackOff:keep"}),
@@ -99,18 +119,24 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
         S.VERIFYING,
         {"Ticket:Verifying", "ForgetTest", "Test:repairVerification/RepairVerification"},
     ),
-    (S.QUARANTINED, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS),
+    (S.QUARANTINED, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS | {"Hardware:seen+retire"}),
     (S.REPAIRING, E.TICKET_RESOLVED): (
         S.VERIFYING,
         {"Ticket:Verifying", "ForgetTest", "Test:repairVerification/RepairVerification"},
     ),
-    (S.REPAIRING, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS),
+    (S.REPAIRING, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS | {"Hardware:seen+retire"}),
     (S.VERIFYING, E.VERIFICATION_PASSED): (
         S.QUALIFIED,
         RELEASE_EFFECTS | {"CloseTicket", "MarkQualified"},
     ),
-    (S.VERIFYING, E.VERIFICATION_FAILED): (S.QUARANTINED, SETTLED | {"RaiseCycle"}),
-    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (S.RETIRED, RETIRE_EFFECTS),
+    (S.VERIFYING, E.VERIFICATION_FAILED): (
+        S.QUARANTINED,
+        SETTLED | {"RaiseCycle", "Hardware:VerificationFailed"},
+    ),
+    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (
+        S.RETIRED,
+        RETIRE_EFFECTS | {"Hardware:Retired+retire"},
+    ),
     (S.VERIFYING, E.TEST_INCONCLUSIVE): (S.VERIFYING, BACK_OFF),
     (S.VERIFYING, E.RETEST_DUE): (
         S.VERIFYING,
@@ -164,6 +190,10 @@ def _effect(action: object) -> str | None:
             return f"Autoscaler:{'on' if on else 'off'}"
         case BackOff(count=count):
             return f"BackOff:{'count' if count else 'keep'}"
+        case RecordHardware(failure=failure, retire=retire):
+            return f"Hardware:{failure or 'seen'}{'+retire' if retire else ''}"
+        case CreateTicket(retired=True):
+            return "CreateTicket:retired"
         case SetLabel() | EmitEvent():
             return None
         case (

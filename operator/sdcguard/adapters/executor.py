@@ -10,6 +10,7 @@ from typing import get_args
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters import hardware
 from sdcguard.adapters.observe import TicketSnapshot, node_claim
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
@@ -51,6 +52,7 @@ from sdcguard.domain.lifecycle import (
     EmitEvent,
     NodeState,
     RaiseCycle,
+    RecordHardware,
     Retire,
     SetTicketPhase,
 )
@@ -107,7 +109,9 @@ class Executor(TestRunner):
             self._drain(node_name, patch, node, counts)
         for step in plan.stage(Stage.STATUSES):
             if isinstance(step, OpenTicketStatus) and step.name in opened:
-                self._open_ticket_status(step.name, step.message, now)
+                self._open_ticket_status(
+                    step.name, step.message, now, cycle=step.cycle, retired=step.retired
+                )
         for step in plan.stage(Stage.EVENTS):
             if isinstance(step, EmitEvent) and (self.settings.routine_events or not step.routine):
                 self.writer.event(
@@ -160,6 +164,8 @@ class Executor(TestRunner):
                 self._ticket_status(view, node_name, name, TicketPhase.CLOSED, message, now)
             case RaiseCycle():
                 self._raise_cycle(view, node_name, step, now)
+            case RecordHardware():
+                self._record_hardware(view, body, step, now, counts)
             case Retire(name=name) if name:
                 self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
             case Retire():
@@ -348,6 +354,16 @@ class Executor(TestRunner):
         evidence = list(dict.fromkeys(action.evidence))
         name = node_body.name
         findings = self._findings(view, name, evidence)
+        identity = hardware.node_identity(node_body, view.id_holders(node_body))
+        tests = self._tests_by_name(view, name)
+        devices = next(
+            (
+                tests[t].device_ids
+                for t in reversed(evidence)
+                if t in tests and any(tests[t].device_ids)
+            ),
+            (),
+        )
         ticket = RepairTicket(
             metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: name[:63]}),
             spec=RepairTicketSpec(
@@ -357,6 +373,11 @@ class Executor(TestRunner):
                     {
                         "providerID": node_body.provider_id or None,
                         "systemUUID": node_body.system_uuid or None,
+                        "machineID": node_body.machine_id or None,
+                        "deviceIDs": list(dict.fromkeys(d for d in devices if d))[:64],
+                        "untrusted": [u.model_dump(by_alias=True) for u in identity.untrusted],
+                        "records": list(identity.records),
+                        "cyclesBefore": action.before,
                     }
                 ),
                 evidence=evidence,
@@ -371,8 +392,8 @@ class Executor(TestRunner):
         counts["tickets-created"] += 1
         return True
 
-    def _findings(self, view: FleetView, node: str, evidence: list[str]) -> list[Finding]:
-        """Where the evidence tests' failed checks located the fault, in evidence order."""
+    def _tests_by_name(self, view: FleetView, node: str) -> dict[str, TestFacts]:
+        """The node's tests' facts, as this pass judged them."""
         by_name: dict[str, TestFacts] = {}
         for body in view.tests.get(node, []):
             known = self._test(body, node)
@@ -383,32 +404,73 @@ class Executor(TestRunner):
             if written is not None and written[0] == body.resource_version:
                 facts = TestFacts.from_api(written[1])  # judged in this pass, not back yet
             by_name[known.name] = facts
+        return by_name
+
+    def _findings(self, view: FleetView, node: str, evidence: list[str]) -> list[Finding]:
+        """Where the evidence tests' failed checks located the fault, in evidence order."""
+        by_name = self._tests_by_name(view, node)
         found = [f for name in evidence if name in by_name for f in by_name[name].findings]
         return found[:64]
 
-    def _open_ticket_status(self, name: str, message: str, now: dt.datetime) -> None:
+    def _record_hardware(
+        self,
+        view: FleetView,
+        body: NodeSnapshot,
+        action: RecordHardware,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> None:
+        """The hardware's history: the host's records, and those of the devices the failed
+        test named as the odd one out (their UUIDs from the probe)."""
+        test = self._tests_by_name(view, body.name).get(action.test) if action.test else None
+        named = hardware.odd_devices(test) if test is not None else ()
+        identity = hardware.node_identity(body, view.id_holders(body), named)
+        hardware.record(self.writer, body, identity, view.hardware, action, now, counts)
+
+    def _open_ticket_status(
+        self,
+        name: str,
+        message: str,
+        now: dt.datetime,
+        *,
+        cycle: int = 1,
+        retired: bool = False,
+    ) -> None:
+        """A new ticket's first status: Open at the repair cycle it begins; Retired at
+        once (closed) when the hardware has no cycle left."""
         at = _second(now)
+        history = [HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))]
+        if retired:
+            why = f"retired: repair cycle {cycle} is past the policy's maxRepairCycles"
+            history.append(HistoryEntry(time=at, phase=TicketPhase.RETIRED, message=why))
         status = RepairTicketStatus(
-            phase=TicketPhase.OPEN,
-            cycle=1,
+            phase=TicketPhase.RETIRED if retired else TicketPhase.OPEN,
+            cycle=max(1, cycle),
             opened_at=at,
-            history=[HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))],
+            closed_at=at if retired else None,
+            history=history,
         )
-        self.writer.patch_custom_status(
-            "repairtickets", name, to_patch(status, "phase", "cycle", "opened_at", "history")
-        )
+        fields = ["phase", "cycle", "opened_at", "history"] + (["closed_at"] if retired else [])
+        self.writer.patch_custom_status("repairtickets", name, to_patch(status, *fields))
 
     def _restore_ticket_status(
-        self, tickets: list[TicketSnapshot], now: dt.datetime, counts: Counter[str]
+        self,
+        tickets: list[TicketSnapshot],
+        now: dt.datetime,
+        counts: Counter[str],
+        retired: bool = False,
     ) -> None:
         """A ticket whose status never came (the operator died between creating it and
-        writing its status, which follows the taint) gets it, dated at its creation."""
+        writing its status, which follows the taint) gets it, dated at its creation, at
+        the repair cycle it began (its hardware's earlier cycles plus one); ``retired``:
+        the node was retired by the same decision (a ticket born Retired)."""
         for seen in tickets:
             created = seen.created
             if seen.has_status or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"
-            self._open_ticket_status(seen.name, message, created)
+            before = seen.ticket.spec.hardware.cycles_before if seen.ticket else 0
+            self._open_ticket_status(seen.name, message, created, cycle=before + 1, retired=retired)
             counts["ticket-status-restored"] += 1
 
     def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from sdcguard.adapters import observe
+from sdcguard.adapters.hardware import holder_keys, id_holders
 from sdcguard.adapters.mirror import NODES, PODS, Change, Kind, Mirror, retrying_client
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.domain.observed import NodeSnapshot
@@ -98,6 +99,9 @@ class Inventory:
             self.api,
             NODES,
             NodeSnapshot.from_body,
+            # By host identifier, so a pass tells a unique providerID or system UUID
+            # from one that several Nodes share (never trusted to recognise hardware).
+            groups=holder_keys,
             on_change=self._nodes_changed,
             page_size=page_size,
         )
@@ -185,6 +189,10 @@ class Inventory:
         if only is None:
             return self.nodes.items()
         return {k: n for k in only if (n := self.nodes.get(k)) is not None}
+
+    def id_holders(self, nodes: Iterable[NodeSnapshot]) -> dict[str, tuple[str, ...]]:
+        """For each host identifier of ``nodes``, the names of the Nodes holding it."""
+        return id_holders(nodes, lambda key: [n.name for n in self.nodes.group(key)])
 
     def busy(self, only: Iterable[str] | None = None) -> dict[str, list[observe.PodUse]]:
         names = None if only is None else [f"node/{n}" for n in only]

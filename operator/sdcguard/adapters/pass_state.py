@@ -8,7 +8,7 @@ import datetime as dt
 import queue
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ import structlog
 from pydantic import ValidationError
 
 from sdcguard.adapters import observe
+from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     CheckSpec,
@@ -76,6 +77,11 @@ class FleetView:
     """Every policy's name and selector matchLabels (one policy owns each node)."""
     complete: bool = True
     """False: only some nodes' entries (urgent work), enough to decide just those."""
+    hardware: dict[str, HardwareRecord] = field(default_factory=dict)
+    """Every readable SDCHardware by name (only failing hardware has one)."""
+    id_holders: Callable[[NodeSnapshot], Mapping[str, Sequence[str]]] = lambda _: {}
+    """For a Node's host identifiers, every Node of the fleet that holds each one (read
+    from the fleet copy when asked: only nodes with hardware to identify ask)."""
 
     def merged(self, newer: FleetView) -> FleetView:
         """This partial view updated with a newer one (urgent work offered in a row)."""
@@ -92,6 +98,8 @@ class FleetView:
             operator_started=newer.operator_started,
             policies=newer.policies,
             complete=self.complete and newer.complete,
+            hardware=newer.hardware,
+            id_holders=newer.id_holders,
         )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.adapters import observe
+from sdcguard.adapters import hardware, observe
 from sdcguard.adapters.executor import Executor
 from sdcguard.adapters.observations import (
     current_test,
@@ -53,6 +53,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain.decide import Decision, iter_decisions, member_after, priority
 from sdcguard.domain.echo import bounded
+from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 
@@ -419,7 +420,12 @@ class Reconciler(Executor, PolicyReporter):
                     memory.due[node_name] = now + dt.timedelta(seconds=5)
                     continue
                 del self.expect_nodes[node_name]
-            self._restore_ticket_status(view.tickets.get(node_name, []), now, counts)
+            self._restore_ticket_status(
+                view.tickets.get(node_name, []),
+                now,
+                counts,
+                retired=node.state == NodeState.RETIRED,
+            )
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
             test = current_test(node, tests_by_node.get(node_name, []))
             observations.append(
@@ -436,6 +442,18 @@ class Reconciler(Executor, PolicyReporter):
                         node.created is not None
                         and view.operator_started is not None
                         and node.created > view.operator_started
+                    ),
+                    hardware=hardware.facts(
+                        view.nodes[node_name],
+                        view.id_holders,
+                        view.hardware,
+                        spec.repair.repair_cycle_window,
+                        now,
+                        hardware.latest_devices(
+                            (k.created, k.facts) for k in tests_by_node.get(node_name, [])
+                        )
+                        if view.hardware
+                        else (),
                     ),
                 )
             )

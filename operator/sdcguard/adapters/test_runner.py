@@ -403,6 +403,7 @@ class TestRunner(ReconcilerState):
                                 "fingerprint_hash": (
                                     judgement.fingerprint.hash if judgement.fingerprint else None
                                 ),
+                                "device_ids": list(judgement.devices),
                             }
                         )
                     finished = self._finish(test, status, verdict, reason, message, now, counts)

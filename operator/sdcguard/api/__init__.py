@@ -21,6 +21,17 @@ from sdcguard.api.common import (
     parse_duration,
     set_condition,
 )
+from sdcguard.api.hardware import (
+    FailureKind,
+    HardwareFailure,
+    IdentityKind,
+    Retirement,
+    SDCHardware,
+    SDCHardwareSpec,
+    SDCHardwareStatus,
+    SeenAs,
+    UntrustedId,
+)
 from sdcguard.api.policy import (
     BaselineMode,
     BaselineSettings,
@@ -51,6 +62,7 @@ from sdcguard.api.policy import (
 from sdcguard.api.resources import (
     BASELINE,
     CATEGORY,
+    HARDWARE,
     POLICY,
     RESOURCES,
     TEST,
@@ -91,13 +103,16 @@ PLURAL_POLICIES = POLICY.plural
 PLURAL_TESTS = TEST.plural
 PLURAL_TICKETS = TICKET.plural
 PLURAL_BASELINES = BASELINE.plural
+PLURAL_HARDWARE = HARDWARE.plural
 
 __all__ = [
     "API_VERSION",
     "BASELINE",
     "CATEGORY",
     "GROUP",
+    "HARDWARE",
     "PLURAL_BASELINES",
+    "PLURAL_HARDWARE",
     "PLURAL_POLICIES",
     "PLURAL_TESTS",
     "PLURAL_TICKETS",
@@ -123,10 +138,13 @@ __all__ = [
     "Condition",
     "Confirmation",
     "ExternalRef",
+    "FailureKind",
     "Finding",
     "FingerprintSpec",
+    "HardwareFailure",
     "HardwareIdentity",
     "HistoryEntry",
+    "IdentityKind",
     "Mode",
     "NodeCounts",
     "Notification",
@@ -141,9 +159,13 @@ __all__ = [
     "Resolution",
     "Resource",
     "RetireAction",
+    "Retirement",
     "SDCBaseline",
     "SDCBaselineSpec",
     "SDCBaselineStatus",
+    "SDCHardware",
+    "SDCHardwareSpec",
+    "SDCHardwareStatus",
     "SDCPolicy",
     "SDCPolicySpec",
     "SDCPolicyStatus",
@@ -152,12 +174,14 @@ __all__ = [
     "SDCTestSpec",
     "SDCTestStatus",
     "ScreeningReason",
+    "SeenAs",
     "Suite",
     "Suites",
     "TaintKeys",
     "TicketPhase",
     "TicketSink",
     "Triggers",
+    "UntrustedId",
     "Verdict",
     "baseline_name",
     "check_test_update",

@@ -487,7 +487,13 @@ class Repair(ApiModel):
     """InPlace: keep the Node (autoscalers are told not to remove it) and wait for the ticket's
     resolution. Replace: delete the Node once the ticket is acknowledged."""
     max_repair_cycles: int = Field(default=2, ge=1, le=10)
-    """Failed repair verifications after which the node is retired."""
+    """Repair cycles a piece of hardware may use within repairCycleWindow: each confirmed
+    failure (a quarantine, or a repair that failed verification) begins one, counted across
+    tickets and Node names by the hardware's identity (SDCHardware). A failure beyond them
+    retires it."""
+    repair_cycle_window: Duration = "720h"
+    """How far back repair cycles count toward maxRepairCycles ("0": forever). A failure
+    older than the window is kept in the hardware's history but no longer counted."""
     ticket_sinks: list[TicketSink] = Field(default_factory=list, max_length=8)
     """Systems told about new tickets."""
     retire_action: RetireAction = RetireAction.CORDON

@@ -8,6 +8,7 @@ from typing import Any
 
 from sdcguard.api.baseline import SDCBaseline, SDCBaselineSpec, SDCBaselineStatus
 from sdcguard.api.common import API_VERSION, GROUP, ApiModel
+from sdcguard.api.hardware import SDCHardware, SDCHardwareSpec, SDCHardwareStatus
 from sdcguard.api.policy import SDCPolicy, SDCPolicySpec, SDCPolicyStatus
 from sdcguard.api.report import SDCReport, SDCReportSpec, SDCReportStatus
 from sdcguard.api.sdctest import SDCTest, SDCTestSpec, SDCTestStatus
@@ -141,10 +142,26 @@ REPORT = Resource(
     ),
     scope="Namespaced",
 )
-RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE, REPORT)
+HARDWARE = Resource(
+    kind="SDCHardware",
+    plural="sdchardwares",
+    short_names=("sdchw",),
+    model=SDCHardware,
+    spec=SDCHardwareSpec,
+    status=SDCHardwareStatus,
+    columns=(
+        PrinterColumn("Kind", ".spec.kind"),
+        PrinterColumn("ID", ".spec.id"),
+        PrinterColumn("Failures", ".status.totalFailures", "integer"),
+        PrinterColumn("Node", ".status.lastNode", description="Last seen under"),
+        PrinterColumn("Retired", ".status.retired.time", priority=1),
+        AGE,
+    ),
+)
+RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE, REPORT, HARDWARE)
 _BY_KIND = {r.kind: r for r in RESOURCES}
 
-Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport
+Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | SDCHardware
 
 
 def to_body(model: ApiModel) -> dict[str, Any]:
@@ -181,5 +198,7 @@ def from_body(body: Mapping[str, Any]) -> Body:
             f"unknown kind {body.get('kind')!r}; expected one of {', '.join(sorted(_BY_KIND))}"
         )
     parsed = resource.model.model_validate(body)
-    assert isinstance(parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport)
+    assert isinstance(
+        parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | SDCHardware
+    )
     return parsed

@@ -179,6 +179,11 @@ class SDCTestStatus(ApiModel):
     """The probe Job."""
     fingerprint_hash: HexDigest | None = None
     """Fingerprint of the hardware and software that ran the probe."""
+    device_ids: list[Annotated[str, StringConstraints(max_length=96)]] = Field(
+        default_factory=list, alias="deviceIDs", max_length=64
+    )
+    """Each device's UUID or serial by device index, as the probe named them ("" for a
+    device it could not name; empty when it named none)."""
     suite: Suite | None = None
     """The suite that runs: spec.suite, or the operator's pick when spec.suite is unset."""
     seed: int | None = Field(default=None, ge=0, le=2147483647)

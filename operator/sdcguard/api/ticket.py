@@ -19,6 +19,7 @@ from sdcguard.api.common import (
     cel,
     cel_rules,
 )
+from sdcguard.api.hardware import UntrustedId
 
 Id = Annotated[str, StringConstraints(max_length=253)]
 
@@ -57,6 +58,14 @@ class HardwareIdentity(ApiModel):
         default_factory=list, alias="deviceIDs", max_length=64, json_schema_extra=SET_LIST
     )
     """Accelerator UUIDs or serial numbers, when known."""
+    untrusted: list[UntrustedId] = Field(default_factory=list, max_length=8)
+    """Identifiers not used to recognise the hardware (empty, a placeholder, or shared
+    with another Node), and why: the history is never merged across Nodes on them."""
+    records: list[Id] = Field(default_factory=list, max_length=8, json_schema_extra=SET_LIST)
+    """The SDCHardware records that count this incident (``kubectl sdc hardware``)."""
+    cycles_before: int = Field(default=0, ge=0)
+    """Repair cycles the hardware had used within the policy's window before this ticket
+    (a confirmed failure begins the next one; a person's quarantine begins none)."""
 
 
 class ExternalRef(ApiModel):

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sdcguard.api import (
     GROUP,
     PLURAL_BASELINES,
+    PLURAL_HARDWARE,
     PLURAL_POLICIES,
     PLURAL_TESTS,
     PLURAL_TICKETS,
@@ -47,8 +48,9 @@ from sdcguard.cli.kube import (
 )
 from sdcguard.cli.output import Result, Table, age, cell, format_time, parse_time
 from sdcguard.domain import keys
+from sdcguard.domain.hardware import candidates, record_name
 from sdcguard.domain.lifecycle import TABLE, Event, NodeState
-from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.selection import most_specific, selects
 
 PLUGIN = "kubectl-sdc"
@@ -974,3 +976,122 @@ def baselines(conn: Connection) -> Result:
         empty="No SDCBaselines yet: they appear when the first nodes of a fingerprint are tested.",
     )
     return Result(data=rows, tables=[table])
+
+
+def _hardware_row(item: Mapping[str, Any]) -> dict[str, Any]:
+    spec, st = item.get("spec") or {}, item.get("status") or {}
+    retired = st.get("retired") or None
+    return {
+        "name": _name(item),
+        "kind": spec.get("kind"),
+        "id": spec.get("id"),
+        "totalFailures": int(st.get("totalFailures") or len(st.get("failures") or [])),
+        "failures": list(st.get("failures") or []),
+        "nodes": list(st.get("nodes") or []),
+        "lastNode": st.get("lastNode"),
+        "retired": retired,
+        "untrusted": list(st.get("untrusted") or []),
+        "createdAt": _meta(item).get("creationTimestamp"),
+    }
+
+
+def _hardware_matches(conn: Connection, items: list[dict[str, Any]], wanted: str) -> list[Any]:
+    """Records named ``wanted``, or keyed by it (a providerID, UUID or serial), or those
+    of the Node of that name (by its trusted identifiers)."""
+    by_name = [i for i in items if _name(i) == wanted]
+    if by_name:
+        return by_name
+    value = wanted.strip().lower()
+    by_id = [i for i in items if str((i.get("spec") or {}).get("id", "")).lower() == value]
+    if by_id:
+        return by_id
+    try:
+        body = get_node(conn, wanted)
+    except CliError:
+        body = None
+    names: set[str] = set()
+    if body is not None:
+        snap = NodeSnapshot.from_body(body)
+        ids = candidates(snap.provider_id, snap.system_uuid, snap.machine_id)
+        names = {record_name(kind, v) for kind, v in ids if v.strip()}
+    return [
+        i
+        for i in items
+        if _name(i) in names
+        or any(n.get("node") == wanted for n in (i.get("status") or {}).get("nodes") or [])
+    ]
+
+
+def hardware(conn: Connection, wanted: str | None) -> Result:
+    """SDCHardware records: the failure history of failing hardware across tickets and Node
+    names. ``wanted``: a record's name, a hardware identifier, or a Node name."""
+    now = _now()
+    items = sorted(list_custom(conn, PLURAL_HARDWARE), key=_name)
+    if wanted is not None:
+        items = _hardware_matches(conn, items, wanted)
+        if not items:
+            raise CliError(
+                f"no hardware history for {wanted!r}: it names no SDCHardware, identifier or "
+                "Node with one (only hardware that failed has a history); list them with "
+                "kubectl sdc hardware"
+            )
+    rows = [_hardware_row(i) for i in items]
+
+    def seen(row: Mapping[str, Any]) -> str:
+        names = list(dict.fromkeys(n.get("node", "") for n in row["nodes"]))
+        return ",".join(names[:3]) + (f",+{len(names) - 3}" if len(names) > 3 else "") or "-"
+
+    summary = Table(
+        ["name", "kind", "id", "failures", "last node", "seen as", "retired", "age"],
+        [
+            [
+                r["name"],
+                cell(r["kind"]),
+                cell(r["id"]),
+                str(r["totalFailures"]),
+                cell(r["lastNode"]),
+                seen(r),
+                cell((r["retired"] or {}).get("time")),
+                age(parse_time(r["createdAt"]), now),
+            ]
+            for r in rows
+        ],
+        empty="No hardware history: no hardware has failed a screening yet.",
+    )
+    tables = [summary]
+    if wanted is not None:
+        for r in rows:
+            tables.append(
+                Table(
+                    ["time", "kind", "node", "ticket", "test"],
+                    [
+                        [
+                            cell(f.get("time")),
+                            cell(f.get("kind")),
+                            cell(f.get("node")),
+                            cell(f.get("ticket")),
+                            cell(f.get("test")),
+                        ]
+                        for f in r["failures"]
+                    ],
+                    title=f"Failures of {r['name']} ({r['totalFailures']} in all)",
+                )
+            )
+            if r["untrusted"]:
+                tables.append(
+                    Table(
+                        ["kind", "value", "why not trusted"],
+                        [
+                            [cell(u.get("kind")), cell(u.get("value")), cell(u.get("reason"))]
+                            for u in r["untrusted"]
+                        ],
+                        title=f"Identifiers of {cell(r['lastNode'])} not used to recognise it",
+                    )
+                )
+    lines = []
+    if any(r["retired"] for r in rows):
+        lines.append(
+            "Retired hardware is retired again whenever a Node comes back with it; delete its "
+            "SDCHardware (kubectl delete sdchardware NAME) to give it a fresh start."
+        )
+    return Result(data=rows, tables=tables, lines=lines)

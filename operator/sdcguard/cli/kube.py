@@ -27,6 +27,7 @@ NOT_FOUND_HINTS = {
     "sdctests": "list tests with kubectl get sdctests",
     "repairtickets": "list tickets with kubectl get repairtickets",
     "sdcbaselines": "list baselines with kubectl get sdcbaselines",
+    "sdchardwares": "list hardware histories with kubectl sdc hardware",
 }
 SINGULAR = {
     "nodes": "node",
@@ -34,6 +35,7 @@ SINGULAR = {
     "sdctests": "sdctest",
     "repairtickets": "repairticket",
     "sdcbaselines": "sdcbaseline",
+    "sdchardwares": "sdchardware",
 }
 
 

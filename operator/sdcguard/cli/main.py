@@ -138,6 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "baselines", parents=[common], help="golden-value baselines per hardware fingerprint"
     )
+    hw = sub.add_parser(
+        "hardware",
+        parents=[common],
+        help="failure history by hardware identity, across tickets and Node names",
+    )
+    hw.add_argument(
+        "id",
+        metavar="ID",
+        nargs="?",
+        default=None,
+        help="an SDCHardware name, a providerID / system UUID / machine ID, or a Node name",
+    )
     return parser
 
 
@@ -169,6 +181,8 @@ def run(args: argparse.Namespace) -> Result:
         return commands.history(conn, args.node, args.limit)
     if args.command == "baselines":
         return commands.baselines(conn)
+    if args.command == "hardware":
+        return commands.hardware(conn, args.id)
     raise CliError(f"unknown command {args.command}")  # argparse prevents this
 
 

@@ -78,6 +78,7 @@ from sdcguard.domain.lifecycle import (
     MarkQualified,
     NodeState,
     RaiseCycle,
+    RecordHardware,
     RemoveTaint,
     Retire,
     SetAutoscalerAnnotations,
@@ -427,6 +428,7 @@ class _Reader:
 
         if self.state == S.VERIFYING:
             return self._verification(test.verdict, test.name, test.message)
+        hardware = self.obs.hardware
         suspect = self.node.suspect_checks if self.state == S.SUSPECT else frozenset()
         found = assess(test, suspect, self.policy.confirmation)
         evidence = (
@@ -442,6 +444,14 @@ class _Reader:
                     "(re-tested when it closes, or on request)"
                 )
                 return _Step(E.QUARANTINE_HELD, detail, evidence=evidence, suspect_checks=checks)
+            limit = self.policy.repair.max_repair_cycles
+            if hardware is not None and hardware.cycles >= limit:
+                detail = (
+                    f"{found.message}; its hardware used {hardware.cycles} of {limit} repair "
+                    f"cycles within {self.policy.repair.repair_cycle_window}: "
+                    f"{hardware.describe()}"
+                )
+                return _Step(E.REPAIR_CYCLES_EXCEEDED, detail, evidence=evidence)
             return _Step(E.TEST_FAILED, found.message, evidence=evidence)
         if found.outcome == Outcome.NEEDS_RERUN:
             rerun = test.attempt + 1 if test.reason == ScreeningReason.CONFIRMATION else 1
@@ -465,8 +475,11 @@ class _Reader:
         if verdict == Verdict.PASS:
             return _Step(E.VERIFICATION_PASSED, said)
         if verdict == Verdict.SDC:
-            ticket = self.obs.ticket
+            ticket, hardware = self.obs.ticket, self.obs.hardware
             cycle = ticket.cycle if ticket else 1
+            if hardware is not None:
+                # Cycles of earlier tickets (under this Node name or another) count too.
+                cycle = max(cycle, hardware.cycles)
             if cycle >= self.policy.repair.max_repair_cycles:
                 detail = f"{said}; repair cycle {cycle} of {self.policy.repair.max_repair_cycles}"
                 return _Step(E.REPAIR_CYCLES_EXCEEDED, detail)
@@ -584,6 +597,9 @@ class _Reader:
         return _Step(event, detail, suite=suite, attempt=self.next_attempt())
 
     def _join(self) -> _Step | None:
+        hardware = self.obs.hardware
+        if hardware is not None and hardware.retired is not None:
+            return _Step(E.HARDWARE_RETIRED, f"{hardware.describe()}; {hardware.retired}")
         if not self.policy.triggers.on_join:
             return _Step(E.ADMITTED, "acceptance disabled")
         first_sight = self.node.state is None
@@ -608,6 +624,10 @@ class _Reader:
         if blocked:
             why = f"acceptance waits: {blocked}"
             return _Step(None, f"gated; {why}", requeue=self._wait_requeue(), waits=why)
+        if hardware is not None and hardware.known:
+            return self._start(
+                E.REJOINED, f"{hardware.describe()}; test started, gated until it passes"
+            )
         return self._start(E.JOINED, "started; the node stays gated until it passes")
 
     def _requalify(self) -> _Step | None:
@@ -690,6 +710,8 @@ class _Binder:
         self.target = target
         self.seq = reader.node.seq
         self.changes: Changes = dict(step.changes)
+        self.created_ticket = ""
+        """The ticket this decision opens, if it opens one (RecordHardware names it)."""
 
     def _name(self) -> str:
         self.seq += 1
@@ -782,11 +804,21 @@ class _Binder:
                 if test is None or test.finished:
                     return None
                 return CancelTest(test.name, self.step.detail)
-            case CreateTicket():
+            case CreateTicket(retired=retired):
                 if ticket is not None:
                     return None
                 evidence = self.step.evidence or node.evidence
-                return CreateTicket(self._name(), evidence, self.step.detail)
+                used = r.obs.hardware.cycles if r.obs.hardware is not None else 0
+                begins = self.step.event in (E.TEST_FAILED, E.REPAIR_CYCLES_EXCEEDED)
+                cycle = used + 1 if begins else max(1, used)
+                self.created_ticket = self._name()
+                return CreateTicket(
+                    self.created_ticket, evidence, self.step.detail, cycle, retired, used
+                )
+            case RecordHardware(failure=failure, retire=retire):
+                failed = r.obs.test.name if r.obs.test is not None and failure else ""
+                named = ticket.name if ticket is not None else self.created_ticket
+                return RecordHardware(failure, retire, failed, named, self.step.detail)
             case SetTicketPhase(phase=phase):
                 return SetTicketPhase(phase, ticket.name, self.step.detail) if ticket else None
             case CloseTicket():

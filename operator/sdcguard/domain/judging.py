@@ -162,6 +162,8 @@ class Judgement:
     fingerprint: Fingerprint | None = None
     injected: bool = False
     """The probe ran with fault injection (a test or benchmark, not a real screening)."""
+    devices: tuple[str, ...] = ()
+    """Each device's UUID or serial by index, as the probe named them ("" unknown)."""
 
     @property
     def phase(self) -> SDCTestPhase:
@@ -327,7 +329,13 @@ def judge_result(
 
     def judged(verdict: Verdict, reason: str, message: str) -> Judgement:
         return Judgement(
-            verdict, reason, (message + note)[:MAX_REASON], tuple(checks), fingerprint, injected
+            verdict,
+            reason,
+            (message + note)[:MAX_REASON],
+            tuple(checks),
+            fingerprint,
+            injected,
+            tuple(result.devices) if result else (),
         )
 
     sdc = [c for c in checks if c.verdict == CheckVerdict.SDC]

@@ -11,6 +11,8 @@
     Quarantined, Repairing ──TicketResolved──▶ Verifying ──VerificationPassed──▶ Qualified
     Verifying ──VerificationFailed──▶ Quarantined       (repair cycle + 1)
     Quarantined, Repairing ──TicketRetire──▶ Retired ◀──RepairCyclesExceeded── Verifying
+    Testing, Suspect ──RepairCyclesExceeded──▶ Retired  (the hardware used up its cycles)
+    Unqualified ──Rejoined──▶ Testing (repair verification) ; ──HardwareRetired──▶ Retired
     any state ──OptedOut──▶ Excluded ──OptedIn──▶ Unqualified
     (most states) ──ManualQuarantine──▶ Quarantined, ──ManualRelease──▶ Qualified
 
@@ -29,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sdcguard.api import ScreeningReason, Suite, TicketPhase
+from sdcguard.api import FailureKind, ScreeningReason, Suite, TicketPhase
 
 
 class NodeState(StrEnum):
@@ -51,6 +53,11 @@ class Event(StrEnum):
 
     JOINED = "Joined"
     """A gated node can take its acceptance test now."""
+    REJOINED = "Rejoined"
+    """A gated node whose hardware failed before (under this or another Node name) can
+    take its test: the repair-verification suite, not plain acceptance."""
+    HARDWARE_RETIRED = "HardwareRetired"
+    """A node joined with hardware that was retired before: retired at once."""
     ADMITTED = "Admitted"
     """A node is admitted without acceptance: triggers.onJoin is off, or it already ran
     workloads when sdcguard first saw it. It is screened in its first idle window."""
@@ -83,6 +90,8 @@ class Event(StrEnum):
     VERIFICATION_PASSED = "VerificationPassed"
     VERIFICATION_FAILED = "VerificationFailed"
     REPAIR_CYCLES_EXCEEDED = "RepairCyclesExceeded"
+    """A confirmed failure (of a test or a repair's verification) found the hardware's
+    repair cycles within the policy's window used up."""
     OPTED_OUT = "OptedOut"
     OPTED_IN = "OptedIn"
     MANUAL_QUARANTINE = "ManualQuarantine"
@@ -212,11 +221,17 @@ class CancelTest:
 
 @dataclass(frozen=True)
 class CreateTicket:
-    """Open a RepairTicket (its sinks are notified by the ticket adapter)."""
+    """Open a RepairTicket (its sinks are notified by the ticket adapter). ``before``: the
+    repair cycles its hardware used within the window; ``cycle``: the ticket's first
+    cycle (``before`` + 1 for a confirmed failure, which begins a cycle; a person's
+    quarantine begins none); ``retired``: it is born Retired (no cycle left)."""
 
     name: str = ""
     evidence: tuple[str, ...] = ()
     message: str = ""
+    cycle: int = 1
+    retired: bool = False
+    before: int = 0
 
 
 @dataclass(frozen=True)
@@ -243,6 +258,19 @@ class RaiseCycle:
 
     name: str = ""
     test: str = ""
+
+
+@dataclass(frozen=True)
+class RecordHardware:
+    """Write the hardware's history (one SDCHardware per trusted identifier): the Node it
+    is under now, the failure if ``failure`` names one, its retirement if ``retire``.
+    Idempotent: a failure already recorded for the same ticket and test adds nothing."""
+
+    failure: FailureKind | None = None
+    retire: bool = False
+    test: str = ""
+    ticket: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -342,6 +370,7 @@ Action = (
     | SetTicketPhase
     | CloseTicket
     | RaiseCycle
+    | RecordHardware
     | Retire
     | ForgetTest
     | ForgetSuspicion
@@ -365,8 +394,9 @@ NODE_MUTATIONS: tuple[type, ...] = (
 """Actions that change how the node is scheduled, or whether it exists."""
 TICKET_ACTIONS: tuple[type, ...] = (CreateTicket, SetTicketPhase, CloseTicket, RaiseCycle, Retire)
 """Actions that open, move or close repair tickets (and so reach repair systems)."""
-OBSERVE_SUPPRESSED: tuple[type, ...] = NODE_MUTATIONS + TICKET_ACTIONS
-"""What Observe mode does not do. It still labels, annotates, tests and emits Events."""
+OBSERVE_SUPPRESSED: tuple[type, ...] = NODE_MUTATIONS + TICKET_ACTIONS + (RecordHardware,)
+"""What Observe mode does not do. It still labels, annotates, tests and emits Events (it
+starts no repair cycle, so it writes no hardware history either)."""
 
 
 @dataclass(frozen=True)
@@ -439,8 +469,22 @@ VERIFY = CreateTest(Suite.REPAIR_VERIFICATION, ScreeningReason.REPAIR_VERIFICATI
 
 CONFIRMED_FAILURE: tuple[Action, ...] = (
     *QUARANTINE_ACTIONS,
+    RecordHardware(FailureKind.QUARANTINED),
     EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
 )
+OUT_OF_CYCLES: tuple[Action, ...] = (
+    *SETTLED,
+    RemoveTaint(TESTING),
+    AddTaint(QUARANTINE),
+    Cordon(),
+    RevokeQualification(),
+    CreateTicket(retired=True),
+    RecordHardware(FailureKind.RETIRED, retire=True),
+    Retire(),
+    EmitEvent("Retired", "{node} is retired: {detail}", warning=True),
+)
+"""A confirmed failure of hardware with no repair cycle left: the ticket that records it
+is born Retired, and the node never serves again."""
 RERUN: tuple[Action, ...] = (
     *KEEP_SUSPECT,
     CONFIRM,
@@ -460,7 +504,14 @@ def _resolution(source: NodeState) -> list[Transition]:
             VERIFY,
             EmitEvent("Verifying", "{node}: {detail}"),
         ),
-        _row(source, E.TICKET_RETIRE, S.RETIRED, *RETIRE_ACTIONS),
+        _row(
+            source,
+            E.TICKET_RETIRE,
+            S.RETIRED,
+            *RETIRE_ACTIONS[:-1],
+            RecordHardware(retire=True),
+            RETIRE_ACTIONS[-1],
+        ),
     ]
 
 
@@ -530,6 +581,31 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     _row(
         S.UNQUALIFIED,
+        E.REJOINED,
+        S.TESTING,
+        AddTaint(GATE),
+        AddTaint(TESTING),
+        CreateTest(Suite.REPAIR_VERIFICATION, ScreeningReason.JOIN),
+        RecordHardware(),
+        EmitEvent(
+            "HardwareRecognised",
+            "{node}: {detail}; it joins through the repair-verification suite",
+            warning=True,
+        ),
+    ),
+    _row(
+        S.UNQUALIFIED,
+        E.HARDWARE_RETIRED,
+        S.RETIRED,
+        *SETTLED,
+        AddTaint(QUARANTINE),
+        Cordon(),
+        RecordHardware(),
+        Retire(),
+        EmitEvent("Retired", "{node} is retired: {detail}", warning=True),
+    ),
+    _row(
+        S.UNQUALIFIED,
         E.ADMITTED,
         S.QUALIFIED,
         RemoveTaint(GATE),
@@ -543,6 +619,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     _row(S.TESTING, E.TEST_PASSED, S.QUALIFIED, *QUALIFY_ACTIONS),
     _row(S.TESTING, E.TEST_FAILED_UNCONFIRMED, S.SUSPECT, *RERUN),
     _row(S.TESTING, E.TEST_FAILED, S.QUARANTINED, *CONFIRMED_FAILURE),
+    _row(S.TESTING, E.REPAIR_CYCLES_EXCEEDED, S.RETIRED, *OUT_OF_CYCLES),
     _row(
         S.TESTING,
         E.QUARANTINE_HELD,
@@ -606,6 +683,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         EmitEvent("Cleared", "{node} passed the re-test of its suspicion: {detail}"),
     ),
     _row(S.SUSPECT, E.TEST_FAILED, S.QUARANTINED, *CONFIRMED_FAILURE),
+    _row(S.SUSPECT, E.REPAIR_CYCLES_EXCEEDED, S.RETIRED, *OUT_OF_CYCLES),
     _row(S.SUSPECT, E.TEST_FAILED_UNCONFIRMED, S.SUSPECT, *RERUN),
     _row(S.SUSPECT, E.CONFIRMATION_PASSED, S.SUSPECT, *KEEP_SUSPECT, CONFIRM),
     _row(
@@ -680,9 +758,17 @@ TRANSITIONS: tuple[Transition, ...] = (
         S.QUARANTINED,
         *SETTLED,
         RaiseCycle(),
+        RecordHardware(FailureKind.VERIFICATION_FAILED),
         EmitEvent("RepairFailed", "{node} failed repair verification: {detail}", warning=True),
     ),
-    _row(S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED, S.RETIRED, *RETIRE_ACTIONS),
+    _row(
+        S.VERIFYING,
+        E.REPAIR_CYCLES_EXCEEDED,
+        S.RETIRED,
+        *RETIRE_ACTIONS[:-1],
+        RecordHardware(FailureKind.RETIRED, retire=True),
+        RETIRE_ACTIONS[-1],
+    ),
     _row(
         S.VERIFYING,
         E.TEST_INCONCLUSIVE,

@@ -23,6 +23,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage
+from sdcguard.domain.hardware import HardwareFacts
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.quantity import whole_quantity
 
@@ -64,6 +65,7 @@ class NodeSnapshot:
     ready: bool = False
     allocatable: Mapping[str, str] = field(default_factory=dict)
     system_uuid: str = ""
+    machine_id: str = ""
     node_claim: str = ""
     """The Karpenter NodeClaim that owns the Node (its owner reference), if any."""
 
@@ -96,6 +98,7 @@ class NodeSnapshot:
             ),
             allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
             system_uuid=str((status.get("nodeInfo") or {}).get("systemUUID") or ""),
+            machine_id=str((status.get("nodeInfo") or {}).get("machineID") or ""),
             node_claim=next(
                 (
                     str(ref.get("name") or "")
@@ -238,6 +241,8 @@ class TestFacts:
     completed_at: dt.datetime | None = None
     findings: tuple[Finding, ...] = ()
     """Where each failed check located the fault (copied onto the RepairTicket)."""
+    device_ids: tuple[str, ...] = ()
+    """Each device's UUID or serial by index, as the probe named them ("" unknown)."""
     awaiting_baseline: bool = False
     """The probe has ended and its digests wait for enough nodes to agree on a baseline:
     the test holds its node but runs nothing (it does not use the test budget)."""
@@ -276,6 +281,7 @@ class TestFacts:
                 for c in checks
                 if c.verdict == CheckVerdict.SDC
             ),
+            device_ids=tuple(status.device_ids) if status else (),
             awaiting_baseline=any(
                 c.type == "AwaitingBaseline" and c.status == "True"
                 for c in (status.conditions if status else [])
@@ -334,6 +340,9 @@ class Observed:
     joined_after_start: bool = False
     """The Node was created after the operator started (an autoscaler's or a person's
     new node, not one of the fleet sdcguard was installed on)."""
+    hardware: HardwareFacts | None = None
+    """What the SDCHardware records of the node's trusted identifiers say (None: its
+    hardware has no history, or no identifier of it can be trusted)."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).

@@ -5,7 +5,7 @@ SDCTest's phase row (``testphase``). Every action belongs to one :class:`Stage`;
 plan holds its actions stage by stage, and within a stage in the row's order:
 
 1. ``OBJECTS``: SDCTests (their probe Jobs and phase changes), RepairTickets and
-   their phase changes;
+   their phase changes, the hardware's history (SDCHardware, after the ticket it names);
 2. ``NODE_PATCH``: labels, annotations, taints, cordon and ownership, one guarded write;
 3. ``EVICTIONS``: a drain, so evicted pods find the node tainted and cordoned;
 4. ``STATUSES``: a new ticket's Open status (the ticket, created in 1, is the record of
@@ -37,6 +37,7 @@ from sdcguard.domain.lifecycle import (
     EmitEvent,
     MarkQualified,
     RaiseCycle,
+    RecordHardware,
     RemoveTaint,
     Retire,
     RevokeQualification,
@@ -67,11 +68,14 @@ class Stage(IntEnum):
 
 @dataclass(frozen=True)
 class OpenTicketStatus:
-    """Write a ticket's first status (Open, cycle 1, its history): planned for every
-    CreateTicket, and written only when this decision created the ticket."""
+    """Write a ticket's first status (Open, the cycle it begins, its history; Retired
+    when it is born so): planned for every CreateTicket, and written only when this
+    decision created the ticket."""
 
     name: str
     message: str = ""
+    cycle: int = 1
+    retired: bool = False
 
 
 Step = Action | TestAction | OpenTicketStatus
@@ -83,6 +87,7 @@ STAGE_OF: Mapping[type, Stage] = {
     SetTicketPhase: Stage.OBJECTS,
     CloseTicket: Stage.OBJECTS,
     RaiseCycle: Stage.OBJECTS,
+    RecordHardware: Stage.OBJECTS,
     Retire: Stage.OBJECTS,
     CreateJob: Stage.OBJECTS,
     DeleteJob: Stage.OBJECTS,
@@ -123,7 +128,9 @@ class Plan:
                 raise ValueError(f"{type(action).__name__} has no stage in a plan")
             steps.append(action)
             if isinstance(action, CreateTicket):
-                steps.append(OpenTicketStatus(action.name, action.message))
+                steps.append(
+                    OpenTicketStatus(action.name, action.message, action.cycle, action.retired)
+                )
             if isinstance(action, Retire) and action.delete_node:
                 steps.append(DeleteNode())
         steps.sort(key=lambda s: STAGE_OF[type(s)])  # stable: row order within a stage

@@ -267,6 +267,10 @@ class NodeConfig:
     fault_profile: FaultProfile | None
     provider_id: str
     internal_ip: str
+    hardware_name: str = ""
+    """The name the host's system UUID and machine ID derive from ("": the node's name); a
+    host that registers again under another Node name keeps its old one (and its
+    provider_id)."""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ def _uuid_like(name: str, salt: str) -> str:
 
 def node_status(cfg: NodeConfig, now: datetime, ready_since: datetime) -> dict[str, Any]:
     itype = cfg.instance_type
+    host = cfg.hardware_name or cfg.name
     return {
         "capacity": itype.capacity(),
         "allocatable": itype.allocatable(),
@@ -86,10 +87,10 @@ def node_status(cfg: NodeConfig, now: datetime, ready_since: datetime) -> dict[s
             "kernelVersion": itype.os.kernel_version,
             "kubeProxyVersion": "",
             "kubeletVersion": KUBELET_VERSION,
-            "machineID": _uuid_like(cfg.name, "machine").replace("-", ""),
+            "machineID": _uuid_like(host, "machine").replace("-", ""),
             "operatingSystem": "linux",
             "osImage": itype.os.image,
-            "systemUUID": _uuid_like(cfg.name, "system"),
+            "systemUUID": _uuid_like(host, "system"),
         },
     }
 

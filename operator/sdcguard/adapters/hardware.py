@@ -1,0 +1,205 @@
+"""The hardware's history in the API: reading SDCHardware records into the pass's view,
+identifying a Node's hardware, and writing what a decision's ``RecordHardware`` says.
+
+Records exist only for hardware that failed (or was retired): a healthy fleet has none,
+so a node with nothing to do costs no read or write here. Each trusted identifier of a
+Node keys one record (``domain.hardware``); the same failure is written to each, once
+(an entry for the same ticket and test is not added twice), so a decision repeated
+after a crash adds nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+from pydantic import ValidationError
+
+from sdcguard.api import (
+    PLURAL_HARDWARE,
+    HardwareFailure,
+    ObjectMeta,
+    SDCHardware,
+    SDCHardwareSpec,
+    SDCHardwareStatus,
+    parse_duration,
+    to_body,
+    to_patch,
+)
+from sdcguard.domain.hardware import (
+    HardwareFacts,
+    Identity,
+    candidates,
+    hardware_facts,
+    holder_key,
+    identify,
+    record_name,
+    updated,
+)
+from sdcguard.domain.lifecycle import RecordHardware
+from sdcguard.domain.observed import NodeSnapshot, TestFacts
+
+log = structlog.get_logger("sdcguard.hardware")
+
+
+@dataclass(frozen=True)
+class HardwareRecord:
+    """An SDCHardware as the index keeps it (``status`` None: not written yet)."""
+
+    name: str
+    spec: SDCHardwareSpec
+    status: SDCHardwareStatus | None = None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> HardwareRecord | None:
+        """The record, or None for one that does not validate (logged; it counts nothing)."""
+        try:
+            parsed = SDCHardware.model_validate(dict(body))
+        except ValidationError as exc:
+            name = (body.get("metadata") or {}).get("name")
+            log.warning("unreadable SDCHardware skipped", record=name, error=str(exc)[:300])
+            return None
+        return cls(parsed.metadata.name, parsed.spec, parsed.status)
+
+
+def holder_keys(node: NodeSnapshot) -> tuple[str, ...]:
+    """The identifier groups a Node belongs to in the fleet copy (non-empty host IDs)."""
+    ids = candidates(node.provider_id, node.system_uuid, node.machine_id)
+    return tuple(holder_key(kind, value) for kind, value in ids if value.strip())
+
+
+def odd_devices(test: TestFacts) -> tuple[str, ...]:
+    """The UUIDs or serials of the devices a failed test named as the odd one out."""
+    ids = test.device_ids
+    named = [
+        ids[f.odd_device]
+        for f in test.findings
+        if f.odd_device is not None and f.odd_device < len(ids) and ids[f.odd_device]
+    ]
+    return tuple(dict.fromkeys(named))
+
+
+def latest_devices(tests: Iterable[tuple[dt.datetime, TestFacts]]) -> tuple[str, ...]:
+    """The device IDs the node's newest test that named any reported (non-empty ones)."""
+    for _, test in sorted(tests, key=lambda t: t[0], reverse=True):
+        if any(test.device_ids):
+            return tuple(dict.fromkeys(d for d in test.device_ids if d))
+    return ()
+
+
+def node_identity(
+    node: NodeSnapshot, holders: Mapping[str, Sequence[str]], devices: Sequence[str] = ()
+) -> Identity:
+    """The Node's identifiers, trusted or not (see ``domain.hardware.identify``)."""
+    ids = candidates(node.provider_id, node.system_uuid, node.machine_id, devices)
+    return identify(node.name, ids, holders)
+
+
+def facts(
+    node: NodeSnapshot,
+    holders: Callable[[NodeSnapshot], Mapping[str, Sequence[str]]],
+    records: Mapping[str, HardwareRecord],
+    window: str,
+    now: dt.datetime,
+    devices: Sequence[str] = (),
+) -> HardwareFacts | None:
+    """What the node's hardware records say (None without records: the common case,
+    answered without identifying the node when no record exists at all). ``devices``:
+    the device IDs its latest probe named (a GPU moved from a failing host brings its
+    history along)."""
+    if not records:
+        return None
+    ids = candidates(node.provider_id, node.system_uuid, node.machine_id, devices)
+    if not any(record_name(kind, value) in records for kind, value in ids if value.strip()):
+        return None  # no record could be this node's: no need to ask who else holds its IDs
+    identity = node_identity(node, holders(node), devices)
+    statuses = {n: r.status or SDCHardwareStatus() for n, r in records.items()}
+    return hardware_facts(identity, statuses, now, parse_duration(window))
+
+
+class Writer(Protocol):
+    def create_custom(self, plural: str, body: dict[str, Any]) -> Any: ...
+
+    def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> Any: ...
+
+
+def record(
+    writer: Writer,
+    node: NodeSnapshot,
+    identity: Identity,
+    records: Mapping[str, HardwareRecord],
+    action: RecordHardware,
+    now: dt.datetime,
+    counts: Counter[str],
+) -> list[str]:
+    """Apply one RecordHardware: each trusted identifier's record, created if missing,
+    its status updated only where something changed. Returns the records written."""
+    at = now.astimezone(dt.UTC).replace(microsecond=0)
+    if not identity.trusted:
+        counts["hardware-untrusted"] += 1
+        log.warning(
+            "hardware history not kept: no identifier of the node can be trusted",
+            node=node.name,
+            untrusted=[f"{u.kind.value}: {u.reason}" for u in identity.untrusted],
+        )
+        return []
+    failure = (
+        HardwareFailure(
+            time=at, kind=action.failure, node=node.name, ticket=action.ticket, test=action.test
+        )
+        if action.failure is not None
+        else None
+    )
+    written: list[str] = []
+    for hw in identity.trusted:
+        name = hw.record
+        known = records.get(name)
+        status = updated(
+            known.status if known is not None else None,
+            node=node.name,
+            uid=node.uid,
+            now=at,
+            untrusted=identity.untrusted,
+            failure=failure,
+            retire=action.message or "retired" if action.retire else None,
+        )
+        if status is None:
+            continue
+        if known is None:
+            body = to_body(
+                SDCHardware(
+                    metadata=ObjectMeta(name=name),
+                    spec=SDCHardwareSpec(kind=hw.kind, id=hw.value[:253]),
+                )
+            )
+            writer.create_custom(PLURAL_HARDWARE, body)  # None: it exists (a repeat)
+        fields = ("failures", "total_failures", "nodes", "last_node", "retired", "untrusted")
+        writer.patch_custom_status(PLURAL_HARDWARE, name, to_patch(status, *fields, "conditions"))
+        counts["hardware-records-written"] += 1
+        written.append(name)
+    if written:
+        log.info(
+            "hardware history recorded",
+            node=node.name,
+            records=written,
+            failure=action.failure.value if action.failure else None,
+            retired=action.retire,
+        )
+    return written
+
+
+def id_holders(
+    nodes: Iterable[NodeSnapshot], group: Callable[[str], Sequence[str]]
+) -> dict[str, tuple[str, ...]]:
+    """For each host identifier of ``nodes``, the Nodes of the fleet that hold it
+    (``group``: the fleet copy's names under one identifier group)."""
+    holders: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        for key in holder_keys(node):
+            if key not in holders:
+                holders[key] = tuple(group(key))
+    return holders
