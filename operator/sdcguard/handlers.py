@@ -80,7 +80,10 @@ class Runtime:
             settings.namespace,
             test_node=lambda test: reconciler.test_nodes.get(test),
             clock=_now,
+            writer=reconciler.writer,
+            record_seconds=settings.workload_record_seconds,
         )
+        reconciler.workloads = self.inventory.book
         """Nodes, workload Pods, probe Pods and Jobs: listed in pages, then watched."""
         # One worker thread runs every pass (they are serialized anyway): one malloc arena.
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")

@@ -138,7 +138,7 @@ def test_names_columns_and_category(resource: Resource) -> None:
 
 def test_short_names_and_columns_tell_the_story() -> None:
     by_kind = {r.kind: r for r in RESOURCES}
-    assert {r.short_names[0] for r in RESOURCES} == {"sdcp", "sdct", "rt", "sdcb", "sdcr"}
+    assert {r.short_names[0] for r in RESOURCES} == {"sdcp", "sdct", "rt", "sdcb", "sdcr", "sdcw"}
 
     def visible(kind: str) -> list[str]:
         return [c.name for c in by_kind[kind].columns if c.priority == 0]
@@ -147,6 +147,7 @@ def test_short_names_and_columns_tell_the_story() -> None:
     assert visible("RepairTicket") == ["Node", "Phase", "Cycle", "Resolution", "External", "Age"]
     assert visible("SDCPolicy") == ["Mode", "Breaker", "Nodes", "Qualified", "Quarantined", "Age"]
     assert visible("SDCBaseline") == ["Fingerprint", "Source", "Trusted", "Nodes", "Age"]
+    assert visible("WorkloadRecord") == ["Node", "Since", "Idle", "Age"]
 
 
 def test_policy_schema_details() -> None:

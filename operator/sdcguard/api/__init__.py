@@ -55,6 +55,7 @@ from sdcguard.api.resources import (
     RESOURCES,
     TEST,
     TICKET,
+    WORKLOADS,
     Resource,
     from_body,
     to_body,
@@ -74,6 +75,7 @@ from sdcguard.api.sdctest import (
     unnamed_suite,
 )
 from sdcguard.api.ticket import (
+    BlastRadius,
     ExternalRef,
     Finding,
     HardwareIdentity,
@@ -86,6 +88,13 @@ from sdcguard.api.ticket import (
     TicketPhase,
     check_ticket_update,
 )
+from sdcguard.api.workloads import (
+    MAX_WORKLOADS,
+    Workload,
+    WorkloadRecord,
+    WorkloadRecordSpec,
+    WorkloadRecordStatus,
+)
 
 PLURAL_POLICIES = POLICY.plural
 PLURAL_TESTS = TEST.plural
@@ -97,6 +106,7 @@ __all__ = [
     "BASELINE",
     "CATEGORY",
     "GROUP",
+    "MAX_WORKLOADS",
     "PLURAL_BASELINES",
     "PLURAL_POLICIES",
     "PLURAL_TESTS",
@@ -106,10 +116,12 @@ __all__ = [
     "TEST",
     "TICKET",
     "VERSION",
+    "WORKLOADS",
     "ApiModel",
     "BaselineMode",
     "BaselineSettings",
     "BaselineSource",
+    "BlastRadius",
     "BreakerSample",
     "BreakerState",
     "BreakerStatus",
@@ -159,6 +171,10 @@ __all__ = [
     "TicketSink",
     "Triggers",
     "Verdict",
+    "Workload",
+    "WorkloadRecord",
+    "WorkloadRecordSpec",
+    "WorkloadRecordStatus",
     "baseline_name",
     "check_test_update",
     "check_ticket_update",

@@ -12,6 +12,7 @@ from sdcguard.api.policy import SDCPolicy, SDCPolicySpec, SDCPolicyStatus
 from sdcguard.api.report import SDCReport, SDCReportSpec, SDCReportStatus
 from sdcguard.api.sdctest import SDCTest, SDCTestSpec, SDCTestStatus
 from sdcguard.api.ticket import RepairTicket, RepairTicketSpec, RepairTicketStatus
+from sdcguard.api.workloads import WorkloadRecord, WorkloadRecordSpec, WorkloadRecordStatus
 
 CATEGORY = "sdcguard"
 
@@ -141,10 +142,25 @@ REPORT = Resource(
     ),
     scope="Namespaced",
 )
-RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE, REPORT)
+WORKLOADS = Resource(
+    kind="WorkloadRecord",
+    plural="workloadrecords",
+    short_names=("sdcw",),
+    model=WorkloadRecord,
+    spec=WorkloadRecordSpec,
+    status=WorkloadRecordStatus,
+    columns=(
+        PrinterColumn("Node", ".spec.nodeName"),
+        PrinterColumn("Since", ".status.since", description="The last passing screening"),
+        PrinterColumn("Idle", ".status.idleSince", description="When the last workload left"),
+        PrinterColumn("Dropped", ".status.dropped", "integer", priority=1),
+        AGE,
+    ),
+)
+RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE, REPORT, WORKLOADS)
 _BY_KIND = {r.kind: r for r in RESOURCES}
 
-Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport
+Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | WorkloadRecord
 
 
 def to_body(model: ApiModel) -> dict[str, Any]:
@@ -181,5 +197,7 @@ def from_body(body: Mapping[str, Any]) -> Body:
             f"unknown kind {body.get('kind')!r}; expected one of {', '.join(sorted(_BY_KIND))}"
         )
     parsed = resource.model.model_validate(body)
-    assert isinstance(parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport)
+    assert isinstance(
+        parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | WorkloadRecord
+    )
     return parsed
