@@ -4,6 +4,7 @@ and a record at its bound is accepted and far below the API server's size limit.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import uuid
@@ -158,3 +159,65 @@ def test_a_record_at_its_bound_is_accepted_and_far_below_the_size_limit(api_clie
         assert refused.value.status == 422
     finally:
         custom.delete_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+
+
+def test_records_are_written_once_per_change_and_read_back_after_a_restart(
+    api_client, crds
+) -> None:
+    from sdcguard.adapters.kube import KubeWriter
+    from sdcguard.adapters.observe import PodUse
+    from sdcguard.adapters.workload_record import WorkloadBook
+    from sdcguard.domain.observed import NodeSnapshot
+    from sdcguard.metrics import Metrics
+
+    node, quiet = f"rec-{uuid.uuid4().hex[:6]}", f"quiet-{uuid.uuid4().hex[:6]}"
+    clock = [dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)]
+    live: dict[str, list[PodUse]] = {node: [], quiet: []}
+    deleted: set[str] = set()
+    custom = client.CustomObjectsApi(api_client)
+
+    def book() -> WorkloadBook:
+        return WorkloadBook(
+            KubeWriter(api=api_client, metrics=Metrics()),
+            OwnerResolver(api_client),
+            # Every Node exists but those this test deletes (the cluster is shared: other
+            # tests' records must not be touched).
+            node=lambda n: None if n in deleted else NodeSnapshot(name=n),
+            live=lambda n: list(live.get(n, [])),
+            clock=lambda: clock[0],
+        )
+
+    first = book()
+    assert node not in first.load()
+    first.flush()  # settles records other tests left behind
+    use = PodUse("team-x", "solo", node, frozenset({"nvidia.com/gpu"}), 4, None)
+    live[node] = [use]
+    first.note([use], [])
+    assert first.flush() == 2  # the record's create and its status
+    assert first.flush() == 0  # nothing changed, nothing written
+    clock[0] += dt.timedelta(minutes=10)
+    live[node] = []
+    first.note([], [use])
+    assert first.flush() == 1
+    stored = custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+    assert stored["status"]["idleSince"] == "2026-12-01T12:10:00Z"
+    assert stored["status"]["workloads"][0]["lastSeen"] == "2026-12-01T12:10:00Z"
+    try:
+        # A restart: the new book reads the idle time back and writes nothing.
+        second = book()
+        idle = second.load()
+        assert idle[node] == clock[0]
+        second.flush()
+        again = custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+        assert again["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+        assert quiet not in second.records  # a node nothing used has no record
+        # The Node is deleted: its record goes.
+        deleted.add(node)
+        second.forget(node)
+        assert second.flush() == 1
+        with pytest.raises(ApiException) as gone:
+            custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+        assert gone.value.status == 404
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)

@@ -126,8 +126,9 @@ class WorkloadBook:
                 with self._lock:
                     self._exists.add(node)
                     self.records[node] = status
-                    if any(w.running for w in status.workloads):
-                        self._dirty.add(node)  # settled against the live Pods
+                    # Settled once against the fleet's copy: Pods that ended and Nodes
+                    # deleted while no one watched (an unchanged record costs no write).
+                    self._dirty.add(node)
                 if status.idle_since is not None and not any(w.running for w in status.workloads):
                     idle[node] = status.idle_since
             token = (page.get("metadata") or {}).get("continue") or None
@@ -212,11 +213,12 @@ class WorkloadBook:
         now = self.clock()
         if self.node(node) is None:
             return self._delete(node)
+        with self._lock:
+            live = set(self._started.get(node, {}))  # starts noted later stay for next time
         new = self._folded(node, now, take=True)
         with self._lock:
             old = self.records.get(node)
             exists = node in self._exists
-            live = set(self._started.get(node, {}))
         if new == old or (not exists and not new.workloads):
             return 0
         made = 0
