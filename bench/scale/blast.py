@@ -198,7 +198,7 @@ def _run(nodes: int, minutes: float, *, trace: bool) -> dict[str, Any]:
             kept = tracemalloc.take_snapshot().compare_to(base, "filename")
             kept_bytes = sum(s.size_diff for s in kept)
             tracemalloc.stop()
-        hot = book.records.get(fleet.hot)
+        hot = book.record(fleet.hot)
     writes = sum(writer.writes.values())
     first_flush = flush_cpu[0]
     flush_cpu = sorted(flush_cpu[1:])
@@ -217,7 +217,7 @@ def _run(nodes: int, minutes: float, *, trace: bool) -> dict[str, Any]:
         "max_writes_one_node_one_period": max_per_period,
         "writes_to_nodes_without_change": untouched_writes,
         "idle_nodes": len(fleet.idle),
-        "idle_nodes_written": sum(1 for n in fleet.idle if n in book.records),
+        "idle_nodes_written": sum(1 for n in fleet.idle if n in book.nodes()),
         "owner_reads": resolver.reads,
         "first_flush_cpu_s": round(first_flush, 2),
         "flush_cpu_p50_ms": round(1000 * flush_cpu[len(flush_cpu) // 2], 2),

@@ -210,7 +210,7 @@ def test_records_are_written_once_per_change_and_read_back_after_a_restart(
         second.flush()
         again = custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
         assert again["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
-        assert quiet not in second.records  # a node nothing used has no record
+        assert quiet not in second.nodes()  # a node nothing used has no record
         # The Node is deleted: its record goes.
         deleted.add(node)
         second.forget(node)

@@ -74,8 +74,8 @@ class WorkloadBook:
         self.live = live
         self.clock = clock
         self.on_idle = on_idle
-        self.records: dict[str, WorkloadRecordStatus] = {}
-        """As last written (or read back)."""
+        self._records: dict[str, bytes] = {}
+        """As last written (or read back), as JSON: a third of the memory of the models."""
         self._exists: set[str] = set()
         self._started: dict[str, dict[tuple[str, str], dt.datetime]] = {}
         """node -> (namespace, pod) -> when it was first seen using the node."""
@@ -125,7 +125,7 @@ class WorkloadBook:
                 status = record.status or WorkloadRecordStatus()
                 with self._lock:
                     self._exists.add(node)
-                    self.records[node] = status
+                    self._records[node] = status.model_dump_json().encode()
                     # Settled once against the fleet's copy: Pods that ended and Nodes
                     # deleted while no one watched (an unchanged record costs no write).
                     self._dirty.add(node)
@@ -158,11 +158,21 @@ class WorkloadBook:
 
     # Reading ------------------------------------------------------------------
 
+    def record(self, node: str) -> WorkloadRecordStatus | None:
+        """The node's record as last written (None: it has none)."""
+        raw = self._records.get(node)
+        return None if raw is None else WorkloadRecordStatus.model_validate_json(raw)
+
+    def nodes(self) -> list[str]:
+        """The nodes that have a record."""
+        with self._lock:
+            return list(self._records)
+
     def _folded(self, node: str, now: dt.datetime, take: bool) -> WorkloadRecordStatus:
         snapshot = self.node(node)
         uses = self.live(node)
         with self._lock:
-            old = self.records.get(node, WorkloadRecordStatus())
+            old = self.record(node) or WorkloadRecordStatus()
             stopped = self._stopped.pop(node, {}) if take else dict(self._stopped.get(node, {}))
             seen = self._started.get(node, {})
             started = {p: seen.get((p.namespace, p.name), now) for p in uses}
@@ -217,9 +227,10 @@ class WorkloadBook:
             live = set(self._started.get(node, {}))  # starts noted later stay for next time
         new = self._folded(node, now, take=True)
         with self._lock:
-            old = self.records.get(node)
+            old = self._records.get(node)
             exists = node in self._exists
-        if new == old or (not exists and not new.workloads):
+        stored = new.model_dump_json().encode()
+        if stored == old or (not exists and not new.workloads):
             return 0
         made = 0
         if not exists:
@@ -245,7 +256,7 @@ class WorkloadBook:
         running = {(w.namespace, p) for w in new.workloads for p in w.running}
         with self._lock:
             self._exists.add(node)
-            self.records[node] = new
+            self._records[node] = stored
             seen = self._started.get(node, {})
             for gone in live - running:
                 seen.pop(gone, None)
@@ -259,7 +270,7 @@ class WorkloadBook:
         with self._lock:
             exists = node in self._exists
             self._exists.discard(node)
-            self.records.pop(node, None)
+            self._records.pop(node, None)
             self._stopped.pop(node, None)
             self._started.pop(node, None)
         if not exists:
