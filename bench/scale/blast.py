@@ -266,17 +266,16 @@ def write_results(rows: list[dict[str, Any]], out: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
     sizes = [r["nodes"] for r in rows]
-    steady = [r["steady_writes_per_second"] for r in rows]
-    ax.plot(sizes, steady, "o-", label="record writes/s (steady)")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel("writes per second")
-    ax2 = ax.twinx()
-    ax2.plot(sizes, [r["kept_mb"] for r in rows], "s--", color="tab:orange", label="kept MB")
-    ax2.set_ylabel("memory kept (MB)")
-    ax.set_title("Workload record under churn")
-    fig.legend(loc="upper left", bbox_to_anchor=(0.12, 0.88))
+    left.plot(sizes, [r["steady_writes_per_second"] for r in rows], "o-")
+    left.set_title("record writes per second (churn)")
+    left.set_xlabel("nodes")
+    right.plot(sizes, [r["kept_mb"] for r in rows], "s-", color="tab:orange")
+    right.set_title("memory kept (MB)")
+    right.set_xlabel("nodes")
+    for ax in (left, right):
+        ax.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(out / "blast.png", dpi=100)
 
