@@ -95,6 +95,7 @@ bench-detection: venv
 bench-scale: venv binaries
 	$(PY) -m bench.scale.run
 	$(PY) -m bench.scale.inventory
+	$(PY) -m bench.scale.blast
 
 bench-probe: venv
 	$(PY) -m bench.probe.run

@@ -89,6 +89,9 @@ class Runtime:
         """Nodes, workload Pods, probe Pods and Jobs: listed in pages, then watched (a
         standby replica's is handed in already warm)."""
         self.inventory.test_node = lambda test: reconciler.test_nodes.get(test)
+        # The workload records are written, so only the leader keeps them.
+        self.inventory.keep_records(reconciler.writer, settings.workload_record_seconds)
+        reconciler.workloads = self.inventory.book
         # One worker thread runs every pass (they are serialized anyway): one malloc arena.
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sdcguard-pass")
         self.policy_seen: dict[str, Any] = {}

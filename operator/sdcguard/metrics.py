@@ -52,6 +52,13 @@ class Metrics:
         self.quarantines = Counter(
             "sdcguard_quarantines_total", "Nodes quarantined.", ["policy"], registry=r
         )
+        self.blast_radius_workloads = Counter(
+            "sdcguard_blast_radius_workloads_total",
+            "Workloads that used a node between its last passing screening and its "
+            "quarantine (each told by a Warning Event in its namespace).",
+            ["policy"],
+            registry=r,
+        )
         self.tickets_open = Gauge(
             "sdcguard_repair_tickets_open",
             "Open RepairTickets by age bucket.",

@@ -37,6 +37,12 @@ class Settings(BaseSettings):
     debounce_seconds: float = Field(
         default=0.2, ge=0, description="Delay that batches bursts of watch events."
     )
+    workload_record_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often changed workload records are written: at most one write "
+        "per node in that time, however many Pods start and stop on it.",
+    )
     routine_events: bool = Field(
         default=False,
         description="Also post Events for clean screenings (TestStarted, Qualified); "

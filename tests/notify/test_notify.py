@@ -492,3 +492,71 @@ def test_jira_sink_parses_the_url() -> None:
         issue_type="Task",
         close_transition="Done",
     )
+
+
+# ---------------------------------------------------------------- blast radius
+
+
+def _radius(workloads: int) -> Any:
+    from sdcguard.api import BlastRadius, Workload
+
+    return BlastRadius(
+        window_start=NOW - dt.timedelta(hours=5),
+        window_end=NOW,
+        workloads=[
+            Workload(
+                namespace="team-a",
+                kind="Job",
+                name=f"train-{i}",
+                api_version="batch/v1",
+                uid=f"uid-{i}",
+                pods=[f"train-{i}-0"],
+                pod_count=1,
+                accelerators=8,
+                first_seen=NOW - dt.timedelta(hours=4),
+                last_seen=NOW - dt.timedelta(hours=1),
+            )
+            for i in range(workloads)
+        ],
+        dropped=2,
+        advice="roll back to a checkpoint saved before 2025-03-01T07:00:00Z",
+    )
+
+
+def test_a_webhook_receives_the_blast_radius(receiver: Callable[..., Receiver]) -> None:
+    rec = receiver(ok)
+    ticket = make_ticket(blast_radius=_radius(2))
+    payload = notify.build_payload(ticket, api_server=API, now=NOW)
+    outcome = notify.deliver(
+        payload, TicketSink(type="webhook", url=f"{rec.url}/sdc"), KEY, sleep=FakeSleep()
+    )
+    assert outcome.delivered
+    blast = rec.seen[-1].json()["ticket"]["blastRadius"]
+    assert blast["windowStart"] == "2025-03-01T07:00:00Z"
+    assert blast["windowEnd"] == "2025-03-01T12:00:00Z"
+    assert blast["dropped"] == 2 and blast["advice"].startswith("roll back")
+    first = blast["workloads"][0]
+    assert first == {
+        "namespace": "team-a",
+        "kind": "Job",
+        "name": "train-0",
+        "apiVersion": "batch/v1",
+        "uid": "uid-0",
+        "pods": ["train-0-0"],
+        "podCount": 1,
+        "running": [],
+        "accelerators": 8,
+        "firstSeen": "2025-03-01T08:00:00Z",
+        "lastSeen": "2025-03-01T11:00:00Z",
+    }
+    # A ticket without a blast radius (records off) says so with null.
+    plain = notify.build_payload(make_ticket(), api_server=API, now=NOW)
+    assert plain["ticket"]["blastRadius"] is None
+
+
+def test_a_jira_issue_lists_the_first_workloads_and_counts_the_rest() -> None:
+    payload = notify.build_payload(make_ticket(blast_radius=_radius(25)), api_server=API, now=NOW)
+    text = json.dumps(notify.adf_document(payload))
+    assert "27 workloads used the node from 2025-03-01T07:00:00Z" in text
+    assert "team-a/Job/train-19" in text and "team-a/Job/train-20" not in text
+    assert "More workloads: " in text and "7 (see the RepairTicket)" in text

@@ -138,7 +138,15 @@ def test_names_columns_and_category(resource: Resource) -> None:
 
 def test_short_names_and_columns_tell_the_story() -> None:
     by_kind = {r.kind: r for r in RESOURCES}
-    assert {r.short_names[0] for r in RESOURCES} == {"sdcp", "sdct", "rt", "sdcb", "sdcr", "sdchw"}
+    assert {r.short_names[0] for r in RESOURCES} == {
+        "sdcp",
+        "sdct",
+        "rt",
+        "sdcb",
+        "sdcr",
+        "sdchw",
+        "sdcw",
+    }
 
     def visible(kind: str) -> list[str]:
         return [c.name for c in by_kind[kind].columns if c.priority == 0]
@@ -148,6 +156,7 @@ def test_short_names_and_columns_tell_the_story() -> None:
     assert visible("SDCPolicy") == ["Mode", "Breaker", "Nodes", "Qualified", "Quarantined", "Age"]
     assert visible("SDCBaseline") == ["Fingerprint", "Source", "Trusted", "Nodes", "Age"]
     assert visible("SDCHardware") == ["Kind", "ID", "Failures", "Node", "Age"]
+    assert visible("WorkloadRecord") == ["Node", "Since", "Idle", "Age"]
 
 
 def test_policy_schema_details() -> None:
@@ -182,7 +191,11 @@ def test_policy_schema_details() -> None:
 
 def test_status_conditions_are_a_map_by_type() -> None:
     for resource in RESOURCES:
-        conditions = _schema(resource)["properties"]["status"]["properties"]["conditions"]
+        status = _schema(resource)["properties"]["status"]["properties"]
+        if resource.kind == "WorkloadRecord":  # a record of what ran: nothing to condition
+            assert "conditions" not in status
+            continue
+        conditions = status["conditions"]
         assert conditions["x-kubernetes-list-type"] == "map"
         assert conditions["x-kubernetes-list-map-keys"] == ["type"]
         assert "type" in conditions["items"]["required"]

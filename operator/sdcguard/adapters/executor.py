@@ -18,6 +18,7 @@ from sdcguard.adapters.pass_state import (
 )
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api import (
+    BlastRadius,
     Finding,
     HardwareIdentity,
     HistoryEntry,
@@ -41,6 +42,7 @@ from sdcguard.api import (
 )
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
+from sdcguard.domain.blast import owner_message
 from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closing, wait_reason
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
@@ -96,7 +98,7 @@ class Executor(TestRunner):
             body, policy.spec.accelerators, policy.spec.budgets.pool_label
         )
         plan = decision.plan
-        opened: set[str] = set()
+        opened: dict[str, BlastRadius | None] = {}
         for step in plan.stage(Stage.OBJECTS):
             self._apply_object(policy, body, step, view, now, counts, opened)
         patch = plan_node_patch(node, _actions(plan.stage(Stage.NODE_PATCH)))
@@ -123,6 +125,9 @@ class Executor(TestRunner):
                     now=now,
                     warning=step.warning,
                 )
+        for ticket, radius in opened.items():
+            if radius is not None:
+                self._tell_owners(policy, node_name, ticket, radius, now, counts)
         if decision.changed:
             counts[f"to-{decision.state.value.lower()}"] += 1
             if decision.state == NodeState.QUARANTINED:
@@ -146,9 +151,10 @@ class Executor(TestRunner):
         view: FleetView,
         now: dt.datetime,
         counts: Counter[str],
-        opened: set[str],
+        opened: dict[str, BlastRadius | None],
     ) -> None:
-        """One step of the objects stage; ``opened`` gathers the tickets created."""
+        """One step of the objects stage; ``opened`` gathers the tickets created, with
+        their blast radius."""
         node_name = body.name
         match step:
             case CreateTest():
@@ -156,8 +162,9 @@ class Executor(TestRunner):
             case CancelTest():
                 self._cancel_test(view, node_name, step, now, counts)
             case CreateTicket():
-                if self._create_ticket(policy, body, step, view, counts):
-                    opened.add(step.name)
+                created, radius = self._create_ticket(policy, body, step, view, now, counts)
+                if created:
+                    opened[step.name] = radius
             case SetTicketPhase(phase=phase, name=name, message=message):
                 self._ticket_status(view, node_name, name, phase, message, now)
             case CloseTicket(name=name, message=message):
@@ -348,9 +355,11 @@ class Executor(TestRunner):
         node_body: NodeSnapshot,
         action: CreateTicket,
         view: FleetView,
+        now: dt.datetime,
         counts: Counter[str],
-    ) -> bool:
-        """Create the ticket; False when it existed (its status is then left alone)."""
+    ) -> tuple[bool, BlastRadius | None]:
+        """Create the ticket, with the node's blast radius; False when it existed (its
+        status is then left alone)."""
         evidence = list(dict.fromkeys(action.evidence))
         name = node_body.name
         findings = self._findings(view, name, evidence)
@@ -364,6 +373,9 @@ class Executor(TestRunner):
             ),
             (),
         )
+        radius = None
+        if self.workloads is not None:
+            radius = self.workloads.blast_radius(name, _second(now))
         ticket = RepairTicket(
             metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: name[:63]}),
             spec=RepairTicketSpec(
@@ -382,15 +394,45 @@ class Executor(TestRunner):
                 ),
                 evidence=evidence,
                 findings=findings,
+                blast_radius=radius,
             ),
         )
         body = to_body(ticket)
         created = self.writer.create_custom("repairtickets", body)
         if created is None:
             counts["tickets-existed"] += 1
-            return False
+            return False, None
         counts["tickets-created"] += 1
-        return True
+        return True, radius
+
+    def _tell_owners(
+        self,
+        policy: SDCPolicy,
+        node: str,
+        ticket: str,
+        radius: BlastRadius,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> None:
+        """A Warning Event to each affected workload, in its namespace (needs ``create
+        events`` there: a refusal is logged, and the ticket records the workloads anyway)."""
+        self.metrics.blast_radius_workloads.labels(policy=policy.metadata.name).inc(
+            len(radius.workloads)
+        )
+        for workload in radius.workloads:
+            self.writer.event(
+                kind=workload.kind,
+                name=workload.name,
+                uid=workload.uid,
+                api_version=workload.api_version,
+                namespace=workload.namespace,
+                namespaced=True,
+                reason="SDCBlastRadius",
+                message=owner_message(node, radius, workload, ticket),
+                now=now,
+                warning=True,
+            )
+            counts["blast-radius-events"] += 1
 
     def _tests_by_name(self, view: FleetView, node: str) -> dict[str, TestFacts]:
         """The node's tests' facts, as this pass judged them."""

@@ -16,6 +16,11 @@ Changes reach the policy loops through ``poke`` (called in the event loop):
 a node that changed; a node a workload started or stopped using (the time it stopped
 is kept in ``last_busy``, from which "idle for" counts); a probe Pod or Job that
 ended, urgently, with the ended object itself.
+
+With a writer, the inventory also keeps every node's workload record
+(:class:`~sdcguard.adapters.workload_record.WorkloadBook`): the Pod changes mark
+nodes, a flusher thread writes the records, and the records are read back before
+the first pass, so the idle time of a node resumes where the last run left it.
 """
 
 from __future__ import annotations
@@ -27,13 +32,19 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+import structlog
 from kubernetes import client
 
 from sdcguard.adapters import observe
 from sdcguard.adapters.hardware import holder_keys, id_holders
+from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.mirror import NODES, PODS, Change, Kind, Mirror, retrying_client
+from sdcguard.adapters.owners import OwnerResolver
+from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.domain.observed import NodeSnapshot
+
+log = structlog.get_logger("sdcguard.inventory")
 
 PENDING = "pending"
 """The pods mirror's group of unscheduled pods (node groups are ``node/<name>``, and
@@ -84,8 +95,12 @@ class Inventory:
         test_node: Callable[[str], str | None],
         clock: Callable[[], dt.datetime],
         page_size: int = 500,
+        writer: KubeWriter | None = None,
+        record_seconds: float = 5.0,
     ) -> None:
         self.api = retrying_client(api)
+        self.page_size = page_size
+        self.record_seconds = record_seconds
         self.test_node = test_node
         self.clock = clock
         self.last_busy: dict[str, dt.datetime] = {}
@@ -137,6 +152,10 @@ class Inventory:
             on_change=self._probe_jobs_changed,
             page_size=page_size,
         )
+        self.book: WorkloadBook | None = None
+        """Every node's workload record (None: not kept, without a writer)."""
+        if writer is not None:
+            self.keep_records(writer, record_seconds)
         self.mirrors: tuple[Mirror[Any], ...] = (
             self.nodes,
             self.pods,
@@ -165,6 +184,45 @@ class Inventory:
         self._started = True
         for mirror in self.mirrors:
             mirror.start(self._stop)
+        if self.book is not None:
+            keeper = threading.Thread(target=self._keep_records, name="workload-records")
+            keeper.daemon = True
+            keeper.start()
+
+    def keep_records(self, writer: KubeWriter, record_seconds: float) -> None:
+        """Keep every node's workload record from now on, written through ``writer``
+        (a standby replica keeps none: it attaches them once it leads)."""
+        if self.book is not None:
+            return
+        self.record_seconds = record_seconds
+        self.book = WorkloadBook(
+            writer,
+            OwnerResolver(self.api),
+            node=self.nodes.get,
+            live=lambda node: self.busy([node]).get(node, []),
+            clock=self.clock,
+            on_idle=self._idle_from_record,
+        )
+        if self._started:  # warmed already: its keeper starts now
+            keeper = threading.Thread(target=self._keep_records, name="workload-records")
+            keeper.daemon = True
+            keeper.start()
+
+    def _keep_records(self) -> None:
+        book = self.book
+        assert book is not None
+        while not self._stop.is_set():
+            try:
+                idle = book.load(self.page_size)
+                break
+            except Exception as exc:  # the API server is not there yet: try again
+                log.warning("workload records not listed yet", error=str(exc))
+                self._stop.wait(1.0)
+        else:
+            return
+        for node, since in idle.items():
+            self.last_busy.setdefault(node, since)
+        book.run(self._stop, self.record_seconds, self.synced)
 
     def stop(self) -> None:
         self._stop.set()
@@ -172,7 +230,10 @@ class Inventory:
             mirror.stop_watch()
 
     def synced(self) -> bool:
-        """Every mirror has listed completely at least once."""
+        """Every mirror has listed completely at least once (and the workload records,
+        where idle times resume after a restart, have been read back)."""
+        if self.book is not None and not self.book.loaded.is_set():
+            return False
         return all(m.synced.is_set() for m in self.mirrors)
 
     async def wait_synced(self, stopped: Callable[[], bool]) -> bool:
@@ -227,6 +288,10 @@ class Inventory:
         if loop is not None and on_node is not None and not loop.is_closed():
             for change in changes:
                 loop.call_soon_threadsafe(on_node, change.key, change.new)
+        if self.book is not None:
+            for change in changes:
+                if change.new is None:
+                    self.book.forget(change.key)
         if len(changes) > FULL_PASS_AFTER:
             self._call(None)
         else:
@@ -234,6 +299,8 @@ class Inventory:
 
     def _pods_changed(self, changes: list[Change[observe.PodUse | observe.PendingDemand]]) -> None:
         touched: set[str] = set()
+        started: list[observe.PodUse] = []
+        stopped: list[observe.PodUse] = []
         for change in changes:
             old = change.old if isinstance(change.old, observe.PodUse) else None
             new = change.new if isinstance(change.new, observe.PodUse) else None
@@ -241,12 +308,24 @@ class Inventory:
                 # The workload stopped using this node's devices: idle counts from now.
                 self.last_busy[old.node_name] = self.clock()
                 touched.add(old.node_name)
+                stopped.append(old)
             if new is not None:
                 touched.add(new.node_name)
+                if old is None or old.node_name != new.node_name:
+                    started.append(new)
+        if self.book is not None and (started or stopped):
+            self.book.note(started, stopped)
         if len(touched) > FULL_PASS_AFTER:
             self._call(None)
         elif touched:
             self._call(touched)
+
+    def _idle_from_record(self, node: str, since: dt.datetime) -> None:
+        """The record found the node idle (its Pods ended while no one watched): idle
+        time counts from then, unless a stop seen since says more."""
+        if node not in self.last_busy:
+            self.last_busy[node] = since
+            self._call([node])
 
     def _probe_pods_changed(self, changes: list[Change[observe.ProbePod]]) -> None:
         for change in changes:

@@ -177,6 +177,15 @@ class KubeWriter:
                 GROUP, VERSION, plural, name, {"status": status}
             )
 
+    def delete_custom(self, plural: str, name: str) -> None:
+        """Delete a cluster-scoped custom object; one already gone is fine."""
+        if self._count(f"{plural}-delete"):
+            try:
+                self.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
     def patch_custom(self, plural: str, name: str, patch: dict[str, Any]) -> None:
         if self._count(f"{plural}-patch"):
             self.custom.patch_cluster_custom_object(GROUP, VERSION, plural, name, patch)

@@ -66,6 +66,8 @@ MAX_DELAY_PER_CALL_SECONDS = 10.0
 # Between calls: 30s, 1m, 2m, ... capped at 1h.
 RETRY_AFTER_BASE_SECONDS = 30.0
 RETRY_AFTER_CAP_SECONDS = 3600.0
+JIRA_WORKLOADS_SHOWN = 20
+"""Workloads listed in a Jira issue's description; the rest are counted."""
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
@@ -107,6 +109,33 @@ class FindingPayload(TypedDict, total=False):
     firstDivergentSubmodule: str
 
 
+class WorkloadPayload(TypedDict, total=False):
+    """One workload of the blast radius (fields as in ``WorkloadRecord``)."""
+
+    namespace: str
+    kind: str
+    name: str
+    apiVersion: str
+    uid: str
+    note: str
+    pods: list[str]
+    podCount: int
+    running: list[str]
+    accelerators: int
+    firstSeen: str
+    lastSeen: str
+
+
+class BlastRadiusPayload(TypedDict):
+    """The workloads that used the node between its last pass and the failing screening."""
+
+    windowStart: str | None
+    windowEnd: str | None
+    workloads: list[WorkloadPayload]
+    dropped: int
+    advice: str
+
+
 class TicketPayload(TypedDict):
     """The RepairTicket as receivers see it."""
 
@@ -125,6 +154,7 @@ class TicketPayload(TypedDict):
     resolutionNote: str | None
     external: ExternalPayload | None
     url: str
+    blastRadius: BlastRadiusPayload | None
 
 
 class WebhookPayload(TypedDict):
@@ -205,6 +235,16 @@ def build_payload(
         hardware["systemUUID"] = hw.system_uuid
     if hw.device_ids:
         hardware["deviceIDs"] = list(hw.device_ids)
+    radius = ticket.spec.blast_radius
+    blast: BlastRadiusPayload | None = None
+    if radius is not None:
+        blast = {
+            "windowStart": _rfc3339(radius.window_start),
+            "windowEnd": _rfc3339(radius.window_end),
+            "workloads": [cast(WorkloadPayload, to_body(w)) for w in radius.workloads],
+            "dropped": radius.dropped,
+            "advice": radius.advice,
+        }
     ext = ticket.spec.external
     external: ExternalPayload | None = (
         {"system": ext.system, "id": ext.id, "url": ext.url} if ext else None
@@ -233,6 +273,7 @@ def build_payload(
             ),
             "external": external,
             "url": ticket_url(api_server, ticket.metadata.name),
+            "blastRadius": blast,
         },
     }
 
@@ -611,6 +652,28 @@ def adf_document(payload: WebhookPayload) -> dict[str, Any]:
         ("Evidence (SDCTests, SDCReports)", ", ".join(t["evidence"]) or "-"),
     ]
     rows += [(f"Hardware {k}", str(v)) for k, v in sorted(t["hardware"].items())]
+    blast = t.get("blastRadius")
+    if blast is not None:
+        shown = blast["workloads"][:JIRA_WORKLOADS_SHOWN]
+        more = len(blast["workloads"]) - len(shown) + blast["dropped"]
+        rows.append(
+            (
+                "Blast radius",
+                f"{len(blast['workloads']) + blast['dropped']} workloads used the node from "
+                f"{blast['windowStart'] or 'its first recorded use'} to {blast['windowEnd']}; "
+                f"their owners were told: {blast['advice']}",
+            )
+        )
+        rows += [
+            (
+                f"Workload {w.get('namespace')}/{w.get('kind')}/{w.get('name')}",
+                f"{w.get('accelerators', 0)} accelerators, {w.get('podCount', 0)} pods, "
+                f"{w.get('firstSeen', '?')} .. {w.get('lastSeen') or 'still running'}",
+            )
+            for w in shown
+        ]
+        if more > 0:
+            rows.append(("More workloads", f"{more} (see the RepairTicket)"))
     items = [
         {
             "type": "listItem",

@@ -58,6 +58,30 @@ def is_probe_pod(meta: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
+class OwnerRef:
+    """One ownerReference: enough to read the owner and check it is the same object."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str = ""
+
+
+def owner_ref(meta: Mapping[str, Any]) -> OwnerRef | None:
+    """The controller's ownerReference of an object (else its first one), or None."""
+    refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, Mapping)]
+    if not refs:
+        return None
+    ref = next((r for r in refs if r.get("controller")), refs[0])
+    return OwnerRef(
+        api_version=str(ref.get("apiVersion") or ""),
+        kind=str(ref.get("kind") or ""),
+        name=str(ref.get("name") or ""),
+        uid=str(ref.get("uid") or ""),
+    )
+
+
+@dataclass(frozen=True)
 class PodUse:
     """A workload pod that holds accelerators on a node."""
 
@@ -66,6 +90,11 @@ class PodUse:
     node_name: str
     resources: frozenset[str] = frozenset()
     """The device resources it requests (a policy counts only its own accelerators)."""
+    devices: int = 0
+    """How many devices it requests, all resources together (the workload record)."""
+    owner: OwnerRef | None = None
+    """Its controller's ownerReference (else its first one): where the workload record
+    starts looking for the top owner."""
 
     def uses_any(self, accelerators: Iterable[str]) -> bool:
         return not self.resources.isdisjoint(accelerators)
@@ -88,6 +117,8 @@ def pod_use(body: Mapping[str, Any], resources: Iterable[str] | None = None) -> 
         name=meta.get("name", ""),
         node_name=node,
         resources=frozenset(requested),
+        devices=sum(requested.values()),
+        owner=owner_ref(meta),
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from sdcguard.adapters import observe
 from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
     CheckSpec,
     SDCBaseline,
@@ -238,6 +239,8 @@ class ReconcilerState:
     """SDCTest name -> (resourceVersion before our status write, the test as written):
     until the watch brings the write back, a pass goes on from what we wrote."""
     last_counts: Counter[str] = field(default_factory=Counter)
+    workloads: WorkloadBook | None = None
+    """Every node's workload record: a quarantine's ticket carries its blast radius."""
     test_nodes: dict[str, str] = field(default_factory=dict)
     """SDCTest name -> node name, for events that name only the test."""
     probe_pods_deleted: dict[str, None] = field(default_factory=dict)

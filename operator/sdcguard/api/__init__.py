@@ -67,6 +67,7 @@ from sdcguard.api.resources import (
     RESOURCES,
     TEST,
     TICKET,
+    WORKLOADS,
     Resource,
     from_body,
     to_body,
@@ -86,6 +87,7 @@ from sdcguard.api.sdctest import (
     unnamed_suite,
 )
 from sdcguard.api.ticket import (
+    BlastRadius,
     ExternalRef,
     Finding,
     HardwareIdentity,
@@ -97,6 +99,13 @@ from sdcguard.api.ticket import (
     Resolution,
     TicketPhase,
     check_ticket_update,
+)
+from sdcguard.api.workloads import (
+    MAX_WORKLOADS,
+    Workload,
+    WorkloadRecord,
+    WorkloadRecordSpec,
+    WorkloadRecordStatus,
 )
 
 PLURAL_POLICIES = POLICY.plural
@@ -111,6 +120,7 @@ __all__ = [
     "CATEGORY",
     "GROUP",
     "HARDWARE",
+    "MAX_WORKLOADS",
     "PLURAL_BASELINES",
     "PLURAL_HARDWARE",
     "PLURAL_POLICIES",
@@ -121,10 +131,12 @@ __all__ = [
     "TEST",
     "TICKET",
     "VERSION",
+    "WORKLOADS",
     "ApiModel",
     "BaselineMode",
     "BaselineSettings",
     "BaselineSource",
+    "BlastRadius",
     "BreakerSample",
     "BreakerState",
     "BreakerStatus",
@@ -183,6 +195,10 @@ __all__ = [
     "Triggers",
     "UntrustedId",
     "Verdict",
+    "Workload",
+    "WorkloadRecord",
+    "WorkloadRecordSpec",
+    "WorkloadRecordStatus",
     "baseline_name",
     "check_test_update",
     "check_ticket_update",

@@ -13,6 +13,7 @@ from sdcguard.api.policy import SDCPolicy, SDCPolicySpec, SDCPolicyStatus
 from sdcguard.api.report import SDCReport, SDCReportSpec, SDCReportStatus
 from sdcguard.api.sdctest import SDCTest, SDCTestSpec, SDCTestStatus
 from sdcguard.api.ticket import RepairTicket, RepairTicketSpec, RepairTicketStatus
+from sdcguard.api.workloads import WorkloadRecord, WorkloadRecordSpec, WorkloadRecordStatus
 
 CATEGORY = "sdcguard"
 
@@ -158,10 +159,33 @@ HARDWARE = Resource(
         AGE,
     ),
 )
-RESOURCES: tuple[Resource, ...] = (POLICY, TEST, TICKET, BASELINE, REPORT, HARDWARE)
+WORKLOADS = Resource(
+    kind="WorkloadRecord",
+    plural="workloadrecords",
+    short_names=("sdcw",),
+    model=WorkloadRecord,
+    spec=WorkloadRecordSpec,
+    status=WorkloadRecordStatus,
+    columns=(
+        PrinterColumn("Node", ".spec.nodeName"),
+        PrinterColumn("Since", ".status.since", description="The last passing screening"),
+        PrinterColumn("Idle", ".status.idleSince", description="When the last workload left"),
+        PrinterColumn("Dropped", ".status.dropped", "integer", priority=1),
+        AGE,
+    ),
+)
+RESOURCES: tuple[Resource, ...] = (
+    POLICY,
+    TEST,
+    TICKET,
+    BASELINE,
+    REPORT,
+    HARDWARE,
+    WORKLOADS,
+)
 _BY_KIND = {r.kind: r for r in RESOURCES}
 
-Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | SDCHardware
+Body = SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | SDCHardware | WorkloadRecord
 
 
 def to_body(model: ApiModel) -> dict[str, Any]:
@@ -199,6 +223,7 @@ def from_body(body: Mapping[str, Any]) -> Body:
         )
     parsed = resource.model.model_validate(body)
     assert isinstance(
-        parsed, SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | SDCHardware
+        parsed,
+        SDCPolicy | SDCTest | RepairTicket | SDCBaseline | SDCReport | SDCHardware | WorkloadRecord,
     )
     return parsed

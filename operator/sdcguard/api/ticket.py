@@ -20,6 +20,7 @@ from sdcguard.api.common import (
     cel_rules,
 )
 from sdcguard.api.hardware import UntrustedId
+from sdcguard.api.workloads import MAX_WORKLOADS, Workload
 
 Id = Annotated[str, StringConstraints(max_length=253)]
 
@@ -96,6 +97,23 @@ class Finding(ApiModel):
     """golden: the first submodule whose outputs differ at that step."""
 
 
+class BlastRadius(ApiModel):
+    """Which workloads used the node between its last passing screening and the failing
+    one: their results and checkpoints from that window may be corrupt."""
+
+    window_start: dt.datetime | None = None
+    """The node's last passing screening (absent: it never passed one while the record
+    was kept, so the window starts with its first recorded workload)."""
+    window_end: dt.datetime
+    """The failing screening (when the node was quarantined)."""
+    workloads: list[Workload] = Field(default_factory=list, max_length=MAX_WORKLOADS)
+    """The workloads, oldest first."""
+    dropped: int = Field(default=0, ge=0)
+    """Workloads of the window left out of the node's bounded record (the oldest)."""
+    advice: Annotated[str, StringConstraints(max_length=512)] = ""
+    """What the owners of these workloads should do."""
+
+
 class RepairTicketSpec(ApiModel):
     """The incident: which node, why (evidence), and the repair side's answer."""
 
@@ -129,6 +147,9 @@ class RepairTicketSpec(ApiModel):
     """Set by the repair side when done: Repaired, Replaced, FalseAlarm or Retire."""
     resolution_note: Annotated[str, StringConstraints(max_length=4096)] | None = None
     """What was done, for the history."""
+    blast_radius: BlastRadius | None = None
+    """The workloads that used the node since its last passing screening, told to their
+    owners by a Warning Event in their namespace."""
 
 
 class HistoryEntry(ApiModel):

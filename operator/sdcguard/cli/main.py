@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from sdcguard.api import Resolution, Suite
-from sdcguard.cli import commands
+from sdcguard.cli import blast, commands
 from sdcguard.cli.kube import CliError, connect
 from sdcguard.cli.output import FORMATS, Result, emit
 
@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="an SDCHardware name, a providerID / system UUID / machine ID, or a Node name",
     )
+    blast = sub.add_parser(
+        "blast-radius",
+        parents=[common],
+        help="workloads that used a node since its last passing screening (a ticket's window)",
+    )
+    blast.add_argument("name", metavar="NODE|TICKET")
     return parser
 
 
@@ -183,6 +189,8 @@ def run(args: argparse.Namespace) -> Result:
         return commands.baselines(conn)
     if args.command == "hardware":
         return commands.hardware(conn, args.id)
+    if args.command == "blast-radius":
+        return blast.blast_radius(conn, args.name)
     raise CliError(f"unknown command {args.command}")  # argparse prevents this
 
 
