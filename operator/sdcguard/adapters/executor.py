@@ -41,6 +41,7 @@ from sdcguard.api import (
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
 from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closing, wait_reason
+from sdcguard.domain.devicetaints import wanted_rules
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     Action,
@@ -53,6 +54,8 @@ from sdcguard.domain.lifecycle import (
     RaiseCycle,
     Retire,
     SetTicketPhase,
+    TaintDevices,
+    UntaintDevices,
 )
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, TestFacts, TicketFacts
@@ -164,6 +167,11 @@ class Executor(TestRunner):
                 self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
             case Retire():
                 pass
+            case TaintDevices():
+                self._taint_devices(policy, node_name, step, view, counts)
+            case UntaintDevices():
+                plan = self.device_taints.ensure(node_name, [], prune=True)
+                counts["device-rules-deleted"] += len(plan.delete)
             case _:
                 raise ValueError(f"{type(step).__name__} is not a node decision's object step")
 
@@ -347,6 +355,7 @@ class Executor(TestRunner):
         """Create the ticket; False when it existed (its status is then left alone)."""
         evidence = list(dict.fromkeys(action.evidence))
         name = node_body.name
+        quarantine = action.quarantine
         findings = self._findings(view, name, evidence)
         ticket = RepairTicket(
             metadata=ObjectMeta(name=action.name, labels={keys.LABEL_NODE: name[:63]}),
@@ -357,10 +366,14 @@ class Executor(TestRunner):
                     {
                         "providerID": node_body.provider_id or None,
                         "systemUUID": node_body.system_uuid or None,
+                        "deviceIDs": [d.uuid for d in quarantine.devices if d.uuid]
+                        if quarantine
+                        else [],
                     }
                 ),
                 evidence=evidence,
                 findings=findings,
+                quarantine=quarantine,
             ),
         )
         body = to_body(ticket)
@@ -370,6 +383,26 @@ class Executor(TestRunner):
             return False
         counts["tickets-created"] += 1
         return True
+
+    def _taint_devices(
+        self,
+        policy: SDCPolicy,
+        node: str,
+        action: TaintDevices,
+        view: FleetView,
+        counts: Counter[str],
+    ) -> None:
+        """Write (or correct) one DeviceTaintRule per device; a device found under a new
+        name or pool in the node's ResourceSlices (a driver restart) is selected there."""
+        published = self.device_taints.node_devices(node)
+        wanted = wanted_rules(
+            node, action.ticket, action.reason, action.effect, action.devices, published
+        )
+        plan = self.device_taints.ensure(node, wanted, prune=False)
+        counts["device-rules-created"] += len(plan.create)
+        counts["device-rules-updated"] += len(plan.update)
+        if plan.conflicts:
+            counts["device-rules-conflict"] += len(plan.conflicts)
 
     def _findings(self, view: FleetView, node: str, evidence: list[str]) -> list[Finding]:
         """Where the evidence tests' failed checks located the fault, in evidence order."""

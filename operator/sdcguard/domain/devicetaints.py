@@ -131,10 +131,16 @@ def choose_scope(
     quarantine: Quarantine, findings: Iterable[Finding], devices: NodeDevices | None
 ) -> ScopeChoice:
     """The quarantine's scope (the table in the module docstring). ``devices`` None:
-    not read (the policy's scope is Node)."""
+    the node's ResourceSlices were not read (or could not be)."""
     node = QuarantineScope.NODE
-    if quarantine.scope == QuarantineScope.NODE or devices is None:
+    if quarantine.scope == QuarantineScope.NODE:
         return ScopeChoice(node, ScopeReason.POLICY_SCOPE_NODE, "the policy's scope is Node")
+    if devices is None:
+        return ScopeChoice(
+            node,
+            ScopeReason.NO_SLICES,
+            "the node's ResourceSlices could not be read; the whole node is quarantined",
+        )
     if not devices.served:
         return ScopeChoice(
             node,

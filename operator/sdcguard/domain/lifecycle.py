@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sdcguard.api import ScreeningReason, Suite, TicketPhase
+from sdcguard.api import QuarantineRecord, ScreeningReason, Suite, TicketPhase
+from sdcguard.domain.devicetaints import SliceDevice
 
 
 class NodeState(StrEnum):
@@ -185,6 +186,24 @@ class SetAutoscalerAnnotations:
 
 
 @dataclass(frozen=True)
+class TaintDevices:
+    """Quarantine scope Device: write one DeviceTaintRule per failed device (instead of
+    the quarantine taint and cordon), marked as sdcguard's and naming the ticket."""
+
+    ticket: str = ""
+    devices: tuple[SliceDevice, ...] = ()
+    reason: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class UntaintDevices:
+    """Delete the DeviceTaintRules sdcguard wrote for the node (only those)."""
+
+    ticket: str = ""
+
+
+@dataclass(frozen=True)
 class DeleteNode:
     """Delete the Node (replace strategy, or retirement by deletion)."""
 
@@ -217,6 +236,8 @@ class CreateTicket:
     name: str = ""
     evidence: tuple[str, ...] = ()
     message: str = ""
+    quarantine: QuarantineRecord | None = None
+    """What the quarantine takes out of service (the node, or devices) and why."""
 
 
 @dataclass(frozen=True)
@@ -336,6 +357,8 @@ Action = (
     | RevokeQualification
     | SetAutoscalerAnnotations
     | DeleteNode
+    | TaintDevices
+    | UntaintDevices
     | CreateTest
     | CancelTest
     | CreateTicket
@@ -361,6 +384,8 @@ NODE_MUTATIONS: tuple[type, ...] = (
     Drain,
     SetAutoscalerAnnotations,
     DeleteNode,
+    TaintDevices,
+    UntaintDevices,
 )
 """Actions that change how the node is scheduled, or whether it exists."""
 TICKET_ACTIONS: tuple[type, ...] = (CreateTicket, SetTicketPhase, CloseTicket, RaiseCycle, Retire)

@@ -23,6 +23,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage
+from sdcguard.domain.devicetaints import NodeDevices, SliceDevice
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.quantity import whole_quantity
 
@@ -291,6 +292,9 @@ class TicketFacts:
     cycle: int = 1
     acknowledged: bool = False
     """The repair side took it (set spec.external or acknowledged a notification)."""
+    devices: tuple[SliceDevice, ...] = ()
+    """Quarantine scope Device: the devices its DeviceTaintRules take out of service
+    (empty: the whole node is quarantined)."""
 
     @classmethod
     def from_api(cls, ticket: RepairTicket) -> TicketFacts:
@@ -304,7 +308,15 @@ class TicketFacts:
             cycle=status.cycle if status else 1,
             acknowledged=ticket.spec.external is not None
             or phase in (TicketPhase.ACKNOWLEDGED, TicketPhase.IN_REPAIR),
+            devices=_quarantined_devices(ticket),
         )
+
+
+def _quarantined_devices(ticket: RepairTicket) -> tuple[SliceDevice, ...]:
+    record = ticket.spec.quarantine
+    if record is None or record.scope != "Device":
+        return ()
+    return tuple(SliceDevice(d.driver, d.pool, d.device, d.uuid or "") for d in record.devices)
 
 
 @dataclass(frozen=True)
@@ -331,6 +343,9 @@ class Observed:
     joined_after_start: bool = False
     """The Node was created after the operator started (an autoscaler's or a person's
     new node, not one of the fleet sdcguard was installed on)."""
+    devices: NodeDevices | None = None
+    """The node's devices in ResourceSlices; read only when a quarantine of scope Device
+    may follow (None: not read)."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).
