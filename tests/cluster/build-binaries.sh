@@ -190,6 +190,21 @@ PY
   rm -rf "$TOOLS_BIN"; mv "$TOOLS_BIN.tmp" "$TOOLS_BIN"; rm -rf "$tmp"
 }
 
+# Everything cached already (binaries land by rename, complete or not at all):
+# nothing to build, so no wait behind another version's build holding the lock.
+all_cached() {
+  local f
+  for f in "$TOOLS_BIN/helm" "$TOOLS_BIN/kubectl" "$ETCD_BIN/etcd" "$K8S_BIN/kube-apiserver" \
+    "$K8S_BIN/kube-controller-manager" "$K8S_BIN/kube-scheduler" "$NODE_BIN/kubelet" \
+    "$TESTBIN/deviceplugin" "$TESTBIN/pause"; do
+    [ -x "$f" ] || return 1
+  done
+}
+if all_cached; then
+  echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+  exit 0
+fi
+
 # One build at a time per cache (two test runs starting together would
 # otherwise both compile Kubernetes on the same cores).
 mkdir -p "$CACHE"
