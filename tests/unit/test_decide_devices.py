@@ -174,3 +174,12 @@ def test_a_manual_release_removes_only_the_device_rules() -> None:
     assert (d.event, d.state) == (E.MANUAL_RELEASE, S.QUALIFIED)
     assert one(d, UntaintDevices).ticket == "gpu-1-0a1b2-3"
     assert not only(d, TaintDevices)
+
+
+def test_a_device_quarantine_does_not_hold_the_node_against_the_budget() -> None:
+    quarantined = observe(node(state=S.QUARANTINED), ticket=_device_ticket())
+    assert not quarantined.pool_member().held, "the node serves with its other devices"
+    verifying = observe(node(state=S.VERIFYING), ticket=_device_ticket())
+    assert verifying.pool_member().held, "reserved for its verification"
+    whole = observe(node(state=S.QUARANTINED), ticket=ticket())
+    assert whole.pool_member().held

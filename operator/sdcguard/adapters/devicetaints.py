@@ -243,8 +243,8 @@ class DeviceTaints:
         return plan
 
     def _write_owned(self, version: str, name: str, body: dict[str, Any] | None) -> None:
-        """Replace (or, with None, delete) a rule, only if it still carries our label;
-        the replace carries the resourceVersion read, so a change in between is a 409."""
+        """Patch (or, with None, delete) a rule, only if it still carries our label; the
+        write carries the resourceVersion read, so a change in between is a 409."""
         try:
             current = self.custom.get_cluster_custom_object(GROUP, version, RULES, name)
         except ApiException as exc:
@@ -273,6 +273,12 @@ class DeviceTaints:
                     if exc.status != 404:
                         raise
             return
-        body["metadata"]["resourceVersion"] = meta.get("resourceVersion")
-        if self.allow("devicetaintrules-replace"):
-            self.custom.replace_cluster_custom_object(GROUP, version, RULES, name, body)
+        patch = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": body["metadata"]["annotations"],
+            },
+            "spec": body["spec"],
+        }
+        if self.allow("devicetaintrules-patch"):
+            self.custom.patch_cluster_custom_object(GROUP, version, RULES, name, patch)

@@ -354,7 +354,10 @@ class Observed:
         hold a node; a key someone wrote into owned-taints by hand holds nothing.
         """
         state = self.node.state
-        if state in (NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING):
+        in_service = self.ticket is not None and bool(self.ticket.devices)
+        if state in (NodeState.QUARANTINED, NodeState.REPAIRING) and in_service:
+            held = False  # quarantine scope Device: only some devices are out of service
+        elif state in (NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING):
             held = True
         elif state in (NodeState.TESTING, NodeState.SUSPECT):
             # Held only if it had been serving and carries our testing/quarantine taint now.
