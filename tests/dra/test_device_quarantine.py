@@ -5,6 +5,8 @@ device, never touches rules it did not write, and removes its own after verifica
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +15,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.devicetaints import GROUP, RULES, SLICES, DeviceTaints, newest
+from sdcguard.cli.main import main
 from sdcguard.domain.devicetaints import rule_name
+from tests.cluster.localcluster import LocalCluster
 from tests.operator.harness import (
     GROUP as SDC_GROUP,
 )
@@ -126,7 +130,10 @@ def _ours(dra: DeviceTaints, node: str) -> dict[str, dict[str, Any]]:
 
 
 def test_one_failing_gpu_is_tainted_repaired_verified_and_returned(
-    dra_api: client.ApiClient, dra_operator: object, dra: DeviceTaints
+    dra_api: client.ApiClient,
+    dra_operator: object,
+    dra: DeviceTaints,
+    dra_cluster: LocalCluster,
 ) -> None:
     case = new_case()
     node = f"dev-{case}"
@@ -187,6 +194,30 @@ def test_one_failing_gpu_is_tainted_repaired_verified_and_returned(
             n = read_node(dra_api, node)
             assert not n.spec.unschedulable
             assert not {"sdcguard.dev/quarantined", TESTING} & taint_keys(dra_api, node)
+
+            # kubectl sdc status lists the GPU as out of service.
+            out, err = io.StringIO(), io.StringIO()
+            code = main(
+                ["status", "-o", "json", "--kubeconfig", str(dra_cluster.kubeconfig)],
+                stdout=out,
+                stderr=err,
+            )
+            assert code == 0, err.getvalue()
+            listed = [
+                d for d in json.loads(out.getvalue())["devicesOutOfService"] if d["node"] == node
+            ]
+            assert listed == [
+                {
+                    "node": node,
+                    "device": f"{DRIVER}/{node}/gpu-3",
+                    "uuid": uuid3,
+                    "ticket": ticket["metadata"]["name"],
+                    "rule": rule_name(node, uuid3),
+                }
+            ]
+            table = io.StringIO()
+            main(["status", "--kubeconfig", str(dra_cluster.kubeconfig)], stdout=table)
+            assert "Devices out of service" in table.getvalue()
 
             # The driver restarts and names the GPU anew: the rule follows its UUID.
             version = slices_v
