@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.devicetaints import GROUP, RULES, SLICES, DeviceTaints, newest
 from sdcguard.cli.main import main
-from sdcguard.domain.devicetaints import rule_name
+from sdcguard.domain.devicetaints import SliceDevice, rule_name, wanted_rules
 from tests.cluster.localcluster import LocalCluster
 from tests.operator.harness import (
     GROUP as SDC_GROUP,
@@ -276,3 +276,35 @@ def test_one_failing_gpu_is_tainted_repaired_verified_and_returned(
         for name in theirs:
             with contextlib.suppress(ApiException):
                 custom.delete_cluster_custom_object(GROUP, rules_v, RULES, name)
+
+
+def test_a_rule_holding_our_name_is_never_overwritten_or_deleted(
+    dra_api: client.ApiClient, dra: DeviceTaints
+) -> None:
+    """Someone wrote a rule under the name sdcguard would use, and another that carries
+    our node label but not our managed-by label: neither is changed or deleted."""
+    case = new_case()
+    node = f"clash-{case}"
+    version = dra.served_version(RULES)
+    assert version
+    custom = client.CustomObjectsApi(dra_api)
+    gpu = SliceDevice(DRIVER, node, "gpu-0", _uuid(node, 0))
+    (wanted,) = wanted_rules(node, "t-1", "compute on gpu-0", "NoSchedule", [gpu])
+    squatter = foreign_rule(wanted.name, node, "gpu-0", version)
+    lookalike = foreign_rule(f"look-{case}", node, "gpu-1", version)
+    lookalike["metadata"]["labels"]["sdcguard.dev/node"] = node
+    for body in (squatter, lookalike):
+        custom.create_cluster_custom_object(GROUP, version, RULES, body)
+    try:
+        before = {n: r["metadata"]["resourceVersion"] for n, r in _rules(dra).items()}
+        plan = dra.ensure(node, [wanted], prune=False)
+        assert plan.conflicts == (wanted.name,) and not plan.create and not plan.update
+        dra.ensure(node, [], prune=True)
+        after = _rules(dra)
+        for name in (wanted.name, f"look-{case}"):
+            assert after[name]["metadata"]["resourceVersion"] == before[name]
+        assert after[wanted.name]["spec"]["taint"]["key"] == "example.com/maintenance"
+    finally:
+        for name in (wanted.name, f"look-{case}"):
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, version, RULES, name)
