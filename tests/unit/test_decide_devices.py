@@ -183,3 +183,21 @@ def test_a_device_quarantine_does_not_hold_the_node_against_the_budget() -> None
     assert verifying.pool_member().held, "reserved for its verification"
     whole = observe(node(state=S.QUARANTINED), ticket=ticket())
     assert whole.pool_member().held
+
+
+def test_the_probes_device_uuids_reach_the_test_status() -> None:
+    from types import SimpleNamespace
+
+    from sdcguard.adapters.test_runner import device_uuids
+
+    assert device_uuids(None) == []
+    assert device_uuids(SimpleNamespace(hash="h")) == [], "an older probe reports none"
+    reported = SimpleNamespace(device_uuids=["GPU-a", None, "GPU-c"])
+    assert device_uuids(reported) == ["GPU-a", "", "GPU-c"]
+
+
+def test_a_failure_is_matched_by_the_uuid_the_probe_reported() -> None:
+    n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t2"}, qualified_at=NOW - HOUR)
+    test = dataclasses.replace(_failed("t2", 0), device_uuids=("GPU-6-uuid", "GPU-1-uuid"))
+    d = decide(observe(n, test=test, devices=PUBLISHED), DEVICE, NOW)
+    assert one(d, TaintDevices).devices == (GPUS[6],)

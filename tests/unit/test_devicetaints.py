@@ -181,3 +181,21 @@ def test_ownership_marks_name_the_ticket_and_the_reason() -> None:
     assert marks.annotations["sdcguard.dev/ticket"] == "node-a-1f2e3-4"
     assert marks.annotations["sdcguard.dev/reason"] == "compute on gpu-3"
     assert marks.annotations["sdcguard.dev/device-uuid"] == gpu.uuid
+
+
+def test_the_probes_uuids_match_devices_whatever_their_names() -> None:
+    # The probe's device 0 is the GPU the driver names gpu-5 (container order is not
+    # minor order): its reported UUID decides, not the name.
+    uuids = tuple(f"gpu-{i:04d}-UUID" for i in (5, 1, 2, 3, 4, 0, 6, 7))  # any case
+    choice = choose_scope(DEVICE, [_finding(0)], EIGHT, uuids)
+    assert choice.scope == QuarantineScope.DEVICE
+    assert [(p.index, p.device.name) for p in choice.devices] == [(0, "gpu-5")]
+
+
+def test_an_unknown_or_missing_uuid_is_not_guessed_from_the_name() -> None:
+    unknown = choose_scope(DEVICE, [_finding(1)], EIGHT, ("GPU-0000-uuid", "GPU-dead"))
+    assert unknown.reason == ScopeReason.NOT_PUBLISHED and "GPU-dead" in unknown.message
+    missing = choose_scope(DEVICE, [_finding(1)], EIGHT, ("GPU-0000-uuid", ""))
+    assert missing.reason == ScopeReason.NOT_PUBLISHED and "no UUID reported" in missing.message
+    beyond = choose_scope(DEVICE, [_finding(3)], EIGHT, ("GPU-0000-uuid",))
+    assert beyond.reason == ScopeReason.NOT_PUBLISHED

@@ -72,6 +72,13 @@ def _not_waiting(
     return set_condition(conditions, "Waiting", "False", reason, message, now)
 
 
+def device_uuids(fingerprint: object) -> list[str]:
+    """The per-device GPU UUIDs a probe fingerprint reports (``device_uuids``, from probes
+    that read them; "" for a device whose UUID is unknown); [] from older probes."""
+    found = getattr(fingerprint, "device_uuids", None) or []
+    return [str(u)[:128] if u else "" for u in list(found)[:64]]
+
+
 class TestRunner(ReconcilerState):
     """Executes the rows of the SDCTest phase table."""
 
@@ -368,6 +375,7 @@ class TestRunner(ReconcilerState):
                                 "fingerprint_hash": (
                                     judgement.fingerprint.hash if judgement.fingerprint else None
                                 ),
+                                "device_uuids": device_uuids(judgement.fingerprint),
                             }
                         )
                     finished = self._finish(test, status, verdict, reason, message, now, counts)

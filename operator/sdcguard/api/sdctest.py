@@ -174,6 +174,11 @@ class SDCTestStatus(ApiModel):
     """The probe Job."""
     fingerprint_hash: HexDigest | None = None
     """Fingerprint of the hardware and software that ran the probe."""
+    device_uuids: list[Annotated[str, StringConstraints(max_length=128)]] = Field(
+        default_factory=list, alias="deviceUUIDs", max_length=64
+    )
+    """The GPU UUID of each device index the probe saw, when it could tell ("" where it
+    could not): how a failed device index is matched to its DRA device."""
     suite: Suite | None = None
     """The suite that runs: spec.suite, or the operator's pick when spec.suite is unset."""
     seed: int | None = Field(default=None, ge=0, le=2147483647)

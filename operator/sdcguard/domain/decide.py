@@ -711,7 +711,10 @@ class _Binder:
         if self._choice is None:
             test = self.r.obs.test
             findings = test.findings if test is not None else ()
-            self._choice = choose_scope(self.r.policy.quarantine, findings, self.r.obs.devices)
+            uuids = test.device_uuids if test is not None else ()
+            self._choice = choose_scope(
+                self.r.policy.quarantine, findings, self.r.obs.devices, uuids
+            )
         return self._choice
 
     def quarantined_devices(self) -> tuple[SliceDevice, ...]:

@@ -14,7 +14,8 @@ a failed check names no device Node     FailureNotPinned (a collective over all
                                (or no   devices, a host-side check, a manual
                                finding) quarantine)
 node has no ResourceSlice      Node     NoResourceSlices (device-plugin cluster)
-a named device is in no slice  Node     DeviceNotPublished
+a named device matches no      Node     DeviceNotPublished (matched by the UUID
+  single published device               the probe reported, else gpu-<index>)
 more than maxDeviceFraction    Node     TooManyDevices
   of the node's devices
 otherwise                      Device   DeviceTainted: one rule per named device
@@ -88,15 +89,20 @@ class NodeDevices:
     served: bool
     devices: tuple[SliceDevice, ...] = ()
 
-    def by_index(self, index: int) -> SliceDevice | None:
-        """The device a probe index names. NVIDIA's DRA driver names GPUs ``gpu-<minor>``,
-        and the probe sees the node's GPUs in minor order, so index i is ``gpu-<i>``."""
+    def by_index(self, index: int, index_uuids: tuple[str, ...] = ()) -> SliceDevice | None:
+        """The device a probe index names: by the GPU UUID the probe reported for that
+        index when it reported any (``index_uuids``), else by NVIDIA's DRA naming
+        ``gpu-<index>`` (which assumes the probe sees the GPUs in minor order)."""
+        if index_uuids:
+            uuid = index_uuids[index] if index < len(index_uuids) else ""
+            return self.by_uuid(uuid) if uuid else None
         wanted = f"gpu-{index}"
         found = [d for d in self.devices if d.name == wanted]
         return found[0] if len(found) == 1 else None
 
     def by_uuid(self, uuid: str) -> SliceDevice | None:
-        found = [d for d in self.devices if uuid and d.uuid == uuid]
+        """The one device with this uuid attribute (compared without case), else None."""
+        found = [d for d in self.devices if uuid and d.uuid.lower() == uuid.lower()]
         return found[0] if len(found) == 1 else None
 
 
@@ -128,7 +134,10 @@ def failed_indices(findings: Iterable[Finding]) -> tuple[tuple[int, ...], bool]:
 
 
 def choose_scope(
-    quarantine: Quarantine, findings: Iterable[Finding], devices: NodeDevices | None
+    quarantine: Quarantine,
+    findings: Iterable[Finding],
+    devices: NodeDevices | None,
+    index_uuids: tuple[str, ...] = (),
 ) -> ScopeChoice:
     """The quarantine's scope (the table in the module docstring). ``devices`` None:
     the node's ResourceSlices were not read (or could not be)."""
@@ -165,14 +174,18 @@ def choose_scope(
         )
     picked: list[PickedDevice] = []
     for index in indices:
-        device = devices.by_index(index)
+        device = devices.by_index(index, index_uuids)
         if device is None:
             names = ", ".join(sorted(d.name for d in devices.devices)[:16])
+            uuid = index_uuids[index] if index < len(index_uuids) else ""
+            which = (
+                f"UUID {uuid}" if uuid else "no UUID reported" if index_uuids else f"gpu-{index}"
+            )
             return ScopeChoice(
                 node,
                 ScopeReason.NOT_PUBLISHED,
-                f"device {index} (gpu-{index}) is in none of the node's ResourceSlices "
-                f"(they publish: {names}); the whole node is quarantined",
+                f"device {index} ({which}) matches no single device of the node's "
+                f"ResourceSlices (they publish: {names}); the whole node is quarantined",
             )
         picked.append(PickedDevice(index, device))
     share = len(picked) / len(devices.devices)

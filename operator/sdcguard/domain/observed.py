@@ -239,6 +239,8 @@ class TestFacts:
     completed_at: dt.datetime | None = None
     findings: tuple[Finding, ...] = ()
     """Where each failed check located the fault (copied onto the RepairTicket)."""
+    device_uuids: tuple[str, ...] = ()
+    """The GPU UUID of each device index the probe saw ("" where unknown)."""
     awaiting_baseline: bool = False
     """The probe has ended and its digests wait for enough nodes to agree on a baseline:
     the test holds its node but runs nothing (it does not use the test budget)."""
@@ -275,6 +277,7 @@ class TestFacts:
                 for c in checks
                 if c.verdict == CheckVerdict.SDC
             ),
+            device_uuids=tuple(status.device_uuids) if status else (),
             awaiting_baseline=any(
                 c.type == "AwaitingBaseline" and c.status == "True"
                 for c in (status.conditions if status else [])
