@@ -1,4 +1,4 @@
-# sdcguard: `make demo` runs the simulated fleet through the lifecycle,
+# sdcguard: `make demo` runs a simulated fleet and a real node through the lifecycle,
 # `make test` runs every check. Both install what they need.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -17,7 +17,9 @@ export PJRT_DEVICE ?= CPU
 .PHONY: help venv binaries karpenter checkov images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
 
 help:
-	@echo "make demo    - simulated fleet through the full lifecycle on a local control plane"
+	@echo "make demo    - the operator as the chart's Pod on a real containerd node; a simulated"
+	@echo "               fleet and the real node through the lifecycle (DEMO_ARGS=--simulated-only:"
+	@echo "               no real node, the operator as a local process)"
 	@echo "make test    - lint, type check, unit, cluster and end-to-end tests"
 	@echo "make images  - build the operator and probe images (buildah; cached by content)"
 	@echo "make cluster-up | cluster-down - local control plane with a real containerd node"
@@ -79,7 +81,7 @@ test: lint typecheck binaries karpenter checkov
 	PY=$(PY) bash tests/run-suites.sh
 
 demo: venv binaries
-	$(PY) -m sdcguard.sim.demo
+	$(PY) -m sdcguard.sim.demo $(DEMO_ARGS)
 
 cluster-up: venv binaries images
 	$(PY) tests/cluster/localcluster.py up --real-node

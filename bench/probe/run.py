@@ -101,6 +101,7 @@ def measure(
         "cpu_devices": cpu_devices,
         "verdict": run.result.verdict,
         "load_avg_1m_before": round(load, 2),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
         "wall_s": round(wall, 3),
         "budget_used": round(wall / budget, 3),
         "cpu_s": round(cpu, 3),
@@ -223,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"budget {budget:g}s on {args.cpu_devices} {device} device(s)"
             f"{' slowed down' if faults else ''}: {best['verdict']} in {best['wall_s']:.1f}s "
-            f"wall ({100 * best['budget_used']:.1f}%), {best['cpu_s']:.1f}s CPU ({per})",
+            f"wall ({100 * best['budget_used']:.1f}%), {best['cpu_s']:.1f}s CPU ({per}); "
+            f"load {best['load_avg_1m_before']} -> {best['load_avg_1m_after']}",
             file=sys.stderr,
         )
     targets = _targets(runs)

@@ -314,7 +314,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     from sdcguard.adapters.kube import KubeWriter
     from sdcguard.adapters.pass_state import TestSnapshot
     from sdcguard.adapters.reconciler import FleetView, Reconciler
-    from sdcguard.api import SDCBaseline
+    from sdcguard.api import SDCBaseline, SDCPolicy
     from sdcguard.api.policy import DEFAULT_ACCELERATORS
     from sdcguard.domain.observed import NodeSnapshot
     from sdcguard.logs import configure_logging
@@ -338,7 +338,9 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
         )
 
     tests, tickets, baselines = crs("sdctests"), crs("repairtickets"), crs("sdcbaselines")
-    policy = next(p for p in crs("sdcpolicies") if p["metadata"]["name"] == "bench")
+    policy = SDCPolicy.model_validate(
+        next(p for p in crs("sdcpolicies") if p["metadata"]["name"] == "bench")
+    )
     t0 = time.perf_counter()
     view = FleetView(
         nodes={n["metadata"]["name"]: NodeSnapshot.from_body(n) for n in nodes},

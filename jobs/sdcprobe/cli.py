@@ -126,7 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
             "--seed",
             type=_seed,
             default=0,
-            help=f"seed of every check's data, 0..{MAX_SEED} (baselines are per seed)",
+            help=f"seed of the rounds a baseline covers, 0..{MAX_SEED} (baselines are per seed)",
+        )
+        p.add_argument(
+            "--data-seed",
+            type=_seed,
+            default=None,
+            help="the screening's own seed for every round after those a baseline covers "
+            "(default: --seed); not part of the fingerprint",
         )
         p.add_argument("--steps", type=_positive_int, default=None, help="golden training steps")
         p.add_argument(
@@ -252,6 +259,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         cpu_devices=args.cpu_devices,
         budget=args.budget,
         seed=args.seed,
+        data_seed=args.data_seed,
         steps=args.steps,
         threads=args.threads,
         memory_fraction=args.memory_fraction,

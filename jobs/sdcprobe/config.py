@@ -121,6 +121,14 @@ class GoldenConfig(BaseModel):
     weight_decay: float = 0.01
     clip: float = 1.0
     seed: int = 0
+    #: Steps from ``data_from`` on draw their tokens from this seed (None: ``seed``).
+    #: Not part of the config hash: a baseline covers only the steps before it.
+    data_seed: int | None = None
+    data_from: int = Field(default=16, ge=0)
+
+    def step_seed(self, step: int) -> int:
+        """The seed of step ``step``'s tokens (see :func:`round_seed`)."""
+        return round_seed(self.seed, self.data_seed, step, self.data_from)
 
 
 class ProbeConfig(BaseModel):
@@ -129,6 +137,10 @@ class ProbeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     digest_version: int = DIGEST_VERSION
     seed: int = 0
+    #: The screening's own seed for the rounds after the ones a baseline covers (None:
+    #: ``seed``). Not part of the config hash: those rounds are judged without a
+    #: baseline (replay, cross-device agreement, checksums, exact values).
+    data_seed: int | None = None
     baseline_rounds: dict[str, int] = Field(default_factory=lambda: dict(BASELINE_ROUNDS))
     golden_steps_fixed: bool = False
     compute: ComputeConfig
@@ -144,10 +156,11 @@ class ProbeConfig(BaseModel):
         doc = self.model_dump(
             mode="json",
             exclude={
+                "data_seed": True,
                 "compute": {"rounds"},
                 "collective": {"rounds"},
                 "memory": {"rounds"},
-                "golden": {"steps"},
+                "golden": {"steps", "data_seed", "data_from"},
                 "golden_steps_fixed": True,
             },
         )
@@ -162,6 +175,7 @@ def plan_config(
     seed: int = 0,
     memory_fraction: float | None = None,
     memory_mib: int | None = None,
+    data_seed: int | None = None,
 ) -> ProbeConfig:
     """What every round of every check computes on ``backend``, for a ``budget`` in seconds.
 
@@ -185,9 +199,11 @@ def plan_config(
     work = max(budget - (3.0 if backend == "cpu" else 20.0), 2.0)
     if backend == "cpu":
         # Measured on one core per worker (bench/probe): fp32, bf16 and fp64
-        # GEMMs reach their large-GEMM throughput from 512; CPU fp16 has no fast
-        # kernel and is fastest small (its throughput falls with size).
-        sizes = {"float32": 512, "bfloat16": 512, "float16": 128, "float64": 512}
+        # GEMMs reach their large-GEMM throughput from 256 (0.95-1.0 of the best of
+        # 128-1024); CPU fp16 has no fast kernel and is fastest small (its
+        # throughput falls with size). A round of 256 costs an eighth of one of 512
+        # at the same throughput: more, shorter rounds in the same time.
+        sizes = {"float32": 256, "bfloat16": 256, "float16": 128, "float64": 256}
         elements = 1 << 20  # 4 MiB messages: gloo on loopback is near its best from here
     else:
         size = 4096 if backend == "cuda" else 2048
@@ -203,9 +219,15 @@ def plan_config(
     base = dict(BASELINE_ROUNDS)
     if golden_min is not None:
         base["golden"] = golden_min
-    golden = GoldenConfig(steps=steps if steps is not None else base["golden"], seed=seed)
+    golden = GoldenConfig(
+        steps=steps if steps is not None else base["golden"],
+        seed=seed,
+        data_seed=data_seed,
+        data_from=base["golden"],
+    )
     return ProbeConfig(
         seed=seed,
+        data_seed=data_seed,
         baseline_rounds=base,
         golden_steps_fixed=steps is not None,
         compute=ComputeConfig(sizes=sizes, rounds=base["compute"]),
@@ -213,6 +235,21 @@ def plan_config(
         memory=_plan_memory(budget, work, backend, memory_fraction, memory_mib, base["memory"]),
         golden=golden,
     )
+
+
+def round_seed(seed: int, data_seed: int | None, step: int, baseline_rounds: int) -> int:
+    """The seed of round ``step``'s data: ``seed`` for the rounds a baseline covers (the
+    first ``baseline_rounds``), the screening's ``data_seed`` for every later round.
+
+    A baseline (by consensus of several nodes) needs those nodes to see the same data,
+    so the rounds it covers use the shared ``seed``; every later round is judged by
+    checks whose right answer the probe knows without a baseline (bitwise replay,
+    agreement between the node's devices, ABFT checksums against an fp64 reference,
+    exact collective sums, regenerated memory patterns), so it can draw fresh data
+    every screening."""
+    if data_seed is None or step < baseline_rounds:
+        return seed
+    return data_seed
 
 
 def rounds_of(config: ProbeConfig) -> dict[str, int]:

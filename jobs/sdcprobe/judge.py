@@ -404,5 +404,6 @@ def judge(
         injection=injection,
         duration_s=round(duration_s, 3),
         seed=config.seed,
+        data_seed=config.data_seed if config.data_seed is not None else config.seed,
         plan=plan,
     )

@@ -44,15 +44,16 @@ def init_params(cfg: GoldenConfig, device: torch.device) -> dict[str, torch.Tens
 
 
 def synthetic_batch(cfg: GoldenConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Host tokens and targets for ``step`` from a fixed seeded Markov chain.
+    """Host tokens and targets for ``step`` from a seeded Markov chain.
 
     Each token is followed by its successor under a fixed random permutation
     with probability 0.9 (else a uniform random token), so the loss falls
     visibly within a few dozen steps: the run exercises a model that is
     learning, not one stuck at chance.
     """
-    successor = torch.randperm(cfg.vocab, generator=torch.Generator().manual_seed(cfg.seed + 99))
-    gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step * 104_729 + 1)
+    seed = cfg.step_seed(step)  # the screening's own seed after the baseline's steps
+    successor = torch.randperm(cfg.vocab, generator=torch.Generator().manual_seed(seed + 99))
+    gen = torch.Generator().manual_seed(seed * 7_919 + step * 104_729 + 1)
     n = cfg.seq_len + 1
     noise = torch.randint(0, cfg.vocab, (cfg.batch, n), generator=gen)
     follow = torch.rand(cfg.batch, n, generator=gen) < 0.9

@@ -145,6 +145,13 @@ class RunPlan(_Closed):
     startup_s: float = Field(
         ge=0, description="Seconds before the plan: process start, imports, warm-up rounds."
     )
+    startup_parts: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where the start-up went (slowest device per part, seconds): launch "
+        "(process start and the probe's imports), import (torch, the device runtime and "
+        "its set-up), group (joining the process group), peaks (the same-run peak "
+        "measurements), warmup (the timed warm-up rounds).",
+    )
     planned_s: float = Field(ge=0, description="What the plan expected the whole run to take.")
     rounds: dict[CheckName, int] = Field(
         default_factory=dict, description="Planned rounds per check (golden: training steps)."
@@ -175,6 +182,11 @@ class RunPlan(_Closed):
         description="Per check, 1 - (1 - p)^rounds for each p in catch_p (rounds run).",
     )
     error: str | None = Field(default=None, description="Why no plan fitted, if none did.")
+    overrun: str | None = Field(
+        default=None,
+        description="Why the run ended past its budget, if it did (the start-up, or a "
+        "slow-down, left less than the rounds that always run).",
+    )
 
 
 class ProbeResult(_Closed):
@@ -192,7 +204,15 @@ class ProbeResult(_Closed):
     injection: Injection = Field(default_factory=Injection)
     duration_s: float = Field(default=0.0, ge=0)
     truncated: bool = False
-    seed: int | None = Field(default=None, description="The seed every check's data came from.")
+    seed: int | None = Field(
+        default=None,
+        description="The seed of the rounds a baseline covers (shared by the fleet's nodes).",
+    )
+    data_seed: int | None = Field(
+        default=None,
+        description="The seed of every later round: the screening's own data, judged "
+        "without a baseline (equal to seed unless the run was given --data-seed).",
+    )
     plan: RunPlan | None = Field(
         default=None, description="Budget, planned and completed rounds, catch chances."
     )
@@ -351,6 +371,7 @@ def encode_for_termination(result: ProbeResult, limit: int = TERMINATION_LIMIT) 
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     if doc.get("plan"):  # keep the budget, rounds and any plan error; drop the detail
         doc["plan"]["round_ms"], doc["plan"]["catch"] = {}, {}
+        doc["plan"]["startup_parts"] = {}
         if (out := reduced()) is not None:
             return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     for chars in (160, 64, 24, 0):

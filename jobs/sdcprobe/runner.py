@@ -85,6 +85,8 @@ class RunOptions:
     cpu_devices: int = 2
     budget: float = 60.0
     seed: int = 0
+    #: The screening's own seed for the rounds a baseline does not cover (None: seed).
+    data_seed: int | None = None
     steps: int | None = None
     threads: int = 1
     memory_fraction: float | None = None
@@ -100,7 +102,13 @@ class RunOptions:
     def config(self, backend: BackendName) -> ProbeConfig:
         """Check parameters for this run."""
         return plan_config(
-            self.budget, backend, self.steps, self.seed, self.memory_fraction, self.memory_mib
+            self.budget,
+            backend,
+            self.steps,
+            self.seed,
+            self.memory_fraction,
+            self.memory_mib,
+            self.data_seed,
         )
 
     def deadline_s(self) -> float:
@@ -161,6 +169,8 @@ class _Planner:
     def __init__(self, opts: RunOptions, config: ProbeConfig, workdir: str, count: int | None):
         self.opts, self.config, self.workdir, self.count = opts, config, workdir, count
         self.started = opts.started if opts.started is not None else time.perf_counter()
+        # The same start on the clock every process of the host shares.
+        self.started_monotonic = time.monotonic() - (time.perf_counter() - self.started)
         self.answer: RoundsPlan | None = None
         self.plan: RunPlan | None = None
         self.round_s: dict[str, float] = {}
@@ -309,9 +319,21 @@ class _Planner:
         self.ran[done] = min(p.rounds for p in progress)
         return {c: self.ran.get(c, self.rounds[c]) for c in self.spent}
 
+    def startup_parts(self, cals: list[Calibration]) -> dict[str, float]:
+        """Where the start-up went: per part, the slowest device's seconds."""
+        parts: dict[str, float] = {}
+        entered = [c.entered_at for c in cals if c.entered_at is not None]
+        if entered:
+            parts["launch"] = max(max(entered) - self.started_monotonic, 0.0)
+        for cal in cals:
+            for name, seconds in cal.phases.items():
+                parts[name] = max(parts.get(name, 0.0), seconds)
+        return {k: round(v, 3) for k, v in parts.items()}
+
     def decide(self, cals: list[Calibration]) -> None:
         checks = [c for c in CHECK_NAMES if c in self.opts.checks]
         elapsed = time.perf_counter() - self.started
+        parts = self.startup_parts(cals)
         budget = self.opts.budget
         minimum = self.config.baseline_rounds
         fixed: dict[str, int] = {}
@@ -342,6 +364,7 @@ class _Planner:
             self.plan = RunPlan(
                 budget_s=budget,
                 startup_s=round(elapsed, 3),
+                startup_parts=parts,
                 planned_s=round(elapsed, 3),
                 rounds={},
                 round_ms={c: round(1000 * s, 3) for c, s in costs.items()},
@@ -356,6 +379,7 @@ class _Planner:
         self.plan = RunPlan(
             budget_s=budget,
             startup_s=round(elapsed, 3),
+            startup_parts=parts,
             planned_s=round(elapsed + work, 3),
             rounds=rounds,
             round_ms={c: round(1000 * s, 3) for c, s in self.round_s.items()},
@@ -494,7 +518,29 @@ def run_probe(opts: RunOptions) -> ProbeRun:
         duration_s=time.perf_counter() - start,
         plan=run_plan,
     )
-    return ProbeRun(result=result, reports=reports, config=config)
+    return ProbeRun(result=_say_overrun(result), reports=reports, config=config)
+
+
+def _say_overrun(result: ProbeResult) -> ProbeResult:
+    """A run that ended past its budget says why, in its plan and in its reason: how
+    much of the budget the start-up took (and its largest part), and that the rounds
+    every plan runs (those a baseline covers) still ran."""
+    plan = result.plan
+    if plan is None or plan.error or result.duration_s <= plan.budget_s:
+        return result
+    largest = max(plan.startup_parts.items(), key=lambda kv: kv[1], default=None)
+    part = f"; largest part {largest[0]} {largest[1]:.1f}s" if largest else ""
+    why = (
+        f"over budget: {result.duration_s:.1f}s against {plan.budget_s:g}s; the start-up "
+        f"took {plan.startup_s:.1f}s{part}, and the rounds every plan runs (those a "
+        "baseline covers) ran in full"
+    )
+    return result.model_copy(
+        update={
+            "reason": f"{result.reason}; {why}",
+            "plan": plan.model_copy(update={"overrun": why}),
+        }
+    )
 
 
 def _collect(

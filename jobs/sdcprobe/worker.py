@@ -58,6 +58,12 @@ class Calibration(BaseModel):
     round_cv: dict[str, float] = {}
     errors: dict[str, str] = {}
     warmup_s: float = 0.0
+    #: ``time.monotonic()`` when the worker's ``main`` began (after Python started).
+    entered_at: float | None = None
+    #: Seconds of each start-up phase: ``import`` (torch and the device runtime, device
+    #: set-up), ``group`` (joining the process group), ``peaks`` (the same-run peak
+    #: measurements), ``warmup`` (the timed warm-up rounds).
+    phases: dict[str, float] = {}
 
 
 class RoundsPlan(BaseModel):
@@ -125,9 +131,12 @@ class _Peaks:
         self.copy: float | None = None
 
 
-def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
+def run_worker(
+    plan: WorkerPlan, rank: int, world: int, entered_at: float | None = None
+) -> WorkerReport:
     """Set the device up, warm up and calibrate, run the planned checks; never raises."""
     start = time.perf_counter()
+    phases: dict[str, float] = {}
     report = WorkerReport(rank=rank)
     try:
         apply_determinism_env()
@@ -142,14 +151,19 @@ def run_worker(plan: WorkerPlan, rank: int, world: int) -> WorkerReport:
         backend = setup_backend(plan.backend, rank, plan.threads)
         report.facts = device_facts(backend)
         spec = parse_fault_spec(plan.faults_json) if plan.faults_json else None
+        phases["import"] = time.perf_counter() - start
         if "collective" in plan.checks:
+            t0 = time.perf_counter()
             init_group(backend.dist_backend, rank, world, str(Path(plan.workdir) / "store"))
+            phases["group"] = time.perf_counter() - t0
         peaks = _Peaks()
         config = plan.config
         clocks: dict[str, RoundClock] = {}
         if plan.calibrate:
             calibration = _warm_up(plan, backend, rank, world, peaks)
             calibration.warmup_s = time.perf_counter() - start
+            calibration.entered_at = entered_at
+            calibration.phases = {**phases, **calibration.phases}
             write_atomically(calibration_path(plan.workdir, rank), calibration.model_dump_json())
             answer = _wait_for_rounds(plan, 0)
             if answer.abort is not None:
@@ -219,15 +233,20 @@ def _warm_up(
     # XLA on the host CPU (tests, CI): lazy tensors put compilation into every
     # timing, so peaks would mean nothing there and only cost compilations.
     measure = not (backend.name == "xla" and xla_on_host())
+    peaks_s = warmup_s = 0.0
     for check in plan.checks:
         try:
+            t0 = time.perf_counter()
             if check == "compute" and measure:
                 peaks.gemm = measure_peak(cfg.compute, backend)
             elif check == "collective":
                 peaks.busbw = measure_busbw(cfg.collective, Instrumentation(backend), world)
             elif check == "memory" and measure:
                 peaks.copy = measure_copy(cfg.memory, backend)
+            t1 = time.perf_counter()
+            peaks_s += t1 - t0
             trace = _run_check(check, cfg, backend, Injector(None, rank), rank, world, _Peaks())
+            warmup_s += time.perf_counter() - t1
             if trace.error:
                 raise RuntimeError(trace.error)
             calibration.round_s[check] = trace.round_s
@@ -235,6 +254,7 @@ def _warm_up(
         except Exception as exc:  # the real run reports it; plan its minimum
             traceback.print_exc(file=sys.stderr)
             calibration.errors[check] = f"{type(exc).__name__}: {exc}"[:300]
+    calibration.phases = {"peaks": peaks_s, "warmup": warmup_s}
     return calibration
 
 
@@ -277,15 +297,19 @@ def _run_check(
     from sdcprobe.checks.memory import run_memory
     from sdcprobe.instrument import Instrumentation
 
+    # Rounds after those a baseline covers draw the screening's own data (data_seed).
+    data, base = cfg.data_seed, cfg.baseline_rounds.get(check, 0)
     if check == "compute":
         ins = Instrumentation(backend, injector)
-        return run_compute(cfg.compute, cfg.seed, ins, peaks.gemm, clock)
+        return run_compute(cfg.compute, cfg.seed, ins, peaks.gemm, clock, data, base)
     if check == "collective":
         ins = Instrumentation(backend, injector)
-        return run_collective(cfg.collective, cfg.seed, ins, rank, world, peaks.busbw, clock)
+        return run_collective(
+            cfg.collective, cfg.seed, ins, rank, world, peaks.busbw, clock, data, base
+        )
     if check == "memory":
         return run_memory(
-            cfg.memory, cfg.seed, Instrumentation(backend, injector), peaks.copy, clock
+            cfg.memory, cfg.seed, Instrumentation(backend, injector), peaks.copy, clock, data, base
         )
     if check == "golden":
         return golden_check(cfg.golden, backend, injector, clock)
@@ -300,13 +324,15 @@ def write_report(report: WorkerReport, workdir: str | Path) -> None:
 def _xla_entry(index: int, plan_path: str) -> None:
     import torch_xla.runtime as xr
 
+    entered = time.monotonic()
     plan = WorkerPlan.model_validate_json(Path(plan_path).read_text())
     rank, world = xr.global_ordinal(), xr.world_size()
-    write_report(run_worker(plan, rank, world), plan.workdir)
+    write_report(run_worker(plan, rank, world, entered), plan.workdir)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m sdcprobe.worker``."""
+    entered = time.monotonic()
     parser = argparse.ArgumentParser(prog="sdcprobe.worker", description=__doc__)
     parser.add_argument("plan")
     parser.add_argument("rank", type=int, nargs="?", default=0)
@@ -320,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     plan = WorkerPlan.model_validate_json(Path(args.plan).read_text())
     world = plan.world if plan.world is not None else 1
-    write_report(run_worker(plan, args.rank, world), plan.workdir)
+    write_report(run_worker(plan, args.rank, world, entered), plan.workdir)
     return 0
 
 

@@ -140,10 +140,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     def node_changed(name: str, node: NodeSnapshot | None) -> None:
         # An SDCReport about the node learns its outcome (confirmed, cleared).
         if rt.reports.awaits(name):
-            seen = None
-            if node is not None:
-                seen = {"metadata": {"labels": node.labels, "annotations": node.annotations}}
-            follow = asyncio.to_thread(rt.reports.follow, name, seen, _now())
+            follow = asyncio.to_thread(rt.reports.follow, name, _followed(node), _now())
             rt.background.add(asyncio.ensure_future(follow))
 
     rt.inventory.start(
@@ -151,6 +148,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         lambda nodes=None, **kw: _poke(rt, nodes, **kw),
         on_node=node_changed,
     )
+    rt.background.add(asyncio.ensure_future(_resume_reports(rt)))
     # We post our own Events on transitions; Kopf's per-handler events are noise.
     settings.posting.enabled = False
     settings.posting.level = logging.WARNING
@@ -171,6 +169,24 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # back for more of the same object (Kopf's default waits 0.1 s).
     settings.batching.batch_window = 0.02
     log.info("operator starting", namespace=rt.settings.namespace, dry_run=rt.settings.dry_run)
+
+
+def _followed(node: NodeSnapshot | None) -> dict[str, Any] | None:
+    """A node as the report follower reads it; None: no such node."""
+    if node is None:
+        return None
+    return {"metadata": {"labels": node.labels, "annotations": node.annotations}}
+
+
+def _node_body(rt: Runtime, name: str) -> dict[str, Any] | None:
+    return _followed(rt.inventory.node_bodies([name]).get(name))
+
+
+async def _resume_reports(rt: Runtime) -> None:
+    """Once the fleet copy is complete: reports found again after a restart learn what
+    became of their node while no operator watched."""
+    if await rt.inventory.wait_synced(lambda: False):
+        await asyncio.to_thread(rt.reports.resume, lambda n: _node_body(rt, n), _now())
 
 
 # Indexes ------------------------------------------------------------------
@@ -354,10 +370,30 @@ def _view(
     )
 
 
+class _ParsedPolicy:
+    """The policy's body parsed once per change of it (its resourceVersion), so a
+    pass and every urgent pass get the typed model, never the raw body."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.policy: SDCPolicy | None = None
+
+    def of(self, body: kopf.Body) -> SDCPolicy | None:
+        """The typed policy, or None while its body is unreadable (logged once)."""
+        version = str(body.get("metadata", {}).get("resourceVersion", ""))
+        if version != self.version or not version:
+            self.version = version
+            try:
+                self.policy = SDCPolicy.model_validate(dict(body))
+            except ValidationError as exc:  # the API server should have refused it
+                log.error("policy unreadable; nothing done", error=str(exc)[:500])
+                self.policy = None
+        return self.policy
+
+
 async def _pass(
     rt: Runtime,
-    name: str,
-    body: kopf.Body,
+    policy: SDCPolicy,
     indexes: dict[str, kopf.Index[str, Any]],
     dirty: frozenset[str] | None,
     wake: Wake,
@@ -369,7 +405,7 @@ async def _pass(
     """
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(
-        rt.executor, rt.reconciler.run_pass, dict(body), _view(rt, indexes), _now(), dirty
+        rt.executor, rt.reconciler.run_pass, policy, _view(rt, indexes), _now(), dirty
     )
     try:
         while not future.done():
@@ -382,10 +418,10 @@ async def _pass(
                 nodes, pods, jobs = wake.take_urgent()
                 if nodes:
                     view = _urgent_view(rt, indexes, nodes, pods, jobs)
-                    rt.reconciler.offer_urgent(UrgentWork(dict(body), view, nodes, _now()))
+                    rt.reconciler.offer_urgent(UrgentWork(policy, view, nodes, _now()))
         wake_in = await future
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
-        log.exception("reconcile pass failed", policy=name)
+        log.exception("reconcile pass failed", policy=policy.metadata.name)
         wake.full = True
         return 2.0
     finally:
@@ -411,6 +447,7 @@ async def policy_loop(
     wake = Wake()
     rt.wakes.append(wake)
     next_full = next_look = 0.0
+    parsed = _ParsedPolicy()
     # Nothing is decided from a partial copy of the fleet: a node not yet listed
     # must never look idle or new.
     if not await rt.inventory.wait_synced(lambda: bool(stopped)):
@@ -433,14 +470,18 @@ async def policy_loop(
                     )
             wake.event.clear()
             wake.urgent_event.clear()
+            policy = parsed.of(body)
+            if policy is None:  # waits for a readable body; its change wakes the loop
+                next_look = time.monotonic() + 60.0
+                continue
             full = wake.full or time.monotonic() >= next_full
             urgent, pods, jobs = wake.take_urgent()
             if urgent:  # decided first, from a view of just these nodes
                 view = _urgent_view(rt, indexes, urgent, pods, jobs)
-                rt.reconciler.offer_urgent(UrgentWork(dict(body), view, urgent, _now()))
+                rt.reconciler.offer_urgent(UrgentWork(policy, view, urgent, _now()))
             dirty = None if full else frozenset(wake.dirty)
             wake.dirty, wake.full = set(), False
-            wake_in = await _pass(rt, name, body, indexes, dirty, wake)
+            wake_in = await _pass(rt, policy, indexes, dirty, wake)
             if full:
                 next_full = time.monotonic() + settings.resync_seconds
             next_look = time.monotonic() + wake_in
@@ -449,17 +490,18 @@ async def policy_loop(
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
-async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
-    """Every policy's spec, for the ticket timer (no GET per ticket and tick)."""
-    meta = body.get("metadata", {})
-    return {
-        name: {
-            "metadata": {
-                k: meta[k] for k in ("name", "generation", "resourceVersion") if k in meta
-            },
-            "spec": dict(body.get("spec") or {}),
+async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, SDCPolicy]:
+    """Every policy, parsed once here for the ticket timer (no GET or parse per ticket
+    and tick); an unreadable one is left out (and logged): its tickets wait for it."""
+    try:
+        return {
+            name: SDCPolicy.model_validate(
+                {"metadata": body.get("metadata", {}), "spec": body.get("spec") or {}}
+            )
         }
-    }
+    except ValidationError as exc:  # the API server should have refused it
+        log.warning("unreadable SDCPolicy skipped", policy=name, error=str(exc)[:300])
+        return {}
 
 
 def _ticket_pending(body: kopf.Body, **_: Any) -> bool:
@@ -478,13 +520,7 @@ def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs:
     rt = _rt(memo)
     ref = str(spec.get("policyRef") or "")
     specs: kopf.Index[str, Any] = kwargs["policy_specs_index"]
-    stored = next(iter(specs.get(ref, [])), None)
-    policy = None
-    if stored is not None:
-        try:
-            policy = SDCPolicy.model_validate(stored)
-        except ValidationError:
-            policy = None
+    policy: SDCPolicy | None = next(iter(specs.get(ref, [])), None)
     ticket_sinks.announce(dict(body), policy, rt.reconciler.writer, rt.metrics, _now())
 
 
@@ -492,4 +528,8 @@ def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs:
 async def report_seen(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A training job's SDCReport: admitted once (status written), remembered after."""
     if type != "DELETED":
-        await asyncio.to_thread(_rt(memo).reports.handle, dict(body), _now())
+        rt = _rt(memo)
+        await asyncio.to_thread(rt.reports.handle, dict(body), _now())
+        if rt.inventory.synced():
+            # Found after the fleet copy was complete (_resume_reports ran already).
+            await asyncio.to_thread(rt.reports.resume, lambda n: _node_body(rt, n), _now())

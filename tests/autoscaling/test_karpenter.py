@@ -52,6 +52,23 @@ def _policy(
     client.CustomObjectsApi(w.api).create_cluster_custom_object(GROUP, VERSION, "sdcpolicies", body)
 
 
+def _pool(w: World, role: str, label: str, *, slow: bool = False, **overrides: Any) -> None:
+    """Create this case's kwok NodePool ``role``: GPU nodes labelled ``label``, gated by
+    sdcguard's startup taint and room for one 8-GPU node, unless ``overrides`` say
+    otherwise (``slow``: the node class whose nodes never register in time)."""
+    fields: dict[str, Any] = {"startup_taints": GATE_TAINT, "gpu_limit": 8, **overrides}
+    K.create(
+        w.api,
+        K.node_pool(
+            w.pool(role),
+            node_class_name=f"kwok-slow-{w.case}" if slow else f"kwok-{w.case}",
+            instance_types=[GPU_TYPE],
+            labels={CASE_LABEL: label},
+            **fields,
+        ),
+    )
+
+
 def _gpu_pod(w: World, name: str, label: str, run_seconds: int) -> None:
     body = {
         "apiVersion": "v1",
@@ -164,15 +181,7 @@ def test_scale_up_waits_for_acceptance_without_extra_capacity(world: World) -> N
     w, core = world, client.CoreV1Api(world.api)
     gated, plain = f"{w.case}-gated", f"{w.case}-plain"
     for role, label, taints in (("gated", gated, GATE_TAINT), ("plain", plain, None)):
-        pool = K.node_pool(
-            w.pool(role),
-            node_class_name=f"kwok-{w.case}",
-            instance_types=[GPU_TYPE],
-            labels={CASE_LABEL: label},
-            startup_taints=taints,
-            consolidate_after="10s",
-        )
-        K.create(w.api, pool)
+        _pool(w, role, label, startup_taints=taints, gpu_limit=16, consolidate_after="10s")
     _policy(w, f"p-{gated}", gated, baseline={"mode": "Consensus", "quorum": 2})
 
     pods = {"gated-0": gated, "gated-1": gated, "plain-0": plain}
@@ -303,17 +312,7 @@ def test_quarantine_keeps_node_and_gets_replacement_capacity(world: World) -> No
     label = f"{w.case}-q"
     # The sick pool is preferred (weight) but holds one node; the spare pool is the fallback.
     for role, weight in (("sick", 100), ("spare", 10)):
-        pool = K.node_pool(
-            w.pool(role),
-            node_class_name=f"kwok-{w.case}",
-            instance_types=[GPU_TYPE],
-            labels={CASE_LABEL: label},
-            startup_taints=GATE_TAINT,
-            gpu_limit=8,
-            weight=weight,
-            consolidate_after="0s",
-        )
-        K.create(w.api, pool)
+        _pool(w, role, label, weight=weight, consolidate_after="0s")
     _policy(w, f"p-{label}", label, repair={"strategy": "InPlace", "maxRepairCycles": 2})
     _gpu_pod(w, f"q-0-{w.case}", label, run_seconds=600)
 
@@ -347,16 +346,7 @@ def test_replace_deletes_the_node_claim(world: World) -> None:
     custom = client.CustomObjectsApi(w.api)
     label = f"{w.case}-r"
     for role, weight in (("rsick", 100), ("rspare", 10)):
-        pool = K.node_pool(
-            w.pool(role),
-            node_class_name=f"kwok-{w.case}",
-            instance_types=[GPU_TYPE],
-            labels={CASE_LABEL: label},
-            startup_taints=GATE_TAINT,
-            gpu_limit=8,
-            weight=weight,
-        )
-        K.create(w.api, pool)
+        _pool(w, role, label, weight=weight)
     _policy(w, f"p-{label}", label, repair={"strategy": "Replace", "maxRepairCycles": 2})
     _gpu_pod(w, f"r-0-{w.case}", label, run_seconds=600)
 
@@ -432,17 +422,7 @@ def test_expiry_ends_a_screening_and_a_quarantine_with_true_records(world: World
     # quarantine (two failed probe runs, slow on shared cores).
     for role, expire in (("xscreen", "40s"), ("xsick", "150s")):
         label = f"{w.case}-{role}"
-        pool = K.node_pool(
-            w.pool(role),
-            node_class_name=f"kwok-{w.case}",
-            instance_types=[GPU_TYPE],
-            labels={CASE_LABEL: label},
-            startup_taints=GATE_TAINT,
-            gpu_limit=8,
-            expire_after=expire,
-            termination_grace_period="5s",
-        )
-        K.create(w.api, pool)
+        _pool(w, role, label, expire_after=expire, termination_grace_period="5s")
         repair = {"strategy": "InPlace", "maxRepairCycles": 2}
         if role == "xscreen":
             _policy(w, f"p-{label}", label, repair=repair, probe=slow_probe)
@@ -530,18 +510,7 @@ def test_node_claim_that_never_registers_leaves_no_records(world: World) -> None
     Karpenter v1.15, would do the same)."""
     w = world
     label = f"{w.case}-unreg"
-    K.create(
-        w.api,
-        K.node_pool(
-            w.pool("unreg"),
-            node_class_name=f"kwok-slow-{w.case}",
-            instance_types=[GPU_TYPE],
-            labels={CASE_LABEL: label},
-            startup_taints=GATE_TAINT,
-            gpu_limit=8,
-            expire_after="20s",
-        ),
-    )
+    _pool(w, "unreg", label, slow=True, expire_after="20s")
     _policy(w, f"p-{label}", label)
     claim = _launched(w, "unreg", f"u-0-{w.case}")
     name = claim["metadata"]["name"]
@@ -590,16 +559,7 @@ def test_node_pool_without_the_gate_is_screened_or_named(world: World) -> None:
     names the missing gate; never silently."""
     w, core = world, client.CoreV1Api(world.api)
     label = f"{w.case}-nogate"
-    K.create(
-        w.api,
-        K.node_pool(
-            w.pool("nogate"),
-            node_class_name=f"kwok-{w.case}",
-            instance_types=[GPU_TYPE],
-            labels={CASE_LABEL: label},
-            gpu_limit=24,
-        ),
-    )
+    _pool(w, "nogate", label, startup_taints=None, gpu_limit=24)
     _policy(w, f"p-{label}", label)
     _gpu_pod(w, f"n-0-{w.case}", label, run_seconds=600)
     pod = _running(w, f"n-0-{w.case}")
@@ -636,17 +596,7 @@ def test_karpenter_node_repair_wins_over_quarantine(world: World) -> None:
     by Karpenter, and its ticket closes saying sdcguard did not delete it."""
     w, core = world, client.CoreV1Api(world.api)
     label = f"{w.case}-hsick"
-    K.create(
-        w.api,
-        K.node_pool(
-            w.pool("hsick"),
-            node_class_name=f"kwok-{w.case}",
-            instance_types=[GPU_TYPE],
-            labels={CASE_LABEL: label},
-            startup_taints=GATE_TAINT,
-            gpu_limit=8,
-        ),
-    )
+    _pool(w, "hsick", label)
     _policy(w, f"p-{label}", label, repair={"strategy": "InPlace", "maxRepairCycles": 2})
     claim = _launched(w, "hsick", f"h-0-{w.case}")
     _, sick_node = _registered(w, "hsick")

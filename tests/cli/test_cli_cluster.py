@@ -559,8 +559,9 @@ def test_history_table_and_a_deleted_node(fleet: Fleet) -> None:
     code, out, _ = fleet.sdc("history", fleet.sick, "--limit", "2")
     assert code == 0 and out.startswith(f"Node {fleet.sick}: state Repairing")
     lines = out.strip().splitlines()
-    # header line, seeds passed, column titles, 2 entries
-    assert len(lines) == 5 and lines[1] == "Seeds passed (0): none"
+    # header line, seeds passed, data seeds passed, column titles, 2 entries
+    assert len(lines) == 6 and lines[1] == "Seeds passed (0): none"
+    assert lines[2] == "Data seeds passed (0): none"
     code, out, _ = fleet.sdc("history", fleet.gone)
     assert code == 0 and "no longer exists" in out and f"{fleet.gone}-acc-1" in out
     code, _, err = fleet.sdc("history", f"cli-{fleet.suffix}-never")

@@ -59,6 +59,7 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
     fleet_path = scaled_fleet(tmp_path / "e2e-14.yaml")
     fleet = load_fleet(fleet_path)
     settings = PolicySettings(
+        budget_seconds=5,
         max_concurrent_tests=2,
         max_unavailable="50%",
         # Probe Pods queue for the simulator's two CPU slots: the Job deadline covers that.

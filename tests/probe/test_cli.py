@@ -179,7 +179,10 @@ def test_baseline_under_another_fingerprint_is_inconclusive(
     tmp_path: Path, healthy_baseline: Path
 ) -> None:
     # Recorded with two threads per device, run with one: same node, other bits.
-    small = ["--device", "cpu", *FAST, "--steps", "6", "--checks", "golden"]
+    # Golden alone with its steps pinned has nothing to fill a budget with: a generous
+    # one only keeps a loaded machine (two threads per device on two busy cores) from
+    # finding even those six steps too long for it.
+    small = ["--device", "cpu", "--budget", "30", "--steps", "6", "--checks", "golden"]
     recorded = run_cli(["baseline", *small, "--threads", "2"], tmp_path)
     assert recorded.rc == 0, recorded.stderr[-3000:]
     other = tmp_path / "other-threads.json"

@@ -17,7 +17,7 @@ from sdcprobe.config import (
 )
 from sdcprobe.judge import judge, judge_check
 from sdcprobe.result import Baseline, RunPlan, encode_for_termination, parse_result
-from sdcprobe.runner import RunOptions, _Planner
+from sdcprobe.runner import RunOptions, _Planner, _say_overrun
 from sdcprobe.trace import CheckTrace, DeviceFacts, WorkerReport, trace_digest
 from sdcprobe.worker import Calibration, Progress, RoundsPlan
 
@@ -205,3 +205,62 @@ def test_running_early_the_time_won_goes_to_the_last_check(tmp_path: Path) -> No
     later = planner.rounds
     assert later["collective"] == first["collective"] and later["memory"] == first["memory"]
     assert later["golden"] > first["golden"]
+
+
+def test_the_plan_says_where_the_start_up_went(tmp_path: Path) -> None:
+    """``startup_parts``: per part the slowest device's seconds; ``launch`` from the
+    probe's start to the worker's entry on the clock every process shares."""
+    import time
+
+    started = time.perf_counter() - 5.0  # the probe started five seconds ago
+    opts = RunOptions(device="cpu", budget=30.0, started=started)
+    planner = _Planner(opts, plan_config(30.0, "cpu"), str(tmp_path), 2)
+    entered = time.monotonic() - 4.0  # ...and the slower worker came up one second later
+    cals = [
+        Calibration(
+            rank=r,
+            world=2,
+            round_s=dict(MEASURED),
+            entered_at=entered - r,
+            phases={"import": 2.0 + r, "group": 0.1, "peaks": 1.0, "warmup": 0.5 - 0.1 * r},
+        )
+        for r in range(2)
+    ]
+    planner.decide(cals)
+    assert planner.plan is not None
+    parts = planner.plan.startup_parts
+    assert parts["import"] == 3.0 and parts["warmup"] == 0.5 and parts["peaks"] == 1.0
+    assert 0.9 <= parts["launch"] <= 1.2, parts
+
+
+def test_a_run_over_its_budget_says_why() -> None:
+    config = plan_config(15, "cpu")
+    minimum = dict(BASELINE_ROUNDS)
+    parts = {"launch": 0.7, "import": 9.5, "peaks": 2.0, "warmup": 2.1}
+    plan = RunPlan(
+        budget_s=15,
+        startup_s=14.3,
+        planned_s=19.2,
+        rounds=minimum,
+        run=minimum,
+        startup_parts=parts,
+    )
+    reports: dict[int, WorkerReport | None] = {
+        r: WorkerReport(
+            rank=r,
+            facts=FACTS,
+            checks={"compute": CheckTrace(digest=trace_digest(_steps(2)), steps=_steps(2))},
+        )
+        for r in range(2)
+    }
+    over = judge(["compute"], reports, config, None, False, 20.7, plan=plan)
+    said = _say_overrun(over)
+    assert said.verdict == over.verdict == "pass"
+    assert said.plan is not None and said.plan.overrun is not None
+    for text in (said.reason, said.plan.overrun):
+        assert "over budget: 20.7s against 15s" in text and "start-up took 14.3s" in text
+        assert "largest part import 9.5s" in text
+    assert said.reason.startswith(over.reason)
+    within = judge(["compute"], reports, config, None, False, 14.9, plan=plan)
+    assert _say_overrun(within) == within  # within its budget: nothing to say
+    assert parse_result(encode_for_termination(said)).plan is not None

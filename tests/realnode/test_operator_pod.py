@@ -9,12 +9,13 @@ the test then does what a person certifying reference hardware does: copies the
 node's candidate digests into the SDCBaseline and sets ``trusted: true``
 (``source: Approved``), after which the held test is judged and passes.
 
-Then, on the same node and operator: a fault (through the policy's probe command and
-args) confirmed, quarantined, ticketed, repaired and verified; and probes the kubelet
-cannot run (OOM, the Job's deadline, an absent image), each Inconclusive with the
-kubelet's reason; and the kubelet, then containerd, SIGKILLed mid-screening (each test
-Inconclusive, no taint without its record, the daemon restarted after). The tests run
-in file order and share the node's state.
+Then, on the same node and operator: probes the kubelet cannot run (OOM, the Job's
+deadline, an absent image), each Inconclusive with the kubelet's reason; and the
+kubelet, then containerd, SIGKILLed mid-screening (each test Inconclusive, no taint
+without its record, the daemon restarted after). The tests run in file order and share
+the node's state. A fault on the real node (through the policy's probe command and
+args), confirmed, quarantined, ticketed, repaired and verified with the chart's
+operator Pod, is ``make demo``'s real-node row, tested in ``test_demo.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from sdcprobe.result import parse_result
 from tests.cluster.localcluster import LocalCluster
 from tests.cluster.operator_pod import (
     OperatorPod,
@@ -194,86 +194,6 @@ def _wait_state(cluster: LocalCluster, want: str, timeout: float) -> str:
         time.sleep(2)
     tests = kubectl(cluster, "get", "sdctests", "-A", "-o", "yaml")
     raise AssertionError(f"{NODE} is {state!r}, not {want}, after {timeout:.0f}s:\n{tests[-3000:]}")
-
-
-FAULTS = {"faults": [{"site": "matmul", "rate": 0.01, "bits": "exp", "device": 1}]}
-"""Exponent flips in every GEMM output of device 1: the devices disagree, and every
-check's digest differs from the trusted baseline."""
-
-
-def test_fault_on_the_real_node_is_confirmed_quarantined_repaired_and_verified(
-    real_cluster: LocalCluster, operator_pod: OperatorPod, probe_reset: str
-) -> None:
-    """A fault on the real node -> confirmation re-run -> Quarantined -> RepairTicket ->
-    repaired -> repair verification -> Qualified, every verdict read from the
-    termination message the kubelet wrote.
-
-    The fault comes in through the policy's own probe fields, the way only a test
-    would set them: ``probe.command`` puts the spec in SDCPROBE_FAULTS and
-    ``probe.args`` adds ``--allow-fault-injection`` (without it the probe refuses to
-    run a spec). The repair is setting them back, then ``kubectl sdc repaired``.
-    """
-    policy = probe_reset
-    if _state(real_cluster) != "Qualified":
-        _approve_baseline(real_cluster)
-        _wait_state(real_cluster, "Qualified", timeout=300)
-    t0 = time.monotonic()
-    faulty = {
-        "command": ["env", f"SDCPROBE_FAULTS={json.dumps(FAULTS)}", "python", "-m", "sdcprobe"],
-        "args": ["--allow-fault-injection"],
-    }
-    _patch_policy(real_cluster, policy, faulty)
-    for attempt in range(1, 4):
-        before = {t["metadata"]["name"] for t in _tests_of(real_cluster)}
-        sdc(real_cluster, "test", NODE)
-        manual = _wait_test_done(real_cluster, before, timeout=300)
-        if manual["status"]["verdict"] != "Inconclusive":
-            break
-        # A probe starved of CPU on a loaded machine gets no result: no evidence
-        # either way, never a quarantine. The screening is asked for again.
-        assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
-        print(f"fault path, attempt {attempt}: {manual['status']['message'][:160]}")
-    assert manual["status"]["verdict"] == "SDC", manual["status"]
-    _wait_state(real_cluster, "Quarantined", timeout=420)
-    quarantined = time.monotonic() - t0
-    tests = _tests_of(real_cluster)
-    verdicts = [(t["spec"]["reason"], t.get("status", {}).get("verdict")) for t in tests]
-    assert ("Manual", "SDC") in verdicts and ("Confirmation", "SDC") in verdicts, verdicts
-    failed = [t for t in tests if t.get("status", {}).get("verdict") == "SDC"]
-    for test in failed:
-        # The verdict is the kubelet's copy of the probe's result: the Pod's
-        # termination message says fault injection was on and names the mismatches.
-        message = _termination_message(real_cluster, operator_pod.namespace, test)
-        result = parse_result(message)
-        assert result.injection.enabled and result.injection.count > 0, result.injection
-        assert "fault injection on" in test["status"]["message"], test["status"]
-        assert any(c["verdict"] == "SDC" for c in test["status"]["checks"]), test["status"]
-    node = json.loads(kubectl(real_cluster, "get", "node", NODE, "-o", "json"))
-    assert any(t["key"] == "sdcguard.dev/quarantined" for t in node["spec"].get("taints", []))
-    ticket = _wait_ticket(real_cluster, timeout=60)
-    assert {t["metadata"]["name"] for t in failed} <= set(ticket["spec"]["evidence"]), ticket
-
-    # The repair: the probe as shipped again, and the repair side's answer.
-    _patch_policy(real_cluster, policy, {"command": None, "args": None})
-    t1 = time.monotonic()
-    sdc(real_cluster, "repaired", ticket["metadata"]["name"], "--note", "replaced device 1")
-    _wait_state(real_cluster, "Qualified", timeout=300)
-    verified = time.monotonic() - t1
-    tests = _tests_of(real_cluster)
-    verification = [t for t in tests if t["spec"]["reason"] == "RepairVerification"]
-    assert [t["status"]["verdict"] for t in verification] == ["Pass"], verification
-    result = parse_result(
-        _termination_message(real_cluster, operator_pod.namespace, verification[0])
-    )
-    assert not result.injection.enabled
-    ticket = json.loads(
-        kubectl(real_cluster, "get", "repairticket", ticket["metadata"]["name"], "-o", "json")
-    )
-    assert ticket["status"]["phase"] == "Closed", ticket["status"]
-    print(
-        f"real node fault path: Qualified -> Quarantined (test, confirmation, ticket) in "
-        f"{quarantined:.1f}s; repaired -> verified -> Qualified in {verified:.1f}s"
-    )
 
 
 def sdc(cluster: LocalCluster, *args: str) -> str:

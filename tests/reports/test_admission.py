@@ -185,3 +185,40 @@ def test_an_accepted_report_learns_what_became_of_its_node(steps, outcome) -> No
     if found is not None:
         assert "gpu-1" in found.message
         assert found.warning == (outcome == "Confirmed")
+
+
+AT = dt.datetime(2026, 3, 1, 12, 0, 0, 400_000, tzinfo=dt.UTC)
+"""When a report was accepted (the API server keeps seconds: state-since has none)."""
+
+
+@pytest.mark.parametrize(
+    ("state", "since_s", "pending", "screened", "outcome"),
+    [
+        # Confirmed, or cleared, while no operator watched: the node moved after the report.
+        ("Quarantined", 40, False, True, "Confirmed"),
+        ("Repairing", 90, False, True, "Confirmed"),
+        ("Qualified", 60, False, True, "Cleared"),
+        # The same second as the acceptance counts as after it.
+        ("Qualified", 0, False, True, "Cleared"),
+        # Still screening: taken for the report, the outcome comes later.
+        ("Testing", -600, False, True, None),
+        ("Suspect", 5, False, True, None),
+        # The suspicion still waits on the node: not screened yet, whatever the state says.
+        ("Qualified", -600, True, False, None),
+        ("Qualified", 60, True, False, None),
+        # Nothing moved since the report: it was not screened for it.
+        ("Quarantined", -600, False, False, "NotScreened"),
+        ("Qualified", -1, False, False, "NotScreened"),
+        ("Qualified", None, False, False, "NotScreened"),
+    ],
+)
+def test_a_report_found_after_a_restart_learns_its_outcome_from_the_node_record(
+    state, since_s, pending, screened, outcome
+) -> None:
+    from sdcguard.domain.reports import report_outcome, screened_since_acceptance
+
+    since = None if since_s is None else AT.replace(microsecond=0) + dt.timedelta(seconds=since_s)
+    found = screened_since_acceptance(state, since, pending, AT)
+    assert found == screened
+    _, concluded = report_outcome("gpu-1", state, pending, found)
+    assert (concluded.outcome if concluded else None) == outcome

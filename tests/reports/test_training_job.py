@@ -9,8 +9,15 @@ of the Pod's ServiceAccount bound to that Pod. The three ranks train with the gu
 over gloo; the rank of completion index 1 computes its forward pass wrongly. The
 guard's audit names it, rank 0 reports it with the Job's own token, the operator
 checks that the Pod runs on that node and belongs to that Job, marks the node
-Suspect, the probe (the test's scripted probe kubelet) finds SDC, the node is
-quarantined, and the owner sees Events on the report in the Job's namespace.
+Suspect, and the real probe (``python -m sdcprobe``, run by the simulated kubelet
+on the CPU with the node's fault profile, as it runs every probe Pod of the
+simulated fleet) finds SDC in the suspicion screening and again in its
+confirmation re-run; the node is quarantined, and the owner sees Events on the
+report in the Job's namespace. The three nodes' baseline is their own consensus
+from their acceptance runs; the fault on the reported node (exponent flips in its
+device 1's GEMMs) is switched on once the scheduler has placed the ranks, as a GPU
+that degrades in use would be. Each verdict is the probe's result from the Pod's
+termination message.
 """
 
 from __future__ import annotations
@@ -27,19 +34,19 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.sim.commands import RUN_COMMAND_ANNOTATION, gpu_uuids
+from sdcguard.sim.fleet import FaultProfile
 from sdcguard.sim.kube import Kube
 from sdcguard.sim.kubelet import SimKubelet
 from sdcguard.sim.state import FleetState
 from sdcguard.sim.timers import Timers
 from tests.operator.harness import (
     REPO,
-    ProbeKubelet,
     create_policy,
     gpu_fleet,
     gpu_nodes,
+    list_custom,
     new_case,
     node_state,
-    trusted_baseline,
     wait_for,
 )
 from tests.reports.test_reports_operator import _job_namespace, _phase, _report, report_events
@@ -106,30 +113,38 @@ def test_a_fault_on_one_rank_of_a_job_quarantines_its_node(
     case = new_case()
     nodes = [f"train-{case}-{r}" for r in range(3)]
     ns, job = f"job-{case}", f"llm-{case}"
-    trusted_baseline(api_client)
-    outcomes = dict.fromkeys(nodes, "pass")
     fleet = gpu_fleet(nodes, case=case)
+    state = FleetState(fleet, 2)
     timers = Timers()
     base_env = dict(os.environ)
     base_env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO), str(REPO / "operator"), str(REPO / "jobs"), base_env.get("PYTHONPATH", "")]
     )
-    # Probe Pods are the scripted probe kubelet's; the Job's Pods run for real.
+    # Probe Pods run the real probe, the Job's Pods their own command, both as processes.
     kubelet = SimKubelet(
         Kube(api_client),
-        FleetState(fleet, 1),
+        state,
         timers,
-        max_parallel=1,
+        max_parallel=2,
         workdir=tmp_path / "pods",
         base_env=base_env,
-        probes=False,
     )
-    with gpu_nodes(api_client, nodes, case=case), ProbeKubelet(api_client, outcomes):
+    with gpu_nodes(api_client, nodes, case=case):
         timers.start()
         kubelet.start()
-        create_policy(api_client, case)
+        create_policy(
+            api_client,
+            case,
+            # GEMMs and collectives: the fault (exponent flips in one device's GEMMs)
+            # shows in both; 10 s leaves each check rounds on a loaded machine.
+            probe={"budgetSeconds": 10},
+            suites={
+                suite: [{"name": "compute"}, {"name": "collective"}]
+                for suite in ("acceptance", "requalification", "repairVerification")
+            },
+        )
         for n in nodes:
-            wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 90, f"{n} qualified")
+            wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 240, f"{n} qualified")
         _job_namespace(api_client, ns)
         try:
             trial = Trial(
@@ -154,7 +169,11 @@ def test_a_fault_on_one_rank_of_a_job_quarantines_its_node(
             placed = {i: p.spec.node_name for i, p in pods.items()}
             assert sorted(placed.values()) == sorted(nodes), placed  # one rank per node
             faulty_node, faulty_pod = placed[1], pods[1].metadata.name
-            outcomes[faulty_node] = "sdc"  # what the probe will find on that GPU's node
+            # What the probe will find on that GPU's node: its device 1 computes wrongly.
+            state.set_fault_profile(
+                faulty_node,
+                FaultProfile(faults=[{"site": "matmul", "rate": 0.01, "bits": "exp", "device": 1}]),
+            )
 
             def reports() -> list[dict[str, Any]]:
                 return client.CustomObjectsApi(api_client).list_namespaced_custom_object(
@@ -189,8 +208,27 @@ def test_a_fault_on_one_rank_of_a_job_quarantines_its_node(
             wait_for(lambda: _phase(api_client, ns, name) == "Accepted", 30, "acceptance")
             assert _report(api_client, ns, name)["status"]["reason"] == "Accepted"
             wait_for(
-                lambda: node_state(api_client, faulty_node) == "Quarantined", 120, "quarantine"
+                lambda: node_state(api_client, faulty_node) == "Quarantined", 180, "quarantine"
             )
+            # Both verdicts are the real probe's: the suspicion screening and its
+            # confirmation re-run found SDC with fault injection on (the probe says so in
+            # its result), after a consensus baseline of the three nodes' own runs.
+            tests = sorted(
+                list_custom(api_client, "sdctests", faulty_node),
+                key=lambda t: t["metadata"]["creationTimestamp"],
+            )
+            judged = [(t["spec"]["reason"], (t.get("status") or {}).get("verdict")) for t in tests]
+            assert judged[-2:] == [("Suspect", "SDC"), ("Confirmation", "SDC")], judged
+            for test in tests[-2:]:
+                assert "fault injection on" in test["status"]["message"], test["status"]
+                assert any(c["verdict"] == "SDC" for c in test["status"]["checks"]), test
+            last = state.snapshot().node(faulty_node).last_probe
+            assert last is not None and last.outcome == "sdc" and last.faults_injected, last
+            baselines = list_custom(api_client, "sdcbaselines")
+            assert any(
+                b["spec"].get("trusted") and b["spec"].get("source") == "Consensus"
+                for b in baselines
+            ), [b["spec"] for b in baselines]
             wait_for(
                 lambda: "SDCReportConfirmed" in report_events(api_client, ns, name),
                 30,

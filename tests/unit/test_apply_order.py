@@ -13,7 +13,7 @@ from kubernetes import client
 
 from sdcguard.adapters.kube import EvictionResult, KubeWriter
 from sdcguard.adapters.reconciler import FleetView, Reconciler
-from sdcguard.api import RepairTicketStatus, TicketPhase
+from sdcguard.api import RepairTicketStatus, SDCPolicy, TicketPhase
 from sdcguard.domain import keys
 from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import Drain, EmitEvent, Event, NodeState
@@ -86,13 +86,15 @@ def _snapshot(body: dict[str, Any]) -> NodeSnapshot:
     return NodeSnapshot.from_body(body)
 
 
-def _policy_body(**quarantine: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "sdcguard.dev/v1alpha1",
-        "kind": "SDCPolicy",
-        "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
-        "spec": {"quarantine": {"cordon": True, "drain": True, **quarantine}},
-    }
+def _policy_body(**quarantine: Any) -> SDCPolicy:
+    return SDCPolicy.model_validate(
+        {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "SDCPolicy",
+            "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
+            "spec": {"quarantine": {"cordon": True, "drain": True, **quarantine}},
+        }
+    )
 
 
 def _run(eviction: EvictionResult | Exception) -> tuple[Reconciler, _Recorder]:
@@ -281,7 +283,7 @@ def test_idle_and_pending_demand_use_the_policys_accelerators() -> None:
                 view.busy.setdefault(use.node_name, []).append(use)
             if (demand := observe.pending_demand(pod)) is not None:
                 view.pending.append(demand)
-        rec.run_pass(policy_body, view, NOW)
+        rec.run_pass(SDCPolicy.model_validate(policy_body), view, NOW)
         return sum(1 for kind, _ in writer.calls if kind == "sdctests-create")
 
     assert tests_started([]) == 2, "both expired qualifications are screened"

@@ -15,7 +15,7 @@ from sdcguard.domain.budgets import (
     can_reserve,
     pool_usage,
 )
-from sdcguard.domain.decide import decide_all
+from sdcguard.domain.decide import decide_all, member_after
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import Observed, Taint
 from tests.unit.factories import HOUR, NOW, node, policy, sdctest
@@ -102,8 +102,19 @@ def test_budgets_are_never_exceeded(
             pool=pool,
         )
         fleet.append(Observed(node=n, test=test, idle_since=NOW - 10 * HOUR))
-    before = pool_usage(o.pool_member() for o in fleet)
+    hold = frozenset({"sdcguard.dev/testing", "sdcguard.dev/quarantined"})
+    before = pool_usage(o.pool_member(hold) for o in fleet)
     decisions = decide_all(fleet, p, NOW)
+    # In decision order: a reservation finds room counting every node held so far,
+    # the ones earlier decisions of the pass just quarantined included.
+    by_node = {o.node.name: o for o in fleet}
+    held = {pool: usage.unavailable for pool, usage in before.items()}
+    for d in decisions:
+        member = by_node[d.node].pool_member(hold)
+        if d.takes_node:
+            limit = allowed_unavailable(max_unavailable, before[member.pool].nodes)
+            assert held[member.pool] < limit, (d.node, held, limit)
+        held[member.pool] += member_after(member, d).held and not member.held
     for pool, usage in before.items():
         members = {o.node.name for o in fleet if o.node.pool == pool}
         started = [d for d in decisions if d.starts_test and d.node in members]
@@ -151,3 +162,45 @@ def test_tests_awaiting_a_baseline_do_not_block_the_quorum_they_wait_for() -> No
     ]
     decisions = {d.node: d for d in decide_all([*running, third], spec, NOW)}
     assert not decisions["gpu-2"].starts_test and decisions["gpu-2"].waits_for_budget
+
+
+def test_a_quarantine_earlier_in_the_pass_counts_against_the_next_reservation() -> None:
+    """A node quarantined after its acceptance failed was not held (it never served)
+    and is held now: the serving node decided after it in the same pass must wait,
+    not take the last unavailable slot twice."""
+    from sdcguard.api import ScreeningReason, Suite, Verdict
+
+    p = policy(budgets={"maxConcurrentTests": 5, "maxUnavailable": 2})
+    testing = (Taint("sdcguard.dev/testing", "NoSchedule"),)
+    sick = node(
+        "n0",
+        state=NodeState.SUSPECT,
+        annotations={keys.CURRENT_TEST: "c0", keys.SUSPECT_CHECKS: "golden", keys.EVIDENCE: "t0"},
+        taints=testing,
+    )
+    confirmation = sdctest(
+        "c0",
+        suite=Suite.ACCEPTANCE,
+        reason=ScreeningReason.CONFIRMATION,
+        verdict=Verdict.SDC,
+        failed=("golden",),
+    )
+    rescreening = node(
+        "n1",
+        state=NodeState.TESTING,
+        annotations={keys.OWNED_TAINTS: "sdcguard.dev/testing", keys.CURRENT_TEST: "t1"},
+        taints=testing,
+        qualified_at=NOW - 500 * HOUR,
+    )
+    fleet = [
+        Observed(node=sick, test=confirmation, idle_since=NOW - HOUR),
+        Observed(node=rescreening, test=sdctest("t1"), idle_since=NOW - HOUR),
+        _qualified("n2", ""),
+        _qualified("n3", ""),
+    ]
+    hold = frozenset({"sdcguard.dev/testing", "sdcguard.dev/quarantined"})
+    assert [o.pool_member(hold).held for o in fleet] == [False, True, False, False]
+    decisions = {d.node: d for d in decide_all(fleet, p, NOW)}
+    assert decisions["n0"].state == NodeState.QUARANTINED
+    assert not decisions["n2"].starts_test and not decisions["n3"].starts_test
+    assert decisions["n2"].waits_for_budget and "maxUnavailable 2" in decisions["n2"].note

@@ -13,6 +13,7 @@ from kubernetes import client
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
+from sdcguard.api import SDCPolicy
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, pool_usage
 from sdcguard.domain.decide import decide, decide_all
@@ -96,13 +97,15 @@ def _node_body(name: str, rv: int = 1, **annotations: str) -> NodeSnapshot:
     return NodeSnapshot.from_body(body)
 
 
-def _policy_body(max_tests: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "sdcguard.dev/v1alpha1",
-        "kind": "SDCPolicy",
-        "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
-        "spec": {"budgets": {"maxConcurrentTests": max_tests}},
-    }
+def _policy_body(max_tests: int) -> SDCPolicy:
+    return SDCPolicy.model_validate(
+        {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "SDCPolicy",
+            "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
+            "spec": {"budgets": {"maxConcurrentTests": max_tests}},
+        }
+    )
 
 
 def _view(nodes: dict[str, NodeSnapshot]) -> FleetView:

@@ -7,10 +7,12 @@ import datetime as dt
 import pytest
 from pydantic import ValidationError
 
-from sdcguard.api.sdctest import SDCTestSpec
+from sdcguard.adapters.pass_state import FleetView, TestSnapshot
+from sdcguard.adapters.test_runner import _data_seed_of
+from sdcguard.api.sdctest import SDCTest, SDCTestSpec
 from sdcguard.builders.probe_job import ProbeJobRequest, probe_args
 from sdcguard.cli.commands import history_entries, seeds_passed
-from sdcguard.domain.seeds import MAX_SEED, daily_seed, screening_seed
+from sdcguard.domain.seeds import MAX_SEED, daily_seed, data_seed, screening_seed
 
 DAY = dt.datetime(2026, 3, 4, 0, 0, 1, tzinfo=dt.UTC)
 
@@ -106,3 +108,99 @@ def test_the_day_scheme_gives_a_quorum_a_shared_seed_and_a_node_new_data_each_da
     assert screening_seed(None, late, "n1-6") != screening_seed(
         None, late + dt.timedelta(minutes=2), "n1-7"
     )
+
+
+def test_a_new_data_seed_per_screening_unless_pinned_or_confirming() -> None:
+    fleet_day = {data_seed(None, None, f"uid-{i}", f"n{i}-1") for i in range(200)}
+    assert len(fleet_day) == 200 and all(0 <= s <= MAX_SEED for s in fleet_day)
+    # The same test (a rebuilt Job) gets the same data seed; another test of the node a new one.
+    assert data_seed(None, None, "u1", "n1-4") == data_seed(None, None, "u1", "n1-4")
+    assert data_seed(None, None, "u1", "n1-4") != data_seed(None, None, "u2", "n1-5")
+    assert data_seed(None, None, "u1", "n1-4", confirmed=77) == 77  # a confirmation repeats it
+    assert data_seed(5, 3, "u1", "n1-4", confirmed=77) == 5  # a pinned data seed wins
+    assert data_seed(None, 3, "u1", "n1-4", confirmed=77) == 3  # a pinned seed pins all data
+
+
+def test_spec_data_seed_is_bounded_and_reaches_the_job() -> None:
+    base = {"nodeName": "n1", "policyRef": "p"}
+    assert SDCTestSpec.model_validate({**base, "dataSeed": 12}).data_seed == 12
+    for bad in (-1, MAX_SEED + 1, "x"):
+        with pytest.raises(ValidationError):
+            SDCTestSpec.model_validate({**base, "dataSeed": bad})
+    req = ProbeJobRequest(
+        test_name="n1-3",
+        test_uid="u",
+        node_name="n1",
+        namespace="sdcguard-system",
+        image="img",
+        checks=("compute",),
+        budget_seconds=60,
+        active_deadline_seconds=600,
+        ttl_seconds_after_finished=60,
+        accelerator_resource=None,
+        accelerator_count=0,
+        tolerated_taint_keys=(),
+        seed=1,
+        data_seed=999,
+    )
+    args = probe_args(req)
+    assert args[args.index("--seed") + 1] == "1"
+    assert args[args.index("--data-seed") + 1] == "999"
+
+
+def _snapshot(name: str, verdict: str, data: int, created: str, node: str = "n1") -> TestSnapshot:
+    return TestSnapshot.from_body(
+        {
+            "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": created},
+            "spec": {"nodeName": node, "policyRef": "p", "reason": "Expiry"},
+            "status": {
+                "phase": "Failed" if verdict == "SDC" else "Passed",
+                "verdict": verdict,
+                "seed": 1,
+                "dataSeed": data,
+                "completionTime": created,
+            },
+        }
+    )
+
+
+def test_a_confirmation_repeats_the_failed_screenings_data() -> None:
+    """The operator's choice (adapters.test_runner): a Confirmation test's data seed is
+    that of the node's newest earlier SDC test; any other test gets its own."""
+    view = FleetView(
+        nodes={},
+        tests={
+            "n1": [
+                _snapshot("n1-1", "SDC", 111, "2026-03-04T01:00:00Z"),
+                _snapshot("n1-2", "Pass", 222, "2026-03-04T02:00:00Z"),
+                _snapshot("n1-3", "SDC", 333, "2026-03-04T03:00:00Z"),
+            ]
+        },
+    )
+
+    def test(name: str, reason: str, created: dt.datetime) -> SDCTest:
+        return SDCTest.model_validate(
+            {
+                "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": created},
+                "spec": {"nodeName": "n1", "policyRef": "p", "reason": reason},
+            }
+        )
+
+    later = DAY + dt.timedelta(hours=4)
+    assert _data_seed_of(test("n1-4", "Confirmation", later), view) == 333
+    before = DAY + dt.timedelta(hours=2, minutes=30)  # only n1-1 failed before it
+    assert _data_seed_of(test("n1-4", "Confirmation", before), view) == 111
+    own = _data_seed_of(test("n1-4", "Expiry", later), view)
+    assert own == data_seed(None, None, "uid-n1-4", "n1-4") and own not in (111, 222, 333)
+
+
+def test_history_lists_the_data_seeds_passed() -> None:
+    tests = [_test("n1-1", "Pass", 10, "2026-03-04T00:00:00Z"),
+             _test("n1-2", "Pass", 10, "2026-03-05T00:00:00Z")]  # fmt: skip
+    tests[0]["status"]["dataSeed"] = 501  # type: ignore[index]
+    tests[1]["status"]["dataSeed"] = 502  # type: ignore[index]
+    assert seeds_passed(tests) == [10]
+    assert seeds_passed(tests, "dataSeed") == [501, 502]
+    entries = history_entries(tests, [], [])
+    assert [e["dataSeed"] for e in entries] == [501, 502]
+    assert "seed 10, data seed 501" in entries[0]["detail"]

@@ -140,3 +140,51 @@ def test_a_finished_test_is_kept_as_its_facts_a_running_one_whole() -> None:
 def test_an_unreadable_test_says_why() -> None:
     seen = TestSnapshot.from_body(_test_body("Exploded"))
     assert seen.known is None and "phase" in seen.error and seen.name == "gpu-1-0a1b2-5"
+
+
+def test_a_policy_body_is_parsed_once_per_change() -> None:
+    """The pass and every urgent pass share one typed SDCPolicy per resourceVersion;
+    an unreadable body gives None (the loop waits for the next change)."""
+    from sdcguard.handlers import _ParsedPolicy
+
+    body: dict[str, object] = {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCPolicy",
+        "metadata": {"name": "fleet", "resourceVersion": "7"},
+        "spec": {"budgets": {"maxConcurrentTests": 3}},
+    }
+    parsed = _ParsedPolicy()
+    first = parsed.of(body)  # type: ignore[arg-type]
+    assert first is not None and first.spec.budgets.max_concurrent_tests == 3
+    assert parsed.of(body) is first, "same resourceVersion: not parsed again"
+    changed = {**body, "metadata": {"name": "fleet", "resourceVersion": "8"}}
+    changed["spec"] = {"budgets": {"maxConcurrentTests": 4}}
+    second = parsed.of(changed)  # type: ignore[arg-type]
+    assert second is not None and second is not first
+    assert second.spec.budgets.max_concurrent_tests == 4
+    broken = {**changed, "metadata": {"name": "fleet", "resourceVersion": "9"}}
+    broken["spec"] = {"budgets": {"maxConcurrentTests": "many"}}
+    assert parsed.of(broken) is None  # type: ignore[arg-type]
+
+
+def test_baselines_are_frozen() -> None:
+    """The index keeps SDCBaselines the reconcile only reads: a change is a copy."""
+    from pydantic import ValidationError
+
+    from sdcguard.api import SDCBaseline
+
+    baseline = SDCBaseline.model_validate(
+        {
+            "metadata": {"name": "fp-1"},
+            "spec": {"fingerprint": {"hash": "ab" * 32}, "digests": {"gemm": "cd" * 32}},
+        }
+    )
+    assert baseline.spec.fingerprint.short_hash == ("ab" * 32)[:12], "filled in when empty"
+    with pytest.raises(ValidationError):
+        baseline.spec.trusted = True  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        baseline.spec.fingerprint.backend = "cuda"  # type: ignore[misc]
+    trusted = baseline.model_copy(
+        update={"spec": baseline.spec.model_copy(update={"trusted": True})}
+    )
+    assert trusted.spec.trusted and not baseline.spec.trusted

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from sdcprobe.backends import Backend
-from sdcprobe.config import CollectiveConfig
+from sdcprobe.config import CollectiveConfig, round_seed
 from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.instrument import Instrumentation, tensor_digest
 from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
@@ -95,8 +95,13 @@ def run_collective(
     world: int,
     best_busbw: float | None = None,
     clock: RoundClock | None = None,
+    data_seed: int | None = None,
+    fresh_from: int = 0,
 ) -> CheckTrace:
     """Run the collective check; the process group must already be initialised.
+
+    Rounds from ``fresh_from`` on draw their inputs from ``data_seed`` (the
+    screening's own seed), the rounds before it from ``seed`` (what a baseline covers).
 
     ``best_busbw`` (GB/s, from :func:`measure_busbw` in the same run) turns the
     checked all-reduces' bus bandwidth into a ratio to the best. ``clock``: no
@@ -117,7 +122,8 @@ def run_collective(
             break
         r0 = time.perf_counter()
         ins.set_step(step)
-        inputs = [rank_input(seed, step, r, world, cfg.elements) for r in range(world)]
+        data = round_seed(seed, data_seed, step, fresh_from)
+        inputs = [rank_input(data, step, r, world, cfg.elements) for r in range(world)]
         expected_sum = torch.stack(inputs).sum(0)  # exact: integers below 2^24
         items: dict[str, str] = {}
 

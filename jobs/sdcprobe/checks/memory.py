@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from sdcprobe.backends import Backend
-from sdcprobe.config import MemoryConfig
+from sdcprobe.config import MemoryConfig, round_seed
 from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.instrument import Instrumentation
 from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
@@ -244,11 +244,15 @@ def run_memory(
     ins: Instrumentation,
     copy_gbps: float | None = None,
     clock: RoundClock | None = None,
+    data_seed: int | None = None,
+    fresh_from: int = 0,
 ) -> CheckTrace:
     """Run the memory check on ``ins.backend``'s device: ``cfg.rounds`` rounds, round
     r writing pattern r mod len(patterns). ``copy_gbps`` (from :func:`measure_copy`
     in the same run) turns the write and read-back bandwidth into ratios.
-    ``clock``: no round starts that would end past its deadline."""
+    ``clock``: no round starts that would end past its deadline. Rounds from
+    ``fresh_from`` on draw the random pattern from ``data_seed`` (the screening's own
+    seed), the rounds before it from ``seed`` (what a baseline covers)."""
     backend = ins.backend
     start, cpu0 = time.perf_counter(), time.process_time()
     plan = plan_memory(cfg, backend)
@@ -269,7 +273,8 @@ def run_memory(
         r0 = time.perf_counter()
         name = cfg.patterns[step % len(cfg.patterns)]
         ins.set_step(step)
-        row_host = pattern_row(name, seed, cfg.row_words, step // len(cfg.patterns))
+        data = round_seed(seed, data_seed, step, fresh_from)
+        row_host = pattern_row(name, data, cfg.row_words, step // len(cfg.patterns))
         row = row_host.to(backend.device)
         keys = [row_keys(name, b * rows, rows) for b in range(plan.blocks)]
         keys_dev = [k.to(backend.device) if k is not None else None for k in keys]

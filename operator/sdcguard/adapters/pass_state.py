@@ -21,6 +21,7 @@ from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     CheckSpec,
     SDCBaseline,
+    SDCPolicy,
     SDCTest,
     Verdict,
 )
@@ -203,7 +204,8 @@ class UrgentWork:
     """Nodes whose probe just ended, with the view they were seen in: served between
     the steps of a longer pass, so a finished test never waits behind one."""
 
-    policy: Mapping[str, Any]
+    policy: SDCPolicy
+    """The policy as parsed once when its body changed (never re-read per pass)."""
     view: FleetView
     nodes: frozenset[str]
     now: dt.datetime

@@ -19,13 +19,11 @@ import heapq
 import queue
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import structlog
 import urllib3
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from sdcguard.adapters import observe
 from sdcguard.adapters.executor import Executor
@@ -55,7 +53,7 @@ from sdcguard.api import (
     SDCTest,
     TicketPhase,
 )
-from sdcguard.domain.decide import Decision, iter_decisions, priority
+from sdcguard.domain.decide import Decision, iter_decisions, member_after, priority
 from sdcguard.domain.devicetaints import NodeDevices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
@@ -72,7 +70,7 @@ class Reconciler(Executor, PolicyReporter):
 
     def run_pass(
         self,
-        policy_body: Mapping[str, Any],
+        policy: SDCPolicy,
         view: FleetView,
         now: dt.datetime,
         dirty: Iterable[str] | None = None,
@@ -94,7 +92,7 @@ class Reconciler(Executor, PolicyReporter):
             scope = None if dirty is None else frozenset(dirty)
             self._serve_urgent()
             try:
-                return self._run_pass(policy_body, view, now, scope, fill=True)
+                return self._run_pass(policy, view, now, scope, fill=True)
             finally:
                 self._serve_urgent()
                 self._touched = set()
@@ -119,7 +117,7 @@ class Reconciler(Executor, PolicyReporter):
             return
         merged: dict[str, UrgentWork] = {}
         for work in self.take_unserved():
-            key = str((work.policy.get("metadata") or {}).get("name", ""))
+            key = work.policy.metadata.name
             earlier = merged.get(key)
             if earlier is not None:
                 work = UrgentWork(
@@ -241,7 +239,7 @@ class Reconciler(Executor, PolicyReporter):
 
     def _run_pass(
         self,
-        policy_body: Mapping[str, Any],
+        policy: SDCPolicy,
         view: FleetView,
         now: dt.datetime,
         scope: frozenset[str] | None,
@@ -250,11 +248,6 @@ class Reconciler(Executor, PolicyReporter):
     ) -> float:
         counts: Counter[str] = Counter()
         writes_before = Counter(self.writer.writes)
-        try:
-            policy = SDCPolicy.model_validate(policy_body)
-        except ValidationError as exc:  # the API server should have refused it already
-            log.error("policy unreadable; nothing done", error=str(exc)[:500])
-            return 60.0
         name = policy.metadata.name
         spec = policy.spec
         full = scope is None
@@ -485,10 +478,9 @@ class Reconciler(Executor, PolicyReporter):
                 if self._skip(node_name):
                     continue
                 if self._apply_guarded(policy, decision, view, now, counts):
-                    if decision.starts_test:
-                        member = replace(
-                            member, testing=True, held=member.held or decision.takes_node
-                        )
+                    # Written: the pool counts the node as the decision left it, before
+                    # its watch event comes back (a quarantine holds it at once).
+                    member = member_after(member, decision)
                 else:
                     memory.due[node_name] = now + dt.timedelta(seconds=1)
                     wake = min(wake, 1.0)

@@ -6,7 +6,10 @@ only; the lifecycle does the rest), write the report's status (phase, reason,
 an ``Accepted`` condition) and post Events: on the report, in the job owner's
 namespace (accepted, or refused and why), and on the Node (accepted only).
 Accepted reports are remembered for the rate limits; after a restart they are
-rebuilt from the statuses the watch lists again.
+rebuilt from the statuses the watch lists again, and a report still without an
+outcome learns it from its node's record as soon as the fleet copy is complete
+(:meth:`ReportAdmission.resume`): a screening that ended while no operator ran
+still reaches the job's owner.
 
 An accepted report is then followed through its node's events
 (:meth:`ReportAdmission.follow`) until :func:`sdcguard.domain.reports.report_outcome`
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +45,7 @@ from sdcguard.domain.reports import (
     ReportLimits,
     admit_report,
     report_outcome,
+    screened_since_acceptance,
 )
 from sdcguard.domain.reports import (
     ReportOutcome as ReportOutcomeFacts,
@@ -90,6 +94,10 @@ class _Awaited:
     uid: str | None
     screened: bool
     """Its node was seen screening (Suspect, Testing) since it was accepted."""
+    accepted_at: dt.datetime | None = None
+    recovered: bool = False
+    """Found again after a restart: what became of it is read from its node's record
+    first (the screening may have run, even ended, while no operator watched)."""
 
 
 class ReportAdmission:
@@ -124,8 +132,14 @@ class ReportAdmission:
                     if status.reason == "Accepted":
                         self._remember(facts, status.decided_at or now)
                     if status.outcome is None:
-                        # Seen again after a restart: the screening may have run meanwhile.
-                        self._await(facts, report.metadata.uid, screened=True)
+                        # Seen again after a restart: the screening may have run, or
+                        # ended, meanwhile; the node's record tells (see resume()).
+                        self._await(
+                            facts,
+                            report.metadata.uid,
+                            screened=False,
+                            recovered_at=status.decided_at or now,
+                        )
             return None
         pod = self._read_pod(facts.namespace, facts.pod_name)
         with self._lock:
@@ -138,13 +152,46 @@ class ReportAdmission:
         self._act(report, facts, decision, now)
         return decision
 
-    def _await(self, facts: ReportFacts, uid: str | None, *, screened: bool) -> None:
+    def _await(
+        self,
+        facts: ReportFacts,
+        uid: str | None,
+        *,
+        screened: bool,
+        recovered_at: dt.datetime | None = None,
+    ) -> None:
         key = f"{facts.namespace}/{facts.name}"
         if key in self.concluded:
             return
         self.awaiting.setdefault(facts.node_name, {}).setdefault(
-            key, _Awaited(facts.namespace, facts.name, uid, screened)
+            key,
+            _Awaited(
+                facts.namespace,
+                facts.name,
+                uid,
+                screened,
+                accepted_at=recovered_at,
+                recovered=recovered_at is not None,
+            ),
         )
+
+    def resume(
+        self, node_body: Callable[[str], Mapping[str, Any] | None], now: dt.datetime
+    ) -> None:
+        """Conclude the reports found again after a restart whose node's record already
+        says what became of them (confirmed or cleared while no operator watched).
+
+        Call once the fleet copy is complete: ``node_body(name)`` is the node as it is
+        now, None when it does not exist. The rest wait for their node's next change.
+        """
+        with self._lock:
+            nodes = [
+                node
+                for node, waiting in self.awaiting.items()
+                if any(entry.recovered for entry in waiting.values())
+            ]
+        for node in nodes:
+            self.follow(node, node_body(node), now)
 
     def awaits(self, node: str) -> bool:
         """Whether an accepted report about ``node`` waits for its outcome (cheap)."""
@@ -157,7 +204,9 @@ class ReportAdmission:
         """
         meta = (body or {}).get("metadata") or {}
         state = (meta.get("labels") or {}).get(keys.LABEL_STATE)
-        pending = keys.REQUEST_SUSPECT in (meta.get("annotations") or {})
+        annotations = meta.get("annotations") or {}
+        pending = keys.REQUEST_SUSPECT in annotations
+        since = keys.parse_time(annotations.get(keys.STATE_SINCE))
         concluded: list[tuple[_Awaited, ReportOutcomeFacts]] = []
         with self._lock:
             waiting = self.awaiting.get(node, {})
@@ -167,6 +216,11 @@ class ReportAdmission:
                         "NotScreened", f"node {node} was deleted before it was screened"
                     )
                 else:
+                    if entry.recovered:
+                        entry.screened = screened_since_acceptance(
+                            state, since, pending, entry.accepted_at
+                        )
+                        entry.recovered = False
                     entry.screened, outcome = report_outcome(node, state, pending, entry.screened)
                 if outcome is not None:
                     del waiting[key]

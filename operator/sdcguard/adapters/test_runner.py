@@ -19,6 +19,7 @@ from sdcguard.api import (
     Condition,
     Mode,
     ObjectMeta,
+    ScreeningReason,
     SDCBaseline,
     SDCBaselineSpec,
     SDCPolicy,
@@ -40,7 +41,7 @@ from sdcguard.domain.judging import Judgement, PodEnd, judge_result
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.plan import Plan
-from sdcguard.domain.seeds import screening_seed
+from sdcguard.domain.seeds import data_seed, screening_seed
 from sdcguard.domain.testphase import (
     CreateJob,
     DeleteJob,
@@ -59,6 +60,32 @@ PROBE_PODS_DELETED_KEPT = 4096
 def _seed_of(test: SDCTest) -> int:
     """The seed of this screening's data (pinned, or the day's; see domain.seeds)."""
     return screening_seed(test.spec.seed, test.metadata.creation_timestamp, test.metadata.name)
+
+
+def _data_seed_of(test: SDCTest, view: FleetView) -> int:
+    """The seed of the screening's own data (the rounds no baseline covers): pinned, the
+    confirmed test's for a confirmation re-run, else the test's own (see domain.seeds)."""
+    confirmed: int | None = None
+    if test.spec.reason == ScreeningReason.CONFIRMATION:
+        created = test.metadata.creation_timestamp
+        earlier = [
+            known
+            for body in view.tests.get(test.spec.node_name, [])
+            if (known := body.known) is not None
+            and known.name != test.metadata.name
+            and known.facts.verdict == Verdict.SDC
+            and known.facts.data_seed is not None
+            and (created is None or known.created <= created)
+        ]
+        if earlier:
+            confirmed = max(earlier, key=lambda k: (k.created, k.name)).facts.data_seed
+    return data_seed(
+        test.spec.data_seed,
+        test.spec.seed,
+        test.metadata.uid or "",
+        test.metadata.name,
+        confirmed,
+    )
 
 
 def _not_waiting(
@@ -85,7 +112,12 @@ class TestRunner(ReconcilerState):
     __test__ = False
 
     def probe_request(
-        self, policy: SDCPolicy, test: SDCTest, node: NodeFacts, node_body: NodeSnapshot
+        self,
+        policy: SDCPolicy,
+        test: SDCTest,
+        node: NodeFacts,
+        node_body: NodeSnapshot,
+        data: int | None = None,
     ) -> ProbeJobRequest:
         spec = policy.spec
         checks = spec.suites.checks(suite_of(test))
@@ -123,6 +155,7 @@ class TestRunner(ReconcilerState):
                 checks, spec.probe.budget_seconds, spec.probe.active_deadline_seconds
             ),
             seed=_seed_of(test),
+            data_seed=data,
         )
 
     def pod_end(
@@ -342,7 +375,9 @@ class TestRunner(ReconcilerState):
                 case CreateJob():
                     assert node is not None and node_body is not None
                     self._end_predecessors(test, view, counts)
-                    manifest = build_probe_job(self.probe_request(policy, test, node, node_body))
+                    data = _data_seed_of(test, view)
+                    request = self.probe_request(policy, test, node, node_body, data)
+                    manifest = build_probe_job(request)
                     self.writer.create_job(manifest)
                     counts["jobs-created"] += 1
                 case DeleteJob():
@@ -364,7 +399,7 @@ class TestRunner(ReconcilerState):
                     status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
                     self._write_test_status(test, status)
                 case WriteStatus() if row.target == SDCTestPhase.RUNNING:
-                    status = self._running_status(test, status, now)
+                    status = self._running_status(test, status, now, _data_seed_of(test, view))
                     self._write_test_status(test, status)
                 case WriteStatus():
                     if judgement is not None:
@@ -422,7 +457,7 @@ class TestRunner(ReconcilerState):
         return now - started < dt.timedelta(seconds=policy.spec.probe.active_deadline_seconds)
 
     def _running_status(
-        self, test: SDCTest, status: SDCTestStatus, now: dt.datetime
+        self, test: SDCTest, status: SDCTestStatus, now: dt.datetime, data: int
     ) -> SDCTestStatus:
         name = test.metadata.name
         conditions = set_condition(
@@ -437,6 +472,7 @@ class TestRunner(ReconcilerState):
             update={
                 "phase": SDCTestPhase.RUNNING,
                 "seed": _seed_of(test),
+                "data_seed": data,
                 "job_name": job_name(name),
                 "start_time": now,
                 "conditions": _not_waiting(conditions, "Started", "the probe Job is created", now),

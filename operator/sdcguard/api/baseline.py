@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
@@ -37,12 +37,13 @@ class FingerprintSpec(ApiModel):
     """Everything a healthy device's bits depend on. Digests compare only under equal hashes."""
 
     model_config = ConfigDict(
+        frozen=True,
         json_schema_extra=cel_rules(
             cel(
                 "!has(self.shortHash) || self.hash.startsWith(self.shortHash)",
                 "spec.fingerprint.shortHash: must be the first characters of hash",
             )
-        )
+        ),
     )
 
     hash: HexDigest
@@ -70,11 +71,19 @@ class FingerprintSpec(ApiModel):
     config_hash: ShortField | None = None
     """Hash of the check parameters."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_short_hash(cls, data: Any) -> Any:
+        """An empty shortHash is filled in from hash (before validation: frozen)."""
+        filled = isinstance(data, dict) and (data.get("shortHash") or data.get("short_hash"))
+        if isinstance(data, dict) and isinstance(data.get("hash"), str) and not filled:
+            rest = {k: v for k, v in data.items() if k not in ("shortHash", "short_hash")}
+            return {**rest, "shortHash": data["hash"][:SHORT_HASH_CHARS]}
+        return data
+
     @model_validator(mode="after")
     def _short_hash(self) -> FingerprintSpec:
-        if not self.short_hash:
-            self.short_hash = self.hash[:SHORT_HASH_CHARS]
-        elif not self.hash.startswith(self.short_hash):
+        if self.short_hash and not self.hash.startswith(self.short_hash):
             raise ValueError("spec.fingerprint.shortHash: must be the first characters of hash")
         return self
 
@@ -88,13 +97,14 @@ class SDCBaselineSpec(ApiModel):
     """Golden digests, how they were established, and whether they are trusted."""
 
     model_config = ConfigDict(
+        frozen=True,
         json_schema_extra=cel_rules(
             cel(
                 "!self.trusted || (has(self.digests) && size(self.digests) > 0)",
                 "spec.digests: a trusted baseline needs at least one digest; "
                 "add digests or set trusted: false",
             ),
-        )
+        ),
     )
 
     fingerprint: FingerprintSpec = Field(
@@ -130,6 +140,8 @@ class SDCBaselineSpec(ApiModel):
 class Candidate(ApiModel):
     """Digests one node reported while no baseline was trusted."""
 
+    model_config = ConfigDict(frozen=True)
+
     node_name: NodeName
     """The node."""
     digests: dict[CheckKey, HexDigest] = Field(default_factory=dict, max_length=16)
@@ -142,6 +154,8 @@ class Candidate(ApiModel):
 
 class SDCBaselineStatus(ApiModel):
     """Candidates collected towards consensus, and who agrees."""
+
+    model_config = ConfigDict(frozen=True)
 
     candidates: list[Candidate] = Field(default_factory=list, max_length=500)
     """One entry per node (its latest result) while the baseline is not trusted."""
@@ -161,6 +175,10 @@ class SDCBaselineStatus(ApiModel):
 
 class SDCBaseline(ApiModel):
     """SDCBaseline: golden digests for one hardware+software fingerprint."""
+
+    # Frozen, like every snapshot the reconcile reads (the operator's index keeps them):
+    # a change is a model_copy, never an assignment into a shared object.
+    model_config = ConfigDict(frozen=True)
 
     api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
     kind: Literal["SDCBaseline"] = "SDCBaseline"

@@ -135,9 +135,14 @@ class SDCTestSpec(ApiModel):
     ticket_ref: NodeName | None = None
     """The RepairTicket a repairVerification test verifies."""
     seed: int | None = Field(default=None, ge=0, le=2147483647)
-    """Pins the seed the probe draws every check's data from (e.g. to repeat a failing
-    screening's data). Unset: the operator uses the seed of the UTC day the test was
-    created and records it in status.seed."""
+    """Pins the seed of the probe's rounds that a baseline covers (e.g. to repeat a
+    failing screening's data; also pins dataSeed unless that is given). Unset: the
+    operator uses the seed of the UTC day the test was created and records it in
+    status.seed."""
+    data_seed: int | None = Field(default=None, ge=0, le=2147483647)
+    """Pins the seed of every later round (the screening's own data, judged without a
+    baseline). Unset: spec.seed if pinned, the failed test's for a confirmation, else a
+    new one for this test; recorded in status.dataSeed."""
 
     @model_validator(mode="after")
     def _verification_has_ticket(self) -> SDCTestSpec:
@@ -183,6 +188,8 @@ class SDCTestStatus(ApiModel):
     """The suite that runs: spec.suite, or the operator's pick when spec.suite is unset."""
     seed: int | None = Field(default=None, ge=0, le=2147483647)
     """The seed the probe Job was given (spec.seed if pinned, else the day's seed)."""
+    data_seed: int | None = Field(default=None, ge=0, le=2147483647)
+    """The data seed the probe Job was given (the rounds a baseline does not cover)."""
     start_time: dt.datetime | None = None
     """When the probe started."""
     completion_time: dt.datetime | None = None

@@ -36,6 +36,8 @@ class ProbeJobRequest:
     tolerated_taint_keys: tuple[str, ...]
     cpu_devices: int | None = None
     seed: int | None = None
+    data_seed: int | None = None
+    """The screening's own seed for the rounds a baseline does not cover."""
     resources: dict[str, dict[str, str]] = field(default_factory=dict)
     env: tuple[tuple[str, str], ...] = ()
     priority_class: str = ""
@@ -83,6 +85,8 @@ def probe_args(req: ProbeJobRequest) -> list[str]:
         args += ["--cpu-devices", str(req.cpu_devices)]
     if req.seed is not None:
         args += ["--seed", str(req.seed)]
+    if req.data_seed is not None:
+        args += ["--data-seed", str(req.data_seed)]
     if req.timeout_seconds is not None:
         args += ["--timeout", str(req.timeout_seconds)]
     for key, value in req.check_params:

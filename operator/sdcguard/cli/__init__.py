@@ -3,9 +3,10 @@
 ::
 
     kubectl sdc status                       fleet by state and pool, breakers, open tickets
-    kubectl sdc test NODE [--suite S] [--seed N]
+    kubectl sdc test NODE [--suite S] [--seed N] [--data-seed M]
                                              screen a node now (an SDCTest, reason Manual);
-                                             --seed pins the probe's data seed
+                                             --seed pins the baseline rounds' seed,
+                                             --data-seed that of every later round
     kubectl sdc quarantine NODE --reason R   ask the operator to quarantine a node
     kubectl sdc release NODE --reason R      ask the operator to return a node to service
     kubectl sdc repaired TICKET --note N     record the repair side's resolution

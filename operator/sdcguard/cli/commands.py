@@ -413,9 +413,11 @@ def start_test(
     suite: Suite | None,
     policy_name: str | None,
     seed: int | None = None,
+    data_seed: int | None = None,
 ) -> Result:
     """Create an SDCTest (reason Manual) for ``node_name``, unless one is running there;
-    ``seed`` pins the probe's data."""
+    ``seed`` pins the seed of the probe's baseline rounds, ``data_seed`` that of the
+    others."""
     node = get_node(conn, node_name)
     if policy_name:
         policy = SDCPolicy.model_validate(get_custom(conn, PLURAL_POLICIES, policy_name))
@@ -458,6 +460,7 @@ def start_test(
             suite=suite,
             reason=ScreeningReason.MANUAL,
             seed=seed,
+            data_seed=data_seed,
         )
     )
     body = to_body(test)
@@ -775,6 +778,9 @@ def history_entries(
         seed = st.get("seed", spec.get("seed"))
         if seed is not None:
             detail += f", seed {seed}"
+        data = st.get("dataSeed", spec.get("dataSeed"))
+        if data is not None and data != seed:
+            detail += f", data seed {data}"
         checks = _checks_summary(st.get("checks") or [])
         if checks:
             detail += f"; {checks}"
@@ -791,6 +797,7 @@ def history_entries(
                 "startTime": st.get("startTime"),
                 "completionTime": st.get("completionTime"),
                 "seed": seed,
+                "dataSeed": data,
             }
         )
     for ticket in tickets:
@@ -843,12 +850,13 @@ def history_entries(
     return entries
 
 
-def seeds_passed(tests: Iterable[Mapping[str, Any]]) -> list[int]:
-    """The distinct seeds of a node's passed screenings, in the order first passed."""
+def seeds_passed(tests: Iterable[Mapping[str, Any]], field: str = "seed") -> list[int]:
+    """The distinct seeds (``field``: ``seed``, or ``dataSeed`` for the screenings' own
+    data) of a node's passed screenings, in the order first passed."""
     done: list[tuple[str, int]] = []
     for test in tests:
         st = test.get("status") or {}
-        seed = st.get("seed")
+        seed = st.get(field)
         if st.get("verdict") == "Pass" and isinstance(seed, int):
             done.append((str(st.get("completionTime") or ""), seed))
     return list(dict.fromkeys(seed for _, seed in sorted(done)))
@@ -914,9 +922,11 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
     meta = _meta(node) if node else {}
     annotations = meta.get("annotations") or {}
     passed = seeds_passed(tests)
+    data_passed = seeds_passed(tests, "dataSeed")
     data = {
         "node": node_name,
         "seedsPassed": passed,
+        "dataSeedsPassed": data_passed,
         "exists": node is not None,
         "state": (meta.get("labels") or {}).get(keys.LABEL_STATE),
         "qualifiedAt": annotations.get(keys.QUALIFIED_AT),
@@ -930,6 +940,10 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         else f"Node {node_name} no longer exists; its records:"
     )
     header += f"\nSeeds passed ({len(passed)}): {' '.join(str(x) for x in passed) or 'none'}"
+    header += (
+        f"\nData seeds passed ({len(data_passed)}): "
+        f"{' '.join(str(x) for x in data_passed) or 'none'}"
+    )
     table = Table(
         ["time", "kind", "name", "detail"],
         [[cell(e["time"]), e["kind"], e["name"], e["detail"]] for e in entries],

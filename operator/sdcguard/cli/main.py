@@ -93,7 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=_seed,
         default=None,
-        help="pin the probe's data seed, 0..2147483647 (default: the operator picks the day's)",
+        help="pin the seed of the probe's baseline rounds, 0..2147483647 (default: the day's; "
+        "also pins --data-seed unless given)",
+    )
+    test.add_argument(
+        "--data-seed",
+        type=_seed,
+        default=None,
+        help="pin the seed of every later round, 0..2147483647 (default: a new one per test)",
     )
 
     for action, text in (
@@ -153,7 +160,7 @@ def run(args: argparse.Namespace) -> Result:
         return commands.status(conn)
     if args.command == "test":
         suite = Suite(args.suite) if args.suite else None
-        return commands.start_test(conn, args.node, suite, args.policy, args.seed)
+        return commands.start_test(conn, args.node, suite, args.policy, args.seed, args.data_seed)
     if args.command in ("quarantine", "release"):
         return commands.request_action(conn, args.command, args.node, args.reason)
     if args.command == "repaired":

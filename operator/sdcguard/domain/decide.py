@@ -53,7 +53,7 @@ from sdcguard.api import (
     parse_duration,
 )
 from sdcguard.domain import keys
-from sdcguard.domain.budgets import PoolUsage, add_member, can_reserve
+from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, can_reserve
 from sdcguard.domain.devicetaints import ScopeChoice, SliceDevice, choose_scope, rule_name
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Outcome, assess, retry_time
@@ -1151,9 +1151,35 @@ def iter_decisions(
                 illegal=exc,
             )
             continue
-        if decision.starts_test:
-            pools[observed.node.pool] = usage.reserve(takes_node=decision.takes_node)
+        before = observed.pool_member(holding)
+        after = member_after(before, decision)
+        # Only what a decision adds is counted before its write succeeds: a node it
+        # holds (a test started, or a quarantine of a node that was not held) counts
+        # for the next node at once; a release counts once it is written and seen.
+        grown = PoolMember(before.pool, before.held or after.held, before.testing or after.testing)
+        if grown != before:
+            add_member(pools, before, -1)
+            add_member(pools, grown)
         yield decision
+
+
+_ALWAYS_HELD = frozenset({NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING})
+
+
+def member_after(before: PoolMember, decision: Decision) -> PoolMember:
+    """The node's share of its pool once ``decision`` is applied (see budgets).
+
+    Quarantine and repair states always hold the node; Testing and Suspect hold it as
+    before, or once the decision takes a serving node for a test; any other state
+    holds nothing. A test the decision starts counts as running.
+    """
+    if decision.state in _ALWAYS_HELD:
+        held = True
+    elif decision.state in (NodeState.TESTING, NodeState.SUSPECT):
+        held = before.held or decision.takes_node
+    else:
+        held = False
+    return PoolMember(before.pool, held, before.testing or decision.starts_test)
 
 
 def decide_all(

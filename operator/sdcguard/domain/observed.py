@@ -244,6 +244,8 @@ class TestFacts:
     awaiting_baseline: bool = False
     """The probe has ended and its digests wait for enough nodes to agree on a baseline:
     the test holds its node but runs nothing (it does not use the test budget)."""
+    data_seed: int | None = None
+    """The data seed its probe was given (a confirmation re-run repeats it)."""
 
     @property
     def finished(self) -> bool:
@@ -282,6 +284,7 @@ class TestFacts:
                 c.type == "AwaitingBaseline" and c.status == "True"
                 for c in (status.conditions if status else [])
             ),
+            data_seed=status.data_seed if status else None,
         )
 
 

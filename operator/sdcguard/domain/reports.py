@@ -248,3 +248,28 @@ def report_outcome(
         "this report (a policy with triggers.onSuspect screens Qualified nodes); the "
         "report stays in its record",
     )
+
+
+def screened_since_acceptance(
+    state: str | None,
+    state_since: dt.datetime | None,
+    suspect_pending: bool,
+    accepted_at: dt.datetime | None,
+) -> bool:
+    """Whether an accepted report's node was screened for it, read from the node's record
+    alone: for a report found again after a restart, whose node may have been screened,
+    confirmed or cleared while no operator watched.
+
+    The suspicion still waiting on the node (``suspect_pending``) means not yet; a node
+    screening now has been taken for it; otherwise the node must have entered its
+    present state (``state_since``) at or after the report's acceptance, since taking
+    the suspicion moves a node to Suspect. A node that has not moved since was not
+    screened for it (its outcome is then NotScreened, as :func:`report_outcome` says).
+    """
+    if suspect_pending:
+        return False
+    if state in SCREENING_STATES:
+        return True
+    if state_since is None or accepted_at is None:
+        return False
+    return state_since >= accepted_at.replace(microsecond=0)

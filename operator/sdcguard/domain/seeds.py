@@ -1,43 +1,48 @@
-"""Which seed a screening's probe draws its data from (pure).
+"""Which seeds a screening's probe draws its data from (pure).
 
-Judging stays bitwise-exact, so a node is only ever compared with data it was
-given: devices within the node against each other (no baseline needed, any
-seed), and the node against a baseline recorded for the same seed. The seed is
-part of the probe's fingerprint (its ``config_hash``), so a baseline is always
-one seed's baseline, and a baseline of another seed is never compared.
+A screening has two seeds. The probe's rounds that a baseline covers (its first
+``baseline_rounds`` of every check: compute 2, collective 2, memory 5 patterns,
+golden 16 steps) draw their data from the **seed** (``--seed``); every later round,
+the vast majority of a screening, draws from the screening's own **data seed**
+(``--data-seed``).
 
-The scheme: every SDCTest gets the seed of the UTC day it was created
-(:func:`daily_seed`), unless a person pinned one (``spec.seed``). All screenings
-of a fingerprint on one day share the day's seed, so the day's first ``quorum``
-nodes establish its baseline by consensus exactly as with a fixed seed, and a
-confirmation re-run on the same day repeats the data that failed. Every day
-brings a new seed, so a node screened on n different days has been checked on
-n different data sets: a data-dependent defect that one seed's inputs do not
-trigger gets a fresh chance at every later screening. The cost is one baseline
-per fingerprint per day of screening (old seeds never come back, so their
-baselines can be pruned).
+Why two: judging stays bitwise-exact, so a node is only ever compared with data it
+was given. Every check of every round has judges that need no baseline: a bitwise
+replay on the same device, agreement between the node's devices, ABFT checksums
+against an fp64 reference, collective sums that are exact integers, memory patterns
+regenerated on the device. Those work on any data, so the later rounds draw fresh
+data every screening (:func:`data_seed`, new for every SDCTest). What only a
+baseline shows is a defect that every device of the node has alike (a bad
+firmware, a wrong kernel in the image): for that the node's digests are compared
+with a baseline established by consensus of ``quorum`` nodes of the fingerprint,
+which needs those nodes to see the same data. So the baseline's rounds keep one
+shared seed per UTC day (:func:`daily_seed`): all screenings of a fingerprint on
+one day share it, the day's first ``quorum`` nodes establish its baseline exactly as
+with a fixed seed, and every day brings a new one (one baseline per fingerprint per
+day of screening; old seeds never come back, so their baselines can be pruned).
+The seed is part of the probe's fingerprint (its ``config_hash``); the data seed is
+not, since no baseline covers its rounds.
 
-Why a day, and not a fresh seed per screening or a small rotating set:
+What a node has been checked on therefore grows with every screening, not every
+day: n screenings are n data sets in the later rounds (a data-dependent defect
+that one screening's inputs do not trigger gets a fresh chance at the next), plus
+one baseline-checked data set per day.
 
-- A baseline by consensus needs ``quorum`` nodes of one fingerprint screened on
-  the same data. With a fresh seed per screening no seed would ever be seen by a
-  second node: no consensus could form, every screening would wait for a
-  baseline, and a defect shared by every device of a node (which only a baseline
-  shows) would never be found. A day's seed is shared by every screening of the
-  fleet that day, so its quorum forms from the day's first screenings.
-- A rotating set of K seeds also gives consensus, but caps the data a node is
-  ever checked on at K sets; a day's seed never comes back, so the data a node
-  has passed grows with every day it is screened, without bound.
-- A confirmation re-run on the same day repeats the data that failed, so a
-  data-dependent defect reproduces instead of being cleared by other data.
+Repeating data: a **confirmation** re-run takes the data seed of the test it
+confirms (the node's newest earlier test with an SDC verdict), so a data-dependent
+defect reproduces instead of being cleared by other data; on the same UTC day it
+shares the seed too. A person can pin both (``spec.seed``, ``spec.dataSeed``;
+``kubectl sdc test --seed N --data-seed M``); pinning only the seed pins the data
+seed to the same value, so a pinned test repeats all of its data.
 
-The limit: screenings of one node within one UTC day all see that day's data
-(a node re-screened after every short job repeats it until midnight), and a
-confirmation created after midnight draws the next day's seed.
+The limits: a confirmation created after midnight draws the next day's seed for the
+baseline's rounds (its data seed is still the failed test's); and a defect shared
+by every device that only the data seed's rounds would trigger is not seen (no
+baseline covers them), while the day seed's rounds still vary from day to day.
 
-The seed depends only on the test's creation time (or its name, where that is
-unknown), so a restart that rebuilds the probe Job rebuilds it with the same
-seed.
+Every seed depends only on the test's own fields (creation time, uid, name, pins)
+and, for a confirmation, on the test it confirms, so a restart that rebuilds the
+probe Job rebuilds it with the same seeds.
 """
 
 from __future__ import annotations
@@ -70,3 +75,26 @@ def screening_seed(pinned: int | None, created: dt.datetime | None, test_name: s
     if created is not None:
         return daily_seed(created)
     return _hashed(f"sdcguard-seed:name:{test_name}")
+
+
+def data_seed(
+    pinned: int | None,
+    pinned_seed: int | None,
+    test_uid: str,
+    test_name: str,
+    confirmed: int | None = None,
+) -> int:
+    """The data seed of one screening (every round a baseline does not cover).
+
+    ``pinned`` (spec.dataSeed) wins; a pinned ``pinned_seed`` (spec.seed) alone pins
+    the data seed to it; ``confirmed`` is the data seed of the test a confirmation
+    re-run confirms; otherwise a seed of the test's own, from its uid (unique to the
+    object) and name: new for every screening, the same for every rebuild of its Job.
+    """
+    if pinned is not None:
+        return pinned
+    if pinned_seed is not None:
+        return pinned_seed
+    if confirmed is not None:
+        return confirmed
+    return _hashed(f"sdcguard-data-seed:{test_uid}:{test_name}")

@@ -1,28 +1,38 @@
-"""``make demo`` / ``python -m sdcguard.sim.demo``: a simulated fleet through the whole lifecycle.
+"""``make demo`` / ``python -m sdcguard.sim.demo``: a fleet through the whole lifecycle.
 
 One command, on a machine with nothing running:
 
 1. starts a local control plane (etcd, kube-apiserver, controller-manager, scheduler;
-   ``tests/cluster/localcluster.py``, binaries built once per machine and cached);
-2. renders the Helm chart (``helm template charts/sdcguard``) and applies its CRDs,
-   ServiceAccount, RBAC and probe PriorityClass; the operator Deployment is left out, as
-   nothing would run its Pod (:mod:`sdcguard.sim.demo_install`);
-3. starts the operator as a local process with a TokenRequest token of the chart's
-   ServiceAccount (the chart's permissions, no admin rights) and the chart's environment;
-4. creates a fast demo SDCPolicy (5 s probe budget, consensus of 3 for the baseline,
+   ``tests/cluster/localcluster.py``, binaries built once per machine and cached) and
+   its real node (containerd, a CNI bridge, the kubelet, a test device plugin with
+   ``nvidia.com/gpu: 2``; the images built once per content by ``images/build.sh``);
+2. installs sdcguard with ``helm install`` of ``charts/sdcguard``: the CRDs, RBAC and
+   the operator Deployment, whose Pod runs on the real node, in-cluster with the
+   chart's ServiceAccount (``tests/cluster/operator_pod.py`` holds the local-cluster
+   values); it says where the operator runs (Pod, node, container runtime);
+3. creates a fast demo SDCPolicy (10 s probe budget, consensus of 3 for the baseline,
    re-screening after 30 s idle) and starts the fleet simulator with ``fleets/demo.yaml``:
    nine GPU and Trainium nodes, one with steady attention-output corruption (like the
    study's 4.78e-3 node) and one that is sick only now and then; the simulated repair shop
    resolves tickets after 20 s;
+4. screens the real node under a policy of its own, in real probe containers: acceptance,
+   then a fault the demo injects, confirmation, quarantine, repair and verification
+   (:mod:`sdcguard.sim.demo_realnode`), each verdict printed beside the termination
+   message the kubelet wrote;
 5. shows every node's state, current test, last verdict and what it waits for, refreshed
    in place on a terminal (plain lines otherwise), while the nodes join, are screened,
-   the sick one is confirmed and quarantined with a RepairTicket, repaired, verified and
+   the sick ones are confirmed and quarantined with a RepairTicket, repaired, verified and
    returned to the pool;
-6. ends when the faulty node is back Qualified after its repair and every node is
+6. ends when the faulty nodes are back Qualified after their repair and every node is
    Qualified (or after ``--timeout`` seconds, saying what it still waited for), prints a
    summary and writes ``demo-out/summary.json``, ``demo-out/timeline.png`` (one row per
    node coloured by state over time, a marker per test verdict) and the operator's and
    simulator's logs.
+
+``--simulated-only`` (for a host that cannot run the real node: no root, no cgroups)
+leaves the real node out: the chart is rendered with ``helm template``, its CRDs, RBAC
+and PriorityClass applied, and the operator runs as a local process with a token of the
+chart's ServiceAccount (:mod:`sdcguard.sim.demo_install`).
 
 Everything it started stops when it ends, on Ctrl-C or SIGTERM; the control plane and the
 operator also die with it if it is killed outright (PR_SET_PDEATHSIG).
@@ -38,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -51,7 +62,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -69,6 +80,13 @@ from sdcguard.sim.demo_install import (
     policy_body,
     start_operator,
     uninstall,
+)
+from sdcguard.sim.demo_realnode import (
+    ChartOperator,
+    KubeletVerdict,
+    RealNodeScript,
+    real_node_policy_body,
+    reset_node,
 )
 from sdcguard.sim.demo_report import (
     Display,
@@ -126,6 +144,15 @@ class DemoConfig:
     """Delete everything the run created (policy, tests, tickets, new baselines, nodes,
     RBAC, namespace): for a shared control plane. The demo's own throwaway one needs none."""
     poll_seconds: float = 1.0
+    real_node: bool = False
+    """The operator as the chart's Pod (``helm install``) on the control plane's real node,
+    and that node as a row of its own under policy ``<policy>-real``, through acceptance,
+    an injected fault, quarantine, repair and verification in real probe containers
+    (:mod:`sdcguard.sim.demo_realnode`). Off: the operator runs as a local process."""
+
+    @property
+    def real_policy(self) -> str:
+        return f"{self.policy}-real"
 
 
 @dataclass
@@ -140,6 +167,10 @@ class DemoResult:
     reservations: list[Reservation]
     events: list[dict[str, Any]]
     operator_log: Path
+    operator_where: str = ""
+    """Where the operator ran: the chart's Pod, its node and runtime; or a local process."""
+    kubelet_verdicts: dict[str, KubeletVerdict] = field(default_factory=dict)
+    """The real node's tests: each probe result from its Pod's termination message."""
     summary_path: Path | None = None
     timeline_path: Path | None = None
 
@@ -184,7 +215,9 @@ def _baseline_names(api: client.ApiClient) -> set[str]:
     return {i["metadata"]["name"] for i in _list(api, "sdcbaselines")}
 
 
-def delete_policy(api: client.ApiClient, name: str, operator: LocalOperator | None) -> None:
+def delete_policy(
+    api: client.ApiClient, name: str, operator: LocalOperator | ChartOperator | None
+) -> None:
     """Delete the policy while the operator runs (its finalizer goes with the operator's
     blessing); without a live operator, drop the finalizer."""
     custom = client.CustomObjectsApi(api)
@@ -200,16 +233,33 @@ def delete_policy(api: client.ApiClient, name: str, operator: LocalOperator | No
     delete_custom(api, "sdcpolicies", name)
 
 
+def _instance_type(api: client.ApiClient, node: str) -> str:
+    meta = client.CoreV1Api(api).read_node(node).metadata
+    labels = (meta.labels if meta else None) or {}
+    return str(labels.get("node.kubernetes.io/instance-type") or "real")
+
+
+def _delete_namespace(api: client.ApiClient, name: str) -> None:
+    with contextlib.suppress(ApiException):
+        client.CoreV1Api(api).delete_namespace(name)
+
+
 def _remove_run_objects(
-    api: client.ApiClient, cfg: DemoConfig, fleet: Fleet, baselines_before: set[str]
+    api: client.ApiClient,
+    cfg: DemoConfig,
+    fleet: Fleet,
+    baselines_before: set[str],
+    real_nodes: Sequence[str] = (),
 ) -> None:
     """Tests, tickets, probe Jobs and Pods, and the baselines this run created."""
-    names = {n.name for n in fleet.nodes}
+    names = {n.name for n in fleet.nodes} | set(real_nodes)
     for plural in ("sdctests", "repairtickets"):
         with contextlib.suppress(ApiException):
             for item in _list(api, plural):
                 spec = item.get("spec") or {}
-                if spec.get("policyRef") == cfg.policy or spec.get("nodeName") in names:
+                if spec.get("policyRef") in (cfg.policy, cfg.real_policy) or (
+                    spec.get("nodeName") in names
+                ):
                     delete_custom(api, plural, item["metadata"]["name"])
     with contextlib.suppress(ApiException):
         for name in _baseline_names(api) - baselines_before:
@@ -222,6 +272,47 @@ def _remove_run_objects(
         core.delete_collection_namespaced_pod(cfg.namespace, grace_period_seconds=0)
 
 
+class ChartInstaller(Protocol):
+    """``tests/cluster/operator_pod.py``: helm install of the chart on the real node."""
+
+    def install_operator(
+        self, cluster: Any, release: str, namespace: str, values: dict[str, Any] | None = ...
+    ) -> Any: ...
+
+    def uninstall_operator(self, cluster: Any, op_release: str, namespace: str) -> None: ...
+
+
+def _install_chart_operator(
+    cp: Any, api: client.ApiClient, cfg: DemoConfig, chart: ChartInstaller
+) -> ChartOperator:
+    """helm install: the chart's CRDs, RBAC and operator Deployment, whose Pod runs on the
+    real node; no policy from the chart (the demo brings its own)."""
+    values = {
+        "policy": {"create": False},
+        "operator": {"logFormat": "json", "resyncSeconds": int(cfg.resync_seconds)},
+    }
+    try:
+        op = chart.install_operator(cp, cfg.release, cfg.namespace, values)
+    except Exception as exc:  # ClusterError from the tests' module, or helm's failure
+        raise DemoError(f"helm install of the operator on the real node failed: {exc}") from None
+    node = cp.node
+
+    def logs() -> str:
+        return str(node.pod_logs(cfg.namespace, op.pod, tail=1_000_000)) if node else ""
+
+    return ChartOperator(
+        api=api,
+        release=cfg.release,
+        namespace=cfg.namespace,
+        pod=op.pod,
+        node=op.node,
+        runtime=op.runtime,
+        ready_seconds=op.ready_seconds,
+        uninstall=lambda: chart.uninstall_operator(cp, cfg.release, cfg.namespace),
+        logs=logs,
+    )
+
+
 def run_demo(
     cp: ControlPlane,
     cfg: DemoConfig,
@@ -229,12 +320,21 @@ def run_demo(
     display: Display | None = None,
     control_plane_seconds: float = 0.0,
     stop: threading.Event | None = None,
+    chart: ChartInstaller | None = None,
 ) -> DemoResult:
     """Install, run the operator and the fleet, watch the lifecycle to its end, report.
 
-    ``cp`` is a started control plane (``LocalCluster``). Raises :class:`DemoError` when
-    set-up fails; a lifecycle that does not complete returns a result with ``ok`` False.
+    ``cp`` is a started control plane (``LocalCluster``). With ``cfg.real_node`` it must
+    have its real node, and ``chart`` installs the operator there. Raises
+    :class:`DemoError` when set-up fails; a lifecycle that does not complete returns a
+    result with ``ok`` False.
     """
+    real_node = getattr(cp, "node", None) if cfg.real_node else None
+    if cfg.real_node and (real_node is None or chart is None):
+        raise DemoError(
+            "the demo's real node is not running (LocalCluster(real_node=True)); "
+            "run without it: python -m sdcguard.sim.demo --simulated-only"
+        )
     display = display or NullDisplay()
     t_start = time.monotonic()
     api = config.new_client_from_config(str(cp.kubeconfig))  # type: ignore[no-untyped-call]
@@ -249,12 +349,29 @@ def run_demo(
     operator_log.write_bytes(b"")
     baselines_before: set[str] = set()
     inst: Installation | None = None
-    operator: LocalOperator | None = None
+    operator: LocalOperator | ChartOperator | None = None
     sim: Simulator | None = None
     recorder: Recorder | None = None
+    script: RealNodeScript | None = None
+    real_names: dict[str, str] = {}
+    policies = [cfg.policy]
     try:
-        display.note("installing the chart's CRDs, ServiceAccount and RBAC (helm template)")
-        inst = install(cp, api, release=cfg.release, namespace=cfg.namespace)
+        if real_node is not None and chart is not None:
+            display.note(
+                f"helm install {cfg.release} charts/sdcguard: CRDs, RBAC and the operator "
+                f"Deployment; waiting for its Pod to be Ready on {real_node.name} "
+                "(image imported into containerd, probes through the kubelet)"
+            )
+            t_helm = time.monotonic()
+            operator = _install_chart_operator(cp, api, cfg, chart)
+            display.note(
+                f"operator running as {operator.where()}, Ready "
+                f"{time.monotonic() - t_helm:.0f}s after helm install"
+            )
+            real_names = {real_node.name: _instance_type(api, real_node.name)}
+        else:
+            display.note("installing the chart's CRDs, ServiceAccount and RBAC (helm template)")
+            inst = install(cp, api, release=cfg.release, namespace=cfg.namespace)
         clashes = _foreign_policies(api, fleet, cfg.policy)
         if clashes:
             raise DemoError(
@@ -262,23 +379,45 @@ def run_demo(
                 "first (`kubectl delete sdcpolicy NAME` while an operator runs)"
             )
         baselines_before = _baseline_names(api)
-        metrics_port = free_port()
-        display.note(
-            f"starting the operator as ServiceAccount {inst.namespace}/{inst.service_account} "
-            f"(metrics on http://127.0.0.1:{metrics_port}/metrics)"
-        )
-        operator = start_operator(
-            cp,
-            api,
-            inst,
-            workdir=workdir,
-            log_path=operator_log,
-            resync_seconds=cfg.resync_seconds,
-            metrics_port=metrics_port,
-        )
-        client.CustomObjectsApi(api).create_cluster_custom_object(
+        if inst is not None:
+            metrics_port = free_port()
+            display.note(
+                f"starting the operator as ServiceAccount {inst.namespace}/"
+                f"{inst.service_account} (metrics on http://127.0.0.1:{metrics_port}/metrics)"
+            )
+            operator = start_operator(
+                cp,
+                api,
+                inst,
+                workdir=workdir,
+                log_path=operator_log,
+                resync_seconds=cfg.resync_seconds,
+                metrics_port=metrics_port,
+            )
+        custom = client.CustomObjectsApi(api)
+        custom.create_cluster_custom_object(
             GROUP, VERSION, "sdcpolicies", policy_body(cfg.policy, fleet.name, cfg.settings)
         )
+        if real_node is not None:
+            policies.append(cfg.real_policy)
+            custom.create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "sdcpolicies",
+                real_node_policy_body(
+                    cfg.real_policy, cfg.settings.budget_seconds, cfg.settings.checks
+                ),
+            )
+            script = RealNodeScript(
+                api=api,
+                kubeconfig=cp.kubeconfig,
+                node=real_node.name,
+                policy=cfg.real_policy,
+                namespace=cfg.namespace,
+                note=lambda text: display.note(
+                    f"[{recorder.now() if recorder else 0:.0f}s] {text}"
+                ),
+            )
         sim = Simulator(
             fleet,
             api,
@@ -297,12 +436,15 @@ def run_demo(
             max_concurrent_tests=cfg.settings.max_concurrent_tests,
             max_unavailable=cfg.settings.max_unavailable,
             snapshot=sim.snapshot,
+            real_nodes=real_names,
+            real_policy=cfg.real_policy if real_names else None,
         )
         recorder.start()
         display.note(f"registering {len(fleet.nodes)} simulated nodes (fleet {fleet.name})")
         sim.start()
         lull = (lambda: end_customer_work(sim)) if cfg.end_workloads_when_settled else None
-        ok, outcome = _watch(recorder, cfg, display, operator, stop, lull)
+        assert operator is not None
+        ok, outcome = _watch(recorder, cfg, display, operator, stop, lull, script)
         lifecycle_seconds = recorder.now()
         view = recorder.view()
         try:
@@ -339,6 +481,10 @@ def run_demo(
             reservations=list(recorder.reservations),
             events=events,
             operator_log=operator_log,
+            operator_where=operator.where()
+            if isinstance(operator, ChartOperator)
+            else "a local process (python -m sdcguard) with the chart's ServiceAccount token",
+            kubelet_verdicts=dict(script.verdicts) if script is not None else {},
         )
         if cfg.out_dir is not None:
             result.summary_path = out_dir / "summary.json"
@@ -350,16 +496,25 @@ def run_demo(
         steps: list[Callable[[], object]] = [display.close]
         if recorder is not None:
             steps.append(recorder.stop)
+        if isinstance(operator, ChartOperator):
+            steps.append(lambda: operator.save_log(operator_log) if operator else None)
         if cfg.cleanup:
-            steps.append(lambda: delete_policy(api, cfg.policy, operator))
-        if operator is not None:
+            for name in policies:
+                steps.append(functools.partial(delete_policy, api, name, operator))
+        if operator is not None and (cfg.cleanup or not isinstance(operator, ChartOperator)):
+            # The chart's Pod goes with the throwaway cluster's node otherwise.
             steps.append(operator.stop)
         if sim is not None:
             steps.append(lambda: sim.stop(cleanup=cfg.cleanup) if sim else None)
         if cfg.cleanup:
-            steps.append(lambda: _remove_run_objects(api, cfg, fleet, baselines_before))
+            real = list(real_names)
+            steps.append(lambda: _remove_run_objects(api, cfg, fleet, baselines_before, real))
             if inst is not None:
                 steps.append(lambda: uninstall(api, inst) if inst else None)
+            for name in real:
+                steps.append(functools.partial(reset_node, api, name))
+            if isinstance(operator, ChartOperator):
+                steps.append(lambda: _delete_namespace(api, cfg.namespace))
         steps.append(api.close)
         for step in steps:
             try:
@@ -385,9 +540,10 @@ def _watch(
     recorder: Recorder,
     cfg: DemoConfig,
     display: Display,
-    operator: LocalOperator,
+    operator: LocalOperator | ChartOperator,
     stop: threading.Event | None,
     lull: Callable[[], str] | None = None,
+    script: RealNodeScript | None = None,
 ) -> tuple[bool, str]:
     """Poll and show until the lifecycle is complete, the time is up or someone stops us."""
     deadline = time.monotonic() + cfg.timeout_seconds
@@ -395,6 +551,8 @@ def _watch(
         while True:
             recorder.poll()
             view = recorder.view()
+            if script is not None:
+                script.step(view)
             pending = pending_goals(
                 view,
                 allow_rescreening=cfg.allow_rescreening,
@@ -461,10 +619,16 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=300.0, help="seconds the lifecycle may take (300)"
     )
     p.add_argument("--repair-delay", type=float, default=20.0, help="repair shop delay (20 s)")
-    p.add_argument("--budget", type=int, default=5, help="probe budget in seconds (5)")
+    p.add_argument("--budget", type=int, default=10, help="probe budget in seconds (10)")
     p.add_argument("--max-parallel-probes", type=int, help="default: the CPU count")
     p.add_argument("--no-workloads", action="store_true", help="no customer pods")
     p.add_argument("--plain", action="store_true", help="plain lines, even on a terminal")
+    p.add_argument(
+        "--simulated-only",
+        action="store_true",
+        help="no real node (it needs Linux, root and cgroups): the operator runs as a local "
+        "process and every node is simulated",
+    )
     return p
 
 
@@ -485,6 +649,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signals.install()
     try:
         localcluster = importlib.import_module("tests.cluster.localcluster")
+        chart = (
+            None if args.simulated_only else importlib.import_module("tests.cluster.operator_pod")
+        )
     except ImportError:
         print(
             "error: the demo needs the repository checkout (tests/cluster/localcluster.py); "
@@ -503,6 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_parallel_probes=args.max_parallel_probes,
         workloads=False if args.no_workloads else None,
         out_dir=out,
+        real_node=not args.simulated_only,
     )
     title = f"sdcguard demo · fleet {args.fleet.stem} · policy {cfg.policy}"
     tty = sys.stdout.isatty() and not args.plain
@@ -512,23 +680,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         else PlainDisplay(title, cfg.settings.quorum, cfg.repair_delay_seconds)
     )
     print(
-        "sdcguard demo: starting a local control plane (the first run on a machine builds "
-        "the binaries; that takes a while)",
+        "sdcguard demo: starting a local control plane"
+        + ("" if args.simulated_only else " and a real node (containerd, kubelet, CNI)")
+        + " (the first run on a machine builds the binaries and images; that takes a while)",
         flush=True,
     )
     t0 = time.monotonic()
     try:
-        with localcluster.LocalCluster() as cp:
-            result = run_demo(cp, cfg, display=display, control_plane_seconds=time.monotonic() - t0)
+        with localcluster.LocalCluster(real_node=not args.simulated_only) as cp:
+            result = run_demo(
+                cp,
+                cfg,
+                display=display,
+                control_plane_seconds=time.monotonic() - t0,
+                chart=chart,
+            )
             print("sdcguard demo: stopping the operator, the simulator and the control plane")
     except KeyboardInterrupt:
         print("\nsdcguard demo: interrupted; everything it started has stopped", file=sys.stderr)
         return 130
-    except (DemoError, localcluster.ClusterError) as exc:
+    except localcluster.ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if not args.simulated_only:
+            print(
+                "(the simulated fleet runs without the real node: "
+                "make demo DEMO_ARGS=--simulated-only)",
+                file=sys.stderr,
+            )
+        return 2
+    except DemoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for line in summary_lines(result.summary):
         print(line)
+    print(f"the operator ran as {result.operator_where}")
     print(
         f"\nwrote {result.timeline_path}, {result.summary_path}, {result.operator_log} "
         f"and {out / 'simulator.log'}"

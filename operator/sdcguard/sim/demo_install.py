@@ -1,6 +1,6 @@
-"""Installing sdcguard on a local control plane for the demo, the way the chart does it.
+"""Installing sdcguard for ``--simulated-only`` demos and the e2e fleet tests, as the chart does.
 
-There is no kubelet for the operator's own Pod, so the chart is rendered with
+Without a real node nothing would run the operator's own Pod, so the chart is rendered with
 ``helm template`` and only what a running operator needs is applied: the CRDs,
 the ServiceAccount, the RBAC and the probe PriorityClass. The operator then
 runs as a local process with a token of the chart's ServiceAccount (minted
@@ -394,7 +394,7 @@ def start_operator(
 class PolicySettings:
     """The demo policy's fast settings (every field is an SDCPolicy field)."""
 
-    budget_seconds: int = 5
+    budget_seconds: int = 10
     active_deadline_seconds: int = 120
     idle_for: str = "30s"
     inconclusive_backoff: str = "15s"

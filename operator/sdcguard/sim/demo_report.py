@@ -98,7 +98,7 @@ def table_lines(
             verdict = str(last.verdict or last.phase)
             if last.failed_checks:
                 verdict += " " + ",".join(last.failed_checks)
-        tag = " *" if track.faulty else ""
+        tag = " R" if track.real else " *" if track.faulty else ""
         row_state = f"{track.state:<12}"
         row = (
             f"{(name + tag):<13} {track.instance_type:<16} {_paint(row_state, track.state, color)} "
@@ -120,6 +120,11 @@ def table_lines(
             lines.append(f"  [{clock(tr.t)}] {tr.node}: {tr.old} -> {tr.new}")
     lines.append("")
     lines.append("* faulty in the fleet file (the operator does not know)")
+    if any(t.real for t in view.nodes.values()):
+        lines.append(
+            "R real node (kubelet + containerd, probes in real containers; the demo injects "
+            "a fault once it is Qualified)"
+        )
     return [_fit(line, width) for line in lines]
 
 
@@ -274,6 +279,7 @@ def build_summary(
                 "pool": track.pool,
                 "faulty": track.faulty,
                 "intermittent": track.intermittent,
+                "real": track.real,
                 "finalState": track.state,
                 "path": track.path(),
                 "states": [[_r(t), s] for t, s in track.states],
@@ -383,7 +389,7 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         if node["tickets"]:
             k = tickets[node["tickets"][-1]]
             ticket_text = f"{k['name']} {k['phase']}, cycle {k['cycle']}"
-        tag = " *" if node["faulty"] else ""
+        tag = " R" if node.get("real") else " *" if node["faulty"] else ""
         lines.append(
             f"{(node['name'] + tag):<13} {node['finalState']:<10} {quarantined:<15} "
             f"{ticket_text:<36} {' > '.join(node['path'])}"
@@ -408,6 +414,8 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         f"{len(broken)} over maxUnavailable; {test_over} samples over maxConcurrentTests"
     )
     lines.append("* faulty in the fleet file")
+    if any(n.get("real") for n in summary["nodes"]):
+        lines.append("R real node: probes in real containers, a fault injected by the demo")
     return lines
 
 
@@ -477,7 +485,13 @@ def plot_timeline(summary: Mapping[str, Any], path: Path) -> Path:
     for node in reversed(nodes):
         tag = ""
         if node["faulty"]:
-            tag = " (intermittent)" if node["intermittent"] else " (faulty)"
+            tag = (
+                " (real, fault injected)"
+                if node.get("real")
+                else " (intermittent)"
+                if node["intermittent"]
+                else " (faulty)"
+            )
         labels.append(f"{node['name']}{tag}")
     ax.set_yticks(range(len(nodes)))
     ax.set_yticklabels(labels, fontsize=8)

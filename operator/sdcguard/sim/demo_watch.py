@@ -10,6 +10,7 @@ from it; nothing here writes to the cluster.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -60,6 +61,8 @@ class NodeTrack:
     pool: str
     faulty: bool
     intermittent: bool
+    real: bool = False
+    """A real node (kubelet, containerd) beside the simulated fleet."""
     states: list[tuple[float, str]] = field(default_factory=list)
     readiness: list[tuple[float, bool]] = field(default_factory=list)
     busy: list[list[float | None]] = field(default_factory=list)
@@ -213,10 +216,16 @@ class Recorder:
         max_unavailable: int | str,
         snapshot: Callable[[], FleetSnapshot] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        real_nodes: Mapping[str, str] | None = None,
+        real_policy: str | None = None,
     ) -> None:
+        """``real_nodes``: real nodes (name -> instance type) to follow too, each a pool
+        of its own screened under ``real_policy``; the demo injects a fault there, so
+        each counts as faulty."""
         self.kube = Kube(api_client)
         self.fleet = fleet
         self.policy = policy
+        self.policies = {policy} | ({real_policy} if real_policy else set())
         self.snapshot_fn = snapshot
         self.clock = clock
         self.t0 = clock()
@@ -232,9 +241,21 @@ class Recorder:
             )
             for n in fleet.nodes
         }
+        real = dict(real_nodes or {})
+        for name, instance_type in real.items():
+            self.nodes[name] = NodeTrack(
+                name=name,
+                instance_type=instance_type,
+                pool=instance_type,
+                faulty=True,
+                intermittent=False,
+                real=True,
+            )
         sizes: dict[str, int] = {}
         for n in fleet.nodes:
             sizes[n.instance_type.name] = sizes.get(n.instance_type.name, 0) + 1
+        for instance_type in real.values():
+            sizes[instance_type] = sizes.get(instance_type, 0) + 1
         self.budgets = {
             pool: PoolBudget(
                 pool=pool,
@@ -257,16 +278,31 @@ class Recorder:
         self.poll_errors = 0
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._watch = ListWatch(
-            self.kube,
-            "/api/v1/nodes",
-            query={"labelSelector": f"{FLEET_LABEL}={fleet.name}"},
-            on_sync=self._on_sync,
-            on_event=self._on_event,
-            stop_event=self._stop,
-            watch_timeout=30,
-        )
-        self._thread: threading.Thread | None = None
+        fleet_names = frozenset(n.name for n in fleet.nodes)
+        self._watches = [
+            ListWatch(
+                self.kube,
+                "/api/v1/nodes",
+                query={"labelSelector": f"{FLEET_LABEL}={fleet.name}"},
+                on_sync=lambda items: self._on_sync(items, fleet_names),
+                on_event=self._on_event,
+                stop_event=self._stop,
+                watch_timeout=30,
+            )
+        ]
+        for name in real:
+            self._watches.append(
+                ListWatch(
+                    self.kube,
+                    "/api/v1/nodes",
+                    query={"fieldSelector": f"metadata.name={name}"},
+                    on_sync=functools.partial(self._sync_one, frozenset({name})),
+                    on_event=self._on_event,
+                    stop_event=self._stop,
+                    watch_timeout=30,
+                )
+            )
+        self._threads: list[threading.Thread] = []
 
     # Time ------------------------------------------------------------------------
     def now(self) -> float:
@@ -280,23 +316,30 @@ class Recorder:
 
     # Lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._watch.run, name="demo-node-watch", daemon=True)
-        self._thread.start()
+        for i, watch in enumerate(self._watches):
+            thread = threading.Thread(target=watch.run, name=f"demo-node-watch-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self) -> None:
-        self._watch.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for watch in self._watches:
+            watch.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     # Nodes (watch thread) -----------------------------------------------------------
-    def _on_sync(self, items: list[JsonDict]) -> None:
+    def _sync_one(self, covered: frozenset[str], items: list[JsonDict]) -> None:
+        self._on_sync(items, covered)
+
+    def _on_sync(self, items: list[JsonDict], covered: frozenset[str]) -> None:
+        """A watch's full list: the nodes it covers that are not in it are gone."""
         seen = set()
         for obj in items:
             seen.add(obj.get("metadata", {}).get("name"))
             self._node(obj, deleted=False)
         with self._lock:
             for track in self.nodes.values():
-                if track.name not in seen and track.exists:
+                if track.name in covered and track.name not in seen and track.exists:
                     track.exists = False
 
     def _on_event(self, kind: str, obj: JsonDict) -> None:
@@ -374,7 +417,7 @@ class Recorder:
         return [
             i
             for i in items
-            if (i.get("spec") or {}).get("policyRef") == self.policy
+            if (i.get("spec") or {}).get("policyRef") in self.policies
             and (i.get("spec") or {}).get("nodeName") in self.nodes
         ]
 
@@ -587,6 +630,8 @@ def waiting_on(view: RecorderView, node: str, *, quorum: int, repair_delay: floa
     if test is not None and not test.finished:
         if test.phase in ("Pending", "Reserving"):
             return "a free test slot in its pool (budget)"
+        if test.awaiting_baseline and track.real:
+            return "approval of its own baseline (one node reaches no quorum)"
         if test.awaiting_baseline:
             agreeing = view.baseline.agreeing if view.baseline else 0
             return f"baseline quorum ({agreeing}/{quorum} nodes agree)"
@@ -595,6 +640,8 @@ def waiting_on(view: RecorderView, node: str, *, quorum: int, repair_delay: floa
         if activity is not None and activity.activity == "probing":
             since = view.probing_since.get(node, view.t)
             return f"its probe, running for {max(0, int(view.t - since))}s"
+        if test.phase == "Running" and track.real:
+            return "its probe container (kubelet, containerd) and the termination message"
         if test.phase == "Running":
             return "the probe Pod to start" if activity is None else "the operator's verdict"
     state = track.state
@@ -606,6 +653,8 @@ def waiting_on(view: RecorderView, node: str, *, quorum: int, repair_delay: floa
             return "a RepairTicket"
         if ticket.resolution:
             return f"verification of the repair ({ticket.resolution})"
+        if track.real:
+            return f"the demo's repair of {ticket.name} (probe as shipped, kubectl sdc repaired)"
         due = max(0, int(ticket.opened + repair_delay - view.t))
         return f"repair shop: {ticket.name} (done in ~{due}s)"
     if state == "Verifying":
