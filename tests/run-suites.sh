@@ -9,7 +9,7 @@ PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
 declare -A GROUPS_OF=(
   [A]="tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training"
-  [B]="tests/cluster tests/operator tests/badinput tests/chaos tests/cli tests/notify tests/reports"
+  [B]="tests/cluster tests/operator tests/dra tests/badinput tests/chaos tests/cli tests/notify tests/reports"
   [C]="tests/realnode tests/autoscaling tests/chart"
 )
 ORDER=(A B C)

@@ -280,6 +280,28 @@ def test_eviction_only_when_a_policy_drains(docs: list[dict[str, Any]]) -> None:
     assert not evicts(render({"policy": {"create": False, "quarantine": {"drain": True}}}))
 
 
+def test_device_taint_rights_only_for_device_scope(docs: list[dict[str, Any]]) -> None:
+    def dra_verbs(d: list[dict[str, Any]]) -> dict[str, set[str]]:
+        verbs: dict[str, set[str]] = {}
+        for _, rule in _rules(d, "ClusterRole"):
+            if "resource.k8s.io" in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    verbs.setdefault(resource, set()).update(rule["verbs"])
+        return verbs
+
+    assert dra_verbs(docs) == {}
+    device = dra_verbs(render({"policy": {"quarantine": {"scope": "Device"}}}))
+    assert device == {
+        "resourceslices": {"list"},
+        "devicetaintrules": {"get", "list", "create", "patch", "delete"},
+    }
+    assert dra_verbs(render({"rbac": {"allowDeviceTaints": True}})) == device
+    assert dra_verbs(render({"policy": {"create": False, "quarantine": {"scope": "Device"}}})) == {}
+    rendered = policy_spec({"policy": {"quarantine": {"scope": "Device"}}})
+    assert rendered["quarantine"]["scope"] == "Device"
+    SDCPolicySpec.model_validate(rendered)
+
+
 def test_policies_are_read_not_written_by_the_operator(docs: list[dict[str, Any]]) -> None:
     verbs: dict[str, set[str]] = {}
     for _, rule in _rules(docs, "ClusterRole"):

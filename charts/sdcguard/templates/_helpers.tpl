@@ -76,6 +76,15 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* Whether the operator may taint DRA devices: asked for, or the chart's policy has
+quarantine.scope Device. */}}
+{{- define "sdcguard.deviceTaints" -}}
+{{- $p := .Values.policy -}}
+{{- if or .Values.rbac.allowDeviceTaints (and $p.create (eq (toString $p.quarantine.scope) "Device")) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/*
 A map of entries keyed by name -> a list, dropping entries with enabled: false.
 Arguments: (list map keyField). Each entry becomes {keyField: name, ...rest}.

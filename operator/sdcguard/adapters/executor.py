@@ -44,6 +44,7 @@ from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
 from sdcguard.domain.blast import owner_message
 from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closing, wait_reason
+from sdcguard.domain.devicetaints import wanted_rules
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     Action,
@@ -57,6 +58,8 @@ from sdcguard.domain.lifecycle import (
     RecordHardware,
     Retire,
     SetTicketPhase,
+    TaintDevices,
+    UntaintDevices,
 )
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, TestFacts, TicketFacts
@@ -177,6 +180,11 @@ class Executor(TestRunner):
                 self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
             case Retire():
                 pass
+            case TaintDevices():
+                self._taint_devices(policy, node_name, step, view, counts)
+            case UntaintDevices():
+                plan = self.device_taints.ensure(node_name, [], prune=True)
+                counts["device-rules-deleted"] += len(plan.delete)
             case _:
                 raise ValueError(f"{type(step).__name__} is not a node decision's object step")
 
@@ -362,6 +370,7 @@ class Executor(TestRunner):
         status is then left alone)."""
         evidence = list(dict.fromkeys(action.evidence))
         name = node_body.name
+        quarantine = action.quarantine
         findings = self._findings(view, name, evidence)
         identity = hardware.node_identity(node_body, view.id_holders(node_body))
         tests = self._tests_by_name(view, name)
@@ -386,7 +395,11 @@ class Executor(TestRunner):
                         "providerID": node_body.provider_id or None,
                         "systemUUID": node_body.system_uuid or None,
                         "machineID": node_body.machine_id or None,
-                        "deviceIDs": list(dict.fromkeys(d for d in devices if d))[:64],
+                        # Scope Device: the tainted GPUs; otherwise every device the
+                        # probe named.
+                        "deviceIDs": [d.uuid for d in quarantine.devices if d.uuid]
+                        if quarantine and quarantine.devices
+                        else list(dict.fromkeys(d for d in devices if d))[:64],
                         "untrusted": [u.model_dump(by_alias=True) for u in identity.untrusted],
                         "records": list(identity.records),
                         "cyclesBefore": action.before,
@@ -395,6 +408,7 @@ class Executor(TestRunner):
                 evidence=evidence,
                 findings=findings,
                 blast_radius=radius,
+                quarantine=quarantine,
             ),
         )
         body = to_body(ticket)
@@ -433,6 +447,26 @@ class Executor(TestRunner):
                 warning=True,
             )
             counts["blast-radius-events"] += 1
+
+    def _taint_devices(
+        self,
+        policy: SDCPolicy,
+        node: str,
+        action: TaintDevices,
+        view: FleetView,
+        counts: Counter[str],
+    ) -> None:
+        """Write (or correct) one DeviceTaintRule per device; a device found under a new
+        name or pool in the node's ResourceSlices (a driver restart) is selected there."""
+        published = self.device_taints.node_devices(node)
+        wanted = wanted_rules(
+            node, action.ticket, action.reason, action.effect, action.devices, published
+        )
+        plan = self.device_taints.ensure(node, wanted, prune=False)
+        counts["device-rules-created"] += len(plan.create)
+        counts["device-rules-updated"] += len(plan.update)
+        if plan.conflicts:
+            counts["device-rules-conflict"] += len(plan.conflicts)
 
     def _tests_by_name(self, view: FleetView, node: str) -> dict[str, TestFacts]:
         """The node's tests' facts, as this pass judged them."""

@@ -73,6 +73,10 @@ class KubeWriter:
             return False
         return True
 
+    def allow(self, kind: str) -> bool:
+        """Count one write of ``kind`` made elsewhere; False in dry-run (do not send)."""
+        return self._count(kind)
+
     # Nodes ---------------------------------------------------------------
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ import structlog
 from pydantic import ValidationError
 
 from sdcguard.adapters import observe
+from sdcguard.adapters.devicetaints import DeviceTaints
 from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.workload_record import WorkloadBook
@@ -267,6 +268,16 @@ class ReconcilerState:
     """Overlaps already logged and told in an Event, by node."""
     _told_forbidden: set[str] = field(default_factory=set)
     """Nodes whose replacement a missing permission refused, told once each."""
+
+    _device_taints: DeviceTaints | None = None
+
+    @property
+    def device_taints(self) -> DeviceTaints:
+        """DRA reads and DeviceTaintRule writes (made at first use: only policies of
+        quarantine scope Device need them)."""
+        if self._device_taints is None:
+            self._device_taints = DeviceTaints(self.writer.api, allow=self.writer.allow)
+        return self._device_taints
 
     def node_delete_allowed(self, now: dt.datetime) -> bool | None:
         """Whether the operator may delete Nodes (None: the review itself failed)."""

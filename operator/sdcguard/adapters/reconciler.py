@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters import hardware, observe
@@ -46,15 +47,17 @@ from sdcguard.adapters.pass_state import (
 )
 from sdcguard.adapters.policy_status import PolicyReporter
 from sdcguard.api import (
+    QuarantineScope,
     SDCPolicy,
     SDCPolicySpec,
     SDCTest,
     TicketPhase,
 )
 from sdcguard.domain.decide import Decision, iter_decisions, member_after, priority
+from sdcguard.domain.devicetaints import NodeDevices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
-from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 
 log = structlog.get_logger("sdcguard.reconcile")
@@ -428,13 +431,15 @@ class Reconciler(Executor, PolicyReporter):
             )
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
             test = current_test(node, tests_by_node.get(node_name, []))
+            ticket = self._open_ticket(view.tickets.get(node_name, []))
             observations.append(
                 Observed(
                     node=node,
                     test=test,
                     queued=queued_tests(test, tests_by_node.get(node_name, [])),
                     probe_unschedulable=unschedulable(test, view),
-                    ticket=self._open_ticket(view.tickets.get(node_name, [])),
+                    ticket=ticket,
+                    devices=self._devices(spec, node_name, test, ticket),
                     idle_since=idle_since(node_name, spec.accelerators, view),
                     pending_pod_needs_node=needed(node_name, spec.accelerators, view),
                     breaker_open=breaker_open,
@@ -459,6 +464,26 @@ class Reconciler(Executor, PolicyReporter):
             )
 
         return observations
+
+    def _devices(
+        self, spec: SDCPolicySpec, node: str, test: TestFacts | None, ticket: TicketFacts | None
+    ) -> NodeDevices | None:
+        """The node's ResourceSlice devices, read only where a quarantine of scope Device
+        may be opened now (a finished test with failed checks and no open ticket); None
+        otherwise, or when they cannot be read (the quarantine then takes the node)."""
+        if spec.quarantine.scope != QuarantineScope.DEVICE or ticket is not None:
+            return None
+        if test is None or not test.finished or not test.failed_checks:
+            return None
+        try:
+            return self.device_taints.node_devices(node)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            log.warning(
+                "resource slices not read; a quarantine takes the node",
+                node=node,
+                error=bounded(str(exc), 512),
+            )
+            return None
 
     def _act(
         self,

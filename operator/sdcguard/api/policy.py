@@ -408,6 +408,13 @@ class Confirmation(ApiModel):
     """A re-run confirms only if the same check fails again."""
 
 
+class QuarantineScope(StrEnum):
+    """What a confirmed failure takes out of service."""
+
+    NODE = "Node"
+    DEVICE = "Device"
+
+
 class Quarantine(ApiModel):
     """What quarantining a node does."""
 
@@ -430,6 +437,22 @@ class Quarantine(ApiModel):
     drain_timeout_seconds: int = Field(default=600, ge=0, le=86400)
     """How long evictions that a PodDisruptionBudget refuses (429) are retried, with
     back-off, before the drain gives up with a warning Event (the node stays quarantined)."""
+    scope: QuarantineScope = QuarantineScope.NODE
+    """Node: a confirmed failure taints and cordons the whole node. Device: a failure
+    that the probe pins to one or a few devices writes one DRA DeviceTaintRule per device
+    (resource.k8s.io) and leaves the node in service for its other devices; sdcguard
+    falls back to the whole node, and says why in the ticket, when the failure names no
+    device, names more than maxDeviceFraction of the node's devices, or the node's
+    devices are not published in ResourceSlices (device-plugin clusters). Node is the
+    default because it is safe everywhere: device taints need DRA, a DRA driver and a
+    scheduler that honours DeviceTaintRules (see the README)."""
+    device_taint_effect: Literal["NoSchedule", "NoExecute"] = "NoSchedule"
+    """Effect of the DeviceTaintRules (scope Device). NoSchedule: no new claim is
+    allocated the device; NoExecute also evicts pods whose claims use it now."""
+    max_device_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Scope Device: a failure naming more than this share of the node's published
+    devices quarantines the whole node (most of it is bad; e.g. 0.5 of 8 GPUs allows
+    device taints for up to 4)."""
 
     @model_validator(mode="after")
     def _drain_needs_cordon(self) -> Quarantine:

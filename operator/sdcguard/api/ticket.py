@@ -114,6 +114,40 @@ class BlastRadius(ApiModel):
     """What the owners of these workloads should do."""
 
 
+class QuarantinedDevice(ApiModel):
+    """One device taken out of service by a DeviceTaintRule (quarantine scope Device)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int | None = Field(default=None, ge=0)
+    """The probe's device index that failed."""
+    uuid: Id | None = None
+    """The device's uuid attribute in its ResourceSlice: its hardware identity."""
+    driver: Id
+    """The DRA driver that publishes it (e.g. gpu.nvidia.com)."""
+    pool: Id
+    """Its ResourceSlice pool (NVIDIA's driver: one per node)."""
+    device: Id
+    """Its device name in the pool (e.g. gpu-3)."""
+    rule: Id
+    """The DeviceTaintRule sdcguard wrote for it."""
+
+
+class QuarantineRecord(ApiModel):
+    """What the quarantine took out of service, and why that scope."""
+
+    scope: Literal["Node", "Device"] = "Node"
+    """Device: only the devices below are tainted and the node keeps serving with the
+    others. Node: the node is tainted (and cordoned) as a whole."""
+    reason: Annotated[str, StringConstraints(max_length=64)] = ""
+    """Why this scope: DeviceTainted, or why not: PolicyScopeNode, FailureNotPinned,
+    TooManyDevices, NoResourceSlices, DeviceNotPublished, DeviceTaintsNotServed."""
+    message: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """The same, for a person."""
+    devices: list[QuarantinedDevice] = Field(default_factory=list, max_length=64)
+    """Scope Device: the tainted devices."""
+
+
 class RepairTicketSpec(ApiModel):
     """The incident: which node, why (evidence), and the repair side's answer."""
 
@@ -150,6 +184,8 @@ class RepairTicketSpec(ApiModel):
     blast_radius: BlastRadius | None = None
     """The workloads that used the node since its last passing screening, told to their
     owners by a Warning Event in their namespace."""
+    quarantine: QuarantineRecord | None = None
+    """What was taken out of service (the node, or some of its devices) and why."""
 
 
 class HistoryEntry(ApiModel):

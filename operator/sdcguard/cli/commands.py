@@ -225,11 +225,13 @@ def status(conn: Connection) -> Result:
     nodes = list_nodes(conn)
     summary = summarize_fleet(nodes, policies)
     waiting = _waiting_rows(nodes)
-    tickets = [
-        _ticket_row(t, now)
+    open_tickets = [
+        t
         for t in list_custom(conn, PLURAL_TICKETS)
         if (t.get("status") or {}).get("phase", TicketPhase.OPEN.value) not in CLOSED_PHASES
     ]
+    tickets = [_ticket_row(t, now) for t in open_tickets]
+    devices = _device_rows(open_tickets)
     tickets.sort(key=lambda t: t["openedAt"] or "")
     policy_rows: list[dict[str, Any]] = []
     for p in sorted(policies, key=lambda p: p.metadata.name):
@@ -254,6 +256,7 @@ def status(conn: Connection) -> Result:
         "states": summary.states,
         "pools": summary.pools,
         "openTickets": tickets,
+        "devicesOutOfService": devices,
         "waiting": waiting,
     }
     columns = [s for s in [*STATE_ORDER, "New"] if s in summary.states]
@@ -306,6 +309,12 @@ def status(conn: Connection) -> Result:
             empty="No open repair tickets.",
         ),
         Table(
+            ["node", "device", "uuid", "ticket", "rule"],
+            [[d["node"], d["device"], cell(d["uuid"]), d["ticket"], d["rule"]] for d in devices],
+            title="Devices out of service (quarantine scope Device; their nodes serve):",
+            empty="No device is out of service on its own.",
+        ),
+        Table(
             ["node", "state", "for", "why"],
             [
                 [w["node"], cell(w["state"]), age(parse_time(w["since"]), now), w["why"]]
@@ -316,6 +325,29 @@ def status(conn: Connection) -> Result:
         ),
     ]
     return Result(data=data, tables=tables)
+
+
+def _device_rows(tickets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The devices that open tickets of quarantine scope Device took out of service."""
+    rows = []
+    for ticket in tickets:
+        spec = ticket.get("spec") or {}
+        record = spec.get("quarantine") or {}
+        if record.get("scope") != "Device":
+            continue
+        for device in record.get("devices") or []:
+            rows.append(
+                {
+                    "node": spec.get("nodeName", ""),
+                    "device": f"{device.get('driver', '')}/{device.get('pool', '')}/"
+                    f"{device.get('device', '')}",
+                    "uuid": device.get("uuid"),
+                    "ticket": _meta(ticket).get("name", ""),
+                    "rule": device.get("rule", ""),
+                }
+            )
+    rows.sort(key=lambda r: (r["node"], r["device"]))
+    return rows
 
 
 def _waiting_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 
 from sdcguard.api import (
     Mode,
+    QuarantinedDevice,
+    QuarantineRecord,
+    QuarantineScope,
     RepairStrategy,
     Resolution,
     RetireAction,
@@ -51,6 +54,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, can_reserve
+from sdcguard.domain.devicetaints import ScopeChoice, SliceDevice, choose_scope, rule_name
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Outcome, assess, retry_time
 from sdcguard.domain.lifecycle import (
@@ -84,8 +88,10 @@ from sdcguard.domain.lifecycle import (
     SetAutoscalerAnnotations,
     SetLabel,
     SetTicketPhase,
+    TaintDevices,
     TaintRole,
     Uncordon,
+    UntaintDevices,
     transition,
 )
 from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
@@ -710,8 +716,56 @@ class _Binder:
         self.target = target
         self.seq = reader.node.seq
         self.changes: Changes = dict(step.changes)
-        self.created_ticket = ""
-        """The ticket this decision opens, if it opens one (RecordHardware names it)."""
+        self._ticket_name: str | None = None
+        self._choice: ScopeChoice | None = None
+
+    def _new_ticket_name(self) -> str:
+        """The name of the ticket this decision opens (one name, however often asked)."""
+        if self._ticket_name is None:
+            self._ticket_name = self._name()
+        return self._ticket_name
+
+    @property
+    def choice(self) -> ScopeChoice:
+        """The scope of the quarantine this decision opens (domain.devicetaints)."""
+        if self._choice is None:
+            test = self.r.obs.test
+            findings = test.findings if test is not None else ()
+            uuids = test.device_ids if test is not None else ()
+            self._choice = choose_scope(
+                self.r.policy.quarantine, findings, self.r.obs.devices, uuids
+            )
+        return self._choice
+
+    def quarantined_devices(self) -> tuple[SliceDevice, ...]:
+        """The devices a quarantine of scope Device takes out (empty: the whole node).
+        An open ticket keeps the scope it was opened with."""
+        ticket = self.r.obs.ticket
+        if ticket is not None:
+            return ticket.devices
+        if self.target != S.QUARANTINED or self.choice.scope != QuarantineScope.DEVICE:
+            return ()
+        return tuple(p.device for p in self.choice.devices)
+
+    def _record(self) -> QuarantineRecord:
+        node = self.r.node.name
+        choice = self.choice
+        return QuarantineRecord(
+            scope=choice.scope.value,
+            reason=choice.reason.value,
+            message=bounded(choice.message, 1024),
+            devices=[
+                QuarantinedDevice(
+                    index=p.index,
+                    uuid=p.device.uuid or None,
+                    driver=p.device.driver,
+                    pool=p.device.pool,
+                    device=p.device.name,
+                    rule=rule_name(node, p.device.key),
+                )
+                for p in choice.devices
+            ],
+        )
 
     def _name(self) -> str:
         self.seq += 1
@@ -758,6 +812,17 @@ class _Binder:
                 self.step.event == E.SUSPECTED and not policy.triggers.hold_suspects
             ):
                 return None
+            case AddTaint(role=TaintRole.QUARANTINE) if self.quarantined_devices():
+                return TaintDevices(
+                    ticket.name if ticket else self._new_ticket_name(),
+                    self.quarantined_devices(),
+                    bounded(self.step.detail, 1024),
+                    policy.quarantine.device_taint_effect,
+                )
+            case RemoveTaint(role=TaintRole.QUARANTINE) if ticket and ticket.devices:
+                return UntaintDevices(ticket.name)
+            case Cordon() | Drain() if self.target != S.RETIRED and self.quarantined_devices():
+                return None  # the node serves with its other devices
             case AddTaint(role=role):
                 key = _taint_key(policy, role)
                 if node.has_taint(key) and (key in node.owned_taints or role != TaintRole.GATE):
@@ -811,13 +876,18 @@ class _Binder:
                 used = r.obs.hardware.cycles if r.obs.hardware is not None else 0
                 begins = self.step.event in (E.TEST_FAILED, E.REPAIR_CYCLES_EXCEEDED)
                 cycle = used + 1 if begins else max(1, used)
-                self.created_ticket = self._name()
                 return CreateTicket(
-                    self.created_ticket, evidence, self.step.detail, cycle, retired, used
+                    self._new_ticket_name(),
+                    evidence,
+                    self.step.detail,
+                    cycle,
+                    retired,
+                    used,
+                    self._record(),
                 )
             case RecordHardware(failure=failure, retire=retire):
                 failed = r.obs.test.name if r.obs.test is not None and failure else ""
-                named = ticket.name if ticket is not None else self.created_ticket
+                named = ticket.name if ticket is not None else (self._ticket_name or "")
                 return RecordHardware(failure, retire, failed, named, self.step.detail)
             case SetTicketPhase(phase=phase):
                 return SetTicketPhase(phase, ticket.name, self.step.detail) if ticket else None
@@ -838,6 +908,16 @@ class _Binder:
                 return action
 
 
+def _verifies_in_service(reader: _Reader, bound: list[Action]) -> bool:
+    """A verification starts on a node whose quarantine is of scope Device, unreserved."""
+    ticket = reader.obs.ticket
+    verifies = any(
+        isinstance(a, CreateTest) and a.reason == ScreeningReason.REPAIR_VERIFICATION for a in bound
+    )
+    testing = _taint_key(reader.policy, TaintRole.TESTING)
+    return bool(ticket and ticket.devices and verifies and not reader.node.has_taint(testing))
+
+
 def _heal(reader: _Reader) -> list[Action]:
     """Actions that make the node match its state (Enforce only; adds, never removes)."""
     policy, node, state = reader.policy, reader.node, reader.state
@@ -848,6 +928,14 @@ def _heal(reader: _Reader) -> list[Action]:
         roles.append(TaintRole.GATE)
     elif state == S.TESTING:
         roles += [TaintRole.GATE, TaintRole.TESTING] if gated else [TaintRole.TESTING]
+    elif (ticket := reader.obs.ticket) is not None and ticket.devices and state != S.RETIRED:
+        # Scope Device: the node serves with its other devices, reserved only to verify.
+        # Its rules are ensured on every look: a rule deleted by hand comes back, and a
+        # device renamed in its ResourceSlice (a driver restart) is selected anew.
+        if state == S.VERIFYING:
+            roles.append(TaintRole.TESTING)
+        effect = policy.quarantine.device_taint_effect
+        actions.append(TaintDevices(ticket.name, ticket.devices, f"ticket {ticket.name}", effect))
     elif state in (S.QUARANTINED, S.REPAIRING, S.VERIFYING, S.RETIRED):
         roles.append(TaintRole.QUARANTINE)
         actions.append(Cordon())
@@ -876,6 +964,21 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         requeue = REQUEUE_AFTER_TRANSITION if step.requeue is None else step.requeue
     binder = _Binder(reader, step, target)
     bound = [a for a in (binder.bind(t) for t in template) if a is not None]
+    if _verifies_in_service(reader, bound):
+        # A device-scope quarantine left the node serving: reserve it, so the
+        # verification probe gets every device (the failed one included) once the
+        # workloads on the others end.
+        testing = _taint_key(policy, TaintRole.TESTING)
+        bound.append(AddTaint(TaintRole.TESTING, testing, _taint_effect(policy, TaintRole.TESTING)))
+    elif (
+        step.event is not None
+        and target == S.QUARANTINED
+        and observed.ticket is not None
+        and observed.ticket.devices
+        and policy.taints.testing in node.owned_taints
+    ):
+        # A failed verification: the devices stay tainted, the node serves again.
+        bound.append(RemoveTaint(TaintRole.TESTING, policy.taints.testing))
     observe = policy.mode == Mode.OBSERVE
     gate = policy.taints.gate
     if not (observe and node.has_taint(gate)) and _unseen_and_waiting(reader, step, bound):
@@ -1099,11 +1202,18 @@ _ALWAYS_HELD = frozenset({NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.
 def member_after(before: PoolMember, decision: Decision) -> PoolMember:
     """The node's share of its pool once ``decision`` is applied (see budgets).
 
-    Quarantine and repair states always hold the node; Testing and Suspect hold it as
-    before, or once the decision takes a serving node for a test; any other state
-    holds nothing. A test the decision starts counts as running.
+    Quarantine and repair states hold the node, unless only some of its devices are
+    out of service (quarantine scope Device: the node serves with the others, as
+    ``Observed.pool_member`` counts it); Testing and Suspect hold it as before, or once
+    the decision takes a serving node for a test; any other state holds nothing. A
+    test the decision starts counts as running.
     """
-    if decision.state in _ALWAYS_HELD:
+    device_scope = any(isinstance(a, TaintDevices) for a in decision.actions) or (
+        decision.previous in (NodeState.QUARANTINED, NodeState.REPAIRING) and not before.held
+    )
+    if decision.state in (NodeState.QUARANTINED, NodeState.REPAIRING) and device_scope:
+        held = False
+    elif decision.state in _ALWAYS_HELD:
         held = True
     elif decision.state in (NodeState.TESTING, NodeState.SUSPECT):
         held = before.held or decision.takes_node

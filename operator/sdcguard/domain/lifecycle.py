@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sdcguard.api import FailureKind, ScreeningReason, Suite, TicketPhase
+from sdcguard.api import FailureKind, QuarantineRecord, ScreeningReason, Suite, TicketPhase
+from sdcguard.domain.devicetaints import SliceDevice
 
 
 class NodeState(StrEnum):
@@ -194,6 +195,24 @@ class SetAutoscalerAnnotations:
 
 
 @dataclass(frozen=True)
+class TaintDevices:
+    """Quarantine scope Device: write one DeviceTaintRule per failed device (instead of
+    the quarantine taint and cordon), marked as sdcguard's and naming the ticket."""
+
+    ticket: str = ""
+    devices: tuple[SliceDevice, ...] = ()
+    reason: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class UntaintDevices:
+    """Delete the DeviceTaintRules sdcguard wrote for the node (only those)."""
+
+    ticket: str = ""
+
+
+@dataclass(frozen=True)
 class DeleteNode:
     """Delete the Node (replace strategy, or retirement by deletion)."""
 
@@ -232,6 +251,8 @@ class CreateTicket:
     cycle: int = 1
     retired: bool = False
     before: int = 0
+    quarantine: QuarantineRecord | None = None
+    """What the quarantine takes out of service (the node, or devices) and why."""
 
 
 @dataclass(frozen=True)
@@ -364,6 +385,8 @@ Action = (
     | RevokeQualification
     | SetAutoscalerAnnotations
     | DeleteNode
+    | TaintDevices
+    | UntaintDevices
     | CreateTest
     | CancelTest
     | CreateTicket
@@ -390,6 +413,8 @@ NODE_MUTATIONS: tuple[type, ...] = (
     Drain,
     SetAutoscalerAnnotations,
     DeleteNode,
+    TaintDevices,
+    UntaintDevices,
 )
 """Actions that change how the node is scheduled, or whether it exists."""
 TICKET_ACTIONS: tuple[type, ...] = (CreateTicket, SetTicketPhase, CloseTicket, RaiseCycle, Retire)

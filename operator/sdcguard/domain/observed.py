@@ -23,6 +23,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage
+from sdcguard.domain.devicetaints import NodeDevices, SliceDevice
 from sdcguard.domain.hardware import HardwareFacts
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.quantity import whole_quantity
@@ -300,6 +301,9 @@ class TicketFacts:
     cycle: int = 1
     acknowledged: bool = False
     """The repair side took it (set spec.external or acknowledged a notification)."""
+    devices: tuple[SliceDevice, ...] = ()
+    """Quarantine scope Device: the devices its DeviceTaintRules take out of service
+    (empty: the whole node is quarantined)."""
 
     @classmethod
     def from_api(cls, ticket: RepairTicket) -> TicketFacts:
@@ -313,7 +317,15 @@ class TicketFacts:
             cycle=status.cycle if status else 1,
             acknowledged=ticket.spec.external is not None
             or phase in (TicketPhase.ACKNOWLEDGED, TicketPhase.IN_REPAIR),
+            devices=_quarantined_devices(ticket),
         )
+
+
+def _quarantined_devices(ticket: RepairTicket) -> tuple[SliceDevice, ...]:
+    record = ticket.spec.quarantine
+    if record is None or record.scope != "Device":
+        return ()
+    return tuple(SliceDevice(d.driver, d.pool, d.device, d.uuid or "") for d in record.devices)
 
 
 @dataclass(frozen=True)
@@ -343,6 +355,9 @@ class Observed:
     hardware: HardwareFacts | None = None
     """What the SDCHardware records of the node's trusted identifiers say (None: its
     hardware has no history, or no identifier of it can be trusted)."""
+    devices: NodeDevices | None = None
+    """The node's devices in ResourceSlices; read only when a quarantine of scope Device
+    may follow (None: not read)."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).
@@ -351,7 +366,10 @@ class Observed:
         hold a node; a key someone wrote into owned-taints by hand holds nothing.
         """
         state = self.node.state
-        if state in (NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING):
+        in_service = self.ticket is not None and bool(self.ticket.devices)
+        if state in (NodeState.QUARANTINED, NodeState.REPAIRING) and in_service:
+            held = False  # quarantine scope Device: only some devices are out of service
+        elif state in (NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING):
             held = True
         elif state in (NodeState.TESTING, NodeState.SUSPECT):
             # Held only if it had been serving and carries our testing/quarantine taint now.

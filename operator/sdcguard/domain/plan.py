@@ -5,7 +5,8 @@ SDCTest's phase row (``testphase``). Every action belongs to one :class:`Stage`;
 plan holds its actions stage by stage, and within a stage in the row's order:
 
 1. ``OBJECTS``: SDCTests (their probe Jobs and phase changes), RepairTickets and
-   their phase changes, the hardware's history (SDCHardware, after the ticket it names);
+   their phase changes, the hardware's history (SDCHardware, after the ticket it names),
+   DeviceTaintRules (quarantine scope Device);
 2. ``NODE_PATCH``: labels, annotations, taints, cordon and ownership, one guarded write;
 3. ``EVICTIONS``: a drain, so evicted pods find the node tainted and cordoned;
 4. ``STATUSES``: a new ticket's Open status (the ticket, created in 1, is the record of
@@ -44,7 +45,9 @@ from sdcguard.domain.lifecycle import (
     SetAutoscalerAnnotations,
     SetLabel,
     SetTicketPhase,
+    TaintDevices,
     Uncordon,
+    UntaintDevices,
 )
 from sdcguard.domain.testphase import (
     CreateJob,
@@ -93,6 +96,8 @@ STAGE_OF: Mapping[type, Stage] = {
     DeleteJob: Stage.OBJECTS,
     WriteStatus: Stage.OBJECTS,
     MarkAwaitingBaseline: Stage.OBJECTS,
+    TaintDevices: Stage.OBJECTS,
+    UntaintDevices: Stage.OBJECTS,
     SetLabel: Stage.NODE_PATCH,
     Annotate: Stage.NODE_PATCH,
     AddTaint: Stage.NODE_PATCH,

@@ -1,0 +1,310 @@
+"""Quarantine scope Device against a real API server that serves DeviceTaintRules: the
+operator taints exactly the failed GPU, keeps the node in service, follows a renamed
+device, never touches rules it did not write, and removes its own after verification."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sdcguard.adapters.devicetaints import GROUP, RULES, SLICES, DeviceTaints, newest
+from sdcguard.cli.main import main
+from sdcguard.domain.devicetaints import SliceDevice, rule_name, wanted_rules
+from tests.cluster.localcluster import LocalCluster
+from tests.operator.harness import (
+    GROUP as SDC_GROUP,
+)
+from tests.operator.harness import (
+    TESTING,
+    VERSION,
+    ProbeKubelet,
+    annotate,
+    create_policy,
+    gpu_nodes,
+    list_custom,
+    new_case,
+    node_state,
+    read_node,
+    taint_keys,
+    trusted_baseline,
+    wait_for,
+)
+
+pytestmark = pytest.mark.cluster
+DRIVER = "gpu.nvidia.com"
+
+
+def _uuid(node: str, i: int) -> str:
+    return f"GPU-{abs(hash(node)) % 10**8:08d}-0000-0000-0000-{i:012d}"
+
+
+def slice_body(
+    node: str, version: str, names: dict[int, str], generation: int = 1
+) -> dict[str, Any]:
+    """A ResourceSlice as NVIDIA's DRA driver publishes one: a pool per node, one
+    device per GPU with uuid, product and memory."""
+
+    def device(i: int, name: str) -> dict[str, Any]:
+        attributes = {
+            "uuid": {"string": _uuid(node, i)},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "index": {"int": i},
+        }
+        capacity = {"memory": {"value": "80Gi"}}
+        if version in ("v1beta1", "v1alpha3"):
+            return {"name": name, "basic": {"attributes": attributes, "capacity": capacity}}
+        return {"name": name, "attributes": attributes, "capacity": capacity}
+
+    return {
+        "apiVersion": f"{GROUP}/{version}",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": [device(i, n) for i, n in sorted(names.items())],
+        },
+    }
+
+
+def foreign_rule(name: str, node: str, device: str, version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{version}",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name, "labels": {"team": "gpu-ops"}},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": node, "device": device},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }
+
+
+@pytest.fixture
+def dra(dra_api: client.ApiClient) -> DeviceTaints:
+    return DeviceTaints(dra_api)
+
+
+def test_the_served_versions_are_discovered(dra: DeviceTaints) -> None:
+    rules, slices = dra.served_version(RULES), dra.served_version(SLICES)
+    assert rules is not None and slices is not None
+    groups = client.ApisApi(dra.api).get_api_versions().groups
+    versions = [v.version for g in groups if g.name == GROUP for v in g.versions]
+    assert slices == newest(versions) or slices in versions
+    assert rules in versions
+
+
+@contextlib.contextmanager
+def published(api: client.ApiClient, body: dict[str, Any]) -> Iterator[None]:
+    version = body["apiVersion"].split("/")[1]
+    custom = client.CustomObjectsApi(api)
+    custom.create_cluster_custom_object(GROUP, version, SLICES, body)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, version, SLICES, body["metadata"]["name"])
+
+
+def _rules(dra: DeviceTaints) -> dict[str, dict[str, Any]]:
+    version = dra.served_version(RULES)
+    assert version
+    items = client.CustomObjectsApi(dra.api).list_cluster_custom_object(GROUP, version, RULES)
+    return {i["metadata"]["name"]: i for i in items["items"]}
+
+
+def _ours(dra: DeviceTaints, node: str) -> dict[str, dict[str, Any]]:
+    return {
+        n: r
+        for n, r in _rules(dra).items()
+        if (r["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "sdcguard"
+        and r["metadata"]["labels"].get("sdcguard.dev/node") == node
+    }
+
+
+def test_one_failing_gpu_is_tainted_repaired_verified_and_returned(
+    dra_api: client.ApiClient,
+    dra_operator: object,
+    dra: DeviceTaints,
+    dra_cluster: LocalCluster,
+) -> None:
+    case = new_case()
+    node = f"dev-{case}"
+    rules_v = dra.served_version(RULES)
+    slices_v = dra.served_version(SLICES)
+    assert rules_v and slices_v
+    custom = client.CustomObjectsApi(dra_api)
+    names = {i: f"gpu-{i}" for i in range(8)}
+    # Someone else's rules: one for the GPU that will fail, one for another GPU.
+    theirs = {
+        f"ops-{case}-gpu3": foreign_rule(f"ops-{case}-gpu3", node, "gpu-3", rules_v),
+        f"ops-{case}-gpu5": foreign_rule(f"ops-{case}-gpu5", node, "gpu-5", rules_v),
+    }
+    for body in theirs.values():
+        custom.create_cluster_custom_object(GROUP, rules_v, RULES, body)
+    before = {n: _rules(dra)[n]["metadata"]["resourceVersion"] for n in theirs}
+    trusted_baseline(dra_api)
+    outcomes = {node: "pass"}
+    try:
+        with (
+            gpu_nodes(dra_api, [node], case=case, gated=False),
+            published(dra_api, slice_body(node, slices_v, names)),
+            ProbeKubelet(dra_api, outcomes),
+        ):
+            create_policy(
+                dra_api,
+                case,
+                quarantine={"scope": "Device", "deviceTaintEffect": "NoSchedule"},
+            )
+            wait_for(lambda: node_state(dra_api, node) == "Qualified", 90, "qualification")
+
+            # GPU 3 starts computing wrong answers; a workload reports the node.
+            outcomes[node] = "sdc@3@2"
+            annotate(dra_api, node, {"sdcguard.dev/suspect": "loss spike on rank 3"})
+            wait_for(lambda: node_state(dra_api, node) == "Quarantined", 120, "quarantine")
+            ours = wait_for(lambda: _ours(dra, node) or None, 30, "our device taint rule")
+            uuid3 = _uuid(node, 3)
+            assert list(ours) == [rule_name(node, uuid3)], "one rule, for the failed GPU only"
+            rule = ours[rule_name(node, uuid3)]
+            assert rule["spec"]["deviceSelector"] == {
+                "driver": DRIVER,
+                "pool": node,
+                "device": "gpu-3",
+            }
+            assert rule["spec"]["taint"]["effect"] == "NoSchedule"
+            (ticket,) = list_custom(dra_api, "repairtickets", node)
+            assert (
+                rule["metadata"]["annotations"]["sdcguard.dev/ticket"] == ticket["metadata"]["name"]
+            )
+            assert rule["metadata"]["annotations"]["sdcguard.dev/device-uuid"] == uuid3
+            record = ticket["spec"]["quarantine"]
+            assert (record["scope"], record["reason"]) == ("Device", "DeviceTainted")
+            assert [(d["index"], d["device"], d["uuid"]) for d in record["devices"]] == [
+                (3, "gpu-3", uuid3)
+            ]
+            assert ticket["spec"]["hardware"]["deviceIDs"] == [uuid3]
+            # The node keeps serving with its other seven GPUs.
+            n = read_node(dra_api, node)
+            assert not n.spec.unschedulable
+            assert not {"sdcguard.dev/quarantined", TESTING} & taint_keys(dra_api, node)
+
+            # kubectl sdc status lists the GPU as out of service.
+            out, err = io.StringIO(), io.StringIO()
+            code = main(
+                ["status", "-o", "json", "--kubeconfig", str(dra_cluster.kubeconfig)],
+                stdout=out,
+                stderr=err,
+            )
+            assert code == 0, err.getvalue()
+            listed = [
+                d for d in json.loads(out.getvalue())["devicesOutOfService"] if d["node"] == node
+            ]
+            assert listed == [
+                {
+                    "node": node,
+                    "device": f"{DRIVER}/{node}/gpu-3",
+                    "uuid": uuid3,
+                    "ticket": ticket["metadata"]["name"],
+                    "rule": rule_name(node, uuid3),
+                }
+            ]
+            table = io.StringIO()
+            main(["status", "--kubeconfig", str(dra_cluster.kubeconfig)], stdout=table)
+            assert "Devices out of service" in table.getvalue()
+
+            # The driver restarts and names the GPU anew: the rule follows its UUID.
+            version = slices_v
+            renamed = {**names, 3: "gpu-3-r"}
+            custom.replace_cluster_custom_object(
+                GROUP,
+                version,
+                SLICES,
+                f"{node}-{DRIVER}",
+                {
+                    **slice_body(node, version, renamed, generation=2),
+                    "metadata": {
+                        "name": f"{node}-{DRIVER}",
+                        "resourceVersion": custom.get_cluster_custom_object(
+                            GROUP, version, SLICES, f"{node}-{DRIVER}"
+                        )["metadata"]["resourceVersion"],
+                    },
+                },
+            )
+            wait_for(
+                lambda: (
+                    _ours(dra, node)
+                    .get(rule_name(node, uuid3), {})
+                    .get("spec", {})
+                    .get("deviceSelector", {})
+                    .get("device")
+                    == "gpu-3-r"
+                ),
+                60,
+                "the rule to follow the renamed device",
+            )
+            assert len(_ours(dra, node)) == 1
+
+            # Repaired: verification re-tests the node with every GPU, then returns it.
+            outcomes[node] = "pass"
+            custom.patch_cluster_custom_object(
+                SDC_GROUP,
+                VERSION,
+                "repairtickets",
+                ticket["metadata"]["name"],
+                {"spec": {"resolution": "Repaired"}},
+            )
+            wait_for(lambda: node_state(dra_api, node) == "Qualified", 120, "return to service")
+            wait_for(lambda: not _ours(dra, node), 30, "our rule removed")
+            (closed,) = list_custom(dra_api, "repairtickets", node)
+            assert closed["status"]["phase"] == "Closed"
+            suites = [t["spec"].get("suite") for t in list_custom(dra_api, "sdctests", node)]
+            assert "repairVerification" in suites
+            assert not taint_keys(dra_api, node) & {"sdcguard.dev/quarantined", TESTING}
+            after = _rules(dra)
+            for name in theirs:
+                assert after[name]["metadata"]["resourceVersion"] == before[name], (
+                    f"{name} is not ours and must never be changed"
+                )
+    finally:
+        for name in theirs:
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, rules_v, RULES, name)
+
+
+def test_a_rule_holding_our_name_is_never_overwritten_or_deleted(
+    dra_api: client.ApiClient, dra: DeviceTaints
+) -> None:
+    """Someone wrote a rule under the name sdcguard would use, and another that carries
+    our node label but not our managed-by label: neither is changed or deleted."""
+    case = new_case()
+    node = f"clash-{case}"
+    version = dra.served_version(RULES)
+    assert version
+    custom = client.CustomObjectsApi(dra_api)
+    gpu = SliceDevice(DRIVER, node, "gpu-0", _uuid(node, 0))
+    (wanted,) = wanted_rules(node, "t-1", "compute on gpu-0", "NoSchedule", [gpu])
+    squatter = foreign_rule(wanted.name, node, "gpu-0", version)
+    lookalike = foreign_rule(f"look-{case}", node, "gpu-1", version)
+    lookalike["metadata"]["labels"]["sdcguard.dev/node"] = node
+    for body in (squatter, lookalike):
+        custom.create_cluster_custom_object(GROUP, version, RULES, body)
+    try:
+        before = {n: r["metadata"]["resourceVersion"] for n, r in _rules(dra).items()}
+        plan = dra.ensure(node, [wanted], prune=False)
+        assert plan.conflicts == (wanted.name,) and not plan.create and not plan.update
+        dra.ensure(node, [], prune=True)
+        after = _rules(dra)
+        for name in (wanted.name, f"look-{case}"):
+            assert after[name]["metadata"]["resourceVersion"] == before[name]
+        assert after[wanted.name]["spec"]["taint"]["key"] == "example.com/maintenance"
+    finally:
+        for name in (wanted.name, f"look-{case}"):
+            with contextlib.suppress(ApiException):
+                custom.delete_cluster_custom_object(GROUP, version, RULES, name)
