@@ -191,6 +191,7 @@ KEPT_FINISHED_STATUS = (
     "completionTime",
     "fingerprintHash",
     "jobName",
+    "dataSeed",  # a confirmation re-run repeats it
 )
 
 
