@@ -199,7 +199,7 @@ def plan_config(
     work = max(budget - (3.0 if backend == "cpu" else 20.0), 2.0)
     if backend == "cpu":
         # Measured on one core per worker (bench/probe): fp32, bf16 and fp64
-        # GEMMs reach their large-GEMM throughput from 256 (0.95-1.0 of the best of
+        # GEMMs reach their large-GEMM throughput from 256 (0.86-1.0 of the best of
         # 128-1024); CPU fp16 has no fast kernel and is fastest small (its
         # throughput falls with size). A round of 256 costs an eighth of one of 512
         # at the same throughput: more, shorter rounds in the same time.

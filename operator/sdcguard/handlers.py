@@ -228,6 +228,7 @@ KEPT_FINISHED_STATUS = (
     "fingerprintHash",
     "jobName",
     "deviceIDs",
+    "dataSeed",  # a confirmation re-run repeats it
 )
 
 

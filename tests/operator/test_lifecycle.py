@@ -149,6 +149,9 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
         )
         assert [t["spec"]["reason"] for t in tests] == ["Join", "Confirmation"]
         assert all(t["status"]["verdict"] == "SDC" for t in tests)
+        # The confirmation repeats the failed screening's own data (its data seed).
+        data_seeds = [t["status"].get("dataSeed") for t in tests]
+        assert data_seeds[0] is not None and data_seeds[1] == data_seeds[0], data_seeds
         golden = next(c for c in tests[0]["status"]["checks"] if c["name"] == "golden")
         assert golden["oddDevice"] == 5 and golden["firstDivergentStep"] == 11
         tickets = list_custom(api_client, "repairtickets", node)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -166,7 +167,7 @@ def _snapshot(name: str, verdict: str, data: int, created: str, node: str = "n1"
 
 def test_a_confirmation_repeats_the_failed_screenings_data() -> None:
     """The operator's choice (adapters.test_runner): a Confirmation test's data seed is
-    that of the node's newest earlier SDC test; any other test gets its own."""
+    that of the node's newest earlier test; any other test gets its own."""
     view = FleetView(
         nodes={},
         tests={
@@ -188,8 +189,25 @@ def test_a_confirmation_repeats_the_failed_screenings_data() -> None:
 
     later = DAY + dt.timedelta(hours=4)
     assert _data_seed_of(test("n1-4", "Confirmation", later), view) == 333
-    before = DAY + dt.timedelta(hours=2, minutes=30)  # only n1-1 failed before it
-    assert _data_seed_of(test("n1-4", "Confirmation", before), view) == 111
+    before = DAY + dt.timedelta(hours=2, minutes=30)  # n1-3 came later: the newest is n1-2
+    assert _data_seed_of(test("n1-4", "Confirmation", before), view) == 222
+    # The view may predate the verdict of the test confirmed (one pass judges it and
+    # starts the confirmation): still running there, its data seed is repeated.
+    running = _snapshot("n1-5", "SDC", 555, "2026-03-04T05:00:00Z")
+    body = running.known
+    assert body is not None
+    still = TestSnapshot(
+        running.name,
+        known=body.__class__(
+            name=body.name,
+            policy=body.policy,
+            created=body.created,
+            facts=dataclasses.replace(body.facts, verdict=None),
+            running=None,
+        ),
+    )
+    stale = FleetView(nodes={}, tests={"n1": [*view.tests["n1"], still]})
+    assert _data_seed_of(test("n1-6", "Confirmation", DAY + dt.timedelta(hours=6)), stale) == 555
     own = _data_seed_of(test("n1-4", "Expiry", later), view)
     assert own == data_seed(None, None, "uid-n1-4", "n1-4") and own not in (111, 222, 333)
 

@@ -64,7 +64,12 @@ def _seed_of(test: SDCTest) -> int:
 
 def _data_seed_of(test: SDCTest, view: FleetView) -> int:
     """The seed of the screening's own data (the rounds no baseline covers): pinned, the
-    confirmed test's for a confirmation re-run, else the test's own (see domain.seeds)."""
+    confirmed test's for a confirmation re-run, else the test's own (see domain.seeds).
+
+    A confirmation confirms the node's newest earlier test. Its verdict is not required
+    here: the view may predate the write of that verdict (the judgement, the confirmation
+    and its Job can come in one pass), and in a chain of re-runs every confirmation
+    carries the first test's data seed on, so the newest earlier one has it too."""
     confirmed: int | None = None
     if test.spec.reason == ScreeningReason.CONFIRMATION:
         created = test.metadata.creation_timestamp
@@ -73,7 +78,6 @@ def _data_seed_of(test: SDCTest, view: FleetView) -> int:
             for body in view.tests.get(test.spec.node_name, [])
             if (known := body.known) is not None
             and known.name != test.metadata.name
-            and known.facts.verdict == Verdict.SDC
             and known.facts.data_seed is not None
             and (created is None or known.created <= created)
         ]

@@ -29,7 +29,7 @@ that one screening's inputs do not trigger gets a fresh chance at the next), plu
 one baseline-checked data set per day.
 
 Repeating data: a **confirmation** re-run takes the data seed of the test it
-confirms (the node's newest earlier test with an SDC verdict), so a data-dependent
+confirms (the node's newest earlier test), so a data-dependent
 defect reproduces instead of being cleared by other data; on the same UTC day it
 shares the seed too. A person can pin both (``spec.seed``, ``spec.dataSeed``;
 ``kubectl sdc test --seed N --data-seed M``); pinning only the seed pins the data
