@@ -22,9 +22,11 @@ a configuration error, never evidence of SDC.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from sdcprobe.config import ProbeConfig
 from sdcprobe.result import (
+    MAX_DEVICE_UUIDS,
     Baseline,
     BaselineStatus,
     CheckResult,
@@ -48,9 +50,15 @@ Metrics = dict[str, int | float | str | None]
 
 
 def build_fingerprint(
-    facts: list[DeviceFacts], device_count: int, config: ProbeConfig
+    facts: list[DeviceFacts],
+    device_count: int,
+    config: ProbeConfig,
+    device_uuids: Sequence[str | None] = (),
 ) -> Fingerprint:
-    """The run's fingerprint from the workers' device facts, device count and config hash."""
+    """The run's fingerprint from the workers' device facts, device count and config hash.
+
+    ``device_uuids[i]`` is device i's identity (None where unknown); kept only when at
+    least one is known and there are at most ``MAX_DEVICE_UUIDS`` devices."""
     first = facts[0]
     models = sorted({f.device_model for f in facts})
     # A node with mixed devices gets a fingerprint of its own rather than borrowing one.
@@ -66,6 +74,11 @@ def build_fingerprint(
         cpu_isa=first.cpu_isa,
         threads=first.threads,
         config_hash=config.config_hash(),
+        device_uuids=(
+            list(device_uuids)
+            if any(device_uuids) and len(device_uuids) <= MAX_DEVICE_UUIDS
+            else []
+        ),
     )
 
 
@@ -324,7 +337,10 @@ def judge(
     inconclusive, and a plan that could not be made (``plan.error``) makes the
     run inconclusive with its reason."""
     facts = [r.facts for _, r in sorted(reports.items()) if r is not None and r.facts is not None]
-    fingerprint = build_fingerprint(facts, len(reports), config) if facts else None
+    uuids = [
+        r.facts.uuid if r is not None and r.facts else None for _, r in sorted(reports.items())
+    ]
+    fingerprint = build_fingerprint(facts, len(reports), config, uuids) if facts else None
     by_site: Counter[str] = Counter()
     for report in reports.values():
         if report is not None:

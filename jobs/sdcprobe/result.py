@@ -47,6 +47,11 @@ CheckName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63
 # bounded, so the fingerprint always fits in a termination message.
 ShortText = Annotated[str, StringConstraints(pattern=r"^[\x20-\x7e]{0,128}$")]
 MetricValue = int | float | str | None
+DeviceUUID = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,64}$")]
+"""A device identity such as ``GPU-5f1c…``: printable ASCII without spaces, bounded."""
+#: Device identities a fingerprint carries at most (it must fit a termination message).
+MAX_DEVICE_UUIDS = 16
+_UNHASHED = frozenset({"hash", "device_uuids"})
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -83,11 +88,21 @@ class Fingerprint(_Closed):
     cpu_isa: ShortText = Field(description="CPU architecture and the SIMD level torch uses.")
     threads: int = Field(ge=0, description="Intra-op threads per device worker.")
     config_hash: ShortText = Field(description="Hash of the check parameters.")
+    device_uuids: list[DeviceUUID | None] = Field(
+        default_factory=list,
+        max_length=MAX_DEVICE_UUIDS,
+        description=(
+            "Device i's identity (a GPU's UUID, as a DRA driver publishes it), null where "
+            "unknown; empty when no device's is known. Not part of the hash: it names "
+            "devices, it does not change their bits."
+        ),
+    )
 
     @staticmethod
     def hash_fields(fields: dict[str, Any]) -> str:
-        """The fingerprint hash of ``fields`` (every field except ``hash``)."""
-        body = {k: v for k, v in fields.items() if k != "hash"}
+        """The fingerprint hash of ``fields`` (every field except ``hash`` and the
+        device identities)."""
+        body = {k: v for k, v in fields.items() if k not in _UNHASHED}
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

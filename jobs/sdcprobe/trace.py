@@ -153,6 +153,8 @@ class DeviceFacts(BaseModel):
     torch_xla: str | None = None
     cpu_isa: str
     threads: int
+    uuid: str | None = None
+    """The device's identity (a GPU's ``GPU-…`` UUID), when it can be read."""
 
 
 class WorkerReport(BaseModel):
