@@ -143,6 +143,10 @@ class Heartbeats:
         self.rounds = 0
         self.last_round_seconds = 0.0
 
+    def uids(self) -> dict[str, str]:
+        """The registered nodes' uids (for objects the nodes own)."""
+        return {name: beat.uid for name, beat in self._beats.items()}
+
     def register_all(self) -> dict[str, str]:
         """Create each Node (or adopt an existing one); returns what happened per node."""
         outcome: dict[str, str] = {}
