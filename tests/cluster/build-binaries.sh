@@ -198,6 +198,17 @@ PY
   rm -rf "$TOOLS_BIN"; mv "$TOOLS_BIN.tmp" "$TOOLS_BIN"; rm -rf "$tmp"
 }
 
+PATHS="$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+# Everything there already: no lock, so a build of another version in the same
+# cache does not hold up test runs of this one.
+if [ -x "$TOOLS_BIN/helm" ] && [ -x "$TOOLS_BIN/kubectl" ] && [ -x "$ETCD_BIN/etcd" ] \
+  && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
+  && [ -x "$K8S_BIN/kube-scheduler" ] && [ -x "$NODE_BIN/kubelet" ] \
+  && [ -x "$TESTBIN/deviceplugin" ] && [ -x "$TESTBIN/pause" ]; then
+  echo "$PATHS"
+  exit 0
+fi
+
 # One build at a time per cache (two test runs starting together would
 # otherwise both compile Kubernetes on the same cores).
 mkdir -p "$CACHE"
@@ -207,4 +218,4 @@ fetch_tools
 build_etcd
 build_k8s
 build_node
-echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+echo "$PATHS"
