@@ -92,3 +92,10 @@ def test_a_node_without_published_gpus_gets_no_slice() -> None:
     node = fleet({"name": "trn", "instanceType": "trn1.32xlarge"}).nodes[0]
     with pytest.raises(ValueError, match="no NVIDIA GPU"):
         resource_slice_manifest(node)
+
+
+def test_the_simulated_driver_is_the_one_the_operator_resolves() -> None:
+    from sdcguard.domain import dra as domain_dra
+    from sdcguard.sim import dra as sim_dra
+
+    assert sim_dra.NVIDIA_GPU_DRIVER == domain_dra.NVIDIA_GPU_DRIVER

@@ -32,13 +32,15 @@ from typing import Any
 
 import structlog
 
-from sdcguard.domain.dra import NVIDIA_GPU_DRIVER
 from sdcguard.sim.commands import gpu_uuids
 from sdcguard.sim.fleet import NodeConfig
 from sdcguard.sim.kube import Kube, status_of
 
 log = structlog.get_logger("sdcguard.sim")
 
+#: The driver the simulator plays (the simulator stays outside the operator's
+#: import graph, so this is not ``sdcguard.domain.dra.NVIDIA_GPU_DRIVER``).
+NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 RESOURCE_API = "resource.k8s.io/v1"
 DEVICE_CLASS = NVIDIA_GPU_DRIVER
 """The DeviceClass NVIDIA's chart installs for whole GPUs (same name as the driver)."""
