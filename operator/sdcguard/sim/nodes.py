@@ -27,7 +27,7 @@ from sdcguard.sim.kube import Kube, status_of
 
 log = structlog.get_logger("sdcguard.sim")
 
-KUBELET_VERSION = "v1.34.4"
+KUBELET_VERSION = "v1.37.2"
 LEASE_DURATION_SECONDS = 40
 #: A heartbeat round later than this means the node-lifecycle controller may
 #: have marked the node Unknown; the next Ready=True is a fresh transition.
