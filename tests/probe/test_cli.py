@@ -144,13 +144,22 @@ def test_late_onset_is_located(tmp_path: Path) -> None:
 
 
 def test_fault_on_one_device_names_it(tmp_path: Path) -> None:
+    # The GPUs this container may use, by UUID, as the NVIDIA toolkit sets it.
+    uuids = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"]
     spec = write_faults(tmp_path, {"site": "*", "rate": 1e-3, "bits": "hi-mant", "device": 1})
-    run = run_cli([*RUN, "--faults", spec, "--allow-fault-injection"], tmp_path)
+    run = run_cli(
+        [*RUN, "--faults", spec, "--allow-fault-injection"],
+        tmp_path,
+        env={"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)},
+    )
     assert run.rc == 1, run.stderr[-3000:]
     for name in ("compute", "memory", "golden"):
         check = run.check(name)
         assert check["verdict"] == "fail" and check["odd_device"] == 1, check
     assert run.check("collective")["odd_device"] == 1
+    # The odd device's identity, the name a DRA driver publishes it under.
+    assert run.doc["devices"] == uuids
+    assert json.loads(run.termination or "{}")["devices"][1] == uuids[1]
 
 
 def test_deterministic_defect_on_every_device_needs_the_baseline(

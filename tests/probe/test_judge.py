@@ -182,7 +182,7 @@ def test_device_id_comes_from_the_device_plugins_uuids(monkeypatch) -> None:
     import torch
 
     from sdcprobe.backends import Backend
-    from sdcprobe.fingerprint import device_id
+    from sdcprobe.fingerprint import device_uuid as device_id
 
     cpu = torch.device("cpu")
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-1111-aaaa, GPU-2222-bbbb")

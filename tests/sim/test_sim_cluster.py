@@ -24,6 +24,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.sim import SimOptions, Simulator, parse_fleet
+from sdcguard.sim.commands import gpu_uuids
 from sdcguard.sim.kube import TICKETS_PATH, Kube
 from sdcguard.sim.workloads import WorkloadRequest, workload_pod
 from tests.cluster.localcluster import LocalCluster
@@ -298,6 +299,9 @@ def test_probe_jobs_run_the_real_probe_one_at_a_time(env: Env) -> None:
     result = json.loads(term["message"])
     assert result["kind"] == "sdcprobe.result" and result["verdict"] == "pass"
     assert len(term["message"].encode()) <= 4096
+    # The simulated kubelet gave the probe its GPUs' UUIDs (NVIDIA_VISIBLE_DEVICES):
+    # simulated device i is the node's GPU i, named as a DRA driver publishes it.
+    assert result["devices"] == gpu_uuids(env.healthy, 8)[:2]
 
     bad = wait_for(finished(env, lambda: env.job_pod("probe-sick")), 90, "the sick node's probe")
     assert bad["status"]["phase"] == "Failed"

@@ -146,6 +146,7 @@ class NodeDefaults(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintItem] = Field(default_factory=list)
     cpu_devices: int = Field(default=2, ge=1, le=64)
+    dra: bool = False
 
 
 class NodeEntry(_Model):
@@ -165,6 +166,9 @@ class NodeEntry(_Model):
     cpu_devices: int | None = Field(default=None, ge=1, le=64)
     """``--cpu-devices`` for probes on this node when the pod does not set it."""
     fault_profile: FaultProfile | None = None
+    dra: bool | None = None
+    """Publish the node's GPUs as NVIDIA's DRA driver does (ResourceSlices of
+    ``gpu.nvidia.com``); NVIDIA GPU instance types only. Default: ``defaults.dra``."""
 
     @field_validator("instance_type")
     @classmethod
@@ -271,6 +275,8 @@ class NodeConfig:
     """The name the host's system UUID and machine ID derive from ("": the node's name); a
     host that registers again under another Node name keeps its old one (and its
     provider_id)."""
+    dra: bool = False
+    """Its GPUs are published through DRA (``sdcguard.sim.dra``)."""
 
 
 @dataclass(frozen=True)
@@ -336,6 +342,12 @@ def _resolve(
     itype = CATALOGUE[entry.instance_type]
     pool = entry.pool or itype.name.replace(".", "-")
     taints = tuple(entry.taints if entry.taints is not None else fleet.defaults.taints)
+    dra = entry.dra if entry.dra is not None else fleet.defaults.dra
+    if dra and (itype.accelerator_resource != "nvidia.com/gpu" or itype.accelerator_count < 1):
+        return [], (
+            f"dra: instance type {itype.name} has no NVIDIA GPUs; only NVIDIA GPU nodes "
+            "publish ResourceSlices (driver gpu.nvidia.com)"
+        )
     nodes = []
     for i, name in enumerate(entry.node_names()):
         if len(name) > 63 or not _DNS_SUBDOMAIN.match(name):
@@ -367,6 +379,7 @@ def _resolve(
                 fault_profile=entry.fault_profile,
                 provider_id=_provider_id(itype, zone, name),
                 internal_ip=_fake_ip(name),
+                dra=dra,
             )
         )
     return nodes, None

@@ -44,6 +44,7 @@ from sdcguard.sim.commands import command_env, gpu_uuids, local_argv, service_en
 from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
 from sdcguard.sim.kube import JsonDict, Kube, ListWatch, retry_call
 from sdcguard.sim.pods import (
+    Container,
     PodKind,
     PodView,
     container_env,
@@ -123,6 +124,14 @@ def run_seconds(pod: PodView) -> float:
         return max(0.0, float(raw)) if raw is not None else DEFAULT_RUN_SECONDS
     except ValueError:
         return DEFAULT_RUN_SECONDS
+
+
+def _requested(container: Container, resource: str | None) -> int:
+    """How many of the extended ``resource`` the container asks for (limits, else requests)."""
+    if resource is None:
+        return 0
+    raw = container.resources.limits.get(resource) or container.resources.requests.get(resource)
+    return int(raw) if raw and raw.isdigit() else 0
 
 
 def _probe_base_env() -> dict[str, str]:
@@ -440,6 +449,11 @@ class SimKubelet:
         assert container is not None
         host_ip = node.internal_ip
         env = container_env(pod, container, host_ip)
+        gpus = _requested(container, node.instance_type.accelerator_resource)
+        if node.instance_type.accelerator_resource == "nvidia.com/gpu" and gpus:
+            # As the NVIDIA toolkit gives a container its GPUs: by UUID. The probe's
+            # simulated device i is the node's GPU i.
+            env.setdefault("NVIDIA_VISIBLE_DEVICES", ",".join(gpu_uuids(task.node, gpus)))
         command = [expand(c, env) for c in container.command]
         args = [expand(a, env) for a in container.args]
         poddir = (
@@ -578,10 +592,7 @@ class SimKubelet:
         resource = node.instance_type.accelerator_resource
         if resource is None:
             return []
-        want = 0
-        for c in task.pod.spec.containers:
-            raw = c.resources.limits.get(resource) or c.resources.requests.get(resource) or "0"
-            want += int(raw) if raw.isdigit() else 0
+        want = sum(_requested(c, resource) for c in task.pod.spec.containers)
         with self._lock:
             held = self._gpus_held.setdefault(task.node, {})
             taken = {i for used in held.values() for i in used}

@@ -27,7 +27,7 @@ from sdcguard.sim.kube import Kube, status_of
 
 log = structlog.get_logger("sdcguard.sim")
 
-KUBELET_VERSION = "v1.34.4"
+KUBELET_VERSION = "v1.37.2"
 LEASE_DURATION_SECONDS = 40
 #: A heartbeat round later than this means the node-lifecycle controller may
 #: have marked the node Unknown; the next Ready=True is a fresh transition.
@@ -143,6 +143,10 @@ class Heartbeats:
         self._thread: threading.Thread | None = None
         self.rounds = 0
         self.last_round_seconds = 0.0
+
+    def uids(self) -> dict[str, str]:
+        """The registered nodes' uids (for objects the nodes own)."""
+        return {name: beat.uid for name, beat in self._beats.items()}
 
     def register_all(self) -> dict[str, str]:
         """Create each Node (or adopt an existing one); returns what happened per node."""

@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 from kubernetes import client
 
+from sdcguard.sim.dra import DraPublisher
 from sdcguard.sim.fleet import FLEET_LABEL, FaultProfile, Fleet
 from sdcguard.sim.kube import Kube, status_of
 from sdcguard.sim.kubelet import SimKubelet
@@ -90,6 +91,7 @@ class Simulator:
         self.heartbeats = Heartbeats(
             self.kube, fleet.nodes, interval=self.options.heartbeat_seconds
         )
+        self.dra = DraPublisher(self.kube, fleet.nodes)
         self.kubelet = SimKubelet(
             self.kube, self.state, self.timers, max_parallel=parallel, workdir=workdir / "pods"
         )
@@ -131,6 +133,7 @@ class Simulator:
 
     def start(self) -> None:
         outcome = self.heartbeats.register_all()
+        self.dra.publish_all(self.heartbeats.uids())
         self.timers.start()
         self.heartbeats.start()
         self.kubelet.start()
@@ -153,6 +156,7 @@ class Simulator:
             max_parallel_probes=self.state.max_parallel_probes,
             workloads=self.workloads is not None,
             repair=self.repair is not None,
+            dra_nodes=len(self.dra.nodes),
             workdir=str(self.workdir),
         )
 
@@ -203,6 +207,7 @@ class Simulator:
             meta = pod["metadata"]
             with contextlib.suppress(Exception):
                 self.kube.force_delete_pod(meta["namespace"], meta["name"], meta["uid"])
+        self.dra.unpublish_all()
         for name in names:
             for delete in (self.kube.delete_lease, self.kube.delete_node):
                 try:
