@@ -6,9 +6,10 @@ names a device by its index in the probe Pod and, where it can read it, by the
 GPU's UUID (the probe result's ``devices``, kept as the SDCTest's
 ``status.deviceIDs``). NVIDIA's DRA driver (driver ``gpu.nvidia.com``) publishes
 one pool per node, named after the node, with one device per GPU named
-``gpu-<minor>`` and the GPU's UUID in its ``uuid`` attribute. The device's minor number and the probe's device index are different
-numbers (a container sees only its GPUs, in CUDA's order), so a device is matched
-by UUID only, never by guessing a name from an index.
+``gpu-<minor>`` and the GPU's UUID in its ``uuid`` attribute. The device's minor
+number and the probe's device index are different numbers (a container sees only
+its GPUs, in CUDA's order), so a device is matched by UUID only, never by guessing a
+name from an index.
 
 :func:`published_devices` reads a node's devices out of ResourceSlice objects
 (dicts as the API returns them, camelCase); :func:`resolve_device` turns
