@@ -4,8 +4,8 @@ Kubernetes 1.37 serves DeviceTaintRule as resource.k8s.io/v1 (GA, on by default)
 Before that it needs the DRADeviceTaints feature gate and, for the alpha API (1.33-1.35,
 checked on the 1.34.4 build: resource.k8s.io/v1alpha3 serves devicetaintrules, v1
 serves resourceslices), runtime-config resource.k8s.io/v1alpha3=true; 1.36 serves it as
-v1beta2. The session's shared control plane is started without those flags, so these
-tests start their own.
+v1beta2. The session's shared control plane is started without those flags, so before
+1.37 these tests start their own; from 1.37 on they use the shared one.
 """
 
 from __future__ import annotations
@@ -47,8 +47,12 @@ def apiserver_minor() -> int:
 
 
 @pytest.fixture(scope="session")
-def dra_cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(extra_apiserver_args=device_taint_args(apiserver_minor())) as c:
+def dra_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    args = device_taint_args(apiserver_minor())
+    if not args:  # 1.37 on: the session's own control plane serves them
+        yield request.getfixturevalue("cluster")
+        return
+    with LocalCluster(extra_apiserver_args=args) as c:
         yield c
 
 
