@@ -274,9 +274,9 @@ class RealNodeScript:
     def _screening_due(self, view: RecorderView) -> bool:
         """The first manual screening, or another after one that ended Inconclusive (a
         probe starved of CPU on a loaded machine gets no result: no evidence either way),
-        at most three."""
+        at most six."""
         manual = [t for t in view.tests_of(self.node) if t.reason == "Manual"]
-        if self.asked >= 3 or len(manual) != self.asked:
+        if self.asked >= 6 or len(manual) != self.asked:
             return False
         return not manual or (manual[-1].finished and manual[-1].verdict == "Inconclusive")
 
