@@ -130,6 +130,9 @@ def test_notes_say_what_to_do_next(release: Release) -> None:
 
 # (verb, resource, namespace or "*" for all namespaces or "" for cluster-scoped)
 ALLOWED = [
+    # A Pod's top owner, read one object at a time for the blast radius (get, never list).
+    ("get", "jobs.batch", "default"),
+    ("get", "statefulsets.apps", "team-a"),
     ("list", "nodes", ""),
     ("watch", "nodes", ""),
     ("patch", "nodes", ""),
@@ -167,7 +170,7 @@ DENIED = [
     ("create", "jobs.batch", "default"),
     ("create", "jobs.batch", "*"),
     ("delete", "jobs.batch", "default"),
-    ("get", "jobs.batch", "default"),
+    ("patch", "statefulsets.apps", "*"),
     ("delete", "pods", "{ns}"),
     ("delete", "pods", "*"),
     ("create", "pods", "{ns}"),

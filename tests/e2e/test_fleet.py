@@ -125,7 +125,10 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
     verifications = [
         t.verdict for t in view.tests_of(REPEAT_OFFENDER) if t.reason == "RepairVerification"
     ]
-    assert verifications == ["SDC", "Pass"], verifications
+    # An Inconclusive verification (a probe starved of CPU on a loaded machine) is run
+    # again and decides nothing: the verdicts are the first failure and the later pass.
+    decided = [v for v in verifications if v != "Inconclusive"]
+    assert decided == ["SDC", "Pass"], verifications
 
     # The intermittent node: two consecutive runs that found the fault (a failure and its
     # confirmation) must have quarantined it. (It may also be quarantined otherwise: a
