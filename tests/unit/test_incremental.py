@@ -360,6 +360,50 @@ def test_a_ticket_born_retired_gets_its_retired_status_after_an_interruption() -
     assert [h["phase"] for h in restored[0]["history"]] == ["Open", "Retired"]
 
 
+def test_a_ticket_whose_open_status_was_lost_still_opens_its_history() -> None:
+    """The repair side took the ticket (spec.external) before its Open status came (the
+    node patch after the ticket's creation conflicted): the first phase written, InRepair,
+    comes after an Open entry dated at the ticket's creation, at the cycle it began."""
+    statuses: list[dict[str, Any]] = []
+
+    class _Statuses(_Spy):
+        def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> None:
+            statuses.append(status)
+            super().patch_custom_status(plural, name, status)
+
+    metrics = Metrics()
+    writer = _Statuses(api=client.ApiClient(), metrics=metrics, dry_run=True)
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    created = keys.format_time(NOW - dt.timedelta(seconds=5))
+    ticket = observe.TicketSnapshot.from_body(
+        {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "RepairTicket",
+            "metadata": {"name": "t-1", "resourceVersion": "7", "creationTimestamp": created},
+            "spec": {
+                "nodeName": "gpu-0",
+                "policyRef": "fleet",
+                "hardware": {"providerID": "p-1", "cyclesBefore": 1},
+                "external": {"system": "sim", "id": "SIM-1"},
+            },
+        }
+    )
+    node = _node_body("gpu-0", **{keys.OWNED_TAINTS: "sdcguard.dev/quarantined"})
+    node = dataclasses.replace(
+        node,
+        labels={**node.labels, keys.LABEL_STATE: "Quarantined"},
+        taints=(Taint("sdcguard.dev/quarantined", "NoSchedule"),),
+    )
+    view = _view({"gpu-0": node})
+    view.tickets = {"gpu-0": [ticket]}
+    rec.run_pass(_policy_body(1), view, NOW)
+    written = [s for s in statuses if s.get("phase") == "InRepair"]
+    assert len(written) == 1, statuses
+    assert [h["phase"] for h in written[0]["history"]] == ["Open", "InRepair"]
+    assert written[0]["history"][0]["time"] == created
+    assert (written[0]["openedAt"], written[0]["cycle"]) == (created, 2)
+
+
 def test_a_karpenter_nodes_node_claim_is_kept_in_the_trimmed_node() -> None:
     """Replace deletes the NodeClaim of a Node Karpenter launched: the trimmed Node keeps
     that owner (and no other owner reference)."""

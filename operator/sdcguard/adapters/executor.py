@@ -568,12 +568,27 @@ class Executor(TestRunner):
         status = ticket.status if ticket and ticket.status else None
         if status is not None and status.phase == phase:
             return
+        fields = ["phase", "history"]
+        if status is None and ticket is not None:
+            # Its Open status never came (the node patch after its creation conflicted,
+            # or the operator died there) and a later phase comes first: the history
+            # still begins where the ticket opened, at the cycle it began.
+            opened = ticket.metadata.creation_timestamp or _second(now)
+            first = HistoryEntry(
+                time=opened, phase=TicketPhase.OPEN, message="opened (status written late)"
+            )
+            status = RepairTicketStatus(
+                phase=TicketPhase.OPEN,
+                cycle=ticket.spec.hardware.cycles_before + 1,
+                opened_at=opened,
+                history=[first],
+            )
+            fields += ["cycle", "opened_at"]
         entry = HistoryEntry(time=_second(now), phase=phase, message=bounded(message))
         history = [*(status.history if status else []), entry][-256:]
         new = (status or RepairTicketStatus()).model_copy(
             update={"phase": phase, "history": history, "closed_at": _second(now)}
         )
-        fields = ["phase", "history"]
         if phase in (TicketPhase.CLOSED, TicketPhase.RETIRED):
             fields.append("closed_at")
         self.writer.patch_custom_status("repairtickets", name, to_patch(new, *fields))
