@@ -322,10 +322,10 @@ def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
     assert rec.last_counts["ticket-status-restored"] == 1
 
 
-def test_a_ticket_born_retired_gets_its_retired_status_after_an_interruption() -> None:
-    """The hardware had no repair cycle left: the ticket was created, the node retired,
-    and the operator died before the ticket's status. It is restored Retired, at the
-    cycle it began (the hardware's earlier cycles plus one), not Open at cycle 1."""
+def _ticket_statuses_of_a_pass(
+    node: NodeSnapshot, ticket: observe.TicketSnapshot
+) -> list[dict[str, Any]]:
+    """The ticket status patches one full pass over ``node`` and its ``ticket`` writes."""
     statuses: list[dict[str, Any]] = []
 
     class _Statuses(_Spy):
@@ -336,6 +336,16 @@ def test_a_ticket_born_retired_gets_its_retired_status_after_an_interruption() -
     metrics = Metrics()
     writer = _Statuses(api=client.ApiClient(), metrics=metrics, dry_run=True)
     rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    view = _view({"gpu-0": node})
+    view.tickets = {"gpu-0": [ticket]}
+    rec.run_pass(_policy_body(1), view, NOW)
+    return statuses
+
+
+def test_a_ticket_born_retired_gets_its_retired_status_after_an_interruption() -> None:
+    """The hardware had no repair cycle left: the ticket was created, the node retired,
+    and the operator died before the ticket's status. It is restored Retired, at the
+    cycle it began (the hardware's earlier cycles plus one), not Open at cycle 1."""
     created = keys.format_time(NOW - dt.timedelta(minutes=2))
     ticket = observe.TicketSnapshot.from_body(
         {
@@ -351,9 +361,7 @@ def test_a_ticket_born_retired_gets_its_retired_status_after_an_interruption() -
     )
     node = _node_body("gpu-0")
     node = dataclasses.replace(node, labels={**node.labels, keys.LABEL_STATE: "Retired"})
-    view = _view({"gpu-0": node})
-    view.tickets = {"gpu-0": [ticket]}
-    rec.run_pass(_policy_body(1), view, NOW)
+    statuses = _ticket_statuses_of_a_pass(node, ticket)
     restored = [s for s in statuses if "openedAt" in s]
     assert len(restored) == 1
     assert (restored[0]["phase"], restored[0]["cycle"]) == ("Retired", 3)
@@ -364,16 +372,6 @@ def test_a_ticket_whose_open_status_was_lost_still_opens_its_history() -> None:
     """The repair side took the ticket (spec.external) before its Open status came (the
     node patch after the ticket's creation conflicted): the first phase written, InRepair,
     comes after an Open entry dated at the ticket's creation, at the cycle it began."""
-    statuses: list[dict[str, Any]] = []
-
-    class _Statuses(_Spy):
-        def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> None:
-            statuses.append(status)
-            super().patch_custom_status(plural, name, status)
-
-    metrics = Metrics()
-    writer = _Statuses(api=client.ApiClient(), metrics=metrics, dry_run=True)
-    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
     created = keys.format_time(NOW - dt.timedelta(seconds=5))
     ticket = observe.TicketSnapshot.from_body(
         {
@@ -394,9 +392,7 @@ def test_a_ticket_whose_open_status_was_lost_still_opens_its_history() -> None:
         labels={**node.labels, keys.LABEL_STATE: "Quarantined"},
         taints=(Taint("sdcguard.dev/quarantined", "NoSchedule"),),
     )
-    view = _view({"gpu-0": node})
-    view.tickets = {"gpu-0": [ticket]}
-    rec.run_pass(_policy_body(1), view, NOW)
+    statuses = _ticket_statuses_of_a_pass(node, ticket)
     written = [s for s in statuses if s.get("phase") == "InRepair"]
     assert len(written) == 1, statuses
     assert [h["phase"] for h in written[0]["history"]] == ["Open", "InRepair"]
