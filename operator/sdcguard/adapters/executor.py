@@ -515,17 +515,17 @@ class Executor(TestRunner):
         """A new ticket's first status: Open at the repair cycle it begins; Retired at
         once (closed) when the hardware has no cycle left."""
         at = _second(now)
-        history = [HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))]
+        status = _opened(at, cycle, message)
         if retired:
             why = f"retired: repair cycle {cycle} is past the policy's maxRepairCycles"
-            history.append(HistoryEntry(time=at, phase=TicketPhase.RETIRED, message=why))
-        status = RepairTicketStatus(
-            phase=TicketPhase.RETIRED if retired else TicketPhase.OPEN,
-            cycle=max(1, cycle),
-            opened_at=at,
-            closed_at=at if retired else None,
-            history=history,
-        )
+            retire = HistoryEntry(time=at, phase=TicketPhase.RETIRED, message=why)
+            status = status.model_copy(
+                update={
+                    "phase": TicketPhase.RETIRED,
+                    "closed_at": at,
+                    "history": [*status.history, retire],
+                }
+            )
         fields = ["phase", "cycle", "opened_at", "history"] + (["closed_at"] if retired else [])
         self.writer.patch_custom_status("repairtickets", name, to_patch(status, *fields))
 
@@ -574,15 +574,8 @@ class Executor(TestRunner):
             # or the operator died there) and a later phase comes first: the history
             # still begins where the ticket opened, at the cycle it began.
             opened = ticket.metadata.creation_timestamp or _second(now)
-            first = HistoryEntry(
-                time=opened, phase=TicketPhase.OPEN, message="opened (status written late)"
-            )
-            status = RepairTicketStatus(
-                phase=TicketPhase.OPEN,
-                cycle=ticket.spec.hardware.cycles_before + 1,
-                opened_at=opened,
-                history=[first],
-            )
+            cycle = ticket.spec.hardware.cycles_before + 1
+            status = _opened(opened, cycle, "opened (status written late)")
             fields += ["cycle", "opened_at"]
         entry = HistoryEntry(time=_second(now), phase=phase, message=bounded(message))
         history = [*(status.history if status else []), entry][-256:]
@@ -691,3 +684,11 @@ _LIFECYCLE_ACTIONS = get_args(Action)
 def _actions(steps: tuple[Step, ...]) -> list[Action]:
     """The node-patch stage's steps (all lifecycle actions) for ``plan_node_patch``."""
     return [s for s in steps if isinstance(s, _LIFECYCLE_ACTIONS)]
+
+
+def _opened(at: dt.datetime, cycle: int, message: str) -> RepairTicketStatus:
+    """A ticket's status as it opens: Open at ``at``, at repair cycle ``cycle``."""
+    entry = HistoryEntry(time=at, phase=TicketPhase.OPEN, message=bounded(message))
+    return RepairTicketStatus(
+        phase=TicketPhase.OPEN, cycle=max(1, cycle), opened_at=at, history=[entry]
+    )
