@@ -3,10 +3,13 @@
 Index handlers return ``{}`` (never None) for an object that no longer belongs in
 an index: Kopf keeps an object's previous entry when its handler returns None.
 
-Nodes, Pods and probe Jobs are not Kopf's: ``adapters/inventory.py`` lists them
-page by page and then watches them (Kopf's initial indexing costs time in the
-square of the object count), keeping slim snapshots in memory and writing no
-bookkeeping to them, so a node with nothing to do costs zero writes. Every
+Nodes, Pods, probe Jobs and our own SDCTests, RepairTickets and SDCHardware records
+are not Kopf's to index: ``adapters/inventory.py`` lists them page by page and then
+watches them (Kopf's initial indexing costs time in the square of the object count,
+and these kinds grow with the fleet), keeping slim snapshots in memory and writing no
+bookkeeping to them, so a node with nothing to do costs zero writes. Kopf keeps the
+few policies and baselines (indexes), the policy daemons, the ticket timer and the
+SDCReport events. Every
 change marks the nodes it is about dirty; one daemon per SDCPolicy then runs a
 reconcile pass (debounced), and a periodic resync catches anything time-driven
 (idle windows, expiry, back-off). All decisions are made by ``sdcguard.domain``
@@ -29,13 +32,12 @@ import structlog
 from pydantic import ValidationError
 
 from sdcguard.adapters import observe, reports, ticket_sinks
-from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.leader import LeaderElector
-from sdcguard.adapters.pass_state import FleetView, TestSnapshot, UrgentWork
+from sdcguard.adapters.pass_state import FleetView, UrgentWork
 from sdcguard.adapters.reconciler import Reconciler
-from sdcguard.api import GROUP, VERSION, SDCBaseline, SDCPolicy, SDCTestPhase
+from sdcguard.api import GROUP, VERSION, SDCBaseline, SDCPolicy
 from sdcguard.api.policy import NodeSelector
 from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.logs import configure_logging
@@ -86,8 +88,9 @@ class Runtime:
         self.inventory = inventory or Inventory(
             reconciler.writer.api, settings.namespace, test_node=lambda _: None, clock=_now
         )
-        """Nodes, workload Pods, probe Pods and Jobs: listed in pages, then watched (a
-        standby replica's is handed in already warm)."""
+        """Nodes, workload Pods, probe Pods and Jobs, SDCTests, RepairTickets and
+        SDCHardware: listed in pages, then watched (a standby replica's is handed in
+        already warm)."""
         self.inventory.test_node = lambda test: reconciler.test_nodes.get(test)
         # The workload records are written, so only the leader keeps them.
         self.inventory.keep_records(reconciler.writer, settings.workload_record_seconds)
@@ -217,68 +220,6 @@ async def stop_inventory(memo: kopf.Memo, **_: Any) -> None:
     _rt(memo).inventory.stop()
 
 
-FINISHED_PHASES = frozenset(p.value for p in SDCTestPhase if p.finished)
-KEPT_FINISHED_STATUS = (
-    "phase",
-    "verdict",
-    "reason",
-    "message",
-    "startTime",
-    "completionTime",
-    "fingerprintHash",
-    "jobName",
-    "deviceIDs",
-    "dataSeed",  # a confirmation re-run repeats it
-)
-
-
-def _trim_test(body: kopf.Body) -> dict[str, Any]:
-    """An SDCTest as the operator reads it: a finished one keeps its outcome and each
-    check's name, verdict and where it located a fault (for the RepairTicket), not
-    digests, metrics or conditions (kubectl shows those)."""
-    trimmed = observe.trim_own(body)
-    status = trimmed.get("status") or {}
-    if status.get("phase") in FINISHED_PHASES:
-        kept = {k: status[k] for k in KEPT_FINISHED_STATUS if k in status}
-        kept["checks"] = [
-            {
-                k: c[k]
-                for k in (
-                    "name",
-                    "verdict",
-                    "oddDevice",
-                    "firstDivergentStep",
-                    "firstDivergentSubmodule",
-                )
-                if k in c
-            }
-            for c in status.get("checks") or []
-            if isinstance(c, dict)
-        ]
-        trimmed["status"] = kept
-    return trimmed
-
-
-@kopf.index(GROUP, VERSION, "sdctests")
-async def tests_index(
-    body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
-) -> dict[str, TestSnapshot]:
-    rt = _rt(memo)
-    node = str(spec.get("nodeName", ""))
-    _poke(rt, [node])
-    return {node: TestSnapshot.from_body(_trim_test(body))}
-
-
-@kopf.index(GROUP, VERSION, "repairtickets")
-async def tickets_index(
-    body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **_: Any
-) -> dict[str, observe.TicketSnapshot]:
-    rt = _rt(memo)
-    node = str(spec.get("nodeName", ""))
-    _poke(rt, [node])
-    return {node: observe.TicketSnapshot.from_body(body)}
-
-
 @kopf.index(GROUP, VERSION, "sdcpolicies")
 async def policies_index(
     name: str, spec: kopf.Spec, meta: kopf.Meta, memo: kopf.Memo, **_: Any
@@ -311,28 +252,11 @@ async def baselines_index(
         return {}
 
 
-@kopf.index(GROUP, VERSION, "sdchardwares")
-async def hardware_index(
-    body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
-) -> dict[str, HardwareRecord]:
-    """Every SDCHardware (only failing hardware has one), parsed once here; an unreadable
-    one is left out (logged) and counts nothing. A change makes the loops look again."""
-    rt = _rt(memo)
-    _poke(rt)
-    record = HardwareRecord.from_body(body)
-    return {} if record is None else {name: record}
-
-
 # The reconcile loop ----------------------------------------------------------
 
 
-INDEX_NAMES = (
-    "tests_index",
-    "tickets_index",
-    "baselines_index",
-    "policies_index",
-    "hardware_index",
-)
+INDEX_NAMES = ("baselines_index", "policies_index")
+"""Kopf's indexes a pass reads: only kinds that stay few (the rest is the inventory's)."""
 
 
 def _urgent_view(
@@ -354,7 +278,7 @@ def _urgent_view(
 def _view(
     rt: Runtime, indexes: dict[str, kopf.Index[str, Any]], only: frozenset[str] | None = None
 ) -> FleetView:
-    """A consistent copy of the inventory and the indexes for one pass (they change
+    """A consistent copy of the inventory and Kopf's indexes for one pass (they change
     while it runs).
 
     ``only``: just these nodes' entries (and their tests' Pods and Jobs), for urgent
@@ -363,16 +287,10 @@ def _view(
     def first(store: kopf.Store[Any]) -> Any:
         return next(iter(store))
 
-    def all_of(name: str, keys: Iterable[str] | None = None) -> dict[str, list[Any]]:
-        index = indexes[name]
-        if keys is None:
-            return {k: list(v) for k, v in index.items()}
-        return {k: list(index[k]) for k in keys if k in index}
-
     inv = rt.inventory
     pending = inv.pending()
     baselines = {k: first(v) for k, v in indexes["baselines_index"].items()}
-    records = {k: first(v) for k, v in indexes["hardware_index"].items()}
+    records = inv.hardware_records()
     policies = {k: first(v) for k, v in indexes["policies_index"].items()}
     if only is None:
         return FleetView(
@@ -380,8 +298,8 @@ def _view(
             busy=inv.busy(),
             probe_pods=inv.probe_pods_by_test(),
             probe_jobs=inv.probe_jobs_by_test(),
-            tests=all_of("tests_index"),
-            tickets=all_of("tickets_index"),
+            tests=inv.tests_by_node(),
+            tickets=inv.tickets_by_node(),
             last_busy=dict(inv.last_busy),
             pending=pending,
             baselines=baselines,
@@ -390,7 +308,7 @@ def _view(
             hardware=records,
             id_holders=lambda node: inv.id_holders([node]),
         )
-    tests = all_of("tests_index", only)
+    tests = inv.tests_by_node(only)
     names = [t.name for snapshots in tests.values() for t in snapshots]
     return FleetView(
         nodes=inv.node_bodies(only),
@@ -398,7 +316,7 @@ def _view(
         probe_pods=inv.probe_pods_by_test(names),
         probe_jobs=inv.probe_jobs_by_test(names),
         tests=tests,
-        tickets=all_of("tickets_index", only),
+        tickets=inv.tickets_by_node(only),
         last_busy={k: v for k in only if (v := inv.last_busy.get(k)) is not None},
         pending=pending,
         baselines=baselines,

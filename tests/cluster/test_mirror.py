@@ -18,7 +18,7 @@ from sdcguard.adapters.mirror import Change, Kind, Mirror, object_key, retrying_
 from sdcguard.domain.observed import NodeSnapshot
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import wait_for
+from tests.operator.harness import apply_crds, wait_for
 
 CASE_LABEL = "sdcguard.test/mirror-case"
 
@@ -202,6 +202,7 @@ def test_the_inventory_says_when_a_workload_stops_using_a_node(
 ) -> None:
     """A Pod holding a GPU on a node, then finished: the node is poked both times, its
     idle time counts from the end, and a pod asking for GPUs unscheduled is demand."""
+    apply_crds(api_client)  # the inventory copies our own kinds too: it syncs only with them
     case = uuid.uuid4().hex[:6]
     node = _nodes(api_client, case, 1)[0]
     namespace = f"mirror-{case}"

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from sdcguard.adapters.observe import TicketSnapshot
-from sdcguard.adapters.pass_state import TestSnapshot
+from sdcguard.adapters.pass_state import TestSnapshot, trim_test
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Taint
 
 BODY = {
@@ -140,6 +140,58 @@ def test_a_finished_test_is_kept_as_its_facts_a_running_one_whole() -> None:
 def test_an_unreadable_test_says_why() -> None:
     seen = TestSnapshot.from_body(_test_body("Exploded"))
     assert seen.known is None and "phase" in seen.error and seen.name == "gpu-1-0a1b2-5"
+    assert seen.node_name == "gpu-1", "still filed under its node"
+
+
+def test_the_copy_keeps_a_finished_test_slim() -> None:
+    """As listed or watched: a finished test keeps its outcome and each check's verdict
+    and fault location, not digests, metrics, conditions or bookkeeping metadata; a
+    running one keeps its status whole (the pass moves it along)."""
+    body = _test_body(
+        "Failed",
+        verdict="SDC",
+        reason="GoldenMismatch",
+        completionTime="2025-06-01T10:09:00Z",
+        conditions=[{"type": "Done", "status": "True", "message": "m" * 500}],
+        checks=[
+            {
+                "name": "golden",
+                "verdict": "SDC",
+                "oddDevice": 3,
+                "digests": {"step-1": "ab" * 32},
+                "metrics": {"seconds": 1.5},
+            }
+        ],
+    )
+    meta = body["metadata"]
+    assert isinstance(meta, dict)
+    meta["managedFields"] = [{"manager": "sdcguard", "fieldsV1": {"f:status": {}}}]
+    meta["annotations"] = {"sdcguard.dev/last-handled-configuration": "{" + "x" * 2000 + "}"}
+    trimmed = trim_test(body)
+    assert trimmed["status"] == {
+        "phase": "Failed",
+        "verdict": "SDC",
+        "reason": "GoldenMismatch",
+        "completionTime": "2025-06-01T10:09:00Z",
+        "checks": [{"name": "golden", "verdict": "SDC", "oddDevice": 3}],
+    }
+    assert "managedFields" not in trimmed["metadata"]
+    assert "annotations" not in trimmed["metadata"]
+    slim = TestSnapshot.slim(body)
+    assert slim == TestSnapshot.from_body(trimmed)
+    assert (slim.node_name, slim.resource_version) == ("gpu-1", "11")
+    assert slim.known is not None and slim.known.running is None
+    assert slim.known.facts.failed_checks == {"golden"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        slim.node_name = "other"  # type: ignore[misc]
+    running = _test_body("Running", checks=[{"name": "golden", "verdict": "Pass", "x": 1}])
+    assert trim_test(running)["status"] == running["status"], "a running test is whole"
+
+
+def test_a_ticket_snapshot_names_its_node_even_when_unreadable() -> None:
+    body = {"metadata": {"name": "t"}, "spec": {"nodeName": "gpu-7", "evidence": "x"}}
+    assert TicketSnapshot.from_body(body).node_name == "gpu-7"
+    assert TicketSnapshot.from_body({"metadata": {"name": "t"}, "spec": "x"}).node_name == ""
 
 
 def test_a_policy_body_is_parsed_once_per_change() -> None:

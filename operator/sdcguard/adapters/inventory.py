@@ -1,6 +1,7 @@
-"""The operator's copy of the fleet: Nodes, workload Pods, probe Pods and probe Jobs.
+"""The operator's copy of the fleet: Nodes, workload Pods, probe Pods and probe Jobs,
+and our own SDCTests, RepairTickets and SDCHardware records.
 
-Four :class:`~sdcguard.adapters.mirror.Mirror` s (paginated list, then watch; see that
+Seven :class:`~sdcguard.adapters.mirror.Mirror` s (paginated list, then watch; see that
 module for why these kinds do not go through Kopf), each keeping slim snapshots:
 
 - **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
@@ -10,12 +11,25 @@ module for why these kinds do not go through Kopf), each keeping slim snapshots:
   the server (a label selector);
 - **probe Pods** and **probe Jobs**: only the operator's namespace, selected by the
   probe's component label on the server (a Pod labelled like a probe elsewhere must
-  never pass or fail a node), grouped by their SDCTest.
+  never pass or fail a node), grouped by their SDCTest;
+- **tests**: a :class:`~sdcguard.adapters.pass_state.TestSnapshot` of every SDCTest
+  (a finished one keeps only its facts), grouped by node;
+- **tickets**: a :class:`~sdcguard.adapters.observe.TicketSnapshot` of every
+  RepairTicket, grouped by node;
+- **hardware**: a :class:`~sdcguard.adapters.hardware.HardwareRecord` of every readable
+  SDCHardware (only failing hardware has one).
+
+SDCTests grow with the fleet and its history (one per screening) and tickets with its
+failures; through Kopf's indexes a standby's takeover and every restart paid their
+initial indexing in the square of their count. Here they cost one paged list, and a
+standby keeps them warm like the Nodes.
 
 Changes reach the policy loops through ``poke`` (called in the event loop):
 a node that changed; a node a workload started or stopped using (the time it stopped
 is kept in ``last_busy``, from which "idle for" counts); a probe Pod or Job that
-ended, urgently, with the ended object itself.
+ended, urgently, with the ended object itself; a node whose SDCTest or RepairTicket
+was created, changed or deleted; any SDCHardware change (every node: a record may
+name several).
 
 With a writer, the inventory also keeps every node's workload record
 (:class:`~sdcguard.adapters.workload_record.WorkloadBook`): the Pod changes mark
@@ -36,11 +50,22 @@ import structlog
 from kubernetes import client
 
 from sdcguard.adapters import observe
-from sdcguard.adapters.hardware import holder_keys, id_holders
+from sdcguard.adapters.hardware import HardwareRecord, holder_keys, id_holders
 from sdcguard.adapters.kube import KubeWriter
-from sdcguard.adapters.mirror import NODES, PODS, Change, Kind, Mirror, retrying_client
+from sdcguard.adapters.mirror import (
+    NODES,
+    PODS,
+    Change,
+    Kind,
+    Mirror,
+    cluster_custom,
+    retrying_client,
+)
+from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.adapters.owners import OwnerResolver
+from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.adapters.workload_record import WorkloadBook
+from sdcguard.api import GROUP, VERSION
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
 from sdcguard.domain.observed import NodeSnapshot
 
@@ -84,8 +109,16 @@ def _job_entry(body: Mapping[str, Any]) -> tuple[observe.ProbeJob, str] | None:
     return job, str(label)
 
 
+def _test_groups(test: TestSnapshot) -> tuple[str, ...]:
+    return (test.node_name,)
+
+
+def _ticket_groups(ticket: TicketSnapshot) -> tuple[str, ...]:
+    return (ticket.node_name,)
+
+
 class Inventory:
-    """The four mirrors, wired to the policy loops (module docstring)."""
+    """The seven mirrors, wired to the policy loops (module docstring)."""
 
     def __init__(
         self,
@@ -152,6 +185,29 @@ class Inventory:
             on_change=self._probe_jobs_changed,
             page_size=page_size,
         )
+        self.tests: Mirror[TestSnapshot] = Mirror(
+            self.api,
+            cluster_custom(GROUP, VERSION, "sdctests"),
+            TestSnapshot.slim,
+            groups=_test_groups,
+            on_change=self._tests_changed,
+            page_size=page_size,
+        )
+        self.tickets: Mirror[TicketSnapshot] = Mirror(
+            self.api,
+            cluster_custom(GROUP, VERSION, "repairtickets"),
+            TicketSnapshot.from_body,
+            groups=_ticket_groups,
+            on_change=self._tickets_changed,
+            page_size=page_size,
+        )
+        self.hardware: Mirror[HardwareRecord] = Mirror(
+            self.api,
+            cluster_custom(GROUP, VERSION, "sdchardwares"),
+            HardwareRecord.from_body,  # an unreadable record is logged and left out
+            on_change=self._hardware_changed,
+            page_size=page_size,
+        )
         self.book: WorkloadBook | None = None
         """Every node's workload record (None: not kept, without a writer)."""
         if writer is not None:
@@ -161,6 +217,9 @@ class Inventory:
             self.pods,
             self.probe_pods,
             self.probe_jobs,
+            self.tests,
+            self.tickets,
+            self.hardware,
         )
 
     # Life ---------------------------------------------------------------------
@@ -274,6 +333,26 @@ class Inventory:
     def probe_jobs_by_test(self, tests: Iterable[str] | None = None) -> dict[str, observe.ProbeJob]:
         return {test: entries[0][0] for test, entries in self.probe_jobs.grouped(tests).items()}
 
+    def tests_by_node(self, only: Iterable[str] | None = None) -> dict[str, list[TestSnapshot]]:
+        """Every SDCTest by the node its spec names (``only``: just these nodes')."""
+        return self.tests.grouped(only)
+
+    def tickets_by_node(self, only: Iterable[str] | None = None) -> dict[str, list[TicketSnapshot]]:
+        """Every RepairTicket by the node its spec names (``only``: just these nodes')."""
+        return self.tickets.grouped(only)
+
+    def hardware_records(self) -> dict[str, HardwareRecord]:
+        """Every readable SDCHardware by name."""
+        return self.hardware.items()
+
+    def node_of_test(self, test: str) -> str | None:
+        """The node an SDCTest is about: as the passes noted it, else as the copy has it."""
+        node = self.test_node(test)
+        if node:
+            return node
+        snapshot = self.tests.get(test)
+        return snapshot.node_name or None if snapshot is not None else None
+
     # Changes (called in a mirror's thread; pokes run in the event loop) ------------
 
     def _call(self, nodes: Iterable[str] | None, **kwargs: Any) -> None:
@@ -315,10 +394,7 @@ class Inventory:
                     started.append(new)
         if self.book is not None and (started or stopped):
             self.book.note(started, stopped)
-        if len(touched) > FULL_PASS_AFTER:
-            self._call(None)
-        elif touched:
-            self._call(touched)
+        self._call_nodes(touched)
 
     def _idle_from_record(self, node: str, since: dt.datetime) -> None:
         """The record found the node idle (its Pods ended while no one watched): idle
@@ -334,7 +410,7 @@ class Inventory:
             ended = change.new is not None and change.new.phase in ("Succeeded", "Failed")
             # A Pod being deleted (a drain) is looked at at once, while it is still there.
             deleting = change.new is not None and change.new.deleted
-            node = pod.node_name or self.test_node(pod.test_name)
+            node = pod.node_name or self.node_of_test(pod.test_name)
             self._call(
                 [node] if node else [],
                 urgent=ended or deleting,
@@ -348,5 +424,23 @@ class Inventory:
             job, label = entry
             now = change.new[0] if change.new is not None else None
             ended = now is not None and now.failed_reason is not None
-            node = self.test_node(job.test_name) or label
+            node = self.node_of_test(job.test_name) or label
             self._call([node] if node else [], urgent=ended, job=now if ended else None)
+
+    def _tests_changed(self, changes: list[Change[TestSnapshot]]) -> None:
+        self._call_nodes({s.node_name for c in changes for s in (c.old, c.new) if s is not None})
+
+    def _tickets_changed(self, changes: list[Change[TicketSnapshot]]) -> None:
+        self._call_nodes({t.node_name for c in changes for t in (c.old, c.new) if t is not None})
+
+    def _hardware_changed(self, changes: list[Change[HardwareRecord]]) -> None:
+        # A record names the hardware, not one Node: every node may be affected.
+        self._call(None)
+
+    def _call_nodes(self, nodes: set[str]) -> None:
+        """Poke these nodes (all of them past FULL_PASS_AFTER: one full pass instead)."""
+        nodes.discard("")
+        if len(nodes) > FULL_PASS_AFTER:
+            self._call(None)
+        elif nodes:
+            self._call(nodes)

@@ -1,10 +1,12 @@
-"""Nodes and Pods, listed page by page and then watched: the operator's copy of the fleet.
+"""Every kind whose count grows with the fleet, listed page by page and then watched:
+the operator's copy of the fleet.
 
 Kopf indexes every object of a kind it watches and, during its initial listing, wakes
 every waiting worker as each object is indexed; its start-up costs time in the square
-of the object count, and its initial list is one unpaginated request. Nodes and Pods
-outnumber everything else the operator reads, so they come through a :class:`Mirror`
-instead (Kopf keeps the custom resources, the probe Pods and Jobs, timers and daemons):
+of the object count, and its initial list is one unpaginated request. Nodes, Pods,
+probe Pods and Jobs, and our own SDCTests, RepairTickets and SDCHardware records grow
+with the fleet (and its history), so they come through a :class:`Mirror` instead
+(Kopf keeps the few policies and baselines, timers, daemons and the SDCReport events):
 
 - **Paginated list.** ``limit``/``continue`` in pages of ``page_size``: the peak memory
   of a list is one page's raw JSON plus the slim snapshots kept so far. A continue token
@@ -101,7 +103,8 @@ class MirrorStats:
 @dataclass(frozen=True, slots=True)
 class Kind:
     """How to list and watch one kind: ``lister`` is a list method of the client's
-    ``api`` class (``namespace``: that namespace only; selectors apply on the server)."""
+    ``api`` class, called with ``args`` first (a custom resource's group, version and
+    plural); ``namespace``: that namespace only; selectors apply on the server."""
 
     name: str
     lister: str
@@ -109,10 +112,18 @@ class Kind:
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
+    args: tuple[str, ...] = ()
 
 
 NODES = Kind("nodes", "list_node")
 PODS = Kind("pods", "list_pod_for_all_namespaces")
+
+
+def cluster_custom(group: str, version: str, plural: str) -> Kind:
+    """A cluster-scoped custom resource (our SDCTests, RepairTickets, SDCHardware)."""
+    return Kind(
+        plural, "list_cluster_custom_object", api="CustomObjectsApi", args=(group, version, plural)
+    )
 
 
 def object_key(body: Mapping[str, Any]) -> str:
@@ -295,7 +306,7 @@ class Mirror(Generic[T]):
         if self.kind.field_selector:
             kwargs["field_selector"] = self.kind.field_selector
         try:
-            return getattr(self._client, self.kind.lister)(**kwargs)
+            return getattr(self._client, self.kind.lister)(*self.kind.args, **kwargs)
         except ApiException as exc:
             if exc.status == 410:
                 raise Gone() from exc

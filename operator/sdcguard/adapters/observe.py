@@ -300,10 +300,12 @@ def trim_own(body: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class TicketSnapshot:
-    """A RepairTicket as the index keeps it: parsed once (``ticket`` None when it does not
-    validate), with what every pass reads of it, the unreadable ones included."""
+    """A RepairTicket as the operator's copy keeps it: parsed once per change
+    (``ticket`` None when it does not validate), with what every pass reads of it, the
+    unreadable ones included (``node_name`` is read from the raw spec)."""
 
     name: str
+    node_name: str = ""
     resource_version: str = ""
     created: dt.datetime | None = None
     phase: str = ""
@@ -320,8 +322,10 @@ class TicketSnapshot:
             ticket: RepairTicket | None = RepairTicket.model_validate(trim_own(body))
         except ValidationError:
             ticket = None
+        spec = body.get("spec")
         return cls(
             name=str(meta.get("name", "")),
+            node_name=str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else "",
             resource_version=str(meta.get("resourceVersion") or ""),
             created=parse_time(meta.get("creationTimestamp")),
             phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",

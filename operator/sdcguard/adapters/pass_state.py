@@ -25,6 +25,7 @@ from sdcguard.api import (
     SDCBaseline,
     SDCPolicy,
     SDCTest,
+    SDCTestPhase,
     Verdict,
 )
 from sdcguard.domain import breaker as breaker_mod
@@ -184,11 +185,51 @@ class KnownTest:
         )
 
 
+FINISHED_PHASES = frozenset(p.value for p in SDCTestPhase if p.finished)
+KEPT_FINISHED_STATUS = (
+    "phase",
+    "verdict",
+    "reason",
+    "message",
+    "startTime",
+    "completionTime",
+    "fingerprintHash",
+    "jobName",
+    "deviceIDs",
+    "dataSeed",  # a confirmation re-run repeats it
+)
+KEPT_CHECK_FIELDS = (
+    "name",
+    "verdict",
+    "oddDevice",
+    "firstDivergentStep",
+    "firstDivergentSubmodule",
+)
+
+
+def trim_test(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An SDCTest as the operator reads it: a finished one keeps its outcome and each
+    check's name, verdict and where it located a fault (for the RepairTicket), not
+    digests, metrics or conditions (kubectl shows those)."""
+    trimmed = observe.trim_own(body)
+    status = trimmed.get("status") or {}
+    if isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES:
+        kept = {k: status[k] for k in KEPT_FINISHED_STATUS if k in status}
+        kept["checks"] = [
+            {k: c[k] for k in KEPT_CHECK_FIELDS if k in c}
+            for c in status.get("checks") or []
+            if isinstance(c, dict)
+        ]
+        trimmed["status"] = kept
+    return trimmed
+
+
 @dataclass(frozen=True, slots=True)
 class TestSnapshot:
-    """An SDCTest as the index keeps it, made once by the index handler: its
+    """An SDCTest as the operator's copy keeps it, made once per change of it: its
     :class:`KnownTest` (only the facts once it is finished), or None with ``error`` when
-    it does not validate."""
+    it does not validate; ``node_name`` is its spec's node (read from the raw body, so an
+    unreadable test is still filed under its node)."""
 
     __test__ = False  # not a pytest test class
 
@@ -196,16 +237,25 @@ class TestSnapshot:
     resource_version: str = ""
     known: KnownTest | None = None
     error: str = ""
+    node_name: str = ""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> TestSnapshot:
         meta = body.get("metadata") or {}
         name, rv = str(meta.get("name", "")), str(meta.get("resourceVersion") or "")
+        spec = body.get("spec")
+        node = str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
         try:
             test = SDCTest.model_validate(body)
         except ValidationError as exc:
-            return cls(name, rv, None, str(exc)[:300])
-        return cls(name, rv, KnownTest.of(test))
+            return cls(name, rv, None, str(exc)[:300], node)
+        return cls(name, rv, KnownTest.of(test), node_name=node)
+
+    @classmethod
+    def slim(cls, body: Mapping[str, Any]) -> TestSnapshot:
+        """The snapshot of a body as listed or watched: trimmed first (:func:`trim_test`),
+        so a finished test keeps only its facts."""
+        return cls.from_body(trim_test(body))
 
 
 @dataclass(frozen=True)
