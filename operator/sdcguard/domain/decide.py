@@ -342,7 +342,9 @@ class _Reader:
             return f"test {obs.test.name} still running"
         if takes_node and obs.pending_pod_needs_node:
             return "a pending pod needs this node"
-        check = can_reserve(obs.usage, self.policy.budgets, takes_node=takes_node)
+        check = can_reserve(
+            obs.usage, self.policy.budgets, takes_node=takes_node, devices=obs.devices_serving
+        )
         self.budget_blocked = not check.allowed
         return None if check.allowed else check.reason
 
@@ -584,7 +586,8 @@ class _Reader:
         if ticket.resolution == Resolution.RETIRE:
             return _Step(E.TICKET_RETIRE, f"ticket {ticket.name} resolved Retire")
         if ticket.resolution is not None:
-            blocked = self.blocked(takes_node=False)
+            # Scope Device: the node serves with its other devices, and verifying takes it.
+            blocked = self.blocked(takes_node=bool(ticket.devices) and not self.holding())
             if blocked:
                 return _Step(
                     None,
@@ -1138,7 +1141,8 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
             bound += made
         elif made is not None:
             bound.append(made)
-    if _verifies_in_service(reader, bound):
+    reserves_in_service = _verifies_in_service(reader, bound)
+    if reserves_in_service:
         # A device-scope quarantine left the node serving: reserve it, so the
         # verification probe gets every device (the failed one included) once the
         # workloads on the others end.
@@ -1208,8 +1212,9 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
     starts_test = any(isinstance(a, CreateTest) for a in bound)
     held = target == S.SUSPECT and {**node.annotations, **binder.changes}.get(keys.HELD)
     # Only a node that was serving counts against maxUnavailable when we reserve it.
-    takes_node = state in (S.QUALIFIED, S.SUSPECT) and any(
-        isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound
+    takes_node = reserves_in_service or (
+        state in (S.QUALIFIED, S.SUSPECT)
+        and any(isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound)
     )
     return Decision(
         node=node.name,
@@ -1363,7 +1368,13 @@ def iter_decisions(
         # Only what a decision adds is counted before its write succeeds: a node it
         # holds (a test started, or a quarantine of a node that was not held) counts
         # for the next node at once; a release counts once it is written and seen.
-        grown = PoolMember(before.pool, before.held or after.held, before.testing or after.testing)
+        grown = PoolMember(
+            before.pool,
+            before.held or after.held,
+            before.testing or after.testing,
+            before.devices,
+            max(before.devices_held, after.devices_held),
+        )
         if grown != before:
             add_member(pools, before, -1)
             add_member(pools, grown)
@@ -1382,9 +1393,11 @@ def member_after(before: PoolMember, decision: Decision) -> PoolMember:
     the decision takes a serving node for a test; any other state holds nothing. A
     test the decision starts counts as running.
     """
-    device_scope = any(isinstance(a, TaintDevices) for a in decision.actions) or (
+    tainted = [a for a in decision.actions if isinstance(a, TaintDevices)]
+    device_scope = bool(tainted) or (
         decision.previous in (NodeState.QUARANTINED, NodeState.REPAIRING) and not before.held
     )
+    out = len(tainted[0].devices) if tainted else before.devices_held
     if decision.state in (NodeState.QUARANTINED, NodeState.REPAIRING) and device_scope:
         held = False
     elif decision.state in _ALWAYS_HELD:
@@ -1392,8 +1405,11 @@ def member_after(before: PoolMember, decision: Decision) -> PoolMember:
     elif decision.state in (NodeState.TESTING, NodeState.SUSPECT):
         held = before.held or decision.takes_node
     else:
-        held = False
-    return PoolMember(before.pool, held, before.testing or decision.starts_test)
+        held, out = False, 0
+    devices_held = before.devices if held else min(before.devices, out) if device_scope else 0
+    return PoolMember(
+        before.pool, held, before.testing or decision.starts_test, before.devices, devices_held
+    )
 
 
 def decide_all(

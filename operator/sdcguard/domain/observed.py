@@ -443,4 +443,15 @@ class Observed:
         testing = (
             self.test is not None and not self.test.finished and not self.test.awaiting_baseline
         )
-        return PoolMember(pool=self.node.pool, held=held, testing=testing)
+        devices = self.node.accelerators
+        quarantined = len(self.ticket.devices) if self.ticket is not None else 0
+        out = devices if held else min(devices, quarantined)
+        return PoolMember(
+            pool=self.node.pool, held=held, testing=testing, devices=devices, devices_held=out
+        )
+
+    @property
+    def devices_serving(self) -> int:
+        """The node's devices still in service (all, less those its device taints take)."""
+        out = len(self.ticket.devices) if self.ticket is not None else 0
+        return max(0, self.node.accelerators - out)
