@@ -318,3 +318,14 @@ def test_verifying_a_device_quarantine_takes_a_serving_node() -> None:
     assert "maxUnavailable 0 allows 0" in d.waiting, "its node serves until the reservation"
     whole = dataclasses.replace(observed, ticket=dataclasses.replace(ticket, devices=()))
     assert decide_all([whole], p, NOW)[0].starts_test, "a held node takes nothing more"
+    tight = policy(
+        budgets={"maxUnavailable": "100%", "maxUnavailableDevices": 4},
+        quarantine={"scope": "Device"},
+    )
+    alone = decide_all([observed], tight, NOW)[0]
+    assert alone.starts_test, "only its own GPU is out: a non-zero limit lets it be verified"
+    other = Observed(
+        node=node("other", state=NodeState.QUARANTINED), ticket=TicketFacts("o", devices=(GPU,))
+    )
+    both = {d.node: d for d in decide_all([observed, other], tight, NOW)}
+    assert not both["gpu-1"].starts_test, "another node's GPU is out too: 2 + 7 > 4"

@@ -384,8 +384,8 @@ class Budgets(ApiModel):
     whole) and each device a quarantine of scope Device taints. A test that would take a
     node's devices past it waits (Budget). A quarantine is never held back by it (a bad
     device must leave service), it only uses it up. A percent is rounded down, and any
-    non-zero limit lets one node be screened while no device of the pool is out. Empty:
-    no device limit, maxUnavailable alone applies."""
+    non-zero limit lets one node be screened while no device of the pool but its own is
+    out. Empty: no device limit, maxUnavailable alone applies."""
     pool_label: QualifiedName | None = None
     """Label key that groups nodes into pools (e.g. node.kubernetes.io/instance-type);
     budgets apply per pool. Empty: all nodes of the policy form one pool."""

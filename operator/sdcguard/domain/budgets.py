@@ -18,7 +18,8 @@ device a quarantine of scope Device taints (its node serves with the rest, so it
 no node). A reservation takes the devices of its node that are still serving, and fits
 if the pool's devices out of service stay within the limit; like the node budget's
 percent, a non-zero limit always lets one node be reserved while no device of the pool
-is out (with 8 GPUs a node, "5%" of 64 rounds to 3 and would otherwise never fit).
+is out but its own (with 8 GPUs a node, "5%" of 64 rounds to 3 and would otherwise never
+fit; a node with a tainted GPU could otherwise never be verified).
 Quarantines are never refused by a budget: they use it up.
 """
 
@@ -81,10 +82,11 @@ class PoolMember:
 
 
 def can_reserve(
-    usage: PoolUsage, budgets: Budgets, *, takes_node: bool, devices: int = 0
+    usage: PoolUsage, budgets: Budgets, *, takes_node: bool, devices: int = 0, own: int = 0
 ) -> BudgetCheck:
     """Whether one more test fits ``usage``; ``takes_node`` when it also holds an available
-    node, whose ``devices`` still serving it takes out of service."""
+    node, whose ``devices`` still serving it takes out of service (``own``: its devices
+    out of service already, by device taints)."""
     if usage.tests >= budgets.max_concurrent_tests:
         return BudgetCheck(
             False,
@@ -99,7 +101,7 @@ def can_reserve(
                 f"pool {usage.pool or '(all)'} already has {usage.unavailable} of {usage.nodes} "
                 f"nodes held (maxUnavailable {budgets.max_unavailable} allows {limit})",
             )
-        check = _device_budget(usage, budgets, devices)
+        check = _device_budget(usage, budgets, devices, own)
         if not check.allowed:
             return check
     return BudgetCheck(True)
@@ -112,12 +114,13 @@ def allowed_devices(budgets: Budgets, devices: int) -> int | None:
     return allowed_unavailable(budgets.max_unavailable_devices, devices)
 
 
-def _device_budget(usage: PoolUsage, budgets: Budgets, taken: int) -> BudgetCheck:
+def _device_budget(usage: PoolUsage, budgets: Budgets, taken: int, own: int) -> BudgetCheck:
     limit = allowed_devices(budgets, usage.devices)
     if limit is None or usage.devices_unavailable + taken <= limit:
         return BudgetCheck(True)
-    if limit > 0 and usage.devices_unavailable == 0:
-        return BudgetCheck(True)  # a non-zero limit always lets one node be screened
+    if limit > 0 and usage.devices_unavailable <= own:
+        # A non-zero limit always lets one node be screened (or verified) at a time.
+        return BudgetCheck(True)
     return BudgetCheck(
         False,
         f"pool {usage.pool or '(all)'} already has {usage.devices_unavailable} of "

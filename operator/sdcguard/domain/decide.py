@@ -343,7 +343,11 @@ class _Reader:
         if takes_node and obs.pending_pod_needs_node:
             return "a pending pod needs this node"
         check = can_reserve(
-            obs.usage, self.policy.budgets, takes_node=takes_node, devices=obs.devices_serving
+            obs.usage,
+            self.policy.budgets,
+            takes_node=takes_node,
+            devices=obs.devices_serving,
+            own=obs.pool_member().devices_held,
         )
         self.budget_blocked = not check.allowed
         return None if check.allowed else check.reason
