@@ -333,7 +333,10 @@ def _resolve(api: client.ApiClient, name: str) -> None:
 
 
 def test_two_failing_gpus_get_a_ticket_each_and_return_one_at_a_time(
-    dra_api: client.ApiClient, dra_operator: object, dra: DeviceTaints
+    dra_api: client.ApiClient,
+    dra_operator: object,
+    dra: DeviceTaints,
+    dra_cluster: LocalCluster,
 ) -> None:
     """GPUs 2 and 5 fail together: a ticket and a rule each. Both are repaired, but GPU 5
     fails its verification again: GPU 2 returns (its ticket closes, its rule goes) while
@@ -343,6 +346,7 @@ def test_two_failing_gpus_get_a_ticket_each_and_return_one_at_a_time(
     slices_v = dra.served_version(SLICES)
     assert slices_v
     uuids = tuple(_uuid(node, i) for i in range(8))
+    kubeconfig = str(dra_cluster.kubeconfig)
     trusted_baseline(dra_api)
     outcomes = {node: "pass"}
     with (
@@ -350,7 +354,13 @@ def test_two_failing_gpus_get_a_ticket_each_and_return_one_at_a_time(
         published(dra_api, slice_body(node, slices_v, {i: f"gpu-{i}" for i in range(8)})),
         ProbeKubelet(dra_api, outcomes, devices={node: uuids}),
     ):
-        create_policy(dra_api, case, quarantine={"scope": "Device"}, confirmation={"reruns": 0})
+        policy = create_policy(
+            dra_api,
+            case,
+            quarantine={"scope": "Device"},
+            confirmation={"reruns": 0},
+            budgets={"maxUnavailableDevices": 4},  # 2 GPUs out: the node is still verified
+        )
         wait_for(lambda: node_state(dra_api, node) == "Qualified", 90, "qualification")
 
         outcomes[node] = "sdc@2+5@2"  # golden names GPU 2, compute names GPU 5
@@ -373,6 +383,10 @@ def test_two_failing_gpus_get_a_ticket_each_and_return_one_at_a_time(
             for r in ours.values()
         } == by_device, "each rule names its own GPU's ticket"
         assert not read_node(dra_api, node).spec.unschedulable
+        out = io.StringIO()
+        assert main(["status", "-o", "json", "--kubeconfig", kubeconfig], stdout=out) == 0
+        (budget,) = [b for b in json.loads(out.getvalue())["deviceBudget"] if b["policy"] == policy]
+        assert (budget["devices"], budget["outOfService"], budget["allows"]) == (8, 2, 4)
 
         # Both repaired; the verification still finds GPU 5 wrong.
         outcomes[node] = "sdc@5@2"
