@@ -84,7 +84,8 @@ class Metrics:
         )
         self.budget_in_use = Gauge(
             "sdcguard_budget_in_use",
-            "Tests running / nodes unavailable per pool.",
+            "Tests running (tests), nodes held (unavailable) and devices out of service "
+            "(devices) per pool.",
             ["policy", "pool", "budget"],
             registry=r,
         )

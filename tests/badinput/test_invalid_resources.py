@@ -112,6 +112,18 @@ CASES = [
         ("spec.budgets.maxUnavailable", 'Invalid value: "a few"'),
     ),
     Case(
+        "policy-maxUnavailableDevices-150%",
+        "sdcpolicies",
+        {"budgets": {"maxUnavailableDevices": "150%"}},
+        ("spec.budgets.maxUnavailableDevices", 'Invalid value: "150%"', "(100|[1-9]?[0-9])%"),
+    ),
+    Case(
+        "policy-maxUnavailableDevices-negative",
+        "sdcpolicies",
+        {"budgets": {"maxUnavailableDevices": -2}},
+        ("spec.budgets.maxUnavailableDevices", "Invalid value: -2", "greater than or equal to 0"),
+    ),
+    Case(
         "policy-selector-In-without-values",
         "sdcpolicies",
         {"nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In"}]}},

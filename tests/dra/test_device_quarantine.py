@@ -316,3 +316,123 @@ def test_a_rule_holding_our_name_is_never_overwritten_or_deleted(
         for name in (wanted.name, f"look-{case}"):
             with contextlib.suppress(ApiException):
                 custom.delete_cluster_custom_object(GROUP, version, RULES, name)
+
+
+def _tickets(api: client.ApiClient, node: str) -> dict[str, dict[str, Any]]:
+    return {t["metadata"]["name"]: t for t in list_custom(api, "repairtickets", node)}
+
+
+def _sized(found: dict[str, dict[str, Any]], size: int) -> dict[str, dict[str, Any]] | None:
+    return found if len(found) == size else None
+
+
+def _resolve(api: client.ApiClient, name: str) -> None:
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        SDC_GROUP, VERSION, "repairtickets", name, {"spec": {"resolution": "Repaired"}}
+    )
+
+
+def test_two_failing_gpus_get_a_ticket_each_and_return_one_at_a_time(
+    dra_api: client.ApiClient,
+    dra_operator: object,
+    dra: DeviceTaints,
+    dra_cluster: LocalCluster,
+) -> None:
+    """GPUs 2 and 5 fail together: a ticket and a rule each. Both are repaired, but GPU 5
+    fails its verification again: GPU 2 returns (its ticket closes, its rule goes) while
+    GPU 5 stays out with its ticket's cycle raised; repaired again, it returns too."""
+    case = new_case()
+    node = f"two-{case}"
+    slices_v = dra.served_version(SLICES)
+    assert slices_v
+    uuids = tuple(_uuid(node, i) for i in range(8))
+    kubeconfig = str(dra_cluster.kubeconfig)
+    trusted_baseline(dra_api)
+    outcomes = {node: "pass"}
+    with (
+        gpu_nodes(dra_api, [node], case=case, gated=False),
+        published(dra_api, slice_body(node, slices_v, {i: f"gpu-{i}" for i in range(8)})),
+        ProbeKubelet(dra_api, outcomes, devices={node: uuids}),
+    ):
+        policy = create_policy(
+            dra_api,
+            case,
+            quarantine={"scope": "Device"},
+            confirmation={"reruns": 0},
+            budgets={"maxUnavailableDevices": 4},  # 2 GPUs out: the node is still verified
+        )
+        wait_for(lambda: node_state(dra_api, node) == "Qualified", 90, "qualification")
+
+        outcomes[node] = "sdc@2+5@2"  # golden names GPU 2, compute names GPU 5
+        annotate(dra_api, node, {"sdcguard.dev/suspect": "two ranks disagree"})
+        wait_for(lambda: node_state(dra_api, node) == "Quarantined", 120, "quarantine")
+        tickets = wait_for(lambda: _sized(_tickets(dra_api, node), 2), 30, "two tickets")
+        by_device: dict[str, str] = {}
+        for name, ticket in tickets.items():
+            (device,) = ticket["spec"]["quarantine"]["devices"]
+            assert name.endswith(f"-{device['device']}"), "named after the incident and GPU"
+            assert ticket["spec"]["hardware"]["deviceIDs"] == [device["uuid"]]
+            assert {f["oddDevice"] for f in ticket["spec"]["findings"]} == {device["index"]}
+            by_device[device["device"]] = name
+        assert set(by_device) == {"gpu-2", "gpu-5"}
+        ours = wait_for(lambda: _sized(_ours(dra, node), 2), 30, "rules")
+        assert {
+            r["spec"]["deviceSelector"]["device"]: r["metadata"]["annotations"][
+                "sdcguard.dev/ticket"
+            ]
+            for r in ours.values()
+        } == by_device, "each rule names its own GPU's ticket"
+        assert not read_node(dra_api, node).spec.unschedulable
+        out = io.StringIO()
+        assert main(["status", "-o", "json", "--kubeconfig", kubeconfig], stdout=out) == 0
+        (budget,) = [b for b in json.loads(out.getvalue())["deviceBudget"] if b["policy"] == policy]
+        assert (budget["devices"], budget["outOfService"], budget["allows"]) == (8, 2, 4)
+
+        # Both repaired; the verification still finds GPU 5 wrong.
+        outcomes[node] = "sdc@5@2"
+        for name in by_device.values():
+            _resolve(dra_api, name)
+
+        def gpu2_returned() -> tuple[str | None, str | None, int | None, str | None]:
+            now = {n: t.get("status") or {} for n, t in _tickets(dra_api, node).items()}
+            two, five = now[by_device["gpu-2"]], now[by_device["gpu-5"]]
+            return (
+                two.get("phase"),
+                five.get("phase"),
+                five.get("cycle"),
+                node_state(dra_api, node),
+            )
+
+        wait_for(
+            lambda: gpu2_returned() == ("Closed", "Open", 2, "Quarantined"),
+            120,
+            "GPU 2 returned, GPU 5 kept out",
+        )
+        five = _tickets(dra_api, node)[by_device["gpu-5"]]
+        assert "resolution" not in five["spec"], "the repair side is asked again"
+        left = wait_for(lambda: _sized(_ours(dra, node), 1), 30, "one rule")
+        (rule,) = left.values()
+        assert rule["spec"]["deviceSelector"]["device"] == "gpu-5"
+        assert not taint_keys(dra_api, node) & {"sdcguard.dev/quarantined", TESTING}
+        hardware = {
+            h["spec"]["id"]: h
+            for h in client.CustomObjectsApi(dra_api).list_cluster_custom_object(
+                SDC_GROUP, VERSION, "sdchardwares"
+            )["items"]
+        }
+        five_failures = hardware[uuids[5]]["status"]["failures"]
+        assert [(f["kind"], f["ticket"]) for f in five_failures] == [
+            ("Quarantined", by_device["gpu-5"]),
+            ("VerificationFailed", by_device["gpu-5"]),
+        ], "GPU 5's history counts its own two cycles"
+        assert [f["ticket"] for f in hardware[uuids[2]]["status"]["failures"]] == [
+            by_device["gpu-2"]
+        ]
+
+        # GPU 5 repaired again: it passes, and the node is whole again.
+        outcomes[node] = "pass"
+        _resolve(dra_api, by_device["gpu-5"])
+        wait_for(lambda: node_state(dra_api, node) == "Qualified", 120, "return to service")
+        wait_for(lambda: not _ours(dra, node), 30, "rules removed")
+        phases = {n: t["status"]["phase"] for n, t in _tickets(dra_api, node).items()}
+        assert phases == dict.fromkeys(by_device.values(), "Closed")

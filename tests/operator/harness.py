@@ -126,10 +126,12 @@ def result_message(
 ) -> tuple[int, str]:
     """(exit code, termination message) of a probe run with ``outcome``.
 
-    ``sdc@D@S``: SDC found by golden on device D from step S (plain ``sdc``: 1 and 3).
+    ``sdc@D@S``: SDC found by golden on device D from step S (plain ``sdc``: 1 and 3);
+    ``sdc@D+E@S``: and by compute on device E.
     ``devices``: the device UUIDs the probe names, by index."""
     outcome, _, where = outcome.partition("@")
     device, _, step = where.partition("@")
+    device, _, other = device.partition("+")
     odd_device, first_step = int(device or 1), int(step or 3)
     if outcome == "garbage":
         return 0, "Segmentation fault (core dumped)"
@@ -148,6 +150,14 @@ def result_message(
                 odd_device=odd_device,
                 first_divergent_step=first_step,
                 first_divergent_submodule="layers.0.attention.output",
+            )
+            continue
+        if outcome == "sdc" and check == "compute" and other:
+            results[check] = CheckResult(
+                verdict="fail",
+                reason=f"device {other} disagrees with the others",
+                digest=_digest("corrupted"),
+                odd_device=int(other),
             )
             continue
         results[check] = CheckResult(verdict="pass", digest=digest)

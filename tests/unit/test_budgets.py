@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from sdcguard.api import Budgets
+from sdcguard.api import Budgets, Finding, Resolution, TicketPhase, Verdict
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import (
     PoolMember,
     PoolUsage,
+    allowed_devices,
     allowed_unavailable,
     can_reserve,
     pool_usage,
 )
 from sdcguard.domain.decide import decide_all, member_after
+from sdcguard.domain.devicetaints import NodeDevices, SliceDevice
 from sdcguard.domain.lifecycle import NodeState
-from sdcguard.domain.observed import Observed, Taint
+from sdcguard.domain.observed import Observed, Taint, TicketFacts
 from tests.unit.factories import HOUR, NOW, node, policy, sdctest
 
 
@@ -204,3 +210,122 @@ def test_a_quarantine_earlier_in_the_pass_counts_against_the_next_reservation() 
     assert decisions["n0"].state == NodeState.QUARANTINED
     assert not decisions["n2"].starts_test and not decisions["n3"].starts_test
     assert decisions["n2"].waits_for_budget and "maxUnavailable 2" in decisions["n2"].note
+
+
+# Devices -------------------------------------------------------------------------------
+
+
+def test_a_reservation_must_fit_the_device_budget() -> None:
+    budgets = Budgets(max_unavailable="100%", max_unavailable_devices=8)
+    pool = PoolUsage("h100", nodes=8, devices=64, devices_unavailable=3)
+    refused = can_reserve(pool, budgets, takes_node=True, devices=8)
+    assert not refused.allowed
+    assert refused.reason == (
+        "pool h100 already has 3 of 64 devices out of service and the node would take 8 "
+        "more (maxUnavailableDevices 8 allows 8)"
+    )
+    assert can_reserve(pool, budgets, takes_node=True, devices=5).allowed
+    assert can_reserve(pool, budgets, takes_node=False, devices=8).allowed, "held already"
+    none_out = PoolUsage("h100", nodes=8, devices=64)
+    small = Budgets(max_unavailable="100%", max_unavailable_devices="5%")  # 3 of 64
+    assert can_reserve(none_out, small, takes_node=True, devices=8).allowed, "one node at a time"
+    zero = Budgets(max_unavailable="100%", max_unavailable_devices=0)
+    assert not can_reserve(none_out, zero, takes_node=True, devices=8).allowed
+    unlimited = Budgets(max_unavailable="100%")
+    assert can_reserve(pool, unlimited, takes_node=True, devices=64).allowed
+    assert allowed_devices(unlimited, 64) is None and allowed_devices(small, 64) == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("150%", "spec.budgets.maxUnavailableDevices: percent must be between 0% and 100%"),
+        (-1, "spec.budgets.maxUnavailableDevices: a device count must not be negative"),
+        ("two", "spec.budgets.maxUnavailableDevices: must be a device count like 3 or a percent"),
+    ],
+)
+def test_the_device_budget_is_validated(value: int | str, message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        Budgets.model_validate({"maxUnavailableDevices": value})
+    assert Budgets.model_validate({"maxUnavailableDevices": "10%"}).max_unavailable_devices == "10%"
+
+
+GPU = SliceDevice("gpu.nvidia.com", "pool", "gpu-3", "GPU-3")
+
+
+def test_a_device_quarantine_uses_device_budget_not_node_budget() -> None:
+    ticket = TicketFacts("t", devices=(GPU,))
+    member = Observed(node=node(state=NodeState.QUARANTINED), ticket=ticket).pool_member()
+    assert (member.held, member.devices, member.devices_held) == (False, 8, 1)
+    whole = Observed(node=node(state=NodeState.QUARANTINED), ticket=TicketFacts("t"))
+    assert whole.pool_member().devices_held == 8, "a held node has all its devices out"
+    assert Observed(node=node(state=NodeState.QUALIFIED)).pool_member().devices_held == 0
+
+
+def test_devices_out_of_service_hold_back_reservations_in_a_pass() -> None:
+    p = policy(budgets={"maxUnavailable": "100%", "maxUnavailableDevices": 8})
+    fleet = [_qualified(f"q{i}", "") for i in range(3)]
+    started = [d.node for d in decide_all(fleet, p, NOW) if d.starts_test]
+    assert len(started) == 1, "8 devices allow one 8-GPU node at a time"
+    quarantined = Observed(
+        node=node("dq", state=NodeState.QUARANTINED), ticket=TicketFacts("t", devices=(GPU,))
+    )
+    blocked = decide_all([quarantined, *fleet], p, NOW)
+    assert not [d for d in blocked if d.starts_test], "1 device out + 8 would pass the limit"
+    assert all("maxUnavailableDevices 8 allows 8" in d.note for d in blocked if d.node != "dq")
+
+
+def test_a_device_quarantine_in_the_pass_counts_for_the_next_reservation() -> None:
+    p = policy(
+        budgets={"maxUnavailable": "100%", "maxUnavailableDevices": 8},
+        quarantine={"scope": "Device"},
+        confirmation={"reruns": 0},
+    )
+    failing = node(
+        "bad", state=NodeState.TESTING, annotations={keys.CURRENT_TEST: "t1"}, qualified_at=NOW
+    )
+    failed = sdctest("t1", verdict=Verdict.SDC, failed=("golden",))
+    failed = dataclasses.replace(
+        failed, findings=(Finding(test="t1", check="golden", odd_device=3),)
+    )
+    devices = NodeDevices(
+        served=True,
+        devices=tuple(
+            SliceDevice("gpu.nvidia.com", "bad", f"gpu-{i}", f"GPU-{i}") for i in range(8)
+        ),
+    )
+    bad = Observed(node=failing, test=failed, devices=devices, idle_since=NOW - HOUR)
+    decisions = decide_all([bad, _qualified("q0", "")], p, NOW)
+    by_node = {d.node: d for d in decisions}
+    assert by_node["bad"].state == NodeState.QUARANTINED
+    assert member_after(bad.pool_member(), by_node["bad"]).devices_held == 1
+    assert not by_node["q0"].starts_test, "the quarantined GPU counts before its watch event"
+
+
+def test_verifying_a_device_quarantine_takes_a_serving_node() -> None:
+    p = policy(budgets={"maxUnavailable": 0}, quarantine={"scope": "Device"})
+    ticket = TicketFacts(
+        "t", TicketPhase.IN_REPAIR, Resolution.REPAIRED, acknowledged=True, devices=(GPU,)
+    )
+    observed = Observed(
+        node=node(state=NodeState.REPAIRING),
+        ticket=ticket,
+        idle_since=NOW - HOUR,
+        usage=PoolUsage(nodes=10),
+    )
+    d = decide_all([observed], p, NOW)[0]
+    assert d.event is None and d.waiting is not None
+    assert "maxUnavailable 0 allows 0" in d.waiting, "its node serves until the reservation"
+    whole = dataclasses.replace(observed, ticket=dataclasses.replace(ticket, devices=()))
+    assert decide_all([whole], p, NOW)[0].starts_test, "a held node takes nothing more"
+    tight = policy(
+        budgets={"maxUnavailable": "100%", "maxUnavailableDevices": 4},
+        quarantine={"scope": "Device"},
+    )
+    alone = decide_all([observed], tight, NOW)[0]
+    assert alone.starts_test, "only its own GPU is out: a non-zero limit lets it be verified"
+    other = Observed(
+        node=node("other", state=NodeState.QUARANTINED), ticket=TicketFacts("o", devices=(GPU,))
+    )
+    both = {d.node: d for d in decide_all([observed, other], tight, NOW)}
+    assert not both["gpu-1"].starts_test, "another node's GPU is out too: 2 + 7 > 4"

@@ -41,6 +41,7 @@ from sdcguard.domain.lifecycle import (
     TaintRole,
     Transition,
     Uncordon,
+    UntaintDevices,
     transition,
 )
 
@@ -133,6 +134,10 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
         S.QUARANTINED,
         SETTLED | {"RaiseCycle", "Hardware:VerificationFailed"},
     ),
+    (S.VERIFYING, E.DEVICES_RETURNED): (
+        S.QUARANTINED,
+        SETTLED | {"CloseTicket", "UntaintDevices", "RaiseCycle", "Hardware:VerificationFailed"},
+    ),
     (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (
         S.RETIRED,
         RETIRE_EFFECTS | {"Hardware:Retired+retire"},
@@ -207,6 +212,7 @@ def _effect(action: object) -> str | None:
             | CancelTest()
             | CloseTicket()
             | RaiseCycle()
+            | UntaintDevices()
             | Retire()
             | ForgetTest()
             | ForgetSuspicion()

@@ -205,17 +205,29 @@ class DeviceTaints:
 
     # Writes -------------------------------------------------------------------
 
-    def ensure(self, node: str, wanted: Iterable[WantedRule], *, prune: bool) -> RulePlan:
+    def ensure(
+        self,
+        node: str,
+        wanted: Iterable[WantedRule],
+        *,
+        prune: bool,
+        only: Iterable[str] | None = None,
+    ) -> RulePlan:
         """Create or correct the node's wanted rules (and with ``prune`` delete its
-        other rules of ours); returns the plan applied. Raises ApiException when the
-        API serves no DeviceTaintRule (the caller falls back or retries)."""
+        other rules of ours; ``only``: of those, only the rules so named); returns the
+        plan applied. Raises ApiException when the API serves no DeviceTaintRule (the
+        caller falls back or retries)."""
         version = self.served_version(RULES)
         wanted = list(wanted)
         if version is None:
             if not wanted:
                 return RulePlan()
             raise ApiException(status=404, reason="the API server serves no DeviceTaintRule")
-        plan = plan_rules(wanted, self.rules(), node, prune=prune)
+        seen = self.rules()
+        if only is not None:
+            names = set(only)
+            seen = [s for s in seen if s.name in names]
+        plan = plan_rules(wanted, seen, node, prune=prune)
         for rule in plan.create:
             if self.allow("devicetaintrules-create"):
                 try:

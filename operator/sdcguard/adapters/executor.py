@@ -3,6 +3,7 @@ Events, in that order (see :meth:`Executor.apply`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 from typing import get_args
@@ -23,6 +24,7 @@ from sdcguard.api import (
     HardwareIdentity,
     HistoryEntry,
     ObjectMeta,
+    QuarantinedDevice,
     RepairTicket,
     RepairTicketSpec,
     RepairTicketStatus,
@@ -44,7 +46,7 @@ from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
 from sdcguard.domain.blast import owner_message
 from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closing, wait_reason
-from sdcguard.domain.devicetaints import wanted_rules
+from sdcguard.domain.devicetaints import rule_name, wanted_rules
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     Action,
@@ -130,7 +132,10 @@ class Executor(TestRunner):
                 )
         for ticket, radius in opened.items():
             if radius is not None:
+                # One incident, one message to each owner (scope Device opens a ticket
+                # per device, all with the node's blast radius): it names the first.
                 self._tell_owners(policy, node_name, ticket, radius, now, counts)
+                break
         if decision.changed:
             counts[f"to-{decision.state.value.lower()}"] += 1
             if decision.state == NodeState.QUARANTINED:
@@ -182,8 +187,9 @@ class Executor(TestRunner):
                 pass
             case TaintDevices():
                 self._taint_devices(policy, node_name, step, view, counts)
-            case UntaintDevices():
-                plan = self.device_taints.ensure(node_name, [], prune=True)
+            case UntaintDevices(devices=devices):
+                names = [rule_name(node_name, d.key) for d in devices] if devices else None
+                plan = self.device_taints.ensure(node_name, [], prune=True, only=names)
                 counts["device-rules-deleted"] += len(plan.delete)
             case _:
                 raise ValueError(f"{type(step).__name__} is not a node decision's object step")
@@ -372,6 +378,10 @@ class Executor(TestRunner):
         name = node_body.name
         quarantine = action.quarantine
         findings = self._findings(view, name, evidence)
+        if quarantine is not None and quarantine.scope == "Device" and quarantine.devices:
+            # A device's ticket: the findings that name its device, by UUID where the
+            # tests reported UUIDs (the index can differ between tests), else by index.
+            findings = self._device_findings(view, name, findings, quarantine.devices)
         identity = hardware.node_identity(node_body, view.id_holders(node_body))
         tests = self._tests_by_name(view, name)
         devices = next(
@@ -459,14 +469,41 @@ class Executor(TestRunner):
         """Write (or correct) one DeviceTaintRule per device; a device found under a new
         name or pool in the node's ResourceSlices (a driver restart) is selected there."""
         published = self.device_taints.node_devices(node)
-        wanted = wanted_rules(
-            node, action.ticket, action.reason, action.effect, action.devices, published
-        )
+        wanted = [
+            rule
+            for i, device in enumerate(action.devices)
+            for rule in wanted_rules(
+                node, action.ticket_of(i), action.reason, action.effect, [device], published
+            )
+        ]
         plan = self.device_taints.ensure(node, wanted, prune=False)
         counts["device-rules-created"] += len(plan.create)
         counts["device-rules-updated"] += len(plan.update)
         if plan.conflicts:
             counts["device-rules-conflict"] += len(plan.conflicts)
+
+    def _device_findings(
+        self,
+        view: FleetView,
+        node: str,
+        findings: list[Finding],
+        devices: list[QuarantinedDevice],
+    ) -> list[Finding]:
+        """The findings that name one of ``devices``."""
+        tests = self._tests_by_name(view, node)
+        uuids = {d.uuid.lower() for d in devices if d.uuid}
+        indices = {d.index for d in devices if d.index is not None}
+
+        def names_device(finding: Finding) -> bool:
+            if finding.odd_device is None:
+                return False
+            ids = tests[finding.test].device_ids if finding.test in tests else ()
+            if any(ids) and uuids:
+                known = ids[finding.odd_device] if finding.odd_device < len(ids) else ""
+                return known.lower() in uuids
+            return finding.odd_device in indices
+
+        return [f for f in findings if names_device(f)]
 
     def _tests_by_name(self, view: FleetView, node: str) -> dict[str, TestFacts]:
         """The node's tests' facts, as this pass judged them."""
@@ -500,8 +537,17 @@ class Executor(TestRunner):
         test named as the odd one out (their UUIDs from the probe)."""
         test = self._tests_by_name(view, body.name).get(action.test) if action.test else None
         named = hardware.odd_devices(test) if test is not None else ()
-        identity = hardware.node_identity(body, view.id_holders(body), named)
+        own = {uuid.lower(): ticket for uuid, ticket in action.devices}
+        # The host's records (and any odd device without a ticket of its own) name the
+        # incident's first ticket; each quarantined GPU's record names its own ticket.
+        shared = tuple(d for d in named if d.lower() not in own)
+        holders = view.id_holders(body)
+        identity = hardware.node_identity(body, holders, shared)
         hardware.record(self.writer, body, identity, view.hardware, action, now, counts)
+        for uuid, ticket in action.devices:
+            device = hardware.device_identity(body.name, uuid, holders)
+            mine = dataclasses.replace(action, ticket=ticket)
+            hardware.record(self.writer, body, device, view.hardware, mine, now, counts)
 
     def _open_ticket_status(
         self,

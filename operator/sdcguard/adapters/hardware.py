@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from sdcguard.api import (
     PLURAL_HARDWARE,
     HardwareFailure,
+    IdentityKind,
     ObjectMeta,
     SDCHardware,
     SDCHardwareSpec,
@@ -97,6 +98,11 @@ def node_identity(
     """The Node's identifiers, trusted or not (see ``domain.hardware.identify``)."""
     ids = candidates(node.provider_id, node.system_uuid, node.machine_id, devices)
     return identify(node.name, ids, holders)
+
+
+def device_identity(node: str, uuid: str, holders: Mapping[str, Sequence[str]]) -> Identity:
+    """One GPU's identifier alone (its record, without the host's)."""
+    return identify(node, [(IdentityKind.DEVICE, uuid)], holders)
 
 
 def facts(

@@ -265,6 +265,9 @@ class PolicyReporter(ReconcilerState):
             self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="unavailable").set(
                 usage.unavailable
             )
+            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="devices").set(
+                usage.devices_unavailable
+            )
         ages: list[float] = []
         for tickets in view.tickets.values():
             for ticket in tickets:

@@ -65,6 +65,11 @@ log = structlog.get_logger("sdcguard.reconcile")
 __all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
 
 
+def _ticket_names(ticket: TicketFacts) -> tuple[str, ...]:
+    """The ticket's name, or each device ticket's of a scope Device incident."""
+    return tuple(m.name for m in ticket.members) or (ticket.name,)
+
+
 def failures_first(work: UrgentWork) -> list[frozenset[str]]:
     """The urgent nodes in the passes that decide them, in order: each node whose probe
     Pod failed (SDC, a crash: a quarantine or its confirmation may follow) in a pass
@@ -529,7 +534,8 @@ class Reconciler(Executor, PolicyReporter):
             memory.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
             if observed.ticket is not None:
-                self._ticket_waiting(view, node_name, observed.ticket.name, decision.waiting, now)
+                for name in _ticket_names(observed.ticket):
+                    self._ticket_waiting(view, node_name, name, decision.waiting, now)
             for known in tests_by_node.get(node_name, []):
                 if known.running is not None:
                     self._test_waiting(known.running, decision, now)
@@ -649,4 +655,11 @@ class Reconciler(Executor, PolicyReporter):
         newest = max(
             tickets, key=lambda t: (t.metadata.creation_timestamp or _EPOCH, t.metadata.name)
         )
-        return TicketFacts.from_api(newest)
+        facts = TicketFacts.from_api(newest)
+        if not facts.devices:
+            return facts
+        # Scope Device: one ticket per device, all of one incident (a node has one open
+        # quarantine at a time); the node is decided on all of them together.
+        return TicketFacts.incident(
+            [f for f in map(TicketFacts.from_api, tickets) if f.devices] or [facts]
+        )

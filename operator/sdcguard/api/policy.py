@@ -345,11 +345,6 @@ class ProbeSpec(ApiModel):
         return self
 
 
-MAX_UNAVAILABLE_FORMAT = (
-    'spec.budgets.maxUnavailable: must be a node count like 3 or a percent like "10%"'
-)
-MAX_UNAVAILABLE_RANGE = "spec.budgets.maxUnavailable: percent must be between 0% and 100%"
-MAX_UNAVAILABLE_NEGATIVE = "spec.budgets.maxUnavailable: a node count must not be negative"
 _PERCENT = re.compile(r"^[0-9]+%$")
 PERCENT_0_100 = r"^(100|[1-9]?[0-9])%$"
 _PERCENT_0_100 = re.compile(PERCENT_0_100)
@@ -380,6 +375,17 @@ class Budgets(ApiModel):
     quarantined), as a node count (3) or a percent of the pool from "0%" to "100%". A
     percent is rounded down, but a non-zero percent always allows one node so small pools
     are still screened."""
+    max_unavailable_devices: int | Annotated[str, StringConstraints(max_length=8)] | None = Field(
+        default=None, json_schema_extra={"minimum": 0, "pattern": PERCENT_0_100}
+    )
+    """An int-or-string: accelerator devices of a pool (its nodes' allocatable
+    accelerators) that sdcguard may keep from work, as a device count (4) or a percent of
+    them from "0%" to "100%": every device of a node it holds (testing, quarantined as a
+    whole) and each device a quarantine of scope Device taints. A test that would take a
+    node's devices past it waits (Budget). A quarantine is never held back by it (a bad
+    device must leave service), it only uses it up. A percent is rounded down, and any
+    non-zero limit lets one node be screened while no device of the pool but its own is
+    out. Empty: no device limit, maxUnavailable alone applies."""
     pool_label: QualifiedName | None = None
     """Label key that groups nodes into pools (e.g. node.kubernetes.io/instance-type);
     budgets apply per pool. Empty: all nodes of the policy form one pool."""
@@ -387,15 +393,30 @@ class Budgets(ApiModel):
     @field_validator("max_unavailable")
     @classmethod
     def _count_or_percent(cls, value: int | str) -> int | str:
-        if isinstance(value, int):
-            if value < 0:
-                raise ValueError(f"{MAX_UNAVAILABLE_NEGATIVE}, got {value}")
-            return value
-        if not _PERCENT.match(value):
-            raise ValueError(f"{MAX_UNAVAILABLE_FORMAT}, got {value!r}")
-        if not _PERCENT_0_100.match(value):
-            raise ValueError(f"{MAX_UNAVAILABLE_RANGE}, got {value!r}")
+        return _count_or_percent(value, "maxUnavailable", "node")
+
+    @field_validator("max_unavailable_devices")
+    @classmethod
+    def _devices_count_or_percent(cls, value: int | str | None) -> int | str | None:
+        return (
+            None if value is None else _count_or_percent(value, "maxUnavailableDevices", "device")
+        )
+
+
+def _count_or_percent(value: int | str, name: str, unit: str) -> int | str:
+    """A budget's value: a count that is not negative, or a percent from 0% to 100%."""
+    field = f"spec.budgets.{name}"
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{field}: a {unit} count must not be negative, got {value}")
         return value
+    if not _PERCENT.match(value):
+        raise ValueError(
+            f'{field}: must be a {unit} count like 3 or a percent like "10%", got {value!r}'
+        )
+    if not _PERCENT_0_100.match(value):
+        raise ValueError(f"{field}: percent must be between 0% and 100%, got {value!r}")
+    return value
 
 
 class Confirmation(ApiModel):

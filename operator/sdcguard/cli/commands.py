@@ -48,9 +48,11 @@ from sdcguard.cli.kube import (
 )
 from sdcguard.cli.output import Result, Table, age, cell, format_time, parse_time
 from sdcguard.domain import keys
+from sdcguard.domain.budgets import PoolUsage, add_member, allowed_devices
+from sdcguard.domain.devicetaints import SliceDevice
 from sdcguard.domain.hardware import candidates, record_name
 from sdcguard.domain.lifecycle import TABLE, Event, NodeState
-from sdcguard.domain.observed import NodeFacts, NodeSnapshot
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
 from sdcguard.domain.selection import most_specific, selects
 
 PLUGIN = "kubectl-sdc"
@@ -166,11 +168,7 @@ def summarize_fleet(
     for node in nodes:
         labels = _meta(node).get("labels") or {}
         state = labels.get(keys.LABEL_STATE)
-        try:
-            policy = select_policy(policies, node)
-        except CliError:  # a tie: counted where the operator puts it (the first name)
-            top = most_specific(labels, {p.metadata.name: p.spec.node_selector for p in policies})
-            policy = next(p for p in policies if p.metadata.name == top[0])
+        policy = _owner(policies, node)  # a tie: counted where the operator puts it
         if state is None and policy is None:
             continue
         if state is None and policy is not None:
@@ -232,6 +230,7 @@ def status(conn: Connection) -> Result:
     ]
     tickets = [_ticket_row(t, now) for t in open_tickets]
     devices = _device_rows(open_tickets)
+    device_budget = _device_budget_rows(nodes, policies, devices, open_tickets)
     tickets.sort(key=lambda t: t["openedAt"] or "")
     policy_rows: list[dict[str, Any]] = []
     for p in sorted(policies, key=lambda p: p.metadata.name):
@@ -257,6 +256,7 @@ def status(conn: Connection) -> Result:
         "pools": summary.pools,
         "openTickets": tickets,
         "devicesOutOfService": devices,
+        "deviceBudget": device_budget,
         "waiting": waiting,
     }
     columns = [s for s in [*STATE_ORDER, "New"] if s in summary.states]
@@ -315,6 +315,22 @@ def status(conn: Connection) -> Result:
             empty="No device is out of service on its own.",
         ),
         Table(
+            ["policy", "pool", "devices", "out of service", "maxUnavailableDevices", "allows"],
+            [
+                [
+                    b["policy"],
+                    b["pool"],
+                    str(b["devices"]),
+                    str(b["outOfService"]),
+                    cell(b["maxUnavailableDevices"]),
+                    cell(b["allows"]),
+                ]
+                for b in device_budget
+            ],
+            title="Device budget (devices of held nodes and device taints, per pool):",
+            empty="No accelerator devices found.",
+        ),
+        Table(
             ["node", "state", "for", "why"],
             [
                 [w["node"], cell(w["state"]), age(parse_time(w["since"]), now), w["why"]]
@@ -325,6 +341,65 @@ def status(conn: Connection) -> Result:
         ),
     ]
     return Result(data=data, tables=tables)
+
+
+def _device_budget_rows(
+    nodes: Iterable[Mapping[str, Any]],
+    policies: Sequence[SDCPolicy],
+    devices: list[dict[str, Any]],
+    tickets: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Per policy and pool: its devices, those out of service as the operator counts them
+    (``Observed.pool_member``: all devices of a held node, the tainted ones of a node of
+    scope Device), and what ``maxUnavailableDevices`` allows."""
+    tainted: dict[str, list[SliceDevice]] = {}
+    for row in devices:
+        driver, _, rest = row["device"].partition("/")
+        pool, _, name = rest.rpartition("/")
+        tainted.setdefault(row["node"], []).append(
+            SliceDevice(driver, pool, name, row["uuid"] or "")
+        )
+    ticketed = {(t.get("spec") or {}).get("nodeName") for t in tickets}
+    usage: dict[tuple[str, str], dict[str, PoolUsage]] = {}
+    by_name = {p.metadata.name: p for p in policies}
+    for node in nodes:
+        policy = _owner(policies, node)
+        if policy is None:
+            continue
+        facts = _facts(node, policy)
+        name = facts.name
+        ticket = (
+            TicketFacts(name, devices=tuple(tainted.get(name, ()))) if name in ticketed else None
+        )
+        holding = frozenset({policy.spec.taints.testing, policy.spec.taints.quarantine})
+        member = Observed(node=facts, ticket=ticket).pool_member(holding)
+        pools = usage.setdefault((policy.metadata.name, facts.pool or NO_POOL), {})
+        add_member(pools, member)
+    rows = []
+    for (policy_name, pool), pools in sorted(usage.items()):
+        total = next(iter(pools.values()))
+        budgets = by_name[policy_name].spec.budgets
+        rows.append(
+            {
+                "policy": policy_name,
+                "pool": pool,
+                "devices": total.devices,
+                "outOfService": total.devices_unavailable,
+                "maxUnavailableDevices": budgets.max_unavailable_devices,
+                "allows": allowed_devices(budgets, total.devices),
+            }
+        )
+    return rows
+
+
+def _owner(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDCPolicy | None:
+    """The policy that owns ``node`` (on a tie, the one the operator picks), or None."""
+    try:
+        return select_policy(policies, node)
+    except CliError:
+        labels = _meta(node).get("labels") or {}
+        top = most_specific(labels, {p.metadata.name: p.spec.node_selector for p in policies})
+        return next(p for p in policies if p.metadata.name == top[0])
 
 
 def _device_rows(tickets: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -54,7 +54,15 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member, can_reserve
-from sdcguard.domain.devicetaints import ScopeChoice, SliceDevice, choose_scope, rule_name
+from sdcguard.domain.devicetaints import (
+    ScopeChoice,
+    SliceDevice,
+    choose_scope,
+    device_ticket_tails,
+    judge_devices,
+    rule_name,
+    under_verification,
+)
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Outcome, assess, retry_time
 from sdcguard.domain.lifecycle import (
@@ -94,7 +102,7 @@ from sdcguard.domain.lifecycle import (
     UntaintDevices,
     transition,
 )
-from sdcguard.domain.observed import NodeFacts, Observed, TicketFacts
+from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
 from sdcguard.domain.plan import Plan
 from sdcguard.domain.reports import report_reference
 
@@ -174,6 +182,10 @@ class _Step:
     ticket's Waiting condition, ``kubectl sdc status``, and an Event once it lasts)."""
     waiting_test: str | None = None
     """The SDCTest the wait holds back, if it is a test's (its Waiting condition)."""
+    returned: tuple[str, ...] = ()
+    """Scope Device: the device tickets whose devices passed verification (they close)."""
+    refailed: tuple[str, ...] = ()
+    """Scope Device: the device tickets whose devices failed verification again."""
 
 
 def _taint_key(policy: SDCPolicySpec, role: TaintRole) -> str:
@@ -330,7 +342,13 @@ class _Reader:
             return f"test {obs.test.name} still running"
         if takes_node and obs.pending_pod_needs_node:
             return "a pending pod needs this node"
-        check = can_reserve(obs.usage, self.policy.budgets, takes_node=takes_node)
+        check = can_reserve(
+            obs.usage,
+            self.policy.budgets,
+            takes_node=takes_node,
+            devices=obs.devices_serving,
+            own=obs.pool_member().devices_held,
+        )
         self.budget_blocked = not check.allowed
         return None if check.allowed else check.reason
 
@@ -433,6 +451,8 @@ class _Reader:
             )
 
         if self.state == S.VERIFYING:
+            if self.obs.ticket is not None and self.obs.ticket.members:
+                return self._verify_devices(test)
             return self._verification(test.verdict, test.name, test.message)
         hardware = self.obs.hardware
         suspect = self.node.suspect_checks if self.state == S.SUSPECT else frozenset()
@@ -494,6 +514,44 @@ class _Reader:
             )
         return self._inconclusive(said)
 
+    def _verify_devices(self, test: TestFacts) -> _Step:
+        """Scope Device: judge each device ticket under verification on its own (see
+        ``devicetaints.judge_devices``): the devices that passed return, those that
+        failed again stay out with their ticket's cycle raised, the rest wait for their
+        repair."""
+        ticket = self.obs.ticket
+        assert ticket is not None
+        said = f"{test.name}: {test.message}" if test.message else test.name
+        if test.verdict not in (Verdict.PASS, Verdict.SDC):
+            return self._inconclusive(said)
+        judged = judge_devices(ticket.members, test.findings, test.device_ids, test.verdict)
+        limit = self.policy.repair.max_repair_cycles
+        by_name = {m.name: m for m in ticket.members}
+        hardware = self.obs.hardware
+        for name in judged.failed:
+            cycle = by_name[name].cycle
+            if hardware is not None:
+                # The GPU's cycles under earlier tickets (on this host or another) count.
+                own = [hardware.device_cycles.get(d.uuid.lower(), 0) for d in by_name[name].devices]
+                cycle = max([cycle, *own])
+            if cycle >= limit:
+                detail = f"{said}; {judged.message}; ticket {name}: repair cycle {cycle} of {limit}"
+                return _Step(E.REPAIR_CYCLES_EXCEEDED, detail)
+        detail = f"{said}; {judged.message}"
+        if not judged.failed and not judged.waiting:
+            return _Step(E.VERIFICATION_PASSED, detail, returned=judged.passed)
+        if not judged.passed:
+            return _Step(
+                E.VERIFICATION_FAILED, detail, evidence=(test.name,), refailed=judged.failed
+            )
+        return _Step(
+            E.DEVICES_RETURNED,
+            detail,
+            evidence=(test.name,),
+            returned=judged.passed,
+            refailed=judged.failed,
+        )
+
     def back_off(self, count: int) -> Changes:
         """The inconclusive count and the time before the node is screened again."""
         base = parse_duration(self.policy.triggers.inconclusive_backoff)
@@ -532,7 +590,8 @@ class _Reader:
         if ticket.resolution == Resolution.RETIRE:
             return _Step(E.TICKET_RETIRE, f"ticket {ticket.name} resolved Retire")
         if ticket.resolution is not None:
-            blocked = self.blocked(takes_node=False)
+            # Scope Device: the node serves with its other devices, and verifying takes it.
+            blocked = self.blocked(takes_node=bool(ticket.devices) and not self.holding())
             if blocked:
                 return _Step(
                     None,
@@ -716,14 +775,24 @@ class _Binder:
         self.target = target
         self.seq = reader.node.seq
         self.changes: Changes = dict(step.changes)
-        self._ticket_name: str | None = None
+        self._ticket_names: tuple[str, ...] | None = None
         self._choice: ScopeChoice | None = None
 
+    def _new_ticket_names(self) -> tuple[str, ...]:
+        """The names of the tickets this decision opens (the same, however often asked):
+        one, or for a quarantine of scope Device one per device, in the devices' order,
+        all from one step of the node's counter (``<node>-<uid>-<seq>-<device>``)."""
+        if self._ticket_names is None:
+            devices = self.quarantined_devices()
+            tails = device_ticket_tails(devices) if devices else ("",)
+            self.seq += 1
+            self.changes[keys.SEQ] = str(self.seq)
+            self._ticket_names = tuple(self._named(f"-{t}" if t else "") for t in tails)
+        return self._ticket_names
+
     def _new_ticket_name(self) -> str:
-        """The name of the ticket this decision opens (one name, however often asked)."""
-        if self._ticket_name is None:
-            self._ticket_name = self._name()
-        return self._ticket_name
+        """The first (or only) ticket this decision opens."""
+        return self._new_ticket_names()[0]
 
     @property
     def choice(self) -> ScopeChoice:
@@ -747,9 +816,12 @@ class _Binder:
             return ()
         return tuple(p.device for p in self.choice.devices)
 
-    def _record(self) -> QuarantineRecord:
+    def _record(self, only: int | None = None) -> QuarantineRecord:
+        """The ticket's ``spec.quarantine``; ``only``: the one device (by its position in
+        the choice) of a device ticket."""
         node = self.r.node.name
         choice = self.choice
+        picked = choice.devices if only is None else (choice.devices[only],)
         return QuarantineRecord(
             scope=choice.scope.value,
             reason=choice.reason.value,
@@ -763,18 +835,86 @@ class _Binder:
                     device=p.device.name,
                     rule=rule_name(node, p.device.key),
                 )
-                for p in choice.devices
+                for p in picked
             ],
         )
 
     def _name(self) -> str:
         self.seq += 1
-        node = self.r.node
-        suffix = f"-{node.uid[:5]}-{self.seq}" if node.uid else f"-{self.seq}"
         self.changes[keys.SEQ] = str(self.seq)
+        return self._named("")
+
+    def _named(self, tail: str) -> str:
+        """``<node>-<uid>-<seq><tail>`` at the counter's current value (at most 253)."""
+        node = self.r.node
+        suffix = (f"-{node.uid[:5]}-{self.seq}" if node.uid else f"-{self.seq}") + tail
         return node.name[: 253 - len(suffix)] + suffix
 
-    def bind(self, action: Action) -> Action | None:
+    def _members(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """``names`` if the step named any device tickets, else every ticket of the
+        incident (the node's one ticket for scope Node)."""
+        ticket = self.r.obs.ticket
+        if names:
+            return names
+        if ticket is None:
+            return ()
+        return tuple(m.name for m in ticket.members) or (ticket.name,)
+
+    def _device_tickets(self, names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """(GPU UUID, its ticket) for the hardware history of a quarantine of scope
+        Device: the devices this decision quarantines, or of an open incident those that
+        failed verification again (all of them when the step names none)."""
+        ticket = self.r.obs.ticket
+        if ticket is None:
+            devices = self.quarantined_devices()
+            return tuple((d.uuid, n) for d, n in zip(devices, names, strict=False) if d.uuid)
+        refailed = set(self.step.refailed)
+        chosen = [m for m in ticket.members if not refailed or m.name in refailed]
+        return tuple((d.uuid, m.name) for m in chosen for d in m.devices if d.uuid)
+
+    def _phase_targets(self, phase: TicketPhase) -> tuple[str, ...]:
+        """The tickets a phase change applies to: scope Device moves to Verifying only
+        the resolved device tickets, and to InRepair only the acknowledged ones."""
+        ticket = self.r.obs.ticket
+        if ticket is None:
+            return ()
+        members = ticket.members
+        if not members:
+            return (ticket.name,)
+        if phase == TicketPhase.VERIFYING:
+            chosen = under_verification(members)
+        elif phase == TicketPhase.IN_REPAIR:
+            chosen = tuple(m for m in members if m.acknowledged and not m.resolved)
+        else:
+            chosen = members
+        return tuple(m.name for m in chosen) or (ticket.name,)
+
+    def _create_tickets(self, retired: bool) -> tuple[CreateTicket, ...]:
+        """The CreateTicket of this decision's quarantine: one, or one per device (scope
+        Device), each device's cycle counted from its own GPU's history."""
+        r, node = self.r, self.r.node
+        evidence = self.step.evidence or node.evidence
+        hardware = r.obs.hardware
+        used = hardware.cycles if hardware is not None else 0
+        begins = self.step.event in (E.TEST_FAILED, E.REPAIR_CYCLES_EXCEEDED)
+        names = self._new_ticket_names()
+        if len(names) == 1 and not self.quarantined_devices():
+            cycle = used + 1 if begins else max(1, used)
+            return (
+                CreateTicket(
+                    names[0], evidence, self.step.detail, cycle, retired, used, self._record()
+                ),
+            )
+        made = []
+        for i, name in enumerate(names):
+            uuid = self.choice.devices[i].device.uuid
+            own = hardware.device_cycles.get(uuid.lower(), 0) if hardware and uuid else 0
+            cycle = own + 1 if begins else max(1, own)
+            record = self._record(only=i)
+            made.append(CreateTicket(name, evidence, self.step.detail, cycle, retired, own, record))
+        return tuple(made)
+
+    def bind(self, action: Action) -> Action | tuple[Action, ...] | None:
         """The action with the node's names and keys filled in (None: nothing to do
         here). Bookkeeping actions become annotation changes (``self.changes``)."""
         r, node, policy = self.r, self.r.node, self.r.policy
@@ -813,14 +953,26 @@ class _Binder:
             ):
                 return None
             case AddTaint(role=TaintRole.QUARANTINE) if self.quarantined_devices():
+                if ticket is not None:
+                    return taint_devices(ticket, bounded(self.step.detail, 1024), policy)
+                names = self._new_ticket_names()
                 return TaintDevices(
-                    ticket.name if ticket else self._new_ticket_name(),
+                    names[0],
                     self.quarantined_devices(),
                     bounded(self.step.detail, 1024),
                     policy.quarantine.device_taint_effect,
+                    names,
                 )
             case RemoveTaint(role=TaintRole.QUARANTINE) if ticket and ticket.devices:
                 return UntaintDevices(ticket.name)
+            case UntaintDevices():
+                if ticket is None or not ticket.devices:
+                    return None
+                going = set(self.step.returned)
+                if not going:
+                    return UntaintDevices(ticket.name)
+                devices = tuple(d for m in ticket.members if m.name in going for d in m.devices)
+                return UntaintDevices(ticket.name, devices)
             case Cordon() | Drain() if self.target != S.RETIRED and self.quarantined_devices():
                 return None  # the node serves with its other devices
             case AddTaint(role=role):
@@ -870,35 +1022,46 @@ class _Binder:
                     return None
                 return CancelTest(test.name, self.step.detail)
             case CreateTicket(retired=retired):
-                if ticket is not None:
-                    return None
-                evidence = self.step.evidence or node.evidence
-                used = r.obs.hardware.cycles if r.obs.hardware is not None else 0
-                begins = self.step.event in (E.TEST_FAILED, E.REPAIR_CYCLES_EXCEEDED)
-                cycle = used + 1 if begins else max(1, used)
-                return CreateTicket(
-                    self._new_ticket_name(),
-                    evidence,
-                    self.step.detail,
-                    cycle,
-                    retired,
-                    used,
-                    self._record(),
-                )
+                return None if ticket is not None else self._create_tickets(retired)
             case RecordHardware(failure=failure, retire=retire):
+                if self.step.event == E.DEVICES_RETURNED and not self.step.refailed:
+                    return None  # every device under verification passed
                 failed = r.obs.test.name if r.obs.test is not None and failure else ""
-                named = ticket.name if ticket is not None else (self._ticket_name or "")
-                return RecordHardware(failure, retire, failed, named, self.step.detail)
+                names = self._ticket_names or ()
+                named = ticket.name if ticket is not None else (names[0] if names else "")
+                return RecordHardware(
+                    failure,
+                    retire,
+                    failed,
+                    named,
+                    self.step.detail,
+                    self._device_tickets(names),
+                )
             case SetTicketPhase(phase=phase):
-                return SetTicketPhase(phase, ticket.name, self.step.detail) if ticket else None
+                return tuple(
+                    SetTicketPhase(phase, name, self.step.detail)
+                    for name in self._phase_targets(phase)
+                )
             case CloseTicket():
-                return CloseTicket(ticket.name, self.step.detail) if ticket else None
+                if self.step.event == E.DEVICES_RETURNED or self.step.returned:
+                    names = self.step.returned
+                else:
+                    names = self._members(())
+                return tuple(CloseTicket(name, self.step.detail) for name in names)
             case RaiseCycle():
                 failed = self.step.evidence[0] if self.step.evidence else ""
-                return RaiseCycle(ticket.name, failed) if ticket else None
+                names = self.step.refailed if ticket and ticket.members else self._members(())
+                return tuple(RaiseCycle(name, failed) for name in names)
             case Retire():
                 delete = policy.repair.retire_action == RetireAction.DELETE
-                return Retire(ticket.name if ticket else "", delete_node=delete)
+                if ticket is None:
+                    return Retire("", delete_node=delete)  # born Retired (its Open status)
+                names = self._members(())
+                # A device ticket retired retires the node: all its tickets go with it.
+                return (
+                    Retire(names[0], delete_node=delete),
+                    *(SetTicketPhase(TicketPhase.RETIRED, n, self.step.detail) for n in names[1:]),
+                )
             case MarkQualified():
                 return MarkQualified(r.now, r.obs.test.fingerprint if r.obs.test else "")
             case EmitEvent(reason=reason, message=message, warning=warning, routine=routine):
@@ -906,6 +1069,19 @@ class _Binder:
                 return EmitEvent(reason, text, warning, routine)
             case _:
                 return action
+
+
+def taint_devices(ticket: TicketFacts, reason: str, policy: SDCPolicySpec) -> TaintDevices:
+    """The DeviceTaintRules an open incident of scope Device keeps: one per device, each
+    naming its own ticket."""
+    pairs = [(d, m.name) for m in ticket.members for d in m.devices]
+    return TaintDevices(
+        ticket.name,
+        tuple(d for d, _ in pairs),
+        reason,
+        policy.quarantine.device_taint_effect,
+        tuple(n for _, n in pairs),
+    )
 
 
 def _verifies_in_service(reader: _Reader, bound: list[Action]) -> bool:
@@ -934,8 +1110,7 @@ def _heal(reader: _Reader) -> list[Action]:
         # device renamed in its ResourceSlice (a driver restart) is selected anew.
         if state == S.VERIFYING:
             roles.append(TaintRole.TESTING)
-        effect = policy.quarantine.device_taint_effect
-        actions.append(TaintDevices(ticket.name, ticket.devices, f"ticket {ticket.name}", effect))
+        actions.append(taint_devices(ticket, f"ticket {ticket.name}", policy))
     elif state in (S.QUARANTINED, S.REPAIRING, S.VERIFYING, S.RETIRED):
         roles.append(TaintRole.QUARANTINE)
         actions.append(Cordon())
@@ -963,8 +1138,15 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         template = list(row.actions)
         requeue = REQUEUE_AFTER_TRANSITION if step.requeue is None else step.requeue
     binder = _Binder(reader, step, target)
-    bound = [a for a in (binder.bind(t) for t in template) if a is not None]
-    if _verifies_in_service(reader, bound):
+    bound: list[Action] = []
+    for action in template:
+        made = binder.bind(action)
+        if isinstance(made, tuple):
+            bound += made
+        elif made is not None:
+            bound.append(made)
+    reserves_in_service = _verifies_in_service(reader, bound)
+    if reserves_in_service:
         # A device-scope quarantine left the node serving: reserve it, so the
         # verification probe gets every device (the failed one included) once the
         # workloads on the others end.
@@ -1034,8 +1216,9 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
     starts_test = any(isinstance(a, CreateTest) for a in bound)
     held = target == S.SUSPECT and {**node.annotations, **binder.changes}.get(keys.HELD)
     # Only a node that was serving counts against maxUnavailable when we reserve it.
-    takes_node = state in (S.QUALIFIED, S.SUSPECT) and any(
-        isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound
+    takes_node = reserves_in_service or (
+        state in (S.QUALIFIED, S.SUSPECT)
+        and any(isinstance(a, AddTaint) and a.role == TaintRole.TESTING for a in bound)
     )
     return Decision(
         node=node.name,
@@ -1189,7 +1372,13 @@ def iter_decisions(
         # Only what a decision adds is counted before its write succeeds: a node it
         # holds (a test started, or a quarantine of a node that was not held) counts
         # for the next node at once; a release counts once it is written and seen.
-        grown = PoolMember(before.pool, before.held or after.held, before.testing or after.testing)
+        grown = PoolMember(
+            before.pool,
+            before.held or after.held,
+            before.testing or after.testing,
+            before.devices,
+            max(before.devices_held, after.devices_held),
+        )
         if grown != before:
             add_member(pools, before, -1)
             add_member(pools, grown)
@@ -1208,9 +1397,11 @@ def member_after(before: PoolMember, decision: Decision) -> PoolMember:
     the decision takes a serving node for a test; any other state holds nothing. A
     test the decision starts counts as running.
     """
-    device_scope = any(isinstance(a, TaintDevices) for a in decision.actions) or (
+    tainted = [a for a in decision.actions if isinstance(a, TaintDevices)]
+    device_scope = bool(tainted) or (
         decision.previous in (NodeState.QUARANTINED, NodeState.REPAIRING) and not before.held
     )
+    out = len(tainted[0].devices) if tainted else before.devices_held
     if decision.state in (NodeState.QUARANTINED, NodeState.REPAIRING) and device_scope:
         held = False
     elif decision.state in _ALWAYS_HELD:
@@ -1218,8 +1409,11 @@ def member_after(before: PoolMember, decision: Decision) -> PoolMember:
     elif decision.state in (NodeState.TESTING, NodeState.SUSPECT):
         held = before.held or decision.takes_node
     else:
-        held = False
-    return PoolMember(before.pool, held, before.testing or decision.starts_test)
+        held, out = False, 0
+    devices_held = before.devices if held else min(before.devices, out) if device_scope else 0
+    return PoolMember(
+        before.pool, held, before.testing or decision.starts_test, before.devices, devices_held
+    )
 
 
 def decide_all(

@@ -21,6 +21,24 @@ more than maxDeviceFraction    Node     TooManyDevices
 otherwise                      Device   DeviceTainted: one rule per named device
 =============================  =======  =============================================
 
+Tickets: one RepairTicket per device (``device_ticket_tails`` names them after the
+incident's name), each repaired and verified on its own. A verification re-tests the
+whole node, every device included, and ``judge_devices`` reads it per device ticket:
+
+=========================================  ==========================================
+the verification                           the tickets under verification
+=========================================  ==========================================
+passed                                     all pass: their devices return
+failed on devices it names                 those tickets fail again (cycle + 1, their
+                                           rules stay); the others pass and return
+failed on a device of a ticket not under   not held against the tickets under it
+verification (not yet repaired)            (that device is still out of service)
+failed, not pinned to a device, or on a    all fail again: the failure cannot be
+device that is not quarantined at all      told apart from theirs
+=========================================  ==========================================
+
+Tickets not under verification (not yet resolved) are left as they are.
+
 Rules (``plan_rules``): a rule is named from the node and the device's UUID (its
 hardware identity), so two failures naming the same device want the same rule and a
 renamed device (a driver restart) keeps its rule, whose selector is then corrected.
@@ -37,7 +55,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sdcguard.api import Finding, QuarantineScope
+from sdcguard.api import Finding, QuarantineScope, Resolution, TicketPhase, Verdict
 from sdcguard.api.policy import Quarantine
 from sdcguard.domain import keys
 
@@ -204,6 +222,110 @@ def choose_scope(
         f"device taints on {names}; the node serves with its other devices",
         tuple(picked),
     )
+
+
+@dataclass(frozen=True)
+class TicketMember:
+    """One RepairTicket of a quarantine of scope Device: one per failed device (older
+    tickets may list several devices), each repaired, verified and closed on its own."""
+
+    name: str
+    devices: tuple[SliceDevice, ...] = ()
+    phase: TicketPhase = TicketPhase.OPEN
+    resolution: Resolution | None = None
+    cycle: int = 1
+    acknowledged: bool = False
+
+    @property
+    def resolved(self) -> bool:
+        """The repair side answered Repaired, Replaced or FalseAlarm: verification is due."""
+        return self.resolution is not None and self.resolution != Resolution.RETIRE
+
+
+@dataclass(frozen=True)
+class DeviceVerdicts:
+    """A verification read per device ticket: names of the tickets that passed, failed
+    again, and were not under verification (they wait for their repair)."""
+
+    passed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    message: str = ""
+
+
+def under_verification(members: Iterable[TicketMember]) -> tuple[TicketMember, ...]:
+    """The tickets a verification answers for: those in phase Verifying (moved there when
+    it started), else (a status not back yet) those resolved."""
+    found = tuple(members)
+    verifying = tuple(m for m in found if m.phase == TicketPhase.VERIFYING)
+    return verifying or tuple(m for m in found if m.resolved)
+
+
+def judge_devices(
+    members: Iterable[TicketMember],
+    findings: Iterable[Finding],
+    device_ids: tuple[str, ...],
+    verdict: Verdict,
+) -> DeviceVerdicts:
+    """The outcome of a verification per device ticket (the table in the module
+    docstring). ``device_ids``: the verification probe's UUID per device index (a probe
+    that reports none has index i taken as device ``gpu-<i>``)."""
+    found = tuple(members)
+    under = under_verification(found)
+    waiting = tuple(m.name for m in found if m not in under)
+    names = tuple(m.name for m in under)
+
+    def say(passed: tuple[str, ...], failed: tuple[str, ...], why: str = "") -> DeviceVerdicts:
+        by_name = {m.name: m for m in found}
+
+        def shown(tickets: tuple[str, ...]) -> str:
+            return ", ".join(
+                "+".join(d.name for d in by_name[t].devices) + f" ({t})" for t in tickets
+            )
+
+        parts = [
+            f"{label}: {shown(t)}"
+            for label, t in (
+                ("returned", passed),
+                ("failed again", failed),
+                ("awaiting repair", waiting),
+            )
+            if t
+        ]
+        text = "; ".join(([why] if why else []) + parts)
+        return DeviceVerdicts(passed, failed, waiting, text)
+
+    if verdict == Verdict.PASS:
+        return say(names, ())
+    indices, pinned = failed_indices(findings)
+    if not pinned:
+        return say((), names, "the failure is not pinned to a device")
+
+    def matches(member: TicketMember, index: int) -> bool:
+        if device_ids:
+            uuid = device_ids[index].lower() if index < len(device_ids) else ""
+            return bool(uuid) and any(d.uuid.lower() == uuid for d in member.devices)
+        return any(d.name == f"gpu-{index}" for d in member.devices)
+
+    failed: list[str] = []
+    for index in indices:
+        owners = [m for m in found if matches(m, index)]
+        if not owners:
+            return say((), names, f"device {index} failed and is not quarantined")
+        failed += [m.name for m in owners if m in under]
+    again = tuple(n for n in names if n in failed)
+    return say(tuple(n for n in names if n not in failed), again)
+
+
+def device_ticket_tails(devices: Iterable[SliceDevice]) -> tuple[str, ...]:
+    """The end of each device ticket's name (after the incident's ``<node>-<uid>-<seq>``):
+    the device's name as a DNS label (``gpu-3``), made unique by its position when two
+    devices share a name (two drivers)."""
+    tails: list[str] = []
+    for i, device in enumerate(devices):
+        tail = _NOT_NAME.sub("-", device.name.lower()).strip("-")[:40].strip("-") or "device"
+        tails.append(f"{tail}-{i}" if tail in tails else tail)
+    return tuple(tails)
 
 
 _NOT_NAME = re.compile(r"[^a-z0-9-]+")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sdcguard.api import (
     HardwareFailure,
@@ -169,6 +169,9 @@ class HardwareFacts:
     """Why the hardware was retired, if a record says it was."""
     known_as: tuple[str, ...] = ()
     """Other Node names the hardware was seen under."""
+    device_cycles: Mapping[str, int] = field(default_factory=dict)
+    """Repair cycles within the window of each GPU (by UUID, lowercased) that has a
+    record: a device ticket begins its GPU's next cycle, not its host's."""
 
     @property
     def known(self) -> bool:
@@ -213,12 +216,18 @@ def hardware_facts(
     others = dict.fromkeys(
         seen.node for _, s in found for seen in s.nodes if seen.node != identity.node
     )
+    devices = {
+        hw.value.lower(): counted(records[hw.record], now, window_seconds)
+        for hw in identity.trusted
+        if hw.kind == IdentityKind.DEVICE and hw.record in records
+    }
     return HardwareFacts(
         records=tuple(name for name, _ in found),
         cycles=max(counted(s, now, window_seconds) for _, s in found),
         failures=max(max(s.total_failures, len(s.failures)) for _, s in found),
         retired=retired,
         known_as=tuple(others),
+        device_cycles=devices,
     )
 
 

@@ -10,6 +10,8 @@
     Testing, Suspect ──TestFailed──▶ Quarantined ──RepairStarted, ReplaceDue──▶ Repairing
     Quarantined, Repairing ──TicketResolved──▶ Verifying ──VerificationPassed──▶ Qualified
     Verifying ──VerificationFailed──▶ Quarantined       (repair cycle + 1)
+    Verifying ──DevicesReturned──▶ Quarantined          (scope Device: the devices that
+                                                        passed return, the others stay out)
     Quarantined, Repairing ──TicketRetire──▶ Retired ◀──RepairCyclesExceeded── Verifying
     Testing, Suspect ──RepairCyclesExceeded──▶ Retired  (the hardware used up its cycles)
     Unqualified ──Rejoined──▶ Testing (repair verification) ; ──HardwareRetired──▶ Retired
@@ -90,6 +92,10 @@ class Event(StrEnum):
     """The ticket's resolution is Retire."""
     VERIFICATION_PASSED = "VerificationPassed"
     VERIFICATION_FAILED = "VerificationFailed"
+    DEVICES_RETURNED = "DevicesReturned"
+    """Scope Device: the verification returned some of the node's quarantined devices
+    (their tickets close, their rules go); others stay out (not yet repaired, or failed
+    again: their tickets' cycle is raised)."""
     REPAIR_CYCLES_EXCEEDED = "RepairCyclesExceeded"
     """A confirmed failure (of a test or a repair's verification) found the hardware's
     repair cycles within the policy's window used up."""
@@ -203,13 +209,21 @@ class TaintDevices:
     devices: tuple[SliceDevice, ...] = ()
     reason: str = ""
     effect: str = "NoSchedule"
+    tickets: tuple[str, ...] = ()
+    """Each device's own ticket, in ``devices``' order (empty: all are ``ticket``'s)."""
+
+    def ticket_of(self, index: int) -> str:
+        """The ticket the rule of ``devices[index]`` names."""
+        return self.tickets[index] if index < len(self.tickets) else self.ticket
 
 
 @dataclass(frozen=True)
 class UntaintDevices:
-    """Delete the DeviceTaintRules sdcguard wrote for the node (only those)."""
+    """Delete DeviceTaintRules sdcguard wrote for the node (only those): the rules of
+    ``devices``, or with none named every rule of ours on the node."""
 
     ticket: str = ""
+    devices: tuple[SliceDevice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -292,6 +306,10 @@ class RecordHardware:
     test: str = ""
     ticket: str = ""
     message: str = ""
+    devices: tuple[tuple[str, str], ...] = ()
+    """Scope Device: (GPU UUID, its own ticket) of each device the failure (or the
+    retirement) is about; each GPU's record names its own ticket, so it counts its own
+    repair cycles."""
 
 
 @dataclass(frozen=True)
@@ -785,6 +803,17 @@ TRANSITIONS: tuple[Transition, ...] = (
         RaiseCycle(),
         RecordHardware(FailureKind.VERIFICATION_FAILED),
         EmitEvent("RepairFailed", "{node} failed repair verification: {detail}", warning=True),
+    ),
+    _row(
+        S.VERIFYING,
+        E.DEVICES_RETURNED,
+        S.QUARANTINED,
+        *SETTLED,
+        CloseTicket(),
+        UntaintDevices(),
+        RaiseCycle(),
+        RecordHardware(FailureKind.VERIFICATION_FAILED),
+        EmitEvent("DevicesReturned", "{node}: {detail}"),
     ),
     _row(
         S.VERIFYING,

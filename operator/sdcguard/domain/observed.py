@@ -23,7 +23,7 @@ from sdcguard.api import (
 )
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, PoolUsage
-from sdcguard.domain.devicetaints import NodeDevices, SliceDevice
+from sdcguard.domain.devicetaints import NodeDevices, SliceDevice, TicketMember
 from sdcguard.domain.hardware import HardwareFacts
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.quantity import whole_quantity
@@ -291,9 +291,19 @@ class TestFacts:
         )
 
 
+_PHASE_ORDER = (
+    TicketPhase.RETIRED,
+    TicketPhase.VERIFYING,
+    TicketPhase.IN_REPAIR,
+    TicketPhase.ACKNOWLEDGED,
+    TicketPhase.OPEN,
+)
+
+
 @dataclass(frozen=True)
 class TicketFacts:
-    """The node's open RepairTicket."""
+    """The node's open RepairTicket; for a quarantine of scope Device, its tickets (one
+    per device) seen as one incident: ``parts`` holds each of them."""
 
     name: str
     phase: TicketPhase = TicketPhase.OPEN
@@ -304,6 +314,21 @@ class TicketFacts:
     devices: tuple[SliceDevice, ...] = ()
     """Quarantine scope Device: the devices its DeviceTaintRules take out of service
     (empty: the whole node is quarantined)."""
+    parts: tuple[TicketMember, ...] = ()
+    """Scope Device: the incident's tickets (empty: ``members`` is this ticket alone)."""
+
+    @property
+    def members(self) -> tuple[TicketMember, ...]:
+        """The device tickets of a scope Device quarantine (empty for scope Node)."""
+        if self.parts:
+            return self.parts
+        if not self.devices:
+            return ()
+        return (
+            TicketMember(
+                self.name, self.devices, self.phase, self.resolution, self.cycle, self.acknowledged
+            ),
+        )
 
     @classmethod
     def from_api(cls, ticket: RepairTicket) -> TicketFacts:
@@ -318,6 +343,41 @@ class TicketFacts:
             acknowledged=ticket.spec.external is not None
             or phase in (TicketPhase.ACKNOWLEDGED, TicketPhase.IN_REPAIR),
             devices=_quarantined_devices(ticket),
+        )
+
+    @classmethod
+    def incident(cls, tickets: Sequence[TicketFacts]) -> TicketFacts:
+        """The device tickets of one quarantine of scope Device as one incident.
+
+        Its name is the first ticket's (by name); its phase the furthest any ticket
+        reached (Verifying before InRepair before Acknowledged before Open; Retired only
+        when every ticket is); its resolution Retire if any ticket says so, else the
+        first resolution awaiting verification; acknowledged if any ticket is; its
+        cycle the largest; its devices all of theirs."""
+        ordered = sorted(tickets, key=lambda t: t.name)
+        if len(ordered) == 1:
+            return ordered[0]
+        members = tuple(m for t in ordered for m in t.members)
+        phases = {m.phase for m in members}
+        retired = phases == {TicketPhase.RETIRED}
+        phase = next(
+            (p for p in _PHASE_ORDER[1:] if p in phases),
+            TicketPhase.RETIRED if retired else TicketPhase.OPEN,
+        )
+        resolutions = [m.resolution for m in members if m.resolution is not None]
+        resolution = (
+            Resolution.RETIRE
+            if Resolution.RETIRE in resolutions
+            else (resolutions[0] if resolutions else None)
+        )
+        return cls(
+            name=ordered[0].name,
+            phase=phase,
+            resolution=resolution,
+            cycle=max(m.cycle for m in members),
+            acknowledged=any(m.acknowledged for m in members),
+            devices=tuple(d for m in members for d in m.devices),
+            parts=members,
         )
 
 
@@ -383,4 +443,15 @@ class Observed:
         testing = (
             self.test is not None and not self.test.finished and not self.test.awaiting_baseline
         )
-        return PoolMember(pool=self.node.pool, held=held, testing=testing)
+        devices = self.node.accelerators
+        quarantined = len(self.ticket.devices) if self.ticket is not None else 0
+        out = devices if held else min(devices, quarantined)
+        return PoolMember(
+            pool=self.node.pool, held=held, testing=testing, devices=devices, devices_held=out
+        )
+
+    @property
+    def devices_serving(self) -> int:
+        """The node's devices still in service (all, less those its device taints take)."""
+        out = len(self.ticket.devices) if self.ticket is not None else 0
+        return max(0, self.node.accelerators - out)
