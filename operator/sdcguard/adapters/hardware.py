@@ -22,7 +22,10 @@ from pydantic import ValidationError
 from sdcguard.api import (
     PLURAL_HARDWARE,
     HardwareFailure,
+    HardwareHistory,
     ObjectMeta,
+    Repair,
+    RepairTicket,
     SDCHardware,
     SDCHardwareSpec,
     SDCHardwareStatus,
@@ -35,9 +38,11 @@ from sdcguard.domain.hardware import (
     Identity,
     candidates,
     hardware_facts,
+    hardware_history,
     holder_key,
     identify,
     record_name,
+    ticket_records,
     updated,
 )
 from sdcguard.domain.lifecycle import RecordHardware
@@ -203,3 +208,28 @@ def id_holders(
             if key not in holders:
                 holders[key] = tuple(group(key))
     return holders
+
+
+def ticket_history(
+    ticket: RepairTicket,
+    repair: Repair,
+    lookup: Callable[[str], HardwareRecord | None],
+    at: dt.datetime,
+) -> HardwareHistory:
+    """The hardware history a ticket event tells its sinks, as of ``at`` (the event's
+    time): the ticket's records that exist (``lookup``: a record by name, from the
+    index), counted with the policy's window."""
+    found = {
+        name: (r.spec, r.status)
+        for name in ticket_records(ticket.spec.hardware)
+        if (r := lookup(name)) is not None
+    }
+    window = repair.repair_cycle_window
+    return hardware_history(
+        ticket.spec.hardware,
+        found,
+        at=at,
+        window=window,
+        window_seconds=parse_duration(window),
+        max_cycles=repair.max_repair_cycles,
+    )
