@@ -501,7 +501,9 @@ class Executor(TestRunner):
         test = self._tests_by_name(view, body.name).get(action.test) if action.test else None
         named = hardware.odd_devices(test) if test is not None else ()
         identity = hardware.node_identity(body, view.id_holders(body), named)
-        hardware.record(self.writer, body, identity, view.hardware, action, now, counts)
+        hardware.record(
+            self.writer, body, identity, view.hardware, action, now, counts, self.metrics
+        )
 
     def _open_ticket_status(
         self,

@@ -42,11 +42,13 @@ from sdcguard.domain.hardware import (
     holder_key,
     identify,
     record_name,
+    seen_under,
     ticket_records,
     updated,
 )
 from sdcguard.domain.lifecycle import RecordHardware
 from sdcguard.domain.observed import NodeSnapshot, TestFacts
+from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.hardware")
 
@@ -140,12 +142,18 @@ def record(
     action: RecordHardware,
     now: dt.datetime,
     counts: Counter[str],
+    metrics: Metrics | None = None,
 ) -> list[str]:
     """Apply one RecordHardware: each trusted identifier's record, created if missing,
-    its status updated only where something changed. Returns the records written."""
+    its status updated only where something changed. Returns the records written.
+
+    ``metrics``: counts hardware recognised under a new Node (once per Node, by its
+    strongest identifier with a record), retired, and failures that keep no history."""
     at = now.astimezone(dt.UTC).replace(microsecond=0)
     if not identity.trusted:
         counts["hardware-untrusted"] += 1
+        if metrics is not None and action.failure is not None:
+            metrics.hardware_untracked.inc()
         log.warning(
             "hardware history not kept: no identifier of the node can be trusted",
             node=node.name,
@@ -160,9 +168,12 @@ def record(
         else None
     )
     written: list[str] = []
+    recognised: tuple[str, bool] | None = None
+    retired = False
     for hw in identity.trusted:
         name = hw.record
         known = records.get(name)
+        old = known.status if known is not None else None
         status = updated(
             known.status if known is not None else None,
             node=node.name,
@@ -174,6 +185,9 @@ def record(
         )
         if status is None:
             continue
+        if old is not None and recognised is None and not seen_under(old, node.name, node.uid):
+            recognised = (hw.kind.value, old.retired is not None)
+        retired = retired or (status.retired is not None and (old is None or not old.retired))
         if known is None:
             body = to_body(
                 SDCHardware(
@@ -186,6 +200,13 @@ def record(
         writer.patch_custom_status(PLURAL_HARDWARE, name, to_patch(status, *fields, "conditions"))
         counts["hardware-records-written"] += 1
         written.append(name)
+    if metrics is not None and recognised is not None:
+        kind, was_retired = recognised
+        metrics.hardware_recognised.labels(kind=kind, retired=str(was_retired).lower()).inc()
+        counts["hardware-recognised"] += 1
+    if metrics is not None and retired:
+        why = "OutOfRepairCycles" if action.failure is not None else "RetiredByRequest"
+        metrics.hardware_retired.labels(reason=why).inc()
     if written:
         log.info(
             "hardware history recorded",

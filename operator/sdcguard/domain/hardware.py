@@ -227,6 +227,12 @@ def hardware_facts(
     )
 
 
+def seen_under(status: SDCHardwareStatus, node: str, uid: str) -> bool:
+    """Whether the record already knows the hardware under this Node (its name, and its
+    uid when both are known: a Node re-created under the same name is a new sighting)."""
+    return any(s.node == node and (s.uid == uid or not uid) for s in status.nodes)
+
+
 def _seen(status: SDCHardwareStatus, node: str, uid: str, now: dt.datetime) -> list[SeenAs]:
     nodes = list(status.nodes)
     for i, seen in enumerate(nodes):
@@ -260,7 +266,7 @@ def updated(
     Bounded: at most MAX_FAILURES failures (the oldest dropped first, ``totalFailures``
     keeps counting), MAX_NODES Node names (the least recently seen dropped first)."""
     old = status or SDCHardwareStatus()
-    known = any(s.node == node and (s.uid == uid or not uid) for s in old.nodes)
+    known = seen_under(old, node, uid)
     failures = list(old.failures)
     total = max(old.total_failures, len(failures))
     if failure is not None:
