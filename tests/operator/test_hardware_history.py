@@ -263,6 +263,7 @@ def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -
     shared = _host(case, clone).provider_id
     cfgs = [_host(case, clone, as_node=one), _host(case, clone, as_node=two)]
     trusted_baseline(api_client)
+    before = _metrics(operator.metrics_url)
     with ProbeKubelet(api_client, {one: "sdc", two: "sdc"}):
         create_policy(api_client, case, repair={"maxRepairCycles": 1})
         with registered_nodes(api_client, cfgs):
@@ -280,6 +281,9 @@ def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -
             # Both failed once with maxRepairCycles 1: had their histories merged, the
             # second would have been retired. Each is quarantined at cycle 1.
             assert node_state(api_client, one) == node_state(api_client, two) == "Quarantined"
+    # Each failure that kept no history is counted, so a fleet of cloned IDs shows.
+    after = _metrics(operator.metrics_url)
+    assert _delta(before, after, "sdcguard_hardware_untracked_failures_total") == 2
 
 
 def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) -> None:
