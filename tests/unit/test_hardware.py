@@ -149,17 +149,25 @@ def test_a_failure_is_recorded_once_and_a_known_sighting_writes_nothing() -> Non
     assert renamed.last_node == "gpu-9" and renamed.total_failures == 1
 
 
-def test_history_is_bounded_and_keeps_counting() -> None:
+def _history_of(failures: int, *, retire_last: bool = True) -> SDCHardwareStatus:
+    """A record with ``failures`` failures an hour apart, each under a new Node gpu-<i>
+    (ticket t<i>), retired at the last one unless told not to."""
     status: SDCHardwareStatus | None = None
-    for i in range(MAX_FAILURES + 10):
+    for i in range(failures):
         status = updated(
             status,
             node=f"gpu-{i}",
             uid=f"u{i}",
             now=NOW + i * HOUR,
             failure=failure(NOW + i * HOUR, ticket_name=f"t{i}"),
+            retire="out of cycles" if retire_last and i == failures - 1 else None,
         )
     assert status is not None
+    return status
+
+
+def test_history_is_bounded_and_keeps_counting() -> None:
+    status = _history_of(MAX_FAILURES + 10, retire_last=False)
     assert len(status.failures) == MAX_FAILURES and status.total_failures == MAX_FAILURES + 10
     assert status.failures[0].ticket == "t10", "the oldest failures go first"
     assert len(status.nodes) == MAX_NODES and status.nodes[-1].node == f"gpu-{MAX_FAILURES + 9}"
@@ -346,23 +354,6 @@ def test_a_persons_quarantine_begins_no_cycle_but_the_ticket_knows_the_history()
     used = HardwareFacts(records=("provider-x",), cycles=2, failures=2)
     d = decide(observe(n, hardware=used), policy(), NOW)
     assert (one(d, CreateTicket).cycle, one(d, CreateTicket).before) == (2, 2)
-
-
-def _history_of(failures: int) -> SDCHardwareStatus:
-    """A record with ``failures`` failures an hour apart under Node gpu-<i>, retired at
-    the last one."""
-    status: SDCHardwareStatus | None = None
-    for i in range(failures):
-        status = updated(
-            status,
-            node=f"gpu-{i}",
-            uid=f"u{i}",
-            now=NOW + i * HOUR,
-            failure=failure(NOW + i * HOUR, ticket_name=f"t{i}"),
-            retire="out of cycles" if i == failures - 1 else None,
-        )
-    assert status is not None
-    return status
 
 
 def test_a_ticket_event_tells_the_history_as_of_its_time() -> None:
