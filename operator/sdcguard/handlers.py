@@ -479,7 +479,15 @@ def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs:
     ref = str(spec.get("policyRef") or "")
     specs: kopf.Index[str, Any] = kwargs["policy_specs_index"]
     policy: SDCPolicy | None = next(iter(specs.get(ref, [])), None)
-    ticket_sinks.announce(dict(body), policy, rt.reconciler.writer, rt.metrics, _now())
+    records = rt.inventory.hardware_records()
+    ticket_sinks.announce(
+        dict(body),
+        policy,
+        rt.reconciler.writer,
+        rt.metrics,
+        _now(),
+        records=records.get,
+    )
 
 
 @kopf.on.event(GROUP, VERSION, "sdcreports")

@@ -59,6 +59,34 @@ class Metrics:
             ["policy"],
             registry=r,
         )
+        self.hardware_records = Gauge(
+            "sdcguard_hardware_records",
+            "SDCHardware records (hardware with a failure history) by identifier kind, and "
+            "whether the hardware is retired.",
+            ["kind", "retired"],
+            registry=r,
+        )
+        self.hardware_recognised = Counter(
+            "sdcguard_hardware_recognised_total",
+            "Hardware with a failure history seen under a new Node (a host registered under "
+            "a new name or uid, a GPU moved into another host), by the identifier that "
+            "recognised it and whether that hardware was retired.",
+            ["kind", "retired"],
+            registry=r,
+        )
+        self.hardware_retired = Counter(
+            "sdcguard_hardware_retired_total",
+            "Hardware retired: OutOfRepairCycles (a confirmed failure past maxRepairCycles) "
+            "or RetiredByRequest (a ticket's Retire resolution).",
+            ["reason"],
+            registry=r,
+        )
+        self.hardware_untracked = Counter(
+            "sdcguard_hardware_untracked_failures_total",
+            "Confirmed failures of nodes with no trusted hardware identifier (empty, "
+            "placeholder or shared with another Node): no history is kept for them.",
+            registry=r,
+        )
         self.tickets_open = Gauge(
             "sdcguard_repair_tickets_open",
             "Open RepairTickets by age bucket.",

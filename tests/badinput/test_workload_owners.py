@@ -12,6 +12,7 @@ import uuid
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from tests.operator.harness import workload_record
 
 from sdcguard.adapters.observe import OwnerRef
 from sdcguard.adapters.owners import OwnerResolver
@@ -130,22 +131,7 @@ def test_a_record_at_its_bound_is_accepted_and_far_below_the_size_limit(api_clie
     assert record.dropped == 0
     node = f"bound-{uuid.uuid4().hex[:6]}"
     custom = client.CustomObjectsApi(api_client)
-    custom.create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "workloadrecords",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "WorkloadRecord",
-            "metadata": {"name": node},
-            "spec": {"nodeName": node},
-        },
-    )
-    try:
-        custom.patch_cluster_custom_object_status(
-            GROUP, VERSION, "workloadrecords", node, {"status": to_body(record)}
-        )
-        stored = custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+    with workload_record(api_client, node, to_body(record)) as stored:
         assert len(stored["status"]["workloads"]) == MAX_WORKLOADS
         size = len(json.dumps(stored).encode())
         assert size < API_SERVER_LIMIT / 3, size
@@ -157,8 +143,6 @@ def test_a_record_at_its_bound_is_accepted_and_far_below_the_size_limit(api_clie
                 GROUP, VERSION, "workloadrecords", node, {"status": over}
             )
         assert refused.value.status == 422
-    finally:
-        custom.delete_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
 
 
 def test_records_are_written_once_per_change_and_read_back_after_a_restart(

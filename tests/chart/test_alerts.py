@@ -34,6 +34,8 @@ def test_every_alert_is_evaluated_here() -> None:
         "SdcguardTestsInconclusive",
         "SdcguardRepairTicketOverSLA",
         "SdcguardTicketNotificationFailing",
+        "SdcguardHardwareRetired",
+        "SdcguardRetiredHardwareReturned",
         "SdcguardIllegalTransition",
     }, "a new alert needs its firing test below"
     for rule in alert_rules().values():
@@ -106,6 +108,30 @@ def test_an_illegal_transition_fires() -> None:
     metrics.illegal_transitions.labels(from_state="Qualified", event="TestFailed").inc()
     history = [first, scrape_registry(metrics.registry)]
     assert firing(alert_expr("SdcguardIllegalTransition"), history) == [{}]
+
+
+def test_retired_hardware_fires_by_reason() -> None:
+    metrics, first = _healthy()
+    # Hardware recognised (not retired) and records held fire nothing.
+    metrics.hardware_recognised.labels(kind="ProviderID", retired="false").inc()
+    metrics.hardware_records.labels(kind="ProviderID", retired="false").set(3)
+    quiet = [first, scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardHardwareRetired"), quiet) == []
+    assert firing(alert_expr("SdcguardRetiredHardwareReturned"), quiet) == []
+    metrics.hardware_retired.labels(reason="OutOfRepairCycles").inc()
+    history = [first, scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardHardwareRetired"), history) == [
+        {"reason": "OutOfRepairCycles"}
+    ]
+    # An hour later with nothing new: quiet again.
+    assert firing(alert_expr("SdcguardHardwareRetired"), [history[-1], history[-1]]) == []
+
+
+def test_retired_hardware_coming_back_fires_by_identifier_kind() -> None:
+    metrics, first = _healthy()
+    metrics.hardware_recognised.labels(kind="Device", retired="true").inc()
+    history = [first, scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardRetiredHardwareReturned"), history) == [{"kind": "Device"}]
 
 
 def _scrape(metrics: Metrics) -> Scrape:

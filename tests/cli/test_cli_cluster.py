@@ -21,6 +21,7 @@ from kubernetes import client
 
 from sdcguard.cli import main
 from tests.cluster.localcluster import LocalCluster
+from tests.operator.harness import workload_record
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
@@ -622,44 +623,24 @@ def test_runs_as_a_kubectl_plugin(fleet: Fleet, tmp_path: Path) -> None:
 
 
 def test_blast_radius_of_a_node_before_any_failure_and_of_an_unknown_name(fleet: Fleet) -> None:
-    custom = _custom(fleet.api)
     node = fleet.healthy
-    custom.create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "workloadrecords",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "WorkloadRecord",
-            "metadata": {"name": node},
-            "spec": {"nodeName": node},
-        },
-    )
-    try:
-        custom.patch_cluster_custom_object_status(
-            GROUP,
-            VERSION,
-            "workloadrecords",
-            node,
+    status = {
+        "since": "2026-12-01T08:00:00Z",
+        "workloads": [
             {
-                "status": {
-                    "since": "2026-12-01T08:00:00Z",
-                    "workloads": [
-                        {
-                            "namespace": "ml",
-                            "kind": "PyTorchJob",
-                            "name": "bert",
-                            "apiVersion": "kubeflow.org/v1",
-                            "pods": ["bert-worker-0"],
-                            "podCount": 1,
-                            "running": ["bert-worker-0"],
-                            "accelerators": 8,
-                            "firstSeen": "2026-12-01T09:00:00Z",
-                        }
-                    ],
-                }
-            },
-        )
+                "namespace": "ml",
+                "kind": "PyTorchJob",
+                "name": "bert",
+                "apiVersion": "kubeflow.org/v1",
+                "pods": ["bert-worker-0"],
+                "podCount": 1,
+                "running": ["bert-worker-0"],
+                "accelerators": 8,
+                "firstSeen": "2026-12-01T09:00:00Z",
+            }
+        ],
+    }
+    with workload_record(fleet.api, node, status):
         shown = fleet.sdc_json("blast-radius", node)
         assert shown["ticket"] is None and shown["windowEnd"] is None
         assert shown["windowStart"] == "2026-12-01T08:00:00Z"
@@ -668,8 +649,7 @@ def test_blast_radius_of_a_node_before_any_failure_and_of_an_unknown_name(fleet:
         assert code == 0
         assert "now (no failing screening)" in out and "PyTorchJob/bert" in out
         assert "running" in out
-    finally:
-        custom.delete_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+
     code, _, err = fleet.sdc("blast-radius", f"no-such-{fleet.suffix}")
     assert code == 1
     assert "no RepairTicket and no WorkloadRecord named" in err

@@ -468,6 +468,34 @@ def list_custom(
     return [i for i in items if node is None or i["spec"].get("nodeName") == node]
 
 
+@contextlib.contextmanager
+def workload_record(
+    api: client.ApiClient, node: str, status: Mapping[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """A WorkloadRecord of ``node`` holding ``status``, written as the operator writes one
+    (created, then its status subresource patched); yields what the API server stored and
+    deletes it afterwards."""
+    custom = client.CustomObjectsApi(api)
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "workloadrecords",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "WorkloadRecord",
+            "metadata": {"name": node},
+            "spec": {"nodeName": node},
+        },
+    )
+    try:
+        custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "workloadrecords", node, {"status": dict(status)}
+        )
+        yield custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+
+
 def delete_all(api: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(api)
     for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines", "sdchardwares"):

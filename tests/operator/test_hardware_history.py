@@ -16,6 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from sdcguard.cli.main import main as kubectl_sdc
 from sdcguard.sim.fleet import NodeConfig
 from sdcguard.sim.nodes import Heartbeats
+from tests.chart.alerts import alert_expr, scrape_url
+from tests.notify.test_notify import Receiver, receiver
 from tests.operator.harness import (
     ProbeKubelet,
     create_policy,
@@ -28,6 +30,9 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from tests.promql import Scrape, firing
+
+__all__ = ["receiver"]  # the local webhook receiver, as a fixture here
 
 
 def _host(case: str, name: str, *, as_node: str | None = None, provider: str = "") -> NodeConfig:
@@ -88,6 +93,35 @@ def _records(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
     ]
 
 
+def _metrics(url: str) -> Scrape:
+    """The operator's /metrics, once it serves them (it may still be starting)."""
+
+    def scrape() -> Scrape | None:
+        try:
+            return scrape_url(url)
+        except OSError:
+            return None
+
+    found: Scrape = wait_for(scrape, 60, "the operator's /metrics")
+    return found
+
+
+def _value(scrape: Scrape, name: str, **labels: str) -> float:
+    return scrape.get((name, frozenset(labels.items())), 0.0)
+
+
+def _delta(before: Scrape, after: Scrape, name: str, **labels: str) -> float:
+    return _value(after, name, **labels) - _value(before, name, **labels)
+
+
+def _payloads(rec: Receiver, node: str, event: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in (s.json() for s in rec.seen)
+        if p["ticket"]["nodeName"] == node and p["event"] == event
+    ]
+
+
 def _cli(kubeconfig: str, *args: str) -> Any:
     out, err = io.StringIO(), io.StringIO()
     code = kubectl_sdc([*args, "--kubeconfig", kubeconfig, "-o", "json"], stdout=out, stderr=err)
@@ -96,7 +130,7 @@ def _cli(kubeconfig: str, *args: str) -> Any:
 
 
 def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
-    api_client, operator, cluster
+    api_client, operator, cluster, receiver
 ) -> None:
     case = new_case()
     host = f"hw-{case}-a"
@@ -104,8 +138,11 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
     trusted_baseline(api_client)
     first = _host(case, host)
     outcomes = {host: "sdc", second: "sdc", third: "sdc"}
+    hook = receiver(lambda _: (200, {}, b""))
+    sink = {"type": "webhook", "url": hook.url + "/sdc"}
+    before = _metrics(operator.metrics_url)
     with ProbeKubelet(api_client, outcomes):
-        create_policy(api_client, case, repair={"maxRepairCycles": 2})
+        create_policy(api_client, case, repair={"maxRepairCycles": 2, "ticketSinks": [sink]})
         # 1. The host fails its acceptance: cycle 1, and its history begins.
         with registered_nodes(api_client, [first]) as beats:
             wait_for(lambda: _ticket(api_client, host, "Open"), 120, "first quarantine")
@@ -135,10 +172,25 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
             assert ticket is not None
             assert ticket["status"]["cycle"] == 2, "counted across tickets and Node names"
             assert ticket["spec"]["hardware"]["cyclesBefore"] == 1
+            # The webhook is told the history: the cycle before, and each record with
+            # the first failure under the first Node name.
+            sent = wait_for(lambda: _payloads(hook, second, "ticket.opened"), 60, "webhook")
+            history = sent[0]["ticket"]["hardwareHistory"]
+            assert history["cyclesBefore"] == 1 and history["maxRepairCycles"] == 2
+            assert history["repairCycleWindow"] == "720h"
+            told = {r["name"]: r for r in history["records"]}
+            assert set(told) == set(ticket["spec"]["hardware"]["records"])
+            for r in told.values():
+                assert r["kind"] in {"ProviderID", "SystemUUID", "MachineID"}
+                assert r["totalFailures"] >= 1 and r["failuresInWindow"] >= 1
+                assert r["lastFailures"][0]["node"] == host
+                assert r["lastFailures"][0]["kind"] == "Quarantined"
+                assert r["nodes"][:2] == [host, second] and r["retired"] is None
+            assert len({json.dumps(p, sort_keys=True) for p in sent}) == 1
             _delete_node(api_client, beats, second)
 
         # 3. And again: past maxRepairCycles (2), the third failure retires it.
-        with registered_nodes(api_client, [_host(case, host, as_node=third)]):
+        with registered_nodes(api_client, [_host(case, host, as_node=third)]) as beats:
             wait_for(lambda: node_state(api_client, third) == "Retired", 120, "retirement")
             assert read_node(api_client, third).spec.unschedulable is True
             ticket = _ticket(api_client, third, "Retired")
@@ -169,6 +221,37 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
             assert len(by_id) == 1 and by_id[0]["kind"] == "ProviderID"
             assert by_id[0]["totalFailures"] == 3 and by_id[0]["retired"]["node"] == third
 
+            closed = wait_for(lambda: _payloads(hook, third, "ticket.closed"), 60, "webhook")
+            assert closed[0]["ticket"]["hardwareHistory"]["cyclesBefore"] == 2
+            _delete_node(api_client, beats, third)
+
+        # 4. Retired hardware handed back once more is retired again at once, on join.
+        fourth = f"hw-{case}-d"
+        with registered_nodes(api_client, [_host(case, host, as_node=fourth)]):
+            wait_for(lambda: node_state(api_client, fourth) == "Retired", 120, "re-retired")
+
+    # The metrics counted it: recognised three times by its providerID (the strongest of
+    # its identifiers), the last time as retired hardware; retired once (the fourth
+    # Node only found it retired); the records gauge shows the retired host.
+    def retired_gauge() -> Scrape | None:
+        scrape = scrape_url(operator.metrics_url)
+        held = _value(scrape, "sdcguard_hardware_records", kind="ProviderID", retired="true")
+        return scrape if held >= 1 else None
+
+    after = wait_for(retired_gauge, 60, "the records gauge (full pass)")
+    recognised = "sdcguard_hardware_recognised_total"
+    assert _delta(before, after, recognised, kind="ProviderID", retired="false") == 2
+    assert _delta(before, after, recognised, kind="SystemUUID", retired="false") == 0
+    retired = "sdcguard_hardware_retired_total"
+    assert _delta(before, after, retired, reason="OutOfRepairCycles") == 1
+    assert firing(alert_expr("SdcguardHardwareRetired"), [before, after]) == [
+        {"reason": "OutOfRepairCycles"}
+    ]
+    assert _delta(before, after, recognised, kind="ProviderID", retired="true") == 1
+    assert firing(alert_expr("SdcguardRetiredHardwareReturned"), [before, after]) == [
+        {"kind": "ProviderID"}
+    ]
+
 
 def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -> None:
     """Two Nodes with one providerID, system UUID and machine ID (a cloned image on
@@ -180,6 +263,7 @@ def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -
     shared = _host(case, clone).provider_id
     cfgs = [_host(case, clone, as_node=one), _host(case, clone, as_node=two)]
     trusted_baseline(api_client)
+    before = _metrics(operator.metrics_url)
     with ProbeKubelet(api_client, {one: "sdc", two: "sdc"}):
         create_policy(api_client, case, repair={"maxRepairCycles": 1})
         with registered_nodes(api_client, cfgs):
@@ -197,6 +281,9 @@ def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -
             # Both failed once with maxRepairCycles 1: had their histories merged, the
             # second would have been retired. Each is quarantined at cycle 1.
             assert node_state(api_client, one) == node_state(api_client, two) == "Quarantined"
+    # Each failure that kept no history is counted, so a fleet of cloned IDs shows.
+    after = _metrics(operator.metrics_url)
+    assert _delta(before, after, "sdcguard_hardware_untracked_failures_total") == 2
 
 
 def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) -> None:
@@ -209,6 +296,7 @@ def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) 
     devices = {old: (f"GPU-{case}-a000", bad), new: (bad, f"GPU-{case}-b001")}
     trusted_baseline(api_client)
     outcomes = {old: "sdc@1@3", new: "sdc@0@3"}  # the same GPU, index 1 there, 0 here
+    before = _metrics(operator.metrics_url)
     with ProbeKubelet(api_client, outcomes, devices=devices):
         create_policy(api_client, case, repair={"maxRepairCycles": 1})
         with registered_nodes(api_client, [_host(case, old)]) as beats:
@@ -232,3 +320,7 @@ def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) 
             assert all(t["spec"]["suite"] == "acceptance" for t in tests), (
                 "a GPU is known only once the probe names it: the join test is acceptance"
             )
+    after = _metrics(operator.metrics_url)
+    recognised = "sdcguard_hardware_recognised_total"
+    assert _delta(before, after, recognised, kind="Device", retired="false") == 1
+    assert _delta(before, after, recognised, kind="ProviderID", retired="false") == 0

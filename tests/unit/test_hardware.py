@@ -13,8 +13,10 @@ import pytest
 from sdcguard.api import (
     FailureKind,
     HardwareFailure,
+    HardwareIdentity,
     IdentityKind,
     ScreeningReason,
+    SDCHardwareSpec,
     SDCHardwareStatus,
     Suite,
     Verdict,
@@ -29,10 +31,14 @@ from sdcguard.domain.hardware import (
     candidates,
     counted,
     hardware_facts,
+    hardware_history,
     holder_key,
     identify,
     placeholder_reason,
     record_name,
+    record_summary,
+    seen_under,
+    ticket_records,
     updated,
 )
 from sdcguard.domain.lifecycle import (
@@ -143,17 +149,25 @@ def test_a_failure_is_recorded_once_and_a_known_sighting_writes_nothing() -> Non
     assert renamed.last_node == "gpu-9" and renamed.total_failures == 1
 
 
-def test_history_is_bounded_and_keeps_counting() -> None:
+def _history_of(failures: int, *, retire_last: bool = True) -> SDCHardwareStatus:
+    """A record with ``failures`` failures an hour apart, each under a new Node gpu-<i>
+    (ticket t<i>), retired at the last one unless told not to."""
     status: SDCHardwareStatus | None = None
-    for i in range(MAX_FAILURES + 10):
+    for i in range(failures):
         status = updated(
             status,
             node=f"gpu-{i}",
             uid=f"u{i}",
             now=NOW + i * HOUR,
             failure=failure(NOW + i * HOUR, ticket_name=f"t{i}"),
+            retire="out of cycles" if retire_last and i == failures - 1 else None,
         )
     assert status is not None
+    return status
+
+
+def test_history_is_bounded_and_keeps_counting() -> None:
+    status = _history_of(MAX_FAILURES + 10, retire_last=False)
     assert len(status.failures) == MAX_FAILURES and status.total_failures == MAX_FAILURES + 10
     assert status.failures[0].ticket == "t10", "the oldest failures go first"
     assert len(status.nodes) == MAX_NODES and status.nodes[-1].node == f"gpu-{MAX_FAILURES + 9}"
@@ -340,3 +354,51 @@ def test_a_persons_quarantine_begins_no_cycle_but_the_ticket_knows_the_history()
     used = HardwareFacts(records=("provider-x",), cycles=2, failures=2)
     d = decide(observe(n, hardware=used), policy(), NOW)
     assert (one(d, CreateTicket).cycle, one(d, CreateTicket).before) == (2, 2)
+
+
+def test_a_ticket_event_tells_the_history_as_of_its_time() -> None:
+    status = _history_of(MAX_FAILURES + 8)  # the first 8 dropped from the list
+    spec = SDCHardwareSpec(kind=IdentityKind.SYSTEM_UUID, id="4c4c4544-0042")
+    last = NOW + (MAX_FAILURES + 7) * HOUR
+    now = record_summary("system-x", spec, status, last, 0)
+    assert now.total_failures == MAX_FAILURES + 8 and now.retired == last
+    assert [f.ticket for f in now.last_failures] == [f"t{i}" for i in range(36, 40)]
+    assert now.nodes == [f"gpu-{i}" for i in range(36, 40)]
+    # Two hours before the last failure: the two newest failures, the Node names first
+    # seen since and the retirement are not told (so a later build for that moment,
+    # after more failures, tells the same).
+    earlier = record_summary("system-x", spec, status, last - 2 * HOUR, 0)
+    assert earlier.total_failures == MAX_FAILURES + 6 and earlier.retired is None
+    assert [f.ticket for f in earlier.last_failures] == [f"t{i}" for i in range(34, 38)]
+    assert earlier.nodes[-1] == "gpu-37"
+    # A 3-hour window counts the failures of the last 3 hours up to that moment.
+    assert record_summary("system-x", spec, status, last, 3 * 3600).failures_in_window == 4
+
+
+def test_a_ticket_names_its_host_records_then_its_devices_once() -> None:
+    host = record_name(IdentityKind.PROVIDER_ID, "aws:///i-1")
+    hw = HardwareIdentity(records=[host], device_ids=["GPU-1", "GPU-1", " ", "GPU-2"])
+    assert ticket_records(hw) == [
+        host,
+        record_name(IdentityKind.DEVICE, "GPU-1"),
+        record_name(IdentityKind.DEVICE, "GPU-2"),
+    ]
+    gpu2 = record_name(IdentityKind.DEVICE, "GPU-2")
+    spec = SDCHardwareSpec(kind=IdentityKind.DEVICE, id="GPU-2")
+    history = hardware_history(
+        hw.model_copy(update={"cycles_before": 1}),
+        {gpu2: (spec, _history_of(1))},
+        at=NOW,
+        window="720h",
+        window_seconds=parse_duration("720h"),
+        max_cycles=2,
+    )
+    assert [r.name for r in history.records] == [gpu2], "only records that exist"
+    assert (history.cycles_before, history.records_dropped) == (1, 0)
+
+
+def test_a_node_is_seen_again_only_under_a_new_name_or_uid() -> None:
+    status = _history_of(1)
+    assert seen_under(status, "gpu-0", "u0") and seen_under(status, "gpu-0", "")
+    assert not seen_under(status, "gpu-0", "u-recreated"), "same name, a new Node"
+    assert not seen_under(status, "gpu-9", "u0")

@@ -543,11 +543,15 @@ class Executor(TestRunner):
         shared = tuple(d for d in named if d.lower() not in own)
         holders = view.id_holders(body)
         identity = hardware.node_identity(body, holders, shared)
-        hardware.record(self.writer, body, identity, view.hardware, action, now, counts)
+        hardware.record(
+            self.writer, body, identity, view.hardware, action, now, counts, self.metrics
+        )
         for uuid, ticket in action.devices:
             device = hardware.device_identity(body.name, uuid, holders)
             mine = dataclasses.replace(action, ticket=ticket)
-            hardware.record(self.writer, body, device, view.hardware, mine, now, counts)
+            hardware.record(
+                self.writer, body, device, view.hardware, mine, now, counts, self.metrics
+            )
 
     def _open_ticket_status(
         self,

@@ -22,8 +22,11 @@ from pydantic import ValidationError
 from sdcguard.api import (
     PLURAL_HARDWARE,
     HardwareFailure,
+    HardwareHistory,
     IdentityKind,
     ObjectMeta,
+    Repair,
+    RepairTicket,
     SDCHardware,
     SDCHardwareSpec,
     SDCHardwareStatus,
@@ -36,13 +39,17 @@ from sdcguard.domain.hardware import (
     Identity,
     candidates,
     hardware_facts,
+    hardware_history,
     holder_key,
     identify,
     record_name,
+    seen_under,
+    ticket_records,
     updated,
 )
 from sdcguard.domain.lifecycle import RecordHardware
 from sdcguard.domain.observed import NodeSnapshot, TestFacts
+from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.hardware")
 
@@ -141,12 +148,18 @@ def record(
     action: RecordHardware,
     now: dt.datetime,
     counts: Counter[str],
+    metrics: Metrics | None = None,
 ) -> list[str]:
     """Apply one RecordHardware: each trusted identifier's record, created if missing,
-    its status updated only where something changed. Returns the records written."""
+    its status updated only where something changed. Returns the records written.
+
+    ``metrics``: counts hardware recognised under a new Node (once per Node, by its
+    strongest identifier with a record), retired, and failures that keep no history."""
     at = now.astimezone(dt.UTC).replace(microsecond=0)
     if not identity.trusted:
         counts["hardware-untrusted"] += 1
+        if metrics is not None and action.failure is not None:
+            metrics.hardware_untracked.inc()
         log.warning(
             "hardware history not kept: no identifier of the node can be trusted",
             node=node.name,
@@ -161,9 +174,12 @@ def record(
         else None
     )
     written: list[str] = []
+    recognised: tuple[str, bool] | None = None
+    retired = False
     for hw in identity.trusted:
         name = hw.record
         known = records.get(name)
+        old = known.status if known is not None else None
         status = updated(
             known.status if known is not None else None,
             node=node.name,
@@ -175,6 +191,9 @@ def record(
         )
         if status is None:
             continue
+        if old is not None and recognised is None and not seen_under(old, node.name, node.uid):
+            recognised = (hw.kind.value, old.retired is not None)
+        retired = retired or (status.retired is not None and (old is None or not old.retired))
         if known is None:
             body = to_body(
                 SDCHardware(
@@ -187,6 +206,13 @@ def record(
         writer.patch_custom_status(PLURAL_HARDWARE, name, to_patch(status, *fields, "conditions"))
         counts["hardware-records-written"] += 1
         written.append(name)
+    if metrics is not None and recognised is not None:
+        kind, was_retired = recognised
+        metrics.hardware_recognised.labels(kind=kind, retired=str(was_retired).lower()).inc()
+        counts["hardware-recognised"] += 1
+    if metrics is not None and retired:
+        why = "OutOfRepairCycles" if action.failure is not None else "RetiredByRequest"
+        metrics.hardware_retired.labels(reason=why).inc()
     if written:
         log.info(
             "hardware history recorded",
@@ -209,3 +235,28 @@ def id_holders(
             if key not in holders:
                 holders[key] = tuple(group(key))
     return holders
+
+
+def ticket_history(
+    ticket: RepairTicket,
+    repair: Repair,
+    lookup: Callable[[str], HardwareRecord | None],
+    at: dt.datetime,
+) -> HardwareHistory:
+    """The hardware history a ticket event tells its sinks, as of ``at`` (the event's
+    time): the ticket's records that exist (``lookup``: a record by name, from the
+    index), counted with the policy's window."""
+    found = {
+        name: (r.spec, r.status)
+        for name in ticket_records(ticket.spec.hardware)
+        if (r := lookup(name)) is not None
+    }
+    window = repair.repair_cycle_window
+    return hardware_history(
+        ticket.spec.hardware,
+        found,
+        at=at,
+        window=window,
+        window_seconds=parse_duration(window),
+        max_cycles=repair.max_repair_cycles,
+    )

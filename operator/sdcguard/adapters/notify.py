@@ -42,6 +42,7 @@ from sdcguard.api import (
     GROUP,
     VERSION,
     ExternalRef,
+    HardwareHistory,
     Notification,
     RepairTicket,
     TicketPhase,
@@ -82,6 +83,14 @@ class TicketEvent(StrEnum):
 # --------------------------------------------------------------------------- payload
 
 
+class UntrustedPayload(TypedDict):
+    """An identifier of the node not used to recognise its hardware, and why."""
+
+    kind: str
+    value: str
+    reason: str
+
+
 class HardwarePayload(TypedDict, total=False):
     """Hardware identity, as far as it is known."""
 
@@ -89,6 +98,40 @@ class HardwarePayload(TypedDict, total=False):
     machineID: str
     systemUUID: str
     deviceIDs: list[str]
+    untrusted: list[UntrustedPayload]
+
+
+class HardwareFailurePayload(TypedDict, total=False):
+    """One confirmed failure of the hardware (as in ``SDCHardware.status.failures``)."""
+
+    time: str
+    kind: str
+    node: str
+    ticket: str
+    test: str
+
+
+class HardwareRecordPayload(TypedDict):
+    """One SDCHardware record of the ticket's hardware, as of the event."""
+
+    name: str
+    kind: str
+    id: str
+    totalFailures: int
+    failuresInWindow: int
+    lastFailures: list[HardwareFailurePayload]
+    nodes: list[str]
+    retired: str | None
+
+
+class HardwareHistoryPayload(TypedDict):
+    """The repair cycles the hardware used before this ticket, and its records."""
+
+    cyclesBefore: int
+    repairCycleWindow: str
+    maxRepairCycles: int
+    records: list[HardwareRecordPayload]
+    recordsDropped: int
 
 
 class ExternalPayload(TypedDict):
@@ -144,6 +187,7 @@ class TicketPayload(TypedDict):
     nodeName: str
     policyRef: str | None
     hardware: HardwarePayload
+    hardwareHistory: HardwareHistoryPayload
     evidence: list[str]
     findings: list[FindingPayload]
     phase: str
@@ -210,6 +254,28 @@ def idempotency_key(ticket: RepairTicket, event: TicketEvent) -> str:
     return "sdcguard-" + hashlib.sha256(raw.encode()).hexdigest()[:40]
 
 
+def _history(history: HardwareHistory) -> HardwareHistoryPayload:
+    return {
+        "cyclesBefore": history.cycles_before,
+        "repairCycleWindow": history.repair_cycle_window,
+        "maxRepairCycles": history.max_repair_cycles,
+        "records": [
+            {
+                "name": r.name,
+                "kind": r.kind.value,
+                "id": r.id,
+                "totalFailures": r.total_failures,
+                "failuresInWindow": r.failures_in_window,
+                "lastFailures": [cast(HardwareFailurePayload, to_body(f)) for f in r.last_failures],
+                "nodes": list(r.nodes),
+                "retired": _rfc3339(r.retired),
+            }
+            for r in history.records
+        ],
+        "recordsDropped": history.records_dropped,
+    }
+
+
 def build_payload(
     ticket: RepairTicket,
     *,
@@ -217,11 +283,14 @@ def build_payload(
     api_server: str,
     cluster: str = "",
     now: dt.datetime,
+    history: HardwareHistory | None = None,
 ) -> WebhookPayload:
     """The webhook document for ``ticket``; ``event`` defaults to what its phase announces.
 
     ``now`` is recorded as ``occurredAt``; build the payload once per event and
     deliver that same payload on every attempt, so the body and signature repeat too.
+    ``history``: the hardware's history as of the event (``domain.hardware``); without
+    it only the ticket's own count of earlier cycles is told.
     """
     event = event or event_for(ticket)
     status = ticket.status
@@ -235,6 +304,11 @@ def build_payload(
         hardware["systemUUID"] = hw.system_uuid
     if hw.device_ids:
         hardware["deviceIDs"] = list(hw.device_ids)
+    if hw.untrusted:
+        hardware["untrusted"] = [
+            {"kind": u.kind.value, "value": u.value, "reason": u.reason} for u in hw.untrusted
+        ]
+    history = history or HardwareHistory(cycles_before=hw.cycles_before)
     radius = ticket.spec.blast_radius
     blast: BlastRadiusPayload | None = None
     if radius is not None:
@@ -261,6 +335,7 @@ def build_payload(
             "nodeName": ticket.spec.node_name,
             "policyRef": ticket.spec.policy_ref,
             "hardware": hardware,
+            "hardwareHistory": _history(history),
             "evidence": list(ticket.spec.evidence),
             "findings": [cast(FindingPayload, to_body(f)) for f in ticket.spec.findings],
             "phase": (status.phase if status else TicketPhase.OPEN).value,
@@ -651,7 +726,12 @@ def adf_document(payload: WebhookPayload) -> dict[str, Any]:
         ("Policy", t["policyRef"] or "-"),
         ("Evidence (SDCTests, SDCReports)", ", ".join(t["evidence"]) or "-"),
     ]
-    rows += [(f"Hardware {k}", str(v)) for k, v in sorted(t["hardware"].items())]
+    rows += [
+        (f"Hardware {k}", ", ".join(v) if isinstance(v, list) else str(v))
+        for k, v in sorted(t["hardware"].items())
+        if k != "untrusted"
+    ]
+    rows += _history_rows(t)
     blast = t.get("blastRadius")
     if blast is not None:
         shown = blast["workloads"][:JIRA_WORKLOADS_SHOWN]
@@ -708,6 +788,47 @@ def adf_document(payload: WebhookPayload) -> dict[str, Any]:
             ),
         ],
     }
+
+
+def _history_rows(t: TicketPayload) -> list[tuple[str, str]]:
+    """The hardware's history, one row per record (what ``kubectl sdc hardware`` shows)."""
+    history = t["hardwareHistory"]
+    window = history["repairCycleWindow"]
+    limit = history["maxRepairCycles"]
+    rows = [
+        (
+            "Hardware history",
+            f"{history['cyclesBefore']} repair cycle(s) before this ticket"
+            + (f" within {window}" if window and window != "0" else "")
+            + (f" (maxRepairCycles {limit})" if limit else ""),
+        )
+    ]
+    untrusted = t["hardware"].get("untrusted") or []
+    if untrusted:
+        rows.append(
+            (
+                "Identifiers not trusted",
+                "; ".join(f"{u['kind']} {u['value']!r}: {u['reason']}" for u in untrusted),
+            )
+        )
+    for r in history["records"]:
+        text = f"{r['kind']} {r['id']}: {r['totalFailures']} failure(s), "
+        text += f"{r['failuresInWindow']} in the window"
+        if r["lastFailures"]:
+            last = r["lastFailures"][-1]
+            text += (
+                f"; last {last.get('kind')} {last.get('time')} on {last.get('node')}"
+                f" (ticket {last.get('ticket') or '-'})"
+            )
+        if r["nodes"]:
+            text += "; seen as " + ", ".join(r["nodes"])
+        if r["retired"]:
+            text += f"; retired {r['retired']}"
+        rows.append((f"SDCHardware {r['name']}", text))
+    if history["recordsDropped"]:
+        dropped = history["recordsDropped"]
+        rows.append(("More hardware records", f"{dropped} (kubectl sdc hardware)"))
+    return rows
 
 
 def jira_issue_fields(payload: WebhookPayload, sink: JiraSink) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from sdcguard.adapters.pass_state import (
 from sdcguard.api import (
     BreakerStatus,
     Condition,
+    IdentityKind,
     NodeCounts,
     RepairStrategy,
     RetireAction,
@@ -290,6 +291,20 @@ class PolicyReporter(ReconcilerState):
         for key, count in buckets.items():
             self.metrics.tickets_open.labels(age=key).set(count)
         self.metrics.oldest_ticket.set(max(ages, default=0.0))
+        self._export_hardware(view)
+
+    def _export_hardware(self, view: FleetView) -> None:
+        """SDCHardware records by identifier kind and retirement (every kind, zeros
+        included, so a record's deletion shows)."""
+        held = Counter(
+            (r.spec.kind.value, "true" if r.status is not None and r.status.retired else "false")
+            for r in view.hardware.values()
+        )
+        for kind in IdentityKind:
+            for retired in ("true", "false"):
+                self.metrics.hardware_records.labels(kind=kind.value, retired=retired).set(
+                    held.get((kind.value, retired), 0)
+                )
 
     def _export(self, policy: str, states: Counter[str], breaker: breaker_mod.BreakerView) -> None:
         for state in NodeState:

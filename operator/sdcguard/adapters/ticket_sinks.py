@@ -19,7 +19,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from sdcguard.adapters import notify
+from sdcguard.adapters import hardware, notify
+from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
     Mode,
@@ -82,11 +83,15 @@ def announce(
     metrics: Metrics,
     now: dt.datetime,
     *,
+    records: Callable[[str], HardwareRecord | None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
     """Deliver the ticket's current event to every sink of its policy, if not yet done.
 
-    ``policy``: the ticket's SDCPolicy as the index holds it (None: gone). Returns what
+    ``policy``: the ticket's SDCPolicy as the index holds it (None: gone). ``records``:
+    an SDCHardware record by name (the index), for the hardware history the event
+    carries; it is built at the event's first attempt and kept in
+    ``status.notification``, so later attempts send the same bytes. Returns what
     happened, for the log: "no-sinks", "observe", "dry-run", "up-to-date", "waiting",
     "delivered", "retry", "failed" (a permanent refusal) or "unreadable".
     """
@@ -110,8 +115,12 @@ def announce(
         return "up-to-date"
     if same_event and previous.next_attempt is not None and now < previous.next_attempt:
         return "waiting"
+    at = event_time(ticket)
+    history = previous.hardware_history if same_event else None
+    if history is None:
+        history = hardware.ticket_history(ticket, policy.spec.repair, records, at)
     payload = notify.build_payload(
-        ticket, event=event, api_server=writer.api.configuration.host, now=event_time(ticket)
+        ticket, event=event, api_server=writer.api.configuration.host, now=at, history=history
     )
     delivered_all = True
     permanent = False
@@ -157,6 +166,7 @@ def announce(
         last_attempt=now,
         next_attempt=None if delivered_all else now + dt.timedelta(seconds=wait),
         permanent=permanent and not delivered_all,
+        hardware_history=history,
     )
     conditions = ticket.status.conditions if ticket.status else []
     failed = record.permanent

@@ -19,10 +19,17 @@ from sdcguard.api.common import (
     cel,
     cel_rules,
 )
-from sdcguard.api.hardware import UntrustedId
+from sdcguard.api.hardware import HardwareFailure, IdentityKind, UntrustedId
 from sdcguard.api.workloads import MAX_WORKLOADS, Workload
 
 Id = Annotated[str, StringConstraints(max_length=253)]
+
+MAX_HISTORY_RECORDS = 8
+"""SDCHardware records one ticket event tells the sinks about (the rest are counted)."""
+MAX_LAST_FAILURES = 4
+"""Failures of each record one ticket event tells (the newest)."""
+MAX_LAST_NODES = 4
+"""Node names of each record one ticket event tells (the most recently seen)."""
 
 
 class Resolution(StrEnum):
@@ -199,6 +206,47 @@ class HistoryEntry(ApiModel):
     """What happened."""
 
 
+class HardwareRecordSummary(ApiModel):
+    """One SDCHardware record as a ticket event told it: the identifier, its counts and
+    its newest failures, as of the event."""
+
+    name: Id
+    """The SDCHardware record."""
+    kind: IdentityKind
+    """ProviderID, SystemUUID, MachineID or Device."""
+    id: Id
+    """The identifier (a providerID, system UUID, machine ID or device UUID)."""
+    total_failures: int = Field(default=0, ge=0)
+    """Confirmed failures recorded for the hardware up to the event, ever."""
+    failures_in_window: int = Field(default=0, ge=0)
+    """Those within the policy's repairCycleWindow (what repair cycles are counted from)."""
+    last_failures: list[HardwareFailure] = Field(default_factory=list, max_length=MAX_LAST_FAILURES)
+    """The newest failures up to the event (at most 4), oldest first."""
+    nodes: list[NodeName] = Field(default_factory=list, max_length=MAX_LAST_NODES)
+    """Node names the hardware was seen under by the event (the 4 newest), in the order
+    it came under them."""
+    retired: dt.datetime | None = None
+    """When the hardware was retired, if it was by the event."""
+
+
+class HardwareHistory(ApiModel):
+    """The hardware history a ticket event carried to the sinks."""
+
+    cycles_before: int = Field(default=0, ge=0)
+    """Repair cycles the hardware had used within the window before this ticket."""
+    repair_cycle_window: Annotated[str, StringConstraints(max_length=32)] = ""
+    """The policy's repairCycleWindow at the event ("0": forever)."""
+    max_repair_cycles: int = Field(default=0, ge=0)
+    """The policy's maxRepairCycles at the event."""
+    records: list[HardwareRecordSummary] = Field(
+        default_factory=list, max_length=MAX_HISTORY_RECORDS
+    )
+    """The ticket's SDCHardware records (host identifiers first, then its devices'), at
+    most 8."""
+    records_dropped: int = Field(default=0, ge=0)
+    """Records of the ticket's hardware left out of ``records``."""
+
+
 class Notification(ApiModel):
     """Delivery of the ticket to the configured sinks."""
 
@@ -217,6 +265,9 @@ class Notification(ApiModel):
     permanent: bool = False
     """A sink refused the request itself (a 4xx, a misconfigured sink or Secret): retried
     only hourly, in case its configuration was fixed; see the NotificationFailed condition."""
+    hardware_history: HardwareHistory | None = None
+    """The hardware history the current event carries (``idempotencyKey``), kept from its
+    first attempt so every attempt of one event sends the same bytes."""
 
 
 class RepairTicketStatus(ApiModel):

@@ -25,14 +25,19 @@ from dataclasses import dataclass, field
 
 from sdcguard.api import (
     HardwareFailure,
+    HardwareHistory,
+    HardwareIdentity,
+    HardwareRecordSummary,
     IdentityKind,
     Retirement,
+    SDCHardwareSpec,
     SDCHardwareStatus,
     SeenAs,
     UntrustedId,
     set_condition,
 )
 from sdcguard.api.hardware import MAX_FAILURES, MAX_NODES, MAX_UNTRUSTED
+from sdcguard.api.ticket import MAX_HISTORY_RECORDS, MAX_LAST_FAILURES, MAX_LAST_NODES
 
 PLACEHOLDERS: frozenset[str] = frozenset(
     {
@@ -231,6 +236,12 @@ def hardware_facts(
     )
 
 
+def seen_under(status: SDCHardwareStatus, node: str, uid: str) -> bool:
+    """Whether the record already knows the hardware under this Node (its name, and its
+    uid when both are known: a Node re-created under the same name is a new sighting)."""
+    return any(s.node == node and (s.uid == uid or not uid) for s in status.nodes)
+
+
 def _seen(status: SDCHardwareStatus, node: str, uid: str, now: dt.datetime) -> list[SeenAs]:
     nodes = list(status.nodes)
     for i, seen in enumerate(nodes):
@@ -264,7 +275,7 @@ def updated(
     Bounded: at most MAX_FAILURES failures (the oldest dropped first, ``totalFailures``
     keeps counting), MAX_NODES Node names (the least recently seen dropped first)."""
     old = status or SDCHardwareStatus()
-    known = any(s.node == node and (s.uid == uid or not uid) for s in old.nodes)
+    known = seen_under(old, node, uid)
     failures = list(old.failures)
     total = max(old.total_failures, len(failures))
     if failure is not None:
@@ -302,4 +313,60 @@ def updated(
         ),
         untrusted=list(untrusted)[:MAX_UNTRUSTED],
         conditions=conditions,
+    )
+
+
+def ticket_records(hardware: HardwareIdentity) -> list[str]:
+    """The SDCHardware names a ticket's hardware may have: its host records (as the
+    ticket names them), then one per device it lists."""
+    devices = [record_name(IdentityKind.DEVICE, d) for d in hardware.device_ids if d.strip()]
+    return list(dict.fromkeys([*hardware.records, *devices]))
+
+
+def record_summary(
+    name: str,
+    spec: SDCHardwareSpec,
+    status: SDCHardwareStatus | None,
+    at: dt.datetime,
+    window_seconds: float,
+) -> HardwareRecordSummary:
+    """One record as of ``at``: failures recorded later are not counted or shown, so a
+    summary built again for the same moment says the same (while they stay listed)."""
+    st = status or SDCHardwareStatus()
+    later = sum(1 for f in st.failures if f.time > at)
+    upto = [f for f in st.failures if f.time <= at]
+    total = max(st.total_failures, len(st.failures)) - later
+    seen = [s for s in st.nodes if s.first_seen <= at]
+    return HardwareRecordSummary(
+        name=name,
+        kind=spec.kind,
+        id=spec.id,
+        total_failures=max(total, len(upto)),
+        failures_in_window=counted(SDCHardwareStatus(failures=upto), at, window_seconds),
+        last_failures=upto[-MAX_LAST_FAILURES:],
+        nodes=[s.node for s in sorted(seen, key=lambda s: s.first_seen)][-MAX_LAST_NODES:],
+        retired=st.retired.time if st.retired is not None and st.retired.time <= at else None,
+    )
+
+
+def hardware_history(
+    hardware: HardwareIdentity,
+    records: Mapping[str, tuple[SDCHardwareSpec, SDCHardwareStatus | None]],
+    *,
+    at: dt.datetime,
+    window: str,
+    window_seconds: float,
+    max_cycles: int,
+) -> HardwareHistory:
+    """What a ticket event tells its sinks about the hardware's history: the cycles used
+    before the ticket and the ticket's records that exist (``records``: every SDCHardware
+    by name), as of the event's time ``at``; bounded to MAX_HISTORY_RECORDS records."""
+    found = [n for n in ticket_records(hardware) if n in records]
+    shown = found[:MAX_HISTORY_RECORDS]
+    return HardwareHistory(
+        cycles_before=hardware.cycles_before,
+        repair_cycle_window=window,
+        max_repair_cycles=max_cycles,
+        records=[record_summary(n, *records[n], at, window_seconds) for n in shown],
+        records_dropped=len(found) - len(shown),
     )
