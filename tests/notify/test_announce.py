@@ -139,6 +139,69 @@ def test_the_jira_issue_key_is_written_back_to_the_ticket(
     }
 
 
+def test_a_jira_key_written_back_between_attempts_leaves_the_webhook_bytes_alone(
+    receiver: Callable[[Callable[[Seen], Reply]], Receiver],
+) -> None:
+    """Jira files the issue and its key is written back; the webhook failed, and its
+    retry (the ticket now names the issue) sends exactly the first attempt's bytes."""
+
+    def sinks(seen: Seen) -> Reply:
+        if seen.path.startswith("/sdc"):
+            return 500, {}, b""
+        if seen.path.endswith("/search/jql"):
+            return 200, {}, b'{"issues": []}'
+        return 201, {}, b'{"key": "OPS-42"}'
+
+    rec = receiver(sinks)
+    import base64
+
+    secret = base64.b64encode(b"bot@example.com:token").decode()
+    policy = SDCPolicy.model_validate(
+        {
+            "metadata": {"name": "default"},
+            "spec": {
+                "repair": {
+                    "ticketSinks": [
+                        {
+                            "type": "jira",
+                            "url": rec.url + "/?project=OPS",
+                            "secretRef": {
+                                "name": "jira",
+                                "namespace": "sdcguard-system",
+                                "key": "token",
+                            },
+                        },
+                        {"type": "webhook", "url": rec.url + "/sdc"},
+                    ]
+                }
+            },
+        }
+    )
+
+    def writer() -> _Writer:
+        w = _writer()
+        w.core.read_namespaced_secret = lambda *a, **k: client.V1Secret(  # type: ignore[method-assign]
+            data={"token": secret}
+        )
+        return w
+
+    outcome, first = _announce(rec, _body(), NOW, writer=writer(), policy=policy)
+    assert outcome == "retry"
+    (spec,) = [p for kind, p in first.patches if kind == "spec"]
+    note, _ = _notification(first)
+    body = _body(notification=note)
+    body["spec"] = {**body["spec"], **spec["spec"]}  # the key as the API now holds it
+    later = NOW + dt.timedelta(hours=2)  # past the back-off
+    again, second = _announce(rec, body, later, writer=writer(), policy=policy)
+    assert again == "retry"
+    hooks = [s.body for s in rec.seen if s.path.startswith("/sdc")]
+    assert len(hooks) >= 2 and len(set(hooks)) == 1, "the webhook body changed"
+    assert json.loads(hooks[0])["ticket"]["external"] is None
+    assert not [p for kind, p in second.patches if kind == "spec"], "the key is known"
+    # The next event names the issue.
+    assert _notification(second)[0].get("external") is None
+
+
 def test_observe_and_dry_run_reach_no_sink(
     receiver: Callable[[Callable[[Seen], Reply]], Receiver],
 ) -> None:

@@ -36,7 +36,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Protocol, TypedDict, cast
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 from sdcguard.api import (
     GROUP,
@@ -284,13 +284,16 @@ def build_payload(
     cluster: str = "",
     now: dt.datetime,
     history: HardwareHistory | None = None,
+    external: ExternalRef | None | Literal["ticket"] = "ticket",
 ) -> WebhookPayload:
     """The webhook document for ``ticket``; ``event`` defaults to what its phase announces.
 
     ``now`` is recorded as ``occurredAt``; build the payload once per event and
     deliver that same payload on every attempt, so the body and signature repeat too.
     ``history``: the hardware's history as of the event (``domain.hardware``); without
-    it only the ticket's own count of earlier cycles is told.
+    it only the ticket's own count of earlier cycles is told. ``external``: the external
+    ticket to name, as known at the event's first attempt (default: the ticket's own
+    ``spec.external``).
     """
     event = event or event_for(ticket)
     status = ticket.status
@@ -319,8 +322,8 @@ def build_payload(
             "dropped": radius.dropped,
             "advice": radius.advice,
         }
-    ext = ticket.spec.external
-    external: ExternalPayload | None = (
+    ext = ticket.spec.external if external == "ticket" else external
+    told: ExternalPayload | None = (
         {"system": ext.system, "id": ext.id, "url": ext.url} if ext else None
     )
     return {
@@ -346,7 +349,7 @@ def build_payload(
             "resolutionNote": (
                 bounded(ticket.spec.resolution_note) if ticket.spec.resolution_note else None
             ),
-            "external": external,
+            "external": told,
             "url": ticket_url(api_server, ticket.metadata.name),
             "blastRadius": blast,
         },

@@ -116,11 +116,21 @@ def announce(
     if same_event and previous.next_attempt is not None and now < previous.next_attempt:
         return "waiting"
     at = event_time(ticket)
-    history = previous.hardware_history if same_event else None
+    # What the event's first attempt told is told again: its hardware history and the
+    # external ticket known then (a Jira sink writing its issue back between two
+    # attempts changes neither the body nor its signature).
+    first = not (same_event and previous.hardware_history is not None)
+    history = previous.hardware_history if not first else None
     if history is None:
         history = hardware.ticket_history(ticket, policy.spec.repair, records, at)
+    told = ticket.spec.external if first else previous.external
     payload = notify.build_payload(
-        ticket, event=event, api_server=writer.api.configuration.host, now=at, history=history
+        ticket,
+        event=event,
+        api_server=writer.api.configuration.host,
+        now=at,
+        history=history,
+        external=told,
     )
     delivered_all = True
     permanent = False
@@ -167,6 +177,7 @@ def announce(
         next_attempt=None if delivered_all else now + dt.timedelta(seconds=wait),
         permanent=permanent and not delivered_all,
         hardware_history=history,
+        external=told,
     )
     conditions = ticket.status.conditions if ticket.status else []
     failed = record.permanent

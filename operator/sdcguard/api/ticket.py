@@ -268,6 +268,10 @@ class Notification(ApiModel):
     hardware_history: HardwareHistory | None = None
     """The hardware history the current event carries (``idempotencyKey``), kept from its
     first attempt so every attempt of one event sends the same bytes."""
+    external: ExternalRef | None = None
+    """The external ticket the current event names, as known at its first attempt (a
+    reference a sink writes back later is told with the next event), so every attempt
+    of one event sends the same bytes to every sink."""
 
 
 class RepairTicketStatus(ApiModel):
