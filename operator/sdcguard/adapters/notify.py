@@ -284,7 +284,7 @@ def build_payload(
     cluster: str = "",
     now: dt.datetime,
     history: HardwareHistory | None = None,
-    external: ExternalRef | None | Literal["ticket"] = "ticket",
+    external: ExternalRef | Literal["ticket"] | None = "ticket",
 ) -> WebhookPayload:
     """The webhook document for ``ticket``; ``event`` defaults to what its phase announces.
 
