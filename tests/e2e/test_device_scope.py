@@ -40,7 +40,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from sdcguard.cli.main import main as sdc
 from sdcguard.sim import SimOptions, Simulator, parse_fleet
@@ -57,17 +56,16 @@ from sdcguard.sim.demo_install import (
     start_operator,
     uninstall,
 )
-from sdcguard.sim.dra import DEVICE_CLASS, NVIDIA_GPU_DRIVER
-from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION, FaultProfile
+from sdcguard.sim.dra import NVIDIA_GPU_DRIVER
+from sdcguard.sim.fleet import FaultProfile
 from sdcguard.sim.kube import Kube
+from tests.cluster.dra_claims import RULES, Env
 from tests.cluster.localcluster import LocalCluster
 from tests.e2e.helpers import PERMISSION_ERRORS
 from tests.operator.harness import wait_for
 
 pytestmark = pytest.mark.cluster
 
-RULES = "/apis/resource.k8s.io/v1/devicetaintrules"
-CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 STATE_LABEL = "sdcguard.dev/state"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 #: Exponent flips in every GEMM output of device 1 (the probe's second device: GPU 1).
@@ -78,23 +76,17 @@ OWNERSHIP_ANNOTATIONS = ("sdcguard.dev/ticket", "sdcguard.dev/reason", "sdcguard
 
 @dataclass
 class Run:
-    """One run's fleet, operator and objects."""
+    """One run's fleet, operator and objects; ``claims`` makes the ResourceClaims and
+    their Pods (nodes ``claims.a``, the sick one, and ``claims.b``)."""
 
-    api: client.ApiClient
     kube: Kube
     sim: Simulator
     cluster: LocalCluster
     operator: LocalOperator
-    policy: str
-    sick: str
-    healthy: str
-    namespace: str
-    """For the claims and their Pods."""
-    pods: list[str]
+    claims: Env
 
-    # Reads ---------------------------------------------------------------------------
     def state(self, node: str) -> str | None:
-        labels = self.kube.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels")
+        labels = self.node(node)["metadata"].get("labels")
         return (labels or {}).get(STATE_LABEL)
 
     def node(self, name: str) -> dict[str, Any]:
@@ -104,88 +96,13 @@ class Run:
         items = self.kube.request("GET", f"/apis/{GROUP}/{VERSION}/repairtickets")["items"]
         return [t for t in items if (t.get("spec") or {}).get("nodeName") == node]
 
-    def rules(self) -> list[dict[str, Any]]:
-        return list(self.kube.request("GET", RULES)["items"])
-
     def rules_on(self, node: str) -> list[dict[str, Any]]:
         """Every DeviceTaintRule that selects a device of ``node``'s pool (anyone's)."""
-        return [r for r in self.rules() if r["spec"]["deviceSelector"].get("pool") == node]
-
-    # Claims and their Pods -----------------------------------------------------------
-    def pod(self, name: str, count: int, node: str) -> None:
-        """A Pod on ``node`` using a ResourceClaim of its own for ``count`` GPUs."""
-        claim = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpus",
-                            "exactly": {"deviceClassName": DEVICE_CLASS, "count": count},
-                        }
-                    ]
-                }
-            },
-        }
-        self.kube.request("POST", CLAIMS.format(ns=self.namespace), body=claim)
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "annotations": {RUN_SECONDS_ANNOTATION: "3600"}},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [
-                    {
-                        "name": "train",
-                        "image": "registry.example/train:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
-            },
-        }
-        self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/pods", body=pod)
-        self.pods.append(name)
-
-    def get_pod(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self.kube.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/{name}")
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def running(self, name: str) -> bool:
-        pod = self.get_pod(name)
-        return bool(pod and (pod.get("status") or {}).get("phase") == "Running")
-
-    def unschedulable(self, name: str) -> bool:
-        pod = self.get_pod(name) or {}
-        return any(
-            c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-            for c in (pod.get("status") or {}).get("conditions") or []
-        )
-
-    def allocated(self, claim: str) -> list[str] | None:
-        """The devices (``pool/device``) allocated to ``claim``; None while unallocated."""
-        obj = self.kube.request("GET", f"{CLAIMS.format(ns=self.namespace)}/{claim}")
-        allocation = (obj.get("status") or {}).get("allocation")
-        if not allocation:
-            return None
-        return sorted(f"{r['pool']}/{r['device']}" for r in allocation["devices"]["results"])
-
-    def end(self, name: str) -> None:
-        """The workload ends: its Pod and claim are deleted (the devices are free again)."""
-        for path in (
-            f"/api/v1/namespaces/{self.namespace}/pods/{name}",
-            f"{CLAIMS.format(ns=self.namespace)}/{name}",
-        ):
-            with contextlib.suppress(ApiException):
-                self.kube.request("DELETE", path, body={"gracePeriodSeconds": 0})
-        wait_for(lambda: self.get_pod(name) is None, 30, f"pod {name} to be gone")
+        return [
+            r
+            for r in self.kube.request("GET", RULES)["items"]
+            if r["spec"]["deviceSelector"].get("pool") == node
+        ]
 
 
 def quarantined_devices(tickets: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
@@ -222,13 +139,13 @@ def fleet_doc(name: str, sick: str, healthy: str) -> dict[str, Any]:
 def run(cluster: LocalCluster, tmp_path: Path) -> Iterator[Run]:
     suffix = uuid.uuid4().hex[:5]
     fleet_name = f"dev-{suffix}"
-    sick, healthy = f"{fleet_name}-a", f"{fleet_name}-b"
     release, namespace = f"sdcguard-dev-{suffix}", f"sdcguard-dev-{suffix}"
     policy = f"dev-{suffix}"
     api: client.ApiClient = config.new_client_from_config(str(cluster.kubeconfig))
     kube = Kube(api)
-    claims_ns = f"claims-{suffix}"
-    kube.ensure_namespace(claims_ns)
+    claims = Env(kube, fleet_name)  # nodes <fleet>-a (to fail) and <fleet>-b
+    sick, healthy = claims.a, claims.b
+    kube.ensure_namespace(claims.namespace)
     baselines_before: set[str] = set()
     inst: Installation | None = None
     operator: LocalOperator | None = None
@@ -257,10 +174,12 @@ def run(cluster: LocalCluster, tmp_path: Path) -> Iterator[Run]:
         fleet = parse_fleet(fleet_doc(fleet_name, sick, healthy), "test")
         sim = Simulator(fleet, api, SimOptions(workdir=tmp_path / "sim"))
         sim.start()
-        yield Run(api, kube, sim, cluster, operator, policy, sick, healthy, claims_ns, pods=[])
+        yield Run(kube, sim, cluster, operator, claims)
     finally:
         with contextlib.suppress(Exception):
-            kube.request("DELETE", f"/api/v1/namespaces/{claims_ns}")
+            claims.cleanup()
+        with contextlib.suppress(Exception):
+            kube.request("DELETE", f"/api/v1/namespaces/{claims.namespace}")
         with contextlib.suppress(Exception):
             delete_policy(api, policy, operator)
         if sim is not None:
@@ -306,7 +225,8 @@ def sdc_cli(cluster: LocalCluster, *args: str) -> str:
 
 @pytest.mark.timeout(900)
 def test_a_node_with_one_failing_gpu_keeps_serving_claims_on_the_others(run: Run) -> None:
-    sick, healthy = run.sick, run.healthy
+    env = run.claims
+    sick, healthy = env.a, env.b
     t0 = time.monotonic()
     marks: dict[str, float] = {}
     for node in (sick, healthy):
@@ -362,15 +282,15 @@ def test_a_node_with_one_failing_gpu_keeps_serving_claims_on_the_others(run: Run
     assert not keys & {"sdcguard.dev/quarantined", "sdcguard.dev/testing"}, keys
 
     # The scheduler places claims on the node's seven other GPUs, and has no eighth.
-    run.pod("seven", 7, sick)
-    wait_for(lambda: run.running("seven"), 60, "the 7-GPU pod to run on the sick node")
-    assert run.allocated("seven") == sorted(f"{sick}/gpu-{i}" for i in range(8) if i != 1)
-    run.pod("eighth", 1, sick)
-    wait_for(lambda: run.unschedulable("eighth"), 60, "an eighth GPU claim to be unschedulable")
-    assert run.allocated("eighth") is None
+    env.pod("seven", count=7, node=sick)
+    wait_for(lambda: env.running_on("seven"), 60, "the 7-GPU pod to run on the sick node")
+    assert env.allocated("seven") == [(sick, f"gpu-{i}") for i in range(8) if i != 1]
+    env.pod("eighth", count=1, node=sick)
+    wait_for(lambda: env.unschedulable("eighth"), 60, "an eighth GPU claim to be unschedulable")
+    assert env.allocated("eighth") is None
     # The healthy node takes all eight.
-    run.pod("other", 8, healthy)
-    wait_for(lambda: run.running("other"), 60, "the 8-GPU pod on the healthy node")
+    env.pod("other", count=8, node=healthy)
+    wait_for(lambda: env.running_on("other"), 60, "the 8-GPU pod on the healthy node")
 
     # What a person sees: only rules with sdcguard's marks (every rule of this run).
     seen = [r for r in kubectl_rules(run.cluster) if r["spec"]["deviceSelector"]["pool"] == sick]
@@ -385,8 +305,7 @@ def test_a_node_with_one_failing_gpu_keeps_serving_claims_on_the_others(run: Run
     ]
 
     # The work on the node ends; the GPU is repaired and the repair recorded.
-    for pod in ("seven", "eighth", "other"):
-        run.end(pod)
+    env.cleanup()
     run.sim.set_fault_profile(sick, None)
     t_repair = time.monotonic()
     for ticket in tickets:
@@ -409,10 +328,10 @@ def test_a_node_with_one_failing_gpu_keeps_serving_claims_on_the_others(run: Run
     assert quarantined_devices(run.tickets(sick)) == []
 
     # Back in full service: a claim for all eight GPUs gets the repaired one too.
-    run.pod("all-eight", 8, sick)
-    wait_for(lambda: run.running("all-eight"), 60, "the 8-GPU pod on the returned node")
-    assert run.allocated("all-eight") == sorted(f"{sick}/gpu-{i}" for i in range(8))
-    run.end("all-eight")
+    env.pod("all-eight", count=8, node=sick)
+    wait_for(lambda: env.running_on("all-eight"), 60, "the 8-GPU pod on the returned node")
+    assert env.allocated("all-eight") == [(sick, f"gpu-{i}") for i in range(8)]
+    env.cleanup()
     # The chart's RBAC (rbac.allowDeviceTaints) let the operator do all of it.
     log = run.operator.log_path.read_text(errors="replace").splitlines()
     refused = [line for line in log if any(e in line for e in PERMISSION_ERRORS)]
