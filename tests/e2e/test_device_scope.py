@@ -292,8 +292,13 @@ def test_a_node_with_one_failing_gpu_keeps_serving_claims_on_the_others(run: Run
     env.pod("other", count=8, node=healthy)
     wait_for(lambda: env.running_on("other"), 60, "the 8-GPU pod on the healthy node")
 
-    # What a person sees: only rules with sdcguard's marks (every rule of this run).
-    seen = [r for r in kubectl_rules(run.cluster) if r["spec"]["deviceSelector"]["pool"] == sick]
+    # What a person sees: only rules with sdcguard's marks (every rule on this run's
+    # nodes), none on the healthy node.
+    seen = [
+        r
+        for r in kubectl_rules(run.cluster)
+        if r["spec"]["deviceSelector"].get("pool") in (sick, healthy)
+    ]
     assert [r["metadata"]["name"] for r in seen] == [meta["name"]]
     for r in seen:
         assert r["metadata"]["labels"].get(MANAGED_BY) == "sdcguard"
