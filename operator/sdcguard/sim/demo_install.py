@@ -158,9 +158,12 @@ def install(
     release: str,
     namespace: str,
     resync_seconds: float = 5,
+    values: Mapping[str, Any] | None = None,
 ) -> Installation:
-    """Render the chart and apply its CRDs, ServiceAccount, RBAC and PriorityClass."""
-    docs = render_chart(cp, release, namespace, chart_values(resync_seconds))
+    """Render the chart and apply its CRDs, ServiceAccount, RBAC and PriorityClass.
+    ``values``: more chart values, top-level sections beside the local operator's
+    (``{"rbac": {"allowDeviceTaints": True}}`` for a policy with scope Device)."""
+    docs = render_chart(cp, release, namespace, {**chart_values(resync_seconds), **(values or {})})
     wanted = [d for d in docs if d.get("kind") in INSTALLED_KINDS]
     deployment = next((d for d in docs if d.get("kind") == "Deployment"), None)
     accounts = [d for d in wanted if d["kind"] == "ServiceAccount"]
