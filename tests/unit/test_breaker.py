@@ -195,3 +195,29 @@ def test_breaker_over_thousands_of_screenings_is_quick() -> None:
     ]
     view = evaluate(many, CONFIG, NOW)
     assert not view.open and view.samples == 3600
+
+
+def test_failing_devices_are_counted_once_each_and_their_nodes_once() -> None:
+    at = NOW - 30 * MIN
+    window = [
+        # Two bad GPUs on one node; the confirmation re-run names the same two.
+        Sample(at, True, "n0", "t0", ("GPU-A", "GPU-B")),
+        Sample(at + MIN, True, "n0", "t1", ("gpu-a", "GPU-B")),
+        Sample(at + 2 * MIN, True, "n1", "t2", ("GPU-C",)),
+        Sample(at + 3 * MIN, True, "n1", "t3", ("GPU-C",)),
+        Sample(at + 4 * MIN, True, "n2", "t4", ("GPU-D",)),  # one SDC verdict: unconfirmed
+        *[Sample(at + (5 + i) * MIN, False, f"ok{i}", f"p{i}") for i in range(3)],
+    ]
+    view = evaluate(window, CONFIG, NOW, confirm=2)
+    assert (view.samples, view.failures, view.failed_devices) == (6, 2, 3)
+    assert not view.open, "2 of 6 nodes: the trip counts nodes, not devices"
+    assert "2 of 6 nodes screened had confirmed failures (3 device(s) named)" in view.explain()
+    status = breaker_status(view, window, Reset(None, None))
+    assert status.window_failed_devices == 3
+    assert samples_from_status(status)[0].devices == ("GPU-A", "GPU-B"), "kept in the status"
+
+
+def test_devices_leave_the_count_with_their_samples() -> None:
+    old = [Sample(NOW - 90 * MIN, True, "n0", "t0", ("GPU-A",))]
+    recent = [Sample(NOW - 5 * MIN, True, "n0", "t1", ("GPU-B",))]
+    assert evaluate(old + recent, CONFIG, NOW).failed_devices == 1

@@ -345,13 +345,13 @@ def test_a_failure_not_pinned_to_a_device_fails_every_device_under_verification(
 
 def test_a_resolution_verifies_only_the_resolved_device_tickets() -> None:
     t = _incident(
-        dataclasses.replace(A, resolution=Resolution.REPAIRED, phase=TicketPhase.IN_REPAIR),
-        dataclasses.replace(B, phase=TicketPhase.IN_REPAIR),
+        dataclasses.replace(A, phase=TicketPhase.IN_REPAIR),
+        dataclasses.replace(B, resolution=Resolution.REPAIRED, phase=TicketPhase.IN_REPAIR),
     )
     d = decide(observe(node(state=S.REPAIRING), ticket=t), DEVICE, NOW)
     assert (d.event, d.state) == (E.TICKET_RESOLVED, S.VERIFYING)
-    assert [(p.name, p.phase) for p in only(d, SetTicketPhase)] == [(A.name, TicketPhase.VERIFYING)]
-    assert created_test(d).ticket == A.name
+    assert [(p.name, p.phase) for p in only(d, SetTicketPhase)] == [(B.name, TicketPhase.VERIFYING)]
+    assert created_test(d).ticket == B.name, "the test names the ticket it verifies"
 
 
 def test_a_device_out_of_repair_cycles_retires_the_node_and_all_its_tickets() -> None:
@@ -376,3 +376,17 @@ def test_an_open_incident_keeps_one_rule_per_device_naming_its_ticket() -> None:
     taint = one(d, TaintDevices)
     assert taint.devices == (GPUS[2], GPUS[5])
     assert taint.tickets == (A.name, B.name)
+
+
+def test_each_device_ticket_enters_repair_when_it_is_acknowledged() -> None:
+    t = _incident(dataclasses.replace(A, acknowledged=True), B)
+    d = decide(observe(node(state=S.QUARANTINED), ticket=t), DEVICE, NOW)
+    assert (d.event, d.state) == (E.REPAIR_STARTED, S.REPAIRING)
+    assert [(p.name, p.phase) for p in only(d, SetTicketPhase)] == [(A.name, TicketPhase.IN_REPAIR)]
+    later = _incident(
+        dataclasses.replace(A, acknowledged=True, phase=TicketPhase.IN_REPAIR),
+        dataclasses.replace(B, acknowledged=True),
+    )
+    d = decide(observe(node(state=S.REPAIRING), ticket=later), DEVICE, NOW)
+    assert d.event is None, "the node is in repair already"
+    assert [(p.name, p.phase) for p in only(d, SetTicketPhase)] == [(B.name, TicketPhase.IN_REPAIR)]

@@ -363,7 +363,11 @@ class ReconcilerState:
             sample = (
                 known.policy,
                 breaker_mod.Sample(
-                    facts.completed_at, facts.verdict == Verdict.SDC, node_name, name
+                    facts.completed_at,
+                    facts.verdict == Verdict.SDC,
+                    node_name,
+                    name,
+                    facts.named_devices,
                 ),
             )
         if self._samples.get(name) != sample:

@@ -704,6 +704,11 @@ class BreakerSample(ApiModel):
     """The screened node."""
     test_name: Annotated[str, StringConstraints(max_length=253)] = ""
     """The SDCTest."""
+    devices: list[Annotated[str, StringConstraints(max_length=253)]] = Field(
+        default_factory=list, max_length=16
+    )
+    """A failed screening: the devices it named as the odd one out (GPU UUIDs, else the
+    probe's device indices)."""
 
 
 class BreakerState(StrEnum):
@@ -729,6 +734,9 @@ class BreakerStatus(ApiModel):
     """Distinct nodes screened in the current window."""
     window_failures: int = Field(default=0, ge=0)
     """Of those, nodes with a confirmed failure."""
+    window_failed_devices: int = Field(default=0, ge=0)
+    """Distinct devices the failed screenings of those nodes named (two bad GPUs of one
+    node: one failing node, two devices); told, the trip counts nodes."""
     held_nodes: list[Annotated[str, StringConstraints(max_length=253)]] = Field(
         default_factory=list, max_length=1000
     )

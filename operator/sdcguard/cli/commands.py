@@ -246,6 +246,7 @@ def status(conn: Connection) -> Result:
                     "trippedAt": format_time(breaker.tripped_at) if breaker else None,
                     "windowSamples": breaker.window_samples if breaker else 0,
                     "windowFailures": breaker.window_failures if breaker else 0,
+                    "windowFailedDevices": breaker.window_failed_devices if breaker else 0,
                 },
             }
         )

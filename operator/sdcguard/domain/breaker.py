@@ -10,6 +10,15 @@ and more than ``maxFailureFraction`` of them had confirmed failures (3 of 5 with
 trips; 2 of 4 does not). Confirmation re-runs and re-tests of one node never count
 twice, so a couple of bad nodes in a small pool cannot trip it on their own.
 
+Devices are counted too, and told (``failed_devices``: the distinct devices the failed
+screenings of the confirmed failing nodes named as the odd one out): two bad GPUs of one
+node are one failing node and two failing devices, and a device named by every re-run is
+one device. The trip stays on nodes: every failing device is on a failing node, so the
+share of failing nodes is never below the share of failing devices, and a storm (a bad
+image, driver or baseline) shows in nodes first. Whether the failures are single GPUs
+(hardware, quarantine scope Device) or whole nodes (not pinned) is what the device count
+tells a person looking at a tripped breaker.
+
 While open, confirmed failures are held (the node stays Suspect and tainted, marked
 ``sdcguard.dev/held``, and is not re-tested until the breaker closes or a person asks)
 instead of quarantined, and routine re-screening stops; releases, repair verification
@@ -26,6 +35,7 @@ keeps what the state needs), so a restart reconstructs the same state;
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +50,7 @@ from sdcguard.api import (
 from sdcguard.domain.keys import RESET_BREAKER, format_time
 
 MAX_SAMPLES = 500
+MAX_SAMPLE_DEVICES = 16
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class Sample:
     failed: bool
     node: str = ""
     test: str = ""
+    devices: tuple[str, ...] = ()
+    """A failed screening: the devices it named as the odd one out (UUIDs, else indices)."""
 
 
 def failures_to_confirm(confirmation: Confirmation) -> int:
@@ -72,14 +85,17 @@ class BreakerView:
     window: str
     min_samples: int
     max_failure_fraction: float
+    failed_devices: int = 0
+    """Distinct devices the confirmed failing nodes' failed screenings named."""
 
     def explain(self) -> str:
         """A sentence for the policy condition, e.g. "3 of 5 nodes screened had confirmed
         failures in the last 1h (limit 50%)"."""
         limit = f"{self.max_failure_fraction * 100:g}%"
+        devices = f" ({self.failed_devices} device(s) named)" if self.failed_devices else ""
         counts = (
-            f"{self.failures} of {self.samples} nodes screened had confirmed failures "
-            f"in the last {self.window}"
+            f"{self.failures} of {self.samples} nodes screened had confirmed failures"
+            f"{devices} in the last {self.window}"
         )
         if self.open:
             assert self.tripped_at is not None
@@ -106,6 +122,8 @@ class _Tally:
         self.screened: dict[str, int] = {}
         self.sdc: dict[str, int] = {}
         self.failed = 0
+        self.devices: dict[str, Counter[str]] = {}
+        """Per node, the devices its failed samples in the window named (and how often)."""
 
     def add(self, sample: Sample, step: int = 1) -> None:
         key = _key(sample)
@@ -119,10 +137,22 @@ class _Tally:
             after = before + step
             self.sdc[key] = after
             self.failed += (after >= self.confirm) - (before >= self.confirm)
+            named = self.devices.setdefault(key, Counter())
+            named.update({d.lower(): step for d in dict.fromkeys(sample.devices)})
+            named += Counter()  # drops devices no sample in the window names any more
 
     @property
     def nodes(self) -> int:
         return len(self.screened)
+
+    @property
+    def failed_devices(self) -> int:
+        """Distinct devices named by the nodes whose failure is confirmed."""
+        return sum(
+            len(named)
+            for key, named in self.devices.items()
+            if self.sdc.get(key, 0) >= self.confirm
+        )
 
 
 def _tally(window: Iterable[Sample], confirm: int) -> _Tally:
@@ -161,6 +191,7 @@ def _view(
         window=config.window,
         min_samples=config.min_samples,
         max_failure_fraction=config.max_failure_fraction,
+        failed_devices=tally.failed_devices,
     )
 
 
@@ -246,7 +277,9 @@ def observe_reset(annotation: str | None, last: Reset, now: dt.datetime) -> Rese
 
 def samples_from_status(status: BreakerStatus) -> list[Sample]:
     """Samples stored in the policy status."""
-    return [Sample(s.time, s.failed, s.node_name, s.test_name) for s in status.samples]
+    return [
+        Sample(s.time, s.failed, s.node_name, s.test_name, tuple(s.devices)) for s in status.samples
+    ]
 
 
 def breaker_status(view: BreakerView, samples: Iterable[Sample], reset: Reset) -> BreakerStatus:
@@ -256,11 +289,18 @@ def breaker_status(view: BreakerView, samples: Iterable[Sample], reset: Reset) -
         tripped_at=view.tripped_at,
         reason=view.explain(),
         samples=[
-            BreakerSample(time=s.at, failed=s.failed, node_name=s.node, test_name=s.test)
+            BreakerSample(
+                time=s.at,
+                failed=s.failed,
+                node_name=s.node,
+                test_name=s.test,
+                devices=list(s.devices[:MAX_SAMPLE_DEVICES]),
+            )
             for s in samples
         ],
         window_samples=view.samples,
         window_failures=view.failures,
+        window_failed_devices=view.failed_devices,
         reset_marker=reset.marker,
         reset_at=reset.at,
     )

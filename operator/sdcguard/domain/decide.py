@@ -1014,7 +1014,8 @@ class _Binder:
                     reason=reason,
                     name=name,
                     attempt=self.step.attempt,
-                    ticket=ticket.name if ticket else None,
+                    # Scope Device: the (first) device ticket this verification answers for.
+                    ticket=self._phase_targets(TicketPhase.VERIFYING)[0] if ticket else None,
                 )
             case CancelTest():
                 test = r.obs.test
@@ -1037,6 +1038,8 @@ class _Binder:
                     self.step.detail,
                     self._device_tickets(names),
                 )
+            case SetTicketPhase(name=name) if name:
+                return action  # named already (a device ticket)
             case SetTicketPhase(phase=phase):
                 return tuple(
                     SetTicketPhase(phase, name, self.step.detail)
@@ -1111,6 +1114,15 @@ def _heal(reader: _Reader) -> list[Action]:
         if state == S.VERIFYING:
             roles.append(TaintRole.TESTING)
         actions.append(taint_devices(ticket, f"ticket {ticket.name}", policy))
+        if state == S.REPAIRING:
+            # A device ticket acknowledged after its node entered repair enters it too.
+            actions += [
+                SetTicketPhase(TicketPhase.IN_REPAIR, m.name, "acknowledged")
+                for m in ticket.members
+                if m.acknowledged
+                and not m.resolved
+                and m.phase in (TicketPhase.OPEN, TicketPhase.ACKNOWLEDGED)
+            ]
     elif state in (S.QUARANTINED, S.REPAIRING, S.VERIFYING, S.RETIRED):
         roles.append(TaintRole.QUARANTINE)
         actions.append(Cordon())

@@ -254,6 +254,18 @@ class TestFacts:
     def finished(self) -> bool:
         return self.phase.finished
 
+    @property
+    def named_devices(self) -> tuple[str, ...]:
+        """The devices its failed checks named as the odd one out: each by its UUID where
+        the probe reported one, else by its index (``index-3``)."""
+        ids = self.device_ids
+        named = [
+            (ids[f.odd_device] if f.odd_device < len(ids) else "") or f"index-{f.odd_device}"
+            for f in self.findings
+            if f.odd_device is not None
+        ]
+        return tuple(dict.fromkeys(named))
+
     @classmethod
     def from_api(cls, test: SDCTest) -> TestFacts:
         """Facts from an SDCTest object."""
