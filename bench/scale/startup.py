@@ -1,0 +1,328 @@
+"""Operator start-up against a history of SDCTests and RepairTickets, by their count.
+
+    python -m bench.scale.startup [--sizes 500,1000,2000,4000] [--tickets-share 0.1]
+        [--repeats 3] [--operator-src DIR] [--out bench/results/startup.md]
+
+SDCTests grow with the fleet and its history (one per screening, kept), tickets with
+its failures. They reach the operator through its own paged list-then-watch
+(``adapters/inventory.py``), not Kopf's indexing, whose initial listing wakes every
+waiting worker for each object indexed (time in the square of the count). On a local
+control plane, with one policy and no nodes, the benchmark creates SDCTests up to each
+size (finished ones, with a status as a probe writes it: five checks with digests and
+metrics, 2.2 KB each before the API server adds its metadata) and a share of
+RepairTickets (nine in ten closed and delivered, one in ten open, so the ticket timer,
+still Kopf's, runs for those), then starts the operator as a real process and times,
+from the process's start:
+
+- **copy complete**: the operator's log says its SDCTest and RepairTicket mirrors
+  synced (every kind listed completely once; no decision before);
+- **first pass**: the operator's first reconcile pass (Kopf has started, its few
+  indexes are complete, the policy's daemon has run once over the complete copy);
+- the operator's CPU time and peak RSS at its first pass;
+
+and, in-process, the CPU time of one paged list of the SDCTests through the
+operator's own mirror (parse, slim, store; the API server's time apart), per 1,000
+tests. The operator is started ``--repeats`` times per size (medians; the machine is
+shared, so wall times carry noise, CPU times less). A linear fit of each figure
+against the count says whether start-up grows linearly. ``--operator-src`` runs
+another ``operator/`` tree (an older commit's, for a before/after comparison); its
+in-process figure is then not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kubernetes import client, config
+from tests.cluster.localcluster import LocalCluster
+from tests.operator.harness import NS, REPO, apply_crds, ensure_namespace, policy_body
+
+from bench.scale.inventory import linear_fit
+from sdcguard.adapters import notify
+from sdcguard.adapters.inventory import Inventory
+from sdcguard.adapters.mirror import Mirror, cluster_custom, retrying_client
+from sdcguard.adapters.pass_state import TestSnapshot
+from sdcguard.api import GROUP, VERSION, RepairTicket
+
+CHECKS = ("compute", "collective", "golden", "memory", "training")
+POLICY = "startup-bench"
+WAIT_S = 600.0
+
+
+def sdctest_body(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An SDCTest and the status a finished screening writes to it."""
+    node = f"gpu-{i // 4:06d}"
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SDCTest",
+        "metadata": {"name": f"{node}-{i % 4 + 1}", "labels": {"sdcguard.dev/node": node}},
+        "spec": {"nodeName": node, "policyRef": POLICY, "suite": "acceptance", "reason": "Join"},
+    }
+    sdc = i % 50 == 0
+    status = {
+        "phase": "Failed" if sdc else "Passed",
+        "verdict": "SDC" if sdc else "Pass",
+        "reason": "GoldenMismatch" if sdc else "AllChecksPassed",
+        "message": "screening finished",
+        "startTime": "2026-12-01T00:00:00Z",
+        "completionTime": "2026-12-01T00:09:00Z",
+        "fingerprintHash": f"{i % 7:064x}",
+        "jobName": f"sdcprobe-{node}-{i % 4 + 1}",
+        "deviceIDs": [f"GPU-{i:08d}-{d}" for d in range(8)],
+        "dataSeed": 1000 + i,
+        "checks": [
+            {
+                "name": name,
+                "verdict": "SDC" if sdc and name == "golden" else "Pass",
+                "reason": "digests agree across devices and with the baseline",
+                "digest": f"{(i * 31 + k):064x}",
+                "metrics": {"seconds": "12.5", "mismatches": "0", "gbps": "812.4"},
+                **({"oddDevice": 3} if sdc and name == "golden" else {}),
+            }
+            for k, name in enumerate(CHECKS)
+        ],
+        "conditions": [
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "ProbeFinished",
+                "message": "the probe reported",
+                "lastTransitionTime": "2026-12-01T00:09:00Z",
+            }
+        ],
+    }
+    return body, {"status": status}
+
+
+def ticket_body(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A RepairTicket: nine in ten closed with their closing event delivered (no timer),
+    one in ten open (a timer, which finds no sinks and writes nothing)."""
+    node = f"gpu-{i * 10:06d}"
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RepairTicket",
+        "metadata": {"name": f"{node}-t{i}"},
+        "spec": {"nodeName": node, "policyRef": POLICY, "evidence": [f"{node}-1", f"{node}-2"]},
+    }
+    status: dict[str, Any] = {"phase": "Open", "openedAt": "2026-12-01T00:10:00Z"}
+    if i % 10:
+        status.update(
+            phase="Closed", closedAt="2026-12-01T01:00:00Z", openedAt="2026-12-01T00:10:00Z"
+        )
+        ticket = RepairTicket.model_validate({**body, "status": status})
+        key = notify.idempotency_key(ticket, notify.event_for(ticket))
+        status["notification"] = {"delivered": True, "attempts": 1, "idempotencyKey": key}
+    return body, {"status": status}
+
+
+def create(custom: client.CustomObjectsApi, plural: str, made: tuple[dict[str, Any], ...]) -> None:
+    body, status = made
+    custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+    name = body["metadata"]["name"]
+    custom.patch_cluster_custom_object_status(GROUP, VERSION, plural, name, status)
+
+
+def fill(api: client.ApiClient, plural: str, make: Any, start: int, stop: int) -> None:
+    custom = client.CustomObjectsApi(api)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for future in [pool.submit(create, custom, plural, make(i)) for i in range(start, stop)]:
+            future.result()
+
+
+def list_cost(api: client.ApiClient) -> tuple[float, float, int]:
+    """Wall and CPU seconds of one paged list of every SDCTest through the mirror."""
+    mirror: Mirror[TestSnapshot] = Mirror(
+        retrying_client(api), cluster_custom(GROUP, VERSION, "sdctests"), TestSnapshot.slim
+    )
+    wall, cpu = time.monotonic(), time.thread_time()
+    mirror.relist(threading.Event())
+    return time.monotonic() - wall, time.thread_time() - cpu, len(mirror)
+
+
+def start_operator(kubeconfig: Path, log: Path, src: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        KUBECONFIG=str(kubeconfig),
+        SDCGUARD_NAMESPACE=NS,
+        SDCGUARD_LOG_FORMAT="json",
+        SDCGUARD_METRICS_PORT="0",
+        SDCGUARD_DEFAULT_PROBE_IMAGE="example.invalid/sdcprobe:bench",
+        PYTHONPATH=os.pathsep.join([str(src), str(REPO / "jobs")]),
+    )
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sdcguard", "--liveness", ""],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def time_start(kubeconfig: Path, log: Path, src: Path) -> dict[str, float]:
+    """Start the operator; seconds from its start to each milestone in its log."""
+    started = time.monotonic()
+    proc = start_operator(kubeconfig, log, src)
+    seen: dict[str, float] = {}
+    offset = 0
+    peak_rss = 0
+    try:
+        ps = psutil.Process(proc.pid)
+        while "first pass" not in seen:
+            if time.monotonic() - started > WAIT_S or proc.poll() is not None:
+                raise RuntimeError(f"no first pass (log {log}):\n{log.read_text()[-3000:]}")
+            text = log.read_bytes()[offset:]
+            cut = text.rfind(b"\n") + 1
+            offset += cut
+            now = time.monotonic() - started
+            for line in text[:cut].splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                event, kind = entry.get("event"), entry.get("kind")
+                if event == "mirror synced" and kind in ("sdctests", "repairtickets"):
+                    seen[f"synced {kind}"] = now
+                elif event == "reconcile pass":
+                    seen["first pass"] = now
+            peak_rss = max(peak_rss, ps.memory_info().rss)
+            time.sleep(0.05)
+        times = ps.cpu_times()
+        seen["cpu"] = times.user + times.system
+        seen["rss"] = float(peak_rss)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if "synced sdctests" in seen and "synced repairtickets" in seen:
+        seen["copy complete"] = max(seen["synced sdctests"], seen["synced repairtickets"])
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.scale.startup", description=__doc__)
+    parser.add_argument("--sizes", default="500,1000,2000,4000")
+    parser.add_argument("--tickets-share", type=float, default=0.1)
+    parser.add_argument("--operator-src", type=Path, default=REPO / "operator")
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results/startup.md")
+    parser.add_argument("--label", default="", help="what the run is, for the table")
+    parser.add_argument("--repeats", type=int, default=3, help="operator starts per size")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    own = args.operator_src.resolve() == (REPO / "operator").resolve()
+    rows: list[dict[str, Any]] = []
+    load = os.getloadavg()[0]
+    with LocalCluster() as cluster:
+        admin = config.new_client_from_config(str(cluster.kubeconfig))
+        admin.configuration.connection_pool_maxsize = 16
+        apply_crds(admin)
+        ensure_namespace(admin)
+        client.CustomObjectsApi(admin).create_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", policy_body(POLICY)
+        )
+        made_tests = made_tickets = 0
+        for n in sizes:
+            tickets = int(n * args.tickets_share)
+            fill(admin, "sdctests", sdctest_body, made_tests, n)
+            fill(admin, "repairtickets", ticket_body, made_tickets, tickets)
+            made_tests, made_tickets = n, tickets
+            row: dict[str, Any] = {"tests": n, "tickets": tickets, "load": os.getloadavg()[0]}
+            row["repeats"] = args.repeats
+            if own:
+                wall, cpu, kept = list_cost(admin)
+                assert kept == n, (kept, n)
+                row.update(list_wall=wall, list_cpu=cpu)
+            starts = [
+                time_start(
+                    cluster.kubeconfig,
+                    Path(cluster.state_dir) / f"operator-{n}-{k}.log",
+                    args.operator_src,
+                )
+                for k in range(args.repeats)
+            ]
+            for key in starts[0]:
+                values = sorted(s[key] for s in starts if key in s)
+                row[key] = max(values) if key == "rss" else statistics.median(values)
+            row["first passes"] = [round(s["first pass"], 2) for s in starts]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        # The inventory sees every object the API server has (its copy is complete).
+        inv = Inventory(admin, NS, test_node=lambda _: None, clock=lambda: dt.datetime.now(dt.UTC))
+        inv.warm()
+        while not inv.synced():
+            time.sleep(0.1)
+        copied = (len(inv.tests), len(inv.tickets))
+        inv.stop()
+        assert copied == (made_tests, made_tickets), copied
+    write(args.out, rows, load, args.label)
+    return 0
+
+
+def write(out: Path, rows: list[dict[str, Any]], load: float, label: str) -> None:
+    xs = [float(r["tests"]) for r in rows]
+    lines = [
+        "# Operator start-up by the number of SDCTests",
+        "",
+        f"`python -m bench.scale.startup` on {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, load average {load:.1f} at start, "
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}. {label}".rstrip(),
+        "",
+        "| SDCTests | RepairTickets | copy complete | first pass (each start) "
+        "| operator CPU at first pass | peak RSS "
+        "| one paged list of the tests: wall / CPU (per 1,000) | load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        listed = (
+            f"{r['list_wall']:.2f} s / {r['list_cpu']:.2f} s "
+            f"({1000 * r['list_cpu'] / r['tests']:.3f} s)"
+            if "list_cpu" in r
+            else "not measured"
+        )
+        copy = f"{r['copy complete']:.2f} s" if "copy complete" in r else "(no mirror)"
+        lines.append(
+            f"| {r['tests']:,} | {r['tickets']:,} | {copy} | {r['first pass']:.2f} s "
+            f"({', '.join(f'{v:.1f}' for v in r['first passes'])}) "
+            f"| {r['cpu']:.1f} s | {r['rss'] / 1e6:.0f} MB | {listed} | {r['load']:.1f} |"
+        )
+    lines += ["", "Linear fits against the number of SDCTests (y = a + b·n):", ""]
+    for key, what in (
+        ("copy complete", "copy complete"),
+        ("first pass", "first pass"),
+        ("cpu", "operator CPU at first pass"),
+        ("list_cpu", "CPU of one paged list"),
+    ):
+        if all(key in r for r in rows) and len(rows) > 1:
+            a, b, r2 = linear_fit(xs, [float(r[key]) for r in rows])
+            lines.append(f"- {what}: a = {a:.2f} s, b = {1000 * b:.3f} s per 1,000, r² = {r2:.3f}")
+    lines += [
+        "",
+        "Each size adds to the objects of the one before (one control plane), and the",
+        "operator is started anew for each (medians of the starts): times are from its"
+        " process start, read from",
+        "its own log. The first pass needs Kopf started too (its indexes of the few",
+        "policies and baselines, and its watch of RepairTickets for the ticket timer).",
+        "",
+    ]
+    out.write_text("\n".join(lines))
+    print(out.read_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
