@@ -2,6 +2,7 @@
 
     python -m bench.scale.startup [--sizes 500,1000,2000,4000] [--tickets-share 0.1]
         [--repeats 3] [--operator-src DIR] [--out bench/results/startup.md]
+        [--before OLD.json] [--render RUN.json]
 
 SDCTests grow with the fleet and its history (one per screening, kept), tickets with
 its failures. They reach the operator through its own paged list-then-watch
@@ -18,7 +19,8 @@ from the process's start:
   synced (every kind listed completely once; no decision before);
 - **first pass**: the operator's first reconcile pass (Kopf has started, its few
   indexes are complete, the policy's daemon has run once over the complete copy);
-- the operator's CPU time and peak RSS at its first pass;
+- the operator's CPU time and peak RSS at its first pass, and its CPU use in the
+  32 s after it (nothing to do but the ticket timers of the open tickets);
 
 and, in-process, the CPU time of one paged list of the SDCTests through the
 operator's own mirror (parse, slim, store; the API server's time apart), per 1,000
@@ -26,7 +28,10 @@ tests. The operator is started ``--repeats`` times per size (medians; the machin
 shared, so wall times carry noise, CPU times less). A linear fit of each figure
 against the count says whether start-up grows linearly. ``--operator-src`` runs
 another ``operator/`` tree (an older commit's, for a before/after comparison); its
-in-process figure is then not measured.
+in-process figure is then not measured. Each run's figures are kept beside the table
+as JSON (``startup.json``); ``--before`` shows another run's (the older operator's)
+beside them, in the table and the plot (``startup.png``), and ``--render`` writes the
+table and plot again from a run's JSON without running.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ from sdcguard.api import GROUP, VERSION, RepairTicket
 CHECKS = ("compute", "collective", "golden", "memory", "training")
 POLICY = "startup-bench"
 WAIT_S = 600.0
+IDLE_S = 32.0
+"""How long the first start of each size is watched after its first pass: two periods
+of the ticket timer (15 s), which runs for the open tickets only."""
 
 
 def sdctest_body(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -172,8 +180,9 @@ def start_operator(kubeconfig: Path, log: Path, src: Path) -> subprocess.Popen[b
         )
 
 
-def time_start(kubeconfig: Path, log: Path, src: Path) -> dict[str, float]:
-    """Start the operator; seconds from its start to each milestone in its log."""
+def time_start(kubeconfig: Path, log: Path, src: Path, idle_s: float = 0.0) -> dict[str, float]:
+    """Start the operator; seconds from its start to each milestone in its log (and,
+    with ``idle_s``, its CPU use over that long after the first pass: cores)."""
     started = time.monotonic()
     proc = start_operator(kubeconfig, log, src)
     seen: dict[str, float] = {}
@@ -202,6 +211,11 @@ def time_start(kubeconfig: Path, log: Path, src: Path) -> dict[str, float]:
             time.sleep(0.05)
         times = ps.cpu_times()
         seen["cpu"] = times.user + times.system
+        if idle_s:
+            time.sleep(idle_s)
+            later = ps.cpu_times()
+            seen["idle cores"] = (later.user + later.system - seen["cpu"]) / idle_s
+            peak_rss = max(peak_rss, ps.memory_info().rss)
         seen["rss"] = float(peak_rss)
     finally:
         proc.terminate()
@@ -223,11 +237,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/startup.md")
     parser.add_argument("--label", default="", help="what the run is, for the table")
     parser.add_argument("--repeats", type=int, default=3, help="operator starts per size")
+    parser.add_argument(
+        "--render", type=Path, help="no run: write the table and plot of this run's JSON"
+    )
+    parser.add_argument(
+        "--before", type=Path, help="another run's JSON (an older operator), shown beside"
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        run = json.loads(args.render.read_text())
+    else:
+        run = measure(args)
+        args.out.with_suffix(".json").write_text(json.dumps(run, indent=1) + "\n")
+    before = json.loads(args.before.read_text()) if args.before else None
+    write(args.out, run, before)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     sizes = sorted(int(s) for s in args.sizes.split(","))
     own = args.operator_src.resolve() == (REPO / "operator").resolve()
     rows: list[dict[str, Any]] = []
-    load = os.getloadavg()[0]
+    run: dict[str, Any] = {
+        "load": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "label": args.label,
+        "rows": rows,
+    }
     with LocalCluster() as cluster:
         admin = config.new_client_from_config(str(cluster.kubeconfig))
         admin.configuration.connection_pool_maxsize = 16
@@ -253,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                     cluster.kubeconfig,
                     Path(cluster.state_dir) / f"operator-{n}-{k}.log",
                     args.operator_src,
+                    idle_s=IDLE_S if k == 0 else 0.0,
                 )
                 for k in range(args.repeats)
             ]
@@ -270,23 +308,28 @@ def main(argv: list[str] | None = None) -> int:
         copied = (len(inv.tests), len(inv.tickets))
         inv.stop()
         assert copied == (made_tests, made_tickets), copied
-    write(args.out, rows, load, args.label)
-    return 0
+    run["when"] = f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+    return run
 
 
-def write(out: Path, rows: list[dict[str, Any]], load: float, label: str) -> None:
-    xs = [float(r["tests"]) for r in rows]
+FITTED = (
+    ("copy complete", "copy complete"),
+    ("first pass", "first pass"),
+    ("cpu", "operator CPU at first pass"),
+    ("list_cpu", "CPU of one paged list"),
+)
+
+
+def table(run: dict[str, Any]) -> list[str]:
+    rows = run["rows"]
     lines = [
-        "# Operator start-up by the number of SDCTests",
-        "",
-        f"`python -m bench.scale.startup` on {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}, load average {load:.1f} at start, "
-        f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}. {label}".rstrip(),
+        f"`python -m bench.scale.startup` on {run['cpus']} CPUs, Python {run['python']}, "
+        f"load average {run['load']:.1f} at start, {run['when']}. {run['label']}".rstrip(),
         "",
         "| SDCTests | RepairTickets | copy complete | first pass (each start) "
-        "| operator CPU at first pass | peak RSS "
+        "| operator CPU at first pass | CPU after it (cores) | peak RSS "
         "| one paged list of the tests: wall / CPU (per 1,000) | load |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         listed = (
@@ -296,32 +339,76 @@ def write(out: Path, rows: list[dict[str, Any]], load: float, label: str) -> Non
             else "not measured"
         )
         copy = f"{r['copy complete']:.2f} s" if "copy complete" in r else "(no mirror)"
+        idle = f"{r['idle cores']:.3f}" if "idle cores" in r else "not measured"
         lines.append(
             f"| {r['tests']:,} | {r['tickets']:,} | {copy} | {r['first pass']:.2f} s "
             f"({', '.join(f'{v:.1f}' for v in r['first passes'])}) "
-            f"| {r['cpu']:.1f} s | {r['rss'] / 1e6:.0f} MB | {listed} | {r['load']:.1f} |"
+            f"| {r['cpu']:.1f} s | {idle} | {r['rss'] / 1e6:.0f} MB | {listed} | {r['load']:.1f} |"
         )
+    xs = [float(r["tests"]) for r in rows]
     lines += ["", "Linear fits against the number of SDCTests (y = a + b·n):", ""]
-    for key, what in (
-        ("copy complete", "copy complete"),
-        ("first pass", "first pass"),
-        ("cpu", "operator CPU at first pass"),
-        ("list_cpu", "CPU of one paged list"),
-    ):
+    for key, what in FITTED:
         if all(key in r for r in rows) and len(rows) > 1:
             a, b, r2 = linear_fit(xs, [float(r[key]) for r in rows])
             lines.append(f"- {what}: a = {a:.2f} s, b = {1000 * b:.3f} s per 1,000, r² = {r2:.3f}")
+    return lines
+
+
+def write(out: Path, run: dict[str, Any], before: dict[str, Any] | None) -> None:
+    lines = ["# Operator start-up by the number of SDCTests", "", *table(run)]
     lines += [
         "",
         "Each size adds to the objects of the one before (one control plane), and the",
-        "operator is started anew for each (medians of the starts): times are from its"
-        " process start, read from",
-        "its own log. The first pass needs Kopf started too (its indexes of the few",
-        "policies and baselines, and its watch of RepairTickets for the ticket timer).",
-        "",
+        "operator is started anew for each (medians of the starts): times are from its",
+        "process start, read from its own log. The first pass needs Kopf started too (its",
+        "indexes of the few policies and baselines, and its watch of RepairTickets for the",
+        "ticket timer).",
     ]
-    out.write_text("\n".join(lines))
+    if before is not None:
+        lines += ["", "## Before: the same benchmark, SDCTests and tickets through Kopf", ""]
+        lines += table(before)
+        lines += [
+            "",
+            "What each SDCTest above the smallest size added (first pass wall, operator CPU):",
+            "constant when start-up is linear in them, growing when it is quadratic.",
+            "",
+        ]
+        for name, doc in (("now", run), ("before", before)):
+            base = doc["rows"][0]
+            for r in doc["rows"][1:]:
+                extra = r["tests"] - base["tests"]
+                lines.append(
+                    f"- {name}, {base['tests']:,} → {r['tests']:,}: "
+                    f"{1000 * (r['first pass'] - base['first pass']) / extra:.2f} ms, "
+                    f"{1000 * (r['cpu'] - base['cpu']) / extra:.2f} ms"
+                )
+    out.write_text("\n".join(lines) + "\n")
+    plot(run, before, out.with_suffix(".png"))
     print(out.read_text())
+
+
+def plot(run: dict[str, Any], before: dict[str, Any] | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (wall, cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, doc, style in (("now", run, "o-"), ("before (Kopf indexes)", before, "s--")):
+        if doc is None:
+            continue
+        xs = [r["tests"] for r in doc["rows"]]
+        wall.plot(xs, [r["first pass"] for r in doc["rows"]], style, label=name)
+        cpu.plot(xs, [r["cpu"] for r in doc["rows"]], style, label=name)
+    wall.set(
+        xlabel="SDCTests (and a tenth as many tickets)", ylabel="s", title="start → first pass"
+    )
+    cpu.set(xlabel="SDCTests", ylabel="CPU s", title="operator CPU at its first pass")
+    for ax in (wall, cpu):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
