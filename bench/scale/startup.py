@@ -21,6 +21,10 @@ from the process's start:
   indexes are complete, the policy's daemon has run once over the complete copy);
 - the operator's CPU time and peak RSS at its first pass, and its CPU use in the
   32 s after it (nothing to do but the ticket timers of the open tickets);
+- **standby takeover** (``--takeovers`` per size): two replicas with leader election;
+  once the leader has passed once and the standby has listed every kind, the leader
+  is killed (SIGKILL); seconds from the kill to the standby's Lease (the lease
+  duration, 8 s, is most of it) and to its first pass;
 
 and, in-process, the CPU time of one paged list of the SDCTests through the
 operator's own mirror (parse, slim, store; the API server's time apart), per 1,000
@@ -42,6 +46,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -160,7 +165,7 @@ def list_cost(api: client.ApiClient) -> tuple[float, float, int]:
     return time.monotonic() - wall, time.thread_time() - cpu, len(mirror)
 
 
-def start_operator(kubeconfig: Path, log: Path, src: Path) -> subprocess.Popen[bytes]:
+def start_operator(kubeconfig: Path, log: Path, src: Path, **extra: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env.update(
         KUBECONFIG=str(kubeconfig),
@@ -169,6 +174,7 @@ def start_operator(kubeconfig: Path, log: Path, src: Path) -> subprocess.Popen[b
         SDCGUARD_METRICS_PORT="0",
         SDCGUARD_DEFAULT_PROBE_IMAGE="example.invalid/sdcprobe:bench",
         PYTHONPATH=os.pathsep.join([str(src), str(REPO / "jobs")]),
+        **extra,
     )
     with log.open("wb") as out:
         return subprocess.Popen(
@@ -180,53 +186,120 @@ def start_operator(kubeconfig: Path, log: Path, src: Path) -> subprocess.Popen[b
         )
 
 
+def stop(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    """SIGTERM (a clean stop: a leader hands its Lease over), or SIGKILL (a crash)."""
+    if proc.poll() is None:
+        if kill:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class OperatorLog:
+    """The milestones in one operator's JSON log, each at the time it was first read
+    (seconds on the monotonic clock)."""
+
+    def __init__(self, path: Path, proc: subprocess.Popen[bytes]) -> None:
+        self.path, self.proc = path, proc
+        self.offset = 0
+        self.seen: dict[str, float] = {}
+
+    def read(self) -> None:
+        text = self.path.read_bytes()[self.offset :]
+        cut = text.rfind(b"\n") + 1
+        self.offset += cut
+        now = time.monotonic()
+        for line in text[:cut].splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            event = entry.get("event")
+            if event == "mirror synced":
+                self.seen.setdefault(f"synced {entry.get('kind')}", now)
+            elif event in ("reconcile pass", "leading"):
+                self.seen.setdefault(str(event), now)
+
+    def wait(self, what: str, started: float) -> float:
+        """Seconds from ``started`` to the milestone ``what``."""
+        while what not in self.seen:
+            if time.monotonic() - started > WAIT_S or self.proc.poll() is not None:
+                raise RuntimeError(f"no {what} (log {self.path}):\n{self.path.read_text()[-3000:]}")
+            self.read()
+            time.sleep(0.05)
+        return self.seen[what] - started
+
+
 def time_start(kubeconfig: Path, log: Path, src: Path, idle_s: float = 0.0) -> dict[str, float]:
     """Start the operator; seconds from its start to each milestone in its log (and,
     with ``idle_s``, its CPU use over that long after the first pass: cores)."""
     started = time.monotonic()
     proc = start_operator(kubeconfig, log, src)
-    seen: dict[str, float] = {}
-    offset = 0
+    out: dict[str, float] = {}
     peak_rss = 0
     try:
         ps = psutil.Process(proc.pid)
-        while "first pass" not in seen:
+        watch = OperatorLog(log, proc)
+        while "reconcile pass" not in watch.seen:
             if time.monotonic() - started > WAIT_S or proc.poll() is not None:
-                raise RuntimeError(f"no first pass (log {log}):\n{log.read_text()[-3000:]}")
-            text = log.read_bytes()[offset:]
-            cut = text.rfind(b"\n") + 1
-            offset += cut
-            now = time.monotonic() - started
-            for line in text[:cut].splitlines():
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                event, kind = entry.get("event"), entry.get("kind")
-                if event == "mirror synced" and kind in ("sdctests", "repairtickets"):
-                    seen[f"synced {kind}"] = now
-                elif event == "reconcile pass":
-                    seen["first pass"] = now
+                watch.wait("reconcile pass", started)  # raises, with the log
+            watch.read()
             peak_rss = max(peak_rss, ps.memory_info().rss)
             time.sleep(0.05)
+        out["first pass"] = watch.seen["reconcile pass"] - started
         times = ps.cpu_times()
-        seen["cpu"] = times.user + times.system
+        out["cpu"] = times.user + times.system
         if idle_s:
             time.sleep(idle_s)
             later = ps.cpu_times()
-            seen["idle cores"] = (later.user + later.system - seen["cpu"]) / idle_s
+            out["idle cores"] = (later.user + later.system - out["cpu"]) / idle_s
             peak_rss = max(peak_rss, ps.memory_info().rss)
-        seen["rss"] = float(peak_rss)
+        out["rss"] = float(peak_rss)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if "synced sdctests" in seen and "synced repairtickets" in seen:
-        seen["copy complete"] = max(seen["synced sdctests"], seen["synced repairtickets"])
-    return seen
+        stop(proc)
+    ours = [watch.seen.get(f"synced {k}") for k in ("sdctests", "repairtickets")]
+    if all(at is not None for at in ours):
+        out["copy complete"] = max(at for at in ours if at is not None) - started
+    return out
+
+
+def takeover(kubeconfig: Path, logs: Path, src: Path) -> dict[str, float]:
+    """Two replicas with leader election: once the leader has made its first pass and
+    the standby's copy is warm (every kind the leader listed, listed by the standby
+    too), the leader is killed; seconds from the kill to the standby's Lease and to its
+    first pass."""
+    election = {"SDCGUARD_LEADER_ELECTION": "true"}
+    started = time.monotonic()
+    leader = start_operator(
+        kubeconfig, logs / "leader.log", src, SDCGUARD_LEADER_IDENTITY="bench-a", **election
+    )
+    standby: subprocess.Popen[bytes] | None = None
+    try:
+        first = OperatorLog(logs / "leader.log", leader)
+        first.wait("reconcile pass", started)
+        standby = start_operator(
+            kubeconfig, logs / "standby.log", src, SDCGUARD_LEADER_IDENTITY="bench-b", **election
+        )
+        second = OperatorLog(logs / "standby.log", standby)
+        for kind in [k for k in first.seen if k.startswith("synced ")]:
+            second.wait(kind, started)
+        time.sleep(2.0)  # the standby campaigns (and fails) at least once
+        assert "leading" not in second.seen, "the standby led while the leader lived"
+        killed = time.monotonic()
+        stop(leader, kill=True)
+        return {
+            "lease": second.wait("leading", killed),
+            "first pass": second.wait("reconcile pass", killed),
+        }
+    finally:
+        stop(leader, kill=True)
+        if standby is not None:
+            stop(standby)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/startup.md")
     parser.add_argument("--label", default="", help="what the run is, for the table")
     parser.add_argument("--repeats", type=int, default=3, help="operator starts per size")
+    parser.add_argument("--takeovers", type=int, default=1, help="standby takeovers per size")
     parser.add_argument(
         "--render", type=Path, help="no run: write the table and plot of this run's JSON"
     )
@@ -298,6 +372,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 values = sorted(s[key] for s in starts if key in s)
                 row[key] = max(values) if key == "rss" else statistics.median(values)
             row["first passes"] = [round(s["first pass"], 2) for s in starts]
+            for k in range(args.takeovers):
+                logs = Path(cluster.state_dir) / f"takeover-{n}-{k}"
+                logs.mkdir()
+                took = takeover(cluster.kubeconfig, logs, args.operator_src)
+                row.setdefault("takeovers", []).append({k: round(v, 2) for k, v in took.items()})
             print(json.dumps(row), flush=True)
             rows.append(row)
         # The inventory sees every object the API server has (its copy is complete).
@@ -317,6 +396,7 @@ FITTED = (
     ("first pass", "first pass"),
     ("cpu", "operator CPU at first pass"),
     ("list_cpu", "CPU of one paged list"),
+    ("takeover", "standby takeover, kill → the new leader's first pass"),
 )
 
 
@@ -328,8 +408,9 @@ def table(run: dict[str, Any]) -> list[str]:
         "",
         "| SDCTests | RepairTickets | copy complete | first pass (each start) "
         "| operator CPU at first pass | CPU after it (cores) | peak RSS "
-        "| one paged list of the tests: wall / CPU (per 1,000) | load |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| one paged list of the tests: wall / CPU (per 1,000) "
+        "| standby takeover: kill → Lease / → first pass | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         listed = (
@@ -340,16 +421,21 @@ def table(run: dict[str, Any]) -> list[str]:
         )
         copy = f"{r['copy complete']:.2f} s" if "copy complete" in r else "(no mirror)"
         idle = f"{r['idle cores']:.3f}" if "idle cores" in r else "not measured"
+        took = "; ".join(
+            f"{t['lease']:.1f} / {t['first pass']:.1f} s" for t in r.get("takeovers", [])
+        )
         lines.append(
             f"| {r['tests']:,} | {r['tickets']:,} | {copy} | {r['first pass']:.2f} s "
             f"({', '.join(f'{v:.1f}' for v in r['first passes'])}) "
-            f"| {r['cpu']:.1f} s | {idle} | {r['rss'] / 1e6:.0f} MB | {listed} | {r['load']:.1f} |"
+            f"| {r['cpu']:.1f} s | {idle} | {r['rss'] / 1e6:.0f} MB | {listed} "
+            f"| {took or 'not measured'} | {r['load']:.1f} |"
         )
     xs = [float(r["tests"]) for r in rows]
     lines += ["", "Linear fits against the number of SDCTests (y = a + b·n):", ""]
+    fitted = [{**r, "takeover": takeover_s(r)} for r in rows]
     for key, what in FITTED:
-        if all(key in r for r in rows) and len(rows) > 1:
-            a, b, r2 = linear_fit(xs, [float(r[key]) for r in rows])
+        if all(r.get(key) is not None for r in fitted) and len(rows) > 1:
+            a, b, r2 = linear_fit(xs, [float(r[key]) for r in fitted])
             lines.append(f"- {what}: a = {a:.2f} s, b = {1000 * b:.3f} s per 1,000, r² = {r2:.3f}")
     return lines
 
@@ -387,24 +473,32 @@ def write(out: Path, run: dict[str, Any], before: dict[str, Any] | None) -> None
     print(out.read_text())
 
 
+def takeover_s(row: dict[str, Any]) -> float | None:
+    """The median of a size's takeovers, kill → the new leader's first pass."""
+    took = [t["first pass"] for t in row.get("takeovers", [])]
+    return statistics.median(took) if took else None
+
+
 def plot(run: dict[str, Any], before: dict[str, Any] | None, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (wall, cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (wall, cpu, took) = plt.subplots(1, 3, figsize=(14, 4))
     for name, doc, style in (("now", run, "o-"), ("before (Kopf indexes)", before, "s--")):
         if doc is None:
             continue
         xs = [r["tests"] for r in doc["rows"]]
         wall.plot(xs, [r["first pass"] for r in doc["rows"]], style, label=name)
         cpu.plot(xs, [r["cpu"] for r in doc["rows"]], style, label=name)
-    wall.set(
-        xlabel="SDCTests (and a tenth as many tickets)", ylabel="s", title="start → first pass"
-    )
+        taken = [(r["tests"], t) for r in doc["rows"] if (t := takeover_s(r)) is not None]
+        took.plot([x for x, _ in taken], [y for _, y in taken], style, label=name)
+    wall.set(xlabel="SDCTests (and a tenth as many tickets)", ylabel="s")
+    wall.set_title("start → first pass")
     cpu.set(xlabel="SDCTests", ylabel="CPU s", title="operator CPU at its first pass")
-    for ax in (wall, cpu):
+    took.set(xlabel="SDCTests", ylabel="s", title="leader killed → standby's first pass")
+    for ax in (wall, cpu, took):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
