@@ -96,6 +96,7 @@ bench-scale: venv binaries
 	$(PY) -m bench.scale.run
 	$(PY) -m bench.scale.inventory
 	$(PY) -m bench.scale.blast
+	$(PY) -m bench.scale.startup
 
 bench-probe: venv
 	$(PY) -m bench.probe.run

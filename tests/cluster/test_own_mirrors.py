@@ -18,6 +18,11 @@ from tests.cluster.test_mirror import _clock, _until
 from tests.operator.harness import apply_crds
 
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
+METHODS = {
+    "create": "create_cluster_custom_object",
+    "status": "patch_cluster_custom_object_status",
+    "delete": "delete_cluster_custom_object",
+}
 
 
 def _test(name: str, node: str) -> dict[str, Any]:
@@ -87,84 +92,78 @@ def test_tests_tickets_and_hardware_are_copied_slim_and_poke_their_nodes(
             assert inv.node_of_test(first) == node_a
             [kept] = inv.tickets_by_node([node_a])[node_a]
             assert kept.name == ticket and kept.ticket is not None and not kept.has_status
-            assert pokes == [], "the first list pokes nothing (the first pass is full)"
+            # The first list pokes nothing (the first pass is a full one).
+            assert not any(p is None or {node_a, node_b} & set(p) for p in pokes), pokes
+
+            async def change(
+                call: str, plural: str, args: tuple[Any, ...], seen: Any, poke: list[str] | None
+            ) -> None:
+                """One API call; then the copy shows it (``seen``) and ``poke`` came."""
+                pokes.clear()
+                method = getattr(custom, METHODS[call])
+                await asyncio.to_thread(method, GROUP, VERSION, plural, *args)
+                await _until(seen, f"{call} {plural} in the copy")
+                await _until(lambda: poked(poke), f"the poke after {call} {plural}")
+
+            def phase_of(name: str) -> str | None:
+                test = inv.tests.get(name)
+                known = test.known if test is not None else None
+                return known.facts.phase.value if known is not None else None
 
             # A new test, its status change and its deletion each poke its node.
-            await asyncio.to_thread(
-                custom.create_cluster_custom_object,
-                GROUP,
-                VERSION,
+            await change(
+                "create",
                 "sdctests",
-                _test(second, node_b),
+                (_test(second, node_b),),
+                lambda: inv.tests_by_node([node_b]),
+                [node_b],
             )
-            await _until(lambda: inv.tests_by_node([node_b]), "the new test")
-            await _until(lambda: poked([node_b]), "the new test's poke")
             [new] = inv.tests_by_node([node_b])[node_b]
             assert new.known is not None and new.known.running is not None
-            pokes.clear()
-            await asyncio.to_thread(
-                custom.patch_cluster_custom_object_status,
-                GROUP,
-                VERSION,
+            running = {"status": {"phase": "Running"}}
+            await change(
+                "status",
                 "sdctests",
-                second,
-                {"status": {"phase": "Running"}},
+                (second, running),
+                lambda: phase_of(second) == "Running",
+                [node_b],
             )
-            await _until(
-                lambda: (
-                    (t := inv.tests.get(second)) is not None
-                    and t.known is not None
-                    and t.known.facts.phase.value == "Running"
-                ),
-                "the status change",
+            await change(
+                "delete", "sdctests", (first,), lambda: not inv.tests_by_node([node_a]), [node_a]
             )
-            await _until(lambda: poked([node_b]), "the status change's poke")
-            pokes.clear()
-            await asyncio.to_thread(
-                custom.delete_cluster_custom_object, GROUP, VERSION, "sdctests", first
-            )
-            await _until(lambda: not inv.tests_by_node([node_a]), "the deleted test gone")
-            await _until(lambda: poked([node_a]), "the deletion's poke")
             assert inv.tests_by_node([node_b]), "the other node's test stays"
 
             # A ticket's status and its deletion poke its node.
-            pokes.clear()
-            await asyncio.to_thread(
-                custom.patch_cluster_custom_object_status,
-                GROUP,
-                VERSION,
+            opened = {"status": {"phase": "Open", "openedAt": "2026-01-02T03:04:05Z"}}
+            await change(
+                "status",
                 "repairtickets",
-                ticket,
-                {"status": {"phase": "Open", "openedAt": "2026-01-02T03:04:05Z"}},
-            )
-            await _until(
+                (ticket, opened),
                 lambda: (t := inv.tickets.get(ticket)) is not None and t.phase == "Open",
-                "the ticket's status",
+                [node_a],
             )
-            await _until(lambda: poked([node_a]), "the ticket's poke")
-            pokes.clear()
-            await asyncio.to_thread(
-                custom.delete_cluster_custom_object, GROUP, VERSION, "repairtickets", ticket
+            await change(
+                "delete",
+                "repairtickets",
+                (ticket,),
+                lambda: not inv.tickets_by_node([node_a]),
+                [node_a],
             )
-            await _until(lambda: not inv.tickets_by_node([node_a]), "the deleted ticket gone")
-            await _until(lambda: poked([node_a]), "the ticket deletion's poke")
 
             # A hardware record may name any node: every node is looked at.
-            pokes.clear()
-            await asyncio.to_thread(
-                custom.create_cluster_custom_object,
-                GROUP,
-                VERSION,
+            hardware_body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "SDCHardware",
+                "metadata": {"name": hardware},
+                "spec": {"kind": "ProviderID", "id": hw_id},
+            }
+            await change(
+                "create",
                 "sdchardwares",
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "SDCHardware",
-                    "metadata": {"name": hardware},
-                    "spec": {"kind": "ProviderID", "id": hw_id},
-                },
+                (hardware_body,),
+                lambda: hardware in inv.hardware_records(),
+                None,
             )
-            await _until(lambda: hardware in inv.hardware_records(), "the hardware record")
-            await _until(lambda: poked(None), "the full look")
             record = inv.hardware_records()[hardware]
             assert record.spec.id == hw_id and record.status is None
             assert all(m.stats.lists == 1 for m in inv.mirrors), "watched, never relisted"
