@@ -174,6 +174,14 @@ class Mode:
     budget: float
     nodes: int
     screenings: int = 10
+    #: Nodes of the golden profiles, if fewer (a golden screening costs the most by far).
+    golden_nodes: int | None = None
+
+    def nodes_of(self, check: str) -> int:
+        """Nodes per profile of ``check``."""
+        if check == "golden" and self.golden_nodes is not None:
+            return self.golden_nodes
+        return self.nodes
 
 
 MODES = {"quick": Mode(budget=30, nodes=5), "full": Mode(budget=60, nodes=40)}
@@ -300,7 +308,7 @@ def intermittent(bench: Bench, check: str, p: float, variant: str) -> list[NodeO
     """Per node: the first screening that caught the fault, and its confirmation."""
     rounds = bench.rounds[variant][check]
     out: list[NodeOutcome] = []
-    for node in range(bench.mode.nodes):
+    for node in range(bench.mode.nodes_of(check)):
         outcome = NodeOutcome()
         for k in range(bench.mode.screenings):
             s = screening(variant, node, k)
@@ -357,7 +365,7 @@ def data_dependent(bench: Bench, check: str) -> dict[str, Any]:
         rounds = bench.rounds[variant][check]
         outcomes: list[NodeOutcome] = []
         triggered = screened = 0
-        for node in range(bench.mode.nodes):
+        for node in range(bench.mode.nodes_of(check)):
             value = _rng("mask", check, node).randrange(1 << bits)
             if check == "collective":
                 value &= ~0xF  # integer-valued fp32 inputs have zero low mantissa bits
@@ -436,7 +444,12 @@ def run_screenings(
     try:
         for check in checks:
             for p in P_VALUES:
-                row: dict[str, Any] = {"check": check, "kind": "intermittent", "p": p}
+                row: dict[str, Any] = {
+                    "check": check,
+                    "kind": "intermittent",
+                    "p": p,
+                    "nodes": mode.nodes_of(check),
+                }
                 for variant in VARIANTS:
                     t0 = time.process_time()
                     outcomes = intermittent(bench, check, p, variant)
@@ -463,6 +476,7 @@ def run_screenings(
             row = {
                 "check": check,
                 "kind": "data-dependent",
+                "nodes": mode.nodes_of(check),
                 "mask_bits": data["mask_bits"],
                 "lane_stride": data["lane_stride"],
             }
@@ -508,7 +522,12 @@ def run_screenings(
             "python": platform.python_version(),
             "torch": torch.__version__,
         },
-        "mode": {"budget_s": mode.budget, "nodes": mode.nodes, "screenings": mode.screenings},
+        "mode": {
+            "budget_s": mode.budget,
+            "nodes": mode.nodes,
+            "golden_nodes": mode.nodes_of("golden"),
+            "screenings": mode.screenings,
+        },
         "rounds": rounds,
         "baseline_rounds": dict(bench.shapes("sdcguard").baseline_rounds),
         "schedule": {
@@ -527,6 +546,64 @@ def run_screenings(
     }
 
 
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document from runs of different checks (``--checks``) run side by side.
+
+    Each part planned sdcguard's rounds with its own probe run; every row keeps its
+    part's rounds, and ``probe_plans`` says which plan each check's rows come from."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    by_check: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        for check in {row["check"] for row in doc["profiles"]}:
+            if check in by_check:
+                raise ValueError(f"two documents have {check} profiles; merge distinct checks")
+            by_check[check] = doc
+    checks = [c for c in CHECK_NAMES if c in by_check]
+    loads = [d["machine"]["load_avg_1m"] for d in docs]
+    first = docs[0]
+    out = dict(first)
+    out["generated_at"] = max(d["generated_at"] for d in docs)
+    out["machine"] = dict(first["machine"])
+    out["machine"]["load_avg_1m"] = {
+        "start": min(x["start"] for x in loads),
+        "end": max(x["end"] for x in loads),
+        "min": min(x["min"] for x in loads),
+        "max": max(x["max"] for x in loads),
+    }
+    out["mode"] = dict(by_check[checks[0]]["mode"])
+    if "golden" in by_check:
+        out["mode"]["golden_nodes"] = by_check["golden"]["mode"]["golden_nodes"]
+    out["rounds"] = {v: {c: by_check[c]["rounds"][v][c] for c in checks} for v in VARIANTS}
+    out.pop("probe_plan", None)
+    out["probe_plans"] = [
+        {"checks": [c for c in checks if by_check[c] is d], "plan": d["probe_plan"]} for d in docs
+    ]
+    out["profiles"] = [r for c in checks for r in by_check[c]["profiles"] if r["check"] == c]
+    out["check_runs"] = sum(d["check_runs"] for d in docs)
+    out["runtime"] = {
+        # The parts ran at the same time: the wall time is the longest part's.
+        "wall_s": max(d["runtime"]["wall_s"] for d in docs),
+        "cpu_s": round(sum(d["runtime"]["cpu_s"] for d in docs), 1),
+        "parts": [
+            {"checks": [c for c in checks if by_check[c] is d], **d["runtime"]} for d in docs
+        ],
+    }
+    return out
+
+
+def _plans_note(doc: dict[str, Any]) -> str:
+    """Which probe plan sdcguard's rounds come from, for a merged document."""
+    parts = [p for p in doc.get("probe_plans", []) if p["plan"] is not None]
+    if len(parts) < 2:
+        return ""
+    each = " and ".join(
+        f"{'/'.join(p['checks'])} from a probe run's plan at {p['plan']['budget_s']:g} s"
+        for p in parts
+    )
+    return f" (sdcguard's {each}, the two parts run side by side)"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The tables of screenings.md."""
     mode, rounds, load = doc["mode"], doc["rounds"], doc["machine"]["load_avg_1m"]
@@ -535,7 +612,9 @@ def markdown(doc: dict[str, Any]) -> str:
         "# Intermittent and data-dependent faults over repeated screenings",
         "",
         f"Generated {doc['generated_at']} by `python -m bench.detection.screenings` "
-        f"(budget {mode['budget_s']:g} s, {mode['nodes']} nodes per profile, "
+        f"(budget {mode['budget_s']:g} s, {mode['nodes']} nodes per profile"
+        + (f", golden {g}" if (g := mode["golden_nodes"]) != mode["nodes"] else "")
+        + ", "
         f"{mode['screenings']} screenings each; {doc['check_runs']} check runs, "
         f"{doc['runtime']['wall_s']} s wall, {doc['runtime']['cpu_s']} s CPU on "
         f"{doc['machine']['cpus']} shared cores, load average (1 min) {load['min']:g}-"
@@ -545,7 +624,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "Rounds per screening: "
         + "; ".join(
             f"{v}: " + ", ".join(f"{c} {n}" for c, n in rounds[v].items()) for v in VARIANTS
-        ),
+        )
+        + _plans_note(doc),
         "",
         "Seeds: sdcguard's first "
         + ", ".join(f"{c} {n}" for c, n in doc["baseline_rounds"].items())
@@ -649,12 +729,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
     parser.add_argument("--nodes", type=int, default=None, help="nodes per profile")
+    parser.add_argument(
+        "--golden-nodes", type=int, default=None, help="nodes per golden profile (default: --nodes)"
+    )
+    parser.add_argument(
+        "--checks",
+        default=",".join(CHECK_NAMES),
+        help="comma-separated checks whose profiles run (default: all)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="write one document from screenings.json files of distinct --checks runs",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        doc = merge([json.loads(path.read_text()) for path in args.merge])
+        for path in write(doc, args.out):
+            print(f"wrote {path}", flush=True)
+        return 0
+    checks = tuple(c for c in args.checks.split(",") if c)
+    if unknown := sorted(set(checks) - set(CHECK_NAMES)):
+        known = ", ".join(CHECK_NAMES)
+        parser.error(f"--checks: unknown {', '.join(unknown)}; choose from {known}")
     mode = MODES[args.mode]
-    if args.nodes:
-        mode = Mode(budget=mode.budget, nodes=args.nodes, screenings=mode.screenings)
-    doc = run_screenings(mode, progress=lambda s: print(s, flush=True))
+    mode = Mode(
+        budget=mode.budget,
+        nodes=args.nodes or mode.nodes,
+        screenings=mode.screenings,
+        golden_nodes=args.golden_nodes,
+    )
+    doc = run_screenings(mode, progress=lambda s: print(s, flush=True), checks=checks)
     for path in write(doc, args.out):
         print(f"wrote {path}", flush=True)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from bench.detection.screenings import (
     CONFIRM_AFTER,
     INTERVAL,
@@ -14,6 +15,7 @@ from bench.detection.screenings import (
     confirmation,
     data_dependent,
     intermittent,
+    merge,
     run_screenings,
     screening,
     todays_rounds,
@@ -119,3 +121,23 @@ def test_document_tables_and_plot(tmp_path: Path) -> None:
     assert "| collective | intermittent p=0.1 |" in md
     assert "load average (1 min)" in md
     assert paths[2].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_runs_of_distinct_checks_merge_into_one_document(tmp_path: Path) -> None:
+    mode = Mode(budget=8, nodes=2, screenings=2, golden_nodes=1)
+    parts = [
+        run_screenings(mode, lambda _: None, ROUNDS, checks=(c,)) for c in ("memory", "golden")
+    ]
+    for part, plan_run in zip(parts, ({"memory": 7}, {"golden": 9}), strict=True):
+        part["probe_plan"] = {"budget_s": 8.0, "run": plan_run}  # as a probe run writes it
+    doc = merge(parts)
+    assert [r["check"] for r in doc["profiles"]] == ["memory"] * 4 + ["golden"] * 4
+    assert [r["nodes"] for r in doc["profiles"]] == [2] * 4 + [1] * 4
+    assert doc["check_runs"] == parts[0]["check_runs"] + parts[1]["check_runs"]
+    assert doc["runtime"]["wall_s"] == max(p["runtime"]["wall_s"] for p in parts)
+    assert [p["checks"] for p in doc["probe_plans"]] == [["memory"], ["golden"]]
+    md = write(doc, tmp_path)[1].read_text()
+    assert "2 nodes per profile, golden 1," in md
+    assert "memory from a probe run's plan at 8 s and golden from" in md
+    with pytest.raises(ValueError, match="two documents have memory"):
+        merge([parts[0], parts[0]])
