@@ -595,15 +595,33 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _plans_note(doc: dict[str, Any]) -> str:
-    """Which probe plan sdcguard's rounds come from, for a merged document."""
+    """Which probe plan sdcguard's rounds come from (a merged document), and what the
+    fixed rounds of the probe before the plan would cost at the round costs measured."""
     parts = [p for p in doc.get("probe_plans", []) if p["plan"] is not None]
-    if len(parts) < 2:
-        return ""
-    each = " and ".join(
-        f"{'/'.join(p['checks'])} from a probe run's plan at {p['plan']['budget_s']:g} s"
+    if not parts and doc.get("probe_plan") is not None:
+        parts = [{"checks": [r["check"] for r in doc["profiles"]], "plan": doc["probe_plan"]}]
+    notes = []
+    if len(parts) > 1:
+        each = " and ".join(f"{'/'.join(p['checks'])} from another" for p in parts[1:])
+        notes.append(
+            f" (sdcguard's {'/'.join(parts[0]['checks'])} rounds from one probe run's plan, "
+            f"{each}: the parts ran side by side, each planned under the load at its start)"
+        )
+    today = doc["rounds"]["today"]
+    # Compute and golden keep the shapes of the probe before the plan (fp16 GEMMs aside).
+    costs = [
+        f"{c} {today[c] * p['plan']['round_ms'][c] / 1000:.1f} s"
         for p in parts
-    )
-    return f" (sdcguard's {each}, the two parts run side by side)"
+        for c in ("compute", "golden")
+        if c in p["checks"] and c in today and c in p["plan"].get("round_ms", {})
+    ]
+    if costs:
+        notes.append(
+            ". At the round costs those plans measured, the fixed rounds of the probe "
+            f"before the plan would take {', '.join(costs)} (its budget: "
+            f"{doc['mode']['budget_s']:g} s)."
+        )
+    return "".join(notes)
 
 
 def markdown(doc: dict[str, Any]) -> str:

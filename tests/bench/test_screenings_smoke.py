@@ -129,7 +129,8 @@ def test_runs_of_distinct_checks_merge_into_one_document(tmp_path: Path) -> None
         run_screenings(mode, lambda _: None, ROUNDS, checks=(c,)) for c in ("memory", "golden")
     ]
     for part, plan_run in zip(parts, ({"memory": 7}, {"golden": 9}), strict=True):
-        part["probe_plan"] = {"budget_s": 8.0, "run": plan_run}  # as a probe run writes it
+        # As a probe run writes it (the fields the document reads).
+        part["probe_plan"] = {"budget_s": 8.0, "run": plan_run, "round_ms": {"golden": 2000.0}}
     doc = merge(parts)
     assert [r["check"] for r in doc["profiles"]] == ["memory"] * 4 + ["golden"] * 4
     assert [r["nodes"] for r in doc["profiles"]] == [2] * 4 + [1] * 4
@@ -138,6 +139,8 @@ def test_runs_of_distinct_checks_merge_into_one_document(tmp_path: Path) -> None
     assert [p["checks"] for p in doc["probe_plans"]] == [["memory"], ["golden"]]
     md = write(doc, tmp_path)[1].read_text()
     assert "2 nodes per profile, golden 1," in md
-    assert "memory from a probe run's plan at 8 s and golden from" in md
+    assert "memory rounds from one probe run's plan, golden from another" in md
+    # The fixed rounds' cost at the round costs the plans measured (50 golden steps of 2 s).
+    assert "golden 100.0 s (its budget: 8 s)." in md
     with pytest.raises(ValueError, match="two documents have memory"):
         merge([parts[0], parts[0]])
