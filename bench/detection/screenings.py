@@ -549,10 +549,11 @@ def run_screenings(
 
 
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One document from runs of different checks (``--checks``) run side by side.
+    """One document from runs of different checks (``--checks``), e.g. run side by side.
 
     Each part planned sdcguard's rounds with its own probe run; every row keeps its
-    part's rounds, and ``probe_plans`` says which plan each check's rows come from."""
+    part's rounds, and ``probe_plans`` says which plan each check's rows come from. The
+    wall time is the longest part's (parts run at the same time), CPU seconds add up."""
     if not docs:
         raise ValueError("nothing to merge")
     by_check: dict[str, dict[str, Any]] = {}
@@ -605,7 +606,7 @@ def _plans_note(doc: dict[str, Any]) -> str:
         each = " and ".join(f"{'/'.join(p['checks'])} from another" for p in parts[1:])
         notes.append(
             f" (sdcguard's {'/'.join(parts[0]['checks'])} rounds from one probe run's plan, "
-            f"{each}: the parts ran side by side, each planned under the load at its start)"
+            f"{each}, each made under the load at its part's start)"
         )
     today = doc["rounds"]["today"]
     # Compute and golden keep the shapes of the probe before the plan (fp16 GEMMs aside).
