@@ -548,12 +548,21 @@ def run_screenings(
     }
 
 
+def _span(docs: list[dict[str, Any]]) -> float:
+    """Seconds from the earliest part's start to the latest part's end (``generated_at``
+    is when a part ended): parts may run side by side or one after the other."""
+    ends = [dt.datetime.strptime(d["generated_at"], "%Y-%m-%dT%H:%M:%SZ").timestamp() for d in docs]
+    starts = [end - float(d["runtime"]["wall_s"]) for end, d in zip(ends, docs, strict=True)]
+    return round(max(ends) - min(starts), 1)
+
+
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One document from runs of different checks (``--checks``), e.g. run side by side.
 
     Each part planned sdcguard's rounds with its own probe run; every row keeps its
     part's rounds, and ``probe_plans`` says which plan each check's rows come from. The
-    wall time is the longest part's (parts run at the same time), CPU seconds add up."""
+    wall time runs from the first part's start to the last part's end (each part's own
+    is kept in ``runtime.parts``), CPU seconds add up."""
     if not docs:
         raise ValueError("nothing to merge")
     by_check: dict[str, dict[str, Any]] = {}
@@ -585,8 +594,7 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     out["profiles"] = [r for c in checks for r in by_check[c]["profiles"] if r["check"] == c]
     out["check_runs"] = sum(d["check_runs"] for d in docs)
     out["runtime"] = {
-        # The parts ran at the same time: the wall time is the longest part's.
-        "wall_s": max(d["runtime"]["wall_s"] for d in docs),
+        "wall_s": _span(docs),
         "cpu_s": round(sum(d["runtime"]["cpu_s"] for d in docs), 1),
         "parts": [
             {"checks": [c for c in checks if by_check[c] is d], **d["runtime"]} for d in docs
@@ -625,6 +633,13 @@ def _plans_note(doc: dict[str, Any]) -> str:
     return "".join(notes)
 
 
+def _parts_wall(doc: dict[str, Any]) -> str:
+    parts = doc["runtime"].get("parts", [])
+    if len(parts) < 2:
+        return ""
+    return " (" + ", ".join(f"{'/'.join(p['checks'])} {p['wall_s']} s" for p in parts) + ")"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The tables of screenings.md."""
     mode, rounds, load = doc["mode"], doc["rounds"], doc["machine"]["load_avg_1m"]
@@ -637,7 +652,7 @@ def markdown(doc: dict[str, Any]) -> str:
         + (f", golden {g}" if (g := mode["golden_nodes"]) != mode["nodes"] else "")
         + ", "
         f"{mode['screenings']} screenings each; {doc['check_runs']} check runs, "
-        f"{doc['runtime']['wall_s']} s wall, {doc['runtime']['cpu_s']} s CPU on "
+        f"{doc['runtime']['wall_s']} s wall{_parts_wall(doc)}, {doc['runtime']['cpu_s']} s CPU on "
         f"{doc['machine']['cpus']} shared cores, load average (1 min) {load['min']:g}-"
         f"{load['max']:g}). How it works: see the docstring of "
         "`bench/detection/screenings.py`.",
