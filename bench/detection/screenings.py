@@ -6,18 +6,27 @@
 screen the same simulated node 10 times, in the same run:
 
 - **sdcguard**: the probe as it is now: rounds per check from its plan (read from
-  a real ``run_probe`` at the mode's budget at the start of this run: equal
-  rounds for every check, filling the budget), a fresh seed per screening (as the
-  operator gives it: a new one every day);
-- **today (fixed seed)**: the probe before the plan: rounds from its fixed
-  formula of the budget (compute 257, collective 3, memory 5, golden 120 steps at
-  15 s; 388 / 5 / 5 / 570 at 60 s) and seed 0 at every screening.
+  a real ``run_probe`` at the mode's budget at the start of this run), and its two
+  seeds as the operator gives them (``sdcguard.domain.seeds``): the rounds a
+  baseline covers (the probe's ``baseline_rounds``: compute 2, collective 2,
+  memory 5 patterns, golden 16 steps) draw from the seed of the UTC day the
+  SDCTest was created, every later round from the test's own data seed (from its
+  uid and name: new for every screening). A node's screenings are created every
+  ``INTERVAL`` (12 h: two a day, so two screenings share a day seed); a first SDC
+  verdict is followed ``CONFIRM_AFTER`` later by a confirmation re-run that takes
+  the failed test's data seed (and the seed of its own day), as the operator's
+  default confirmation policy (one re-run, same check) does;
+- **today (fixed seed)**: the probe before the plan and the seeds: rounds from its
+  fixed formula of the budget (compute 257, collective 3, memory 5, golden 120
+  steps at 15 s; 388 / 5 / 5 / 570 at 60 s) and seed 0 for every round of every
+  screening and confirmation.
 
-Both run the real checks (``run_compute``, ``run_collective``, ``run_memory``,
-``golden_check``) and are judged by the probe's ``judge_check``. Shapes are the
-probes' own divided by a constant (GEMM sides by 16, collective messages by
-256, memory 1 MiB instead of 64), so that the data a screening examines keeps
-the two probes' proportions; the golden model is the probe's own.
+Both run the real checks through the probe worker's own dispatch
+(``sdcprobe.worker._run_check``, which routes each round to its seed) and are
+judged by the probe's ``judge_check``. Shapes are the probes' own divided by a
+constant (GEMM sides by 16, collective messages by 256, memory 1 MiB instead of
+64), so that the data a screening examines keeps the two probes' proportions; the
+golden model is the probe's own.
 
 Profiles, one per check and kind:
 
@@ -30,25 +39,34 @@ Profiles, one per check and kind:
   trace is the healthy one by construction and the verdict a pass); otherwise
   the check runs up to and including the first active round, with the fault
   confined to that round (the verdict cannot change after it: evidence is never
-  withdrawn). The ceiling is ``1 - (1 - p) ** rounds``: a screening can catch the
-  fault only if it is active in some round.
+  withdrawn). A node's screenings stop at its first SDC verdict (what detection
+  within k needs), whose confirmation re-run draws its own rounds. The ceiling is
+  ``1 - (1 - p) ** (rounds * k)``: a screening can catch the fault only if it is
+  active in some round.
 - **data-dependent**: a defect on device 1 that fires on every element whose input
   operand has the node's own low-bit pattern in one lane of every few
-  (``operand_mask`` and ``lane_stride``, one fixed bit
-  flipped, so replay repeats it exactly and only the healthy device 0 shows it).
-  Whether a screening triggers it depends on the data alone. The mask width is
-  set so that about a third of sdcguard's screenings' data contain the pattern;
-  the measured share is reported. The fixed-seed probe feeds the same data at
-  every screening, so its first screening decides all ten: it is run once per
-  node and its outcome counted for every screening.
+  (``operand_mask`` and ``lane_stride``, one fixed bit flipped, so replay repeats
+  it exactly and only the healthy device 0 shows it). Whether a screening
+  triggers it depends on the data alone. The mask width is set so that about a
+  third of sdcguard's screenings' data contain the pattern; the measured share q
+  is reported (over all ten screenings of every node). The first SDC verdict's
+  confirmation is run twice: with the failed test's data seed (what the operator
+  does) and, for comparison, with a fresh one (what a confirmation that drew new
+  data would see). The fixed-seed probe feeds the same data at every screening
+  and confirmation, so its first screening decides all ten and its confirmation:
+  it is run once per node and its outcome counted for every screening.
 
-Detection over k screenings = the share of nodes caught by at least one of their
-first k screenings (k = 1, 3, 10).
+Detection over k screenings = the share of nodes with an SDC verdict in at least
+one of their first k screenings (k = 1, 3, 10): from then on the node is Suspect
+and held. Confirmed = of those, the share whose first verdict's re-run failed
+again on the same check (quarantined at once; otherwise the node is Flaky: held,
+and screened again after the inconclusive back-off).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import hashlib
 import json
 import math
@@ -59,6 +77,7 @@ import resource
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,18 +86,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sdcguard.domain.seeds import data_seed, screening_seed
 from sdcprobe.backends import Backend, setup_backend
-from sdcprobe.checks.collective import init_group, run_collective
-from sdcprobe.checks.compute import run_compute
-from sdcprobe.checks.golden import golden_check
-from sdcprobe.checks.memory import run_memory
+from sdcprobe.checks.collective import init_group
 from sdcprobe.config import CHECK_NAMES, ProbeConfig, catch_probability, plan_config, with_rounds
 from sdcprobe.faults import Injector
 from sdcprobe.faultspec import FaultSpec
-from sdcprobe.instrument import Instrumentation
 from sdcprobe.judge import judge_check
 from sdcprobe.runner import RunOptions, run_probe
 from sdcprobe.trace import CheckTrace
+from sdcprobe.worker import _Peaks, _run_check
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 P_VALUES = (0.02, 0.05, 0.1)
@@ -93,6 +110,61 @@ INTERMITTENT = {
 }
 #: Expected pattern matches in one sdcguard screening's data (about a third trigger).
 DATA_MATCHES = 0.4
+#: When a node's screenings are created: node n's first at START + n * NODE_OFFSET, then
+#: one every INTERVAL (two a day: a node that returns from use twice a day, or is
+#: screened in two idle windows); a confirmation re-run CONFIRM_AFTER a first SDC verdict.
+START = dt.datetime(2026, 12, 1, 6, 0, tzinfo=dt.UTC)
+NODE_OFFSET = dt.timedelta(minutes=7)
+INTERVAL = dt.timedelta(hours=12)
+CONFIRM_AFTER = dt.timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class Screening:
+    """One SDCTest of a node: its name and the probe's two seeds, as the operator sets them."""
+
+    name: str
+    created: dt.datetime
+    #: The rounds a baseline covers (the day's seed).
+    seed: int
+    #: Every later round (the test's own; None: ``seed``, as the probe before the seeds).
+    data_seed: int | None
+
+
+def _uid(*parts: object) -> str:
+    return str(uuid.UUID(int=_rng("uid", *parts).getrandbits(128)))
+
+
+def screening(variant: str, node: int, k: int) -> Screening:
+    """Screening ``k`` of ``node``: for sdcguard the operator's seeds
+    (``sdcguard.domain.seeds``: the creation day's seed, the test's own data seed); for
+    the probe before the seeds, seed 0 for everything."""
+    created = START + node * NODE_OFFSET + k * INTERVAL
+    name = f"node-{node}-screening-{k}"
+    if variant == "today":
+        return Screening(name, created, 0, None)
+    uid = _uid(node, k)
+    return Screening(
+        name, created, screening_seed(None, created, name), data_seed(None, None, uid, name)
+    )
+
+
+def confirmation(variant: str, failed: Screening, repeat: bool = True) -> Screening:
+    """The confirmation re-run of ``failed``: the operator's seeds for a test created
+    ``CONFIRM_AFTER`` later with reason Confirmation (the failed test's data seed);
+    ``repeat=False``: a fresh data seed instead, the comparison for data-dependent faults."""
+    created = failed.created + CONFIRM_AFTER
+    name = f"{failed.name}-confirm"
+    if variant == "today":
+        return Screening(name, created, 0, None)
+    confirmed = failed.data_seed if repeat else None
+    uid = _uid(name, repeat)
+    return Screening(
+        name,
+        created,
+        screening_seed(None, created, name),
+        data_seed(None, None, uid, name, confirmed),
+    )
 
 
 @dataclass(frozen=True)
@@ -102,6 +174,14 @@ class Mode:
     budget: float
     nodes: int
     screenings: int = 10
+    #: Nodes of the golden profiles, if fewer (a golden screening costs the most by far).
+    golden_nodes: int | None = None
+
+    def nodes_of(self, check: str) -> int:
+        """Nodes per profile of ``check``."""
+        if check == "golden" and self.golden_nodes is not None:
+            return self.golden_nodes
+        return self.nodes
 
 
 MODES = {"quick": Mode(budget=30, nodes=5), "full": Mode(budget=60, nodes=40)}
@@ -152,39 +232,36 @@ class Bench:
         self._store = tempfile.mkdtemp(prefix="sdcbench-")
         init_group("gloo", 0, 1, str(Path(self._store) / "store"))
         base = plan_config(mode.budget, "cpu")
-        old_sizes, old_elements = todays_shapes(mode.budget)
-        self.shapes = {
-            "sdcguard": _scaled(base, dict(base.compute.sizes), base.collective.elements),
-            "today": _scaled(base, old_sizes, old_elements),
+        self._shapes = {
+            "sdcguard": (dict(base.compute.sizes), base.collective.elements),
+            "today": todays_shapes(mode.budget),
         }
-        self._healthy: dict[tuple[str, str, int, int], CheckTrace] = {}
+        self._healthy: dict[tuple[str, str, int, int | None, int], CheckTrace] = {}
         self.runs = 0
 
-    def config(self, variant: str, seed: int, rounds: int, check: str) -> ProbeConfig:
-        cfg = self.shapes[variant]
-        cfg = cfg.model_copy(
-            update={"seed": seed, "golden": cfg.golden.model_copy(update={"seed": seed})}
-        )
-        return with_rounds(cfg, {check: rounds})
+    def config(self, variant: str, s: Screening, rounds: int, check: str) -> ProbeConfig:
+        """What ``check`` computes in screening ``s``: the probe's own config for its
+        seeds (``plan_config``: which rounds a baseline covers and so which seed each
+        round draws from), at the benchmark's shapes, with ``rounds`` rounds."""
+        cfg = plan_config(self.mode.budget, "cpu", seed=s.seed, data_seed=s.data_seed)
+        return with_rounds(_scaled(cfg, *self._shapes[variant]), {check: rounds})
+
+    def shapes(self, variant: str) -> ProbeConfig:
+        """The variant's config at the benchmark's shapes (seeds and rounds aside)."""
+        return _scaled(plan_config(self.mode.budget, "cpu"), *self._shapes[variant])
 
     def run(self, check: str, cfg: ProbeConfig, faults: list[dict[str, Any]] | None) -> CheckTrace:
-        """The real check on device 1 (with ``faults``) or device 0 (without)."""
+        """The real check on device 1 (with ``faults``) or device 0 (without), through
+        the probe worker's own dispatch (each round's seed as in a probe run)."""
         spec = FaultSpec.model_validate({"faults": faults}) if faults else None
         injector = Injector(spec, 1 if faults else 0)
-        ins = Instrumentation(self.backend, injector)
         self.runs += 1
-        if check == "compute":
-            return run_compute(cfg.compute, cfg.seed, ins)
-        if check == "collective":
-            return run_collective(cfg.collective, cfg.seed, ins, 0, 1)
-        if check == "memory":
-            return run_memory(cfg.memory, cfg.seed, ins)
-        return golden_check(cfg.golden, self.backend, injector)
+        return _run_check(check, cfg, self.backend, injector, 0, 1, _Peaks())
 
-    def healthy(self, check: str, variant: str, seed: int, rounds: int) -> CheckTrace:
-        key = (check, variant, seed, rounds)
+    def healthy(self, check: str, variant: str, s: Screening, rounds: int) -> CheckTrace:
+        key = (check, variant, s.seed, s.data_seed, rounds)  # same data, same bits
         if key not in self._healthy:
-            self._healthy[key] = self.run(check, self.config(variant, seed, rounds, check), None)
+            self._healthy[key] = self.run(check, self.config(variant, s, rounds, check), None)
         return self._healthy[key]
 
     def close(self) -> None:
@@ -196,45 +273,67 @@ def _rng(*parts: object) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def screening_seed(node: int, screening: int) -> int:
-    """sdcguard's seed for one screening (a new one every time, as every day)."""
-    return _rng("seed", node, screening).randrange(1, 1 << 31)
+@dataclass
+class NodeOutcome:
+    """One node's screenings: the first with an SDC verdict, and its confirmation."""
+
+    #: Index of the first screening with an SDC verdict (None: never flagged).
+    flagged: int | None = None
+    #: Its confirmation re-run failed again (None: never flagged).
+    confirmed: bool | None = None
+    #: The same re-run with fresh data instead (data-dependent profiles of sdcguard).
+    confirmed_fresh: bool | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if v is not None}
 
 
-def intermittent(bench: Bench, check: str, p: float, variant: str) -> list[list[bool]]:
-    """Per node, per screening: caught?"""
+def _intermittent_screening(
+    bench: Bench, check: str, p: float, variant: str, s: Screening, rounds: int, fault_seed: int
+) -> bool:
+    """Does screening ``s`` catch the intermittent fault (draws which rounds it is active)?"""
     site, rate = INTERMITTENT[check]
+    draw = _rng("active", check, p, variant, s.name)
+    active = [r for r in range(rounds) if draw.random() < p]
+    if not active:
+        return False
+    first = active[0]
+    fault = {"site": site, "rate": rate, "bits": "hi-mant", "device": 1,
+             "onset_step": first, "end_step": first, "seed": fault_seed}  # fmt: skip
+    trace = bench.run(check, bench.config(variant, s, first + 1, check), [fault])
+    return judge_check(check, {1: trace}, None, None).verdict == "fail"
+
+
+def intermittent(bench: Bench, check: str, p: float, variant: str) -> list[NodeOutcome]:
+    """Per node: the first screening that caught the fault, and its confirmation."""
     rounds = bench.rounds[variant][check]
-    out: list[list[bool]] = []
-    for node in range(bench.mode.nodes):
-        caught: list[bool] = []
+    out: list[NodeOutcome] = []
+    for node in range(bench.mode.nodes_of(check)):
+        outcome = NodeOutcome()
         for k in range(bench.mode.screenings):
-            draw = _rng("active", check, p, variant, node, k)
-            active = [r for r in range(rounds) if draw.random() < p]
-            if not active:
-                caught.append(False)
-                continue
-            first = active[0]
-            seed = screening_seed(node, k) if variant == "sdcguard" else 0
-            fault = {"site": site, "rate": rate, "bits": "hi-mant", "device": 1,
-                     "onset_step": first, "end_step": first, "seed": node * 1000 + k}  # fmt: skip
-            cfg = bench.config(variant, seed, first + 1, check)
-            trace = bench.run(check, cfg, [fault])
-            verdict = judge_check(check, {1: trace}, None, None).verdict
-            caught.append(verdict == "fail")
-        out.append(caught)
+            s = screening(variant, node, k)
+            if _intermittent_screening(bench, check, p, variant, s, rounds, node * 1000 + k):
+                again = confirmation(variant, s)
+                outcome.flagged = k
+                outcome.confirmed = _intermittent_screening(
+                    bench, check, p, variant, again, rounds, node * 1000 + 500 + k
+                )
+                break  # detection within k needs nothing after the first verdict
+        out.append(outcome)
     return out
 
 
 def _operands_per_screening(cfg: ProbeConfig, check: str, rounds: int) -> int:
     """How many operand elements one screening's data offers the pattern."""
     if check == "compute":
-        return rounds * sum(s * s for s in cfg.compute.sizes.values())
+        # fp32 operands only: the fp64 ones are widened fp32 values (low mantissa bits
+        # zero) and in bf16/fp16 a pattern this wide reaches the exponent, so few match.
+        return rounds * cfg.compute.sizes["float32"] ** 2
     if check == "collective":
         return rounds * cfg.collective.elements
     if check == "memory":
         # Only the random pattern's words vary with the seed (one round in five).
-        return max(rounds // len(cfg.memory.patterns), 1) * cfg.memory.mib * (1 << 18)
+        return max(rounds // len(cfg.memory.patterns), 1) * (cfg.memory.mib or 1) * (1 << 18)
     g = cfg.golden
     return rounds * g.batch * g.seq_len * g.d_ff * g.n_layers
 
@@ -244,48 +343,77 @@ DATA_SITES = {"compute": "matmul", "collective": "allreduce", "memory": "memory"
               "golden": "ffn.down"}  # fmt: skip
 
 
+def _data_screening(
+    bench: Bench, check: str, variant: str, s: Screening, rounds: int, fault: dict[str, Any]
+) -> tuple[bool, bool]:
+    """(SDC verdict, the data triggered the defect) for screening ``s`` of a node with the
+    data-dependent ``fault`` on device 1, judged against the healthy device 0."""
+    trace = bench.run(check, bench.config(variant, s, rounds, check), [fault])
+    healthy = bench.healthy(check, variant, s, rounds)
+    verdict = judge_check(check, {0: healthy, 1: trace}, None, None).verdict
+    return verdict == "fail", trace.digest != healthy.digest
+
+
 def data_dependent(bench: Bench, check: str) -> dict[str, Any]:
-    """Per variant, per node, per screening: caught?; and how often the data triggered it."""
+    """Per variant, per node: the first screening that caught the defect and its
+    confirmation; and how often the data triggered it."""
     rounds_new = bench.rounds["sdcguard"][check]
-    matches = _operands_per_screening(bench.shapes["sdcguard"], check, rounds_new)
+    matches = _operands_per_screening(bench.shapes("sdcguard"), check, rounds_new)
     # A 16-bit operand pattern (the most a fault spec takes), in every stride-th lane.
     bits = min(16, max(2, round(math.log2(matches / DATA_MATCHES))))
     stride = max(1, round(matches / (DATA_MATCHES * (1 << bits))))
     out: dict[str, Any] = {"mask_bits": bits, "lane_stride": stride}
     for variant in VARIANTS:
         rounds = bench.rounds[variant][check]
-        caught_all: list[list[bool]] = []
+        outcomes: list[NodeOutcome] = []
         triggered = screened = 0
-        for node in range(bench.mode.nodes):
+        for node in range(bench.mode.nodes_of(check)):
             value = _rng("mask", check, node).randrange(1 << bits)
             if check == "collective":
                 value &= ~0xF  # integer-valued fp32 inputs have zero low mantissa bits
             fault = {"site": DATA_SITES[check], "rate": 1.0, "bits": [21, 21], "device": 1,
                      "operand_mask": {"bits": bits, "value": value}, "seed": node,
                      "lane_stride": stride, "lane_offset": value % stride}  # fmt: skip
-            caught: list[bool] = []
-            once: bool | None = None
-            for k in range(bench.mode.screenings):
-                if variant == "today" and once is not None:
-                    caught.append(once)  # same data, same defect: the same outcome
-                    continue
-                seed = screening_seed(node, k) if variant == "sdcguard" else 0
-                trace = bench.run(check, bench.config(variant, seed, rounds, check), [fault])
-                healthy = bench.healthy(check, variant, seed, rounds)
-                verdict = judge_check(check, {0: healthy, 1: trace}, None, None).verdict
-                hit = verdict == "fail"
-                triggered += int(trace.digest != healthy.digest)
+            outcome = NodeOutcome()
+            # The fixed-seed probe sees the same data every time: its first screening
+            # decides every later one and the confirmation (same data, same defect).
+            for k in range(1 if variant == "today" else bench.mode.screenings):
+                s = screening(variant, node, k)
+                hit, fired = _data_screening(bench, check, variant, s, rounds, fault)
+                triggered += int(fired)
                 screened += 1
-                caught.append(hit)
-                once = hit
-            caught_all.append(caught)
-        out[variant] = {"caught": caught_all, "trigger_rate": round(triggered / screened, 3)}
+                if hit and outcome.flagged is None:
+                    outcome.flagged = k
+                    if variant == "today":
+                        outcome.confirmed = True
+                        continue
+                    again, fresh = confirmation(variant, s), confirmation(variant, s, False)
+                    outcome.confirmed = _data_screening(
+                        bench, check, variant, again, rounds, fault
+                    )[0]
+                    outcome.confirmed_fresh = _data_screening(
+                        bench, check, variant, fresh, rounds, fault
+                    )[0]
+            outcomes.append(outcome)
+        out[variant] = {"nodes": outcomes, "trigger_rate": round(triggered / screened, 3)}
     return out
 
 
-def _detection(caught: list[list[bool]]) -> dict[str, float]:
-    nodes = max(len(caught), 1)
-    return {str(k): round(sum(any(c[:k]) for c in caught) / nodes, 3) for k in SCREENINGS}
+def _detection(outcomes: list[NodeOutcome]) -> dict[str, float]:
+    nodes = max(len(outcomes), 1)
+    return {
+        str(k): round(sum(o.flagged is not None and o.flagged < k for o in outcomes) / nodes, 3)
+        for k in SCREENINGS
+    }
+
+
+def _confirmed(outcomes: list[NodeOutcome], fresh: bool = False) -> float | None:
+    """Of the nodes flagged within all screenings, the share whose re-run confirmed."""
+    flagged = [o for o in outcomes if o.flagged is not None]
+    if not flagged:
+        return None
+    hits = [o.confirmed_fresh if fresh else o.confirmed for o in flagged]
+    return round(sum(bool(h) for h in hits) / len(flagged), 3)
 
 
 def probe_rounds(budget: float) -> tuple[dict[str, int], dict[str, Any]]:
@@ -307,6 +435,7 @@ def run_screenings(
 
     ``new_rounds`` skips the probe run that plans sdcguard's rounds (tests)."""
     wall0 = time.perf_counter()
+    loads = [os.getloadavg()[0]]  # the machine is shared: its load, sampled per profile
     plan: dict[str, Any] | None = None
     if new_rounds is None:
         new_rounds, plan = probe_rounds(mode.budget)
@@ -317,20 +446,29 @@ def run_screenings(
     try:
         for check in checks:
             for p in P_VALUES:
-                row: dict[str, Any] = {"check": check, "kind": "intermittent", "p": p}
+                row: dict[str, Any] = {
+                    "check": check,
+                    "kind": "intermittent",
+                    "p": p,
+                    "nodes": mode.nodes_of(check),
+                }
                 for variant in VARIANTS:
                     t0 = time.process_time()
-                    caught = intermittent(bench, check, p, variant)
+                    outcomes = intermittent(bench, check, p, variant)
                     n = rounds[variant][check]
                     row[variant] = {
                         "rounds": n,
-                        "detection": _detection(caught),
+                        "detection": _detection(outcomes),
                         "ceiling": {
                             str(k): round(catch_probability(p, n * k), 3) for k in SCREENINGS
                         },
+                        "confirmed": _confirmed(outcomes),
+                        "confirm_ceiling": round(catch_probability(p, n), 3),
+                        "nodes": [o.as_json() for o in outcomes],
                         "cpu_s": round(time.process_time() - t0, 1),
                     }
                 rows.append(row)
+                loads.append(os.getloadavg()[0])
                 progress(
                     f"[{check} p={p}] sdcguard {row['sdcguard']['detection']} "
                     f"today {row['today']['detection']}"
@@ -340,23 +478,30 @@ def run_screenings(
             row = {
                 "check": check,
                 "kind": "data-dependent",
+                "nodes": mode.nodes_of(check),
                 "mask_bits": data["mask_bits"],
                 "lane_stride": data["lane_stride"],
             }
             for variant in VARIANTS:
                 q = data[variant]["trigger_rate"]
+                outcomes = data[variant]["nodes"]
                 row[variant] = {
                     "rounds": rounds[variant][check],
-                    "detection": _detection(data[variant]["caught"]),
+                    "detection": _detection(outcomes),
                     "trigger_rate": q,
                     # Fresh data every screening: 1-(1-q)^k; the same data: q, whatever k.
                     "ceiling": {
                         str(k): round(1 - (1 - q) ** k if variant == "sdcguard" else q, 3)
                         for k in SCREENINGS
                     },
+                    "confirmed": _confirmed(outcomes),
+                    "nodes": [o.as_json() for o in outcomes],
                 }
+                if variant == "sdcguard":
+                    row[variant]["confirmed_fresh_data"] = _confirmed(outcomes, fresh=True)
             row["cpu_s"] = round(time.process_time() - t0, 1)
             rows.append(row)
+            loads.append(os.getloadavg()[0])
             progress(
                 f"[{check} data-dependent] sdcguard {row['sdcguard']['detection']} "
                 f"today {row['today']['detection']}"
@@ -370,12 +515,29 @@ def run_screenings(
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             "cpus": os.cpu_count(),
-            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "load_avg_1m": {
+                "start": round(loads[0], 2),
+                "end": round(os.getloadavg()[0], 2),
+                "min": round(min(loads), 2),
+                "max": round(max(loads), 2),
+            },
             "python": platform.python_version(),
             "torch": torch.__version__,
         },
-        "mode": {"budget_s": mode.budget, "nodes": mode.nodes, "screenings": mode.screenings},
+        "mode": {
+            "budget_s": mode.budget,
+            "nodes": mode.nodes,
+            "golden_nodes": mode.nodes_of("golden"),
+            "screenings": mode.screenings,
+        },
         "rounds": rounds,
+        "baseline_rounds": dict(bench.shapes("sdcguard").baseline_rounds),
+        "schedule": {
+            "first": START.isoformat(),
+            "node_offset_s": NODE_OFFSET.total_seconds(),
+            "interval_s": INTERVAL.total_seconds(),
+            "confirm_after_s": CONFIRM_AFTER.total_seconds(),
+        },
         "probe_plan": plan,
         "profiles": rows,
         "check_runs": bench.runs,
@@ -386,47 +548,166 @@ def run_screenings(
     }
 
 
+def _span(docs: list[dict[str, Any]]) -> float:
+    """Seconds from the earliest part's start to the latest part's end (``generated_at``
+    is when a part ended): parts may run side by side or one after the other."""
+    ends = [dt.datetime.strptime(d["generated_at"], "%Y-%m-%dT%H:%M:%SZ").timestamp() for d in docs]
+    starts = [end - float(d["runtime"]["wall_s"]) for end, d in zip(ends, docs, strict=True)]
+    return round(max(ends) - min(starts), 1)
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document from runs of different checks (``--checks``), e.g. run side by side.
+
+    Each part planned sdcguard's rounds with its own probe run; every row keeps its
+    part's rounds, and ``probe_plans`` says which plan each check's rows come from. The
+    wall time runs from the first part's start to the last part's end (each part's own
+    is kept in ``runtime.parts``), CPU seconds add up."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    by_check: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        for check in {row["check"] for row in doc["profiles"]}:
+            if check in by_check:
+                raise ValueError(f"two documents have {check} profiles; merge distinct checks")
+            by_check[check] = doc
+    checks = [c for c in CHECK_NAMES if c in by_check]
+    loads = [d["machine"]["load_avg_1m"] for d in docs]
+    first = docs[0]
+    out = dict(first)
+    out["generated_at"] = max(d["generated_at"] for d in docs)
+    out["machine"] = dict(first["machine"])
+    out["machine"]["load_avg_1m"] = {
+        "start": min(x["start"] for x in loads),
+        "end": max(x["end"] for x in loads),
+        "min": min(x["min"] for x in loads),
+        "max": max(x["max"] for x in loads),
+    }
+    out["mode"] = dict(by_check[checks[0]]["mode"])
+    if "golden" in by_check:
+        out["mode"]["golden_nodes"] = by_check["golden"]["mode"]["golden_nodes"]
+    out["rounds"] = {v: {c: by_check[c]["rounds"][v][c] for c in checks} for v in VARIANTS}
+    out.pop("probe_plan", None)
+    out["probe_plans"] = [
+        {"checks": [c for c in checks if by_check[c] is d], "plan": d["probe_plan"]} for d in docs
+    ]
+    out["profiles"] = [r for c in checks for r in by_check[c]["profiles"] if r["check"] == c]
+    out["check_runs"] = sum(d["check_runs"] for d in docs)
+    out["runtime"] = {
+        "wall_s": _span(docs),
+        "cpu_s": round(sum(d["runtime"]["cpu_s"] for d in docs), 1),
+        "parts": [
+            {"checks": [c for c in checks if by_check[c] is d], **d["runtime"]} for d in docs
+        ],
+    }
+    return out
+
+
+def _plans_note(doc: dict[str, Any]) -> str:
+    """Which probe plan sdcguard's rounds come from (a merged document), and what the
+    fixed rounds of the probe before the plan would cost at the round costs measured."""
+    parts = [p for p in doc.get("probe_plans", []) if p["plan"] is not None]
+    if not parts and doc.get("probe_plan") is not None:
+        parts = [{"checks": [r["check"] for r in doc["profiles"]], "plan": doc["probe_plan"]}]
+    notes = []
+    if len(parts) > 1:
+        each = " and ".join(f"{'/'.join(p['checks'])} from another" for p in parts[1:])
+        notes.append(
+            f" (sdcguard's {'/'.join(parts[0]['checks'])} rounds from one probe run's plan, "
+            f"{each}, each made under the load at its part's start)"
+        )
+    today = doc["rounds"]["today"]
+    # Compute and golden keep the shapes of the probe before the plan (fp16 GEMMs aside).
+    costs = [
+        f"{c} {today[c] * p['plan']['round_ms'][c] / 1000:.1f} s"
+        for p in parts
+        for c in ("compute", "golden")
+        if c in p["checks"] and c in today and c in p["plan"].get("round_ms", {})
+    ]
+    if costs:
+        notes.append(
+            ". At the round costs those plans measured, the fixed rounds of the probe "
+            f"before the plan would take {', '.join(costs)} (its budget: "
+            f"{doc['mode']['budget_s']:g} s)."
+        )
+    return "".join(notes)
+
+
+def _parts_wall(doc: dict[str, Any]) -> str:
+    parts = doc["runtime"].get("parts", [])
+    if len(parts) < 2:
+        return ""
+    return " (" + ", ".join(f"{'/'.join(p['checks'])} {p['wall_s']} s" for p in parts) + ")"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The tables of screenings.md."""
-    mode, rounds = doc["mode"], doc["rounds"]
+    mode, rounds, load = doc["mode"], doc["rounds"], doc["machine"]["load_avg_1m"]
+    sched = doc["schedule"]
     lines = [
         "# Intermittent and data-dependent faults over repeated screenings",
         "",
         f"Generated {doc['generated_at']} by `python -m bench.detection.screenings` "
-        f"(budget {mode['budget_s']:g} s, {mode['nodes']} nodes per profile, "
+        f"(budget {mode['budget_s']:g} s, {mode['nodes']} nodes per profile"
+        + (f", golden {g}" if (g := mode["golden_nodes"]) != mode["nodes"] else "")
+        + ", "
         f"{mode['screenings']} screenings each; {doc['check_runs']} check runs, "
-        f"{doc['runtime']['wall_s']} s wall, {doc['runtime']['cpu_s']} s CPU). "
-        "How it works: see the docstring of `bench/detection/screenings.py`.",
+        f"{doc['runtime']['wall_s']} s wall{_parts_wall(doc)}, {doc['runtime']['cpu_s']} s CPU on "
+        f"{doc['machine']['cpus']} shared cores, load average (1 min) {load['min']:g}-"
+        f"{load['max']:g}). How it works: see the docstring of "
+        "`bench/detection/screenings.py`.",
         "",
         "Rounds per screening: "
         + "; ".join(
             f"{v}: " + ", ".join(f"{c} {n}" for c, n in rounds[v].items()) for v in VARIANTS
-        ),
+        )
+        + _plans_note(doc),
         "",
-        "Detection = share of nodes caught within k screenings (k = 1 / 3 / 10); "
-        "ceiling = 1-(1-p)^(rounds x k) for intermittent faults, 1-(1-q)^k with fresh "
+        "Seeds: sdcguard's first "
+        + ", ".join(f"{c} {n}" for c, n in doc["baseline_rounds"].items())
+        + " rounds (what a baseline covers) use the seed of the UTC day the test was "
+        "created, every later round the test's own data seed (both as the operator sets "
+        f"them); a node is screened every {sched['interval_s'] / 3600:g} h, so two "
+        "screenings share a day; a confirmation re-run "
+        f"{sched['confirm_after_s'] / 60:g} min after a first SDC verdict repeats its data "
+        "seed. Today: seed 0 for everything.",
+        "",
+        "Detection = share of nodes with an SDC verdict within k screenings (k = 1 / 3 / "
+        "10); ceiling = 1-(1-p)^(rounds x k) for intermittent faults, 1-(1-q)^k with fresh "
         "data (q: the measured share of screenings whose data trigger the defect) and q "
-        "with the same data.",
+        "with the same data. Confirmed = share of the flagged nodes whose first verdict's "
+        "re-run failed again (quarantined at once; the rest stay held as Flaky); for "
+        "intermittent faults its ceiling is 1-(1-p)^rounds, for data-dependent ones "
+        "sdcguard's re-run with fresh data instead is shown in brackets.",
         "",
-        "| check | fault | sdcguard | ceiling | today (seed 0) | ceiling |",
-        "|---|---|---|---|---|---|",
+        "| check | fault | sdcguard | ceiling | confirmed | today (seed 0) | ceiling | confirmed |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def cells(d: dict[str, float]) -> str:
         return " / ".join(f"{d[str(k)]:.2f}" for k in SCREENINGS)
 
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
     for row in doc["profiles"]:
-        fault = (
-            f"intermittent p={row['p']}"
-            if row["kind"] == "intermittent"
-            else f"data-dependent ({row['mask_bits']}-bit pattern, 1 lane in "
-            f"{row['lane_stride']}; "
-            f"triggers {row['sdcguard']['trigger_rate']:.2f} / {row['today']['trigger_rate']:.2f})"
-        )
         new, old = row["sdcguard"], row["today"]
+        if row["kind"] == "intermittent":
+            fault = f"intermittent p={row['p']}"
+            conf_new = f"{share(new['confirmed'])} (of {new['confirm_ceiling']:.2f})"
+            conf_old = f"{share(old['confirmed'])} (of {old['confirm_ceiling']:.2f})"
+        else:
+            fault = (
+                f"data-dependent ({row['mask_bits']}-bit pattern, 1 lane in "
+                f"{row['lane_stride']}; triggers {new['trigger_rate']:.2f} / "
+                f"{old['trigger_rate']:.2f})"
+            )
+            conf_new = f"{share(new['confirmed'])} ({share(new['confirmed_fresh_data'])})"
+            conf_old = share(old["confirmed"])
         lines.append(
             f"| {row['check']} | {fault} | **{cells(new['detection'])}** | "
-            f"{cells(new['ceiling'])} | {cells(old['detection'])} | {cells(old['ceiling'])} |"
+            f"{cells(new['ceiling'])} | {conf_new} | {cells(old['detection'])} | "
+            f"{cells(old['ceiling'])} | {conf_old} |"
         )
     lines += ["", "![detection against screening seconds](screenings.png)", ""]
     return "\n".join(lines)
@@ -484,12 +765,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
     parser.add_argument("--nodes", type=int, default=None, help="nodes per profile")
+    parser.add_argument(
+        "--golden-nodes", type=int, default=None, help="nodes per golden profile (default: --nodes)"
+    )
+    parser.add_argument(
+        "--checks",
+        default=",".join(CHECK_NAMES),
+        help="comma-separated checks whose profiles run (default: all)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="write one document from screenings.json files of distinct --checks runs",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        doc = merge([json.loads(path.read_text()) for path in args.merge])
+        for path in write(doc, args.out):
+            print(f"wrote {path}", flush=True)
+        return 0
+    checks = tuple(c for c in args.checks.split(",") if c)
+    if unknown := sorted(set(checks) - set(CHECK_NAMES)):
+        known = ", ".join(CHECK_NAMES)
+        parser.error(f"--checks: unknown {', '.join(unknown)}; choose from {known}")
     mode = MODES[args.mode]
-    if args.nodes:
-        mode = Mode(budget=mode.budget, nodes=args.nodes, screenings=mode.screenings)
-    doc = run_screenings(mode, progress=lambda s: print(s, flush=True))
+    mode = Mode(
+        budget=mode.budget,
+        nodes=args.nodes or mode.nodes,
+        screenings=mode.screenings,
+        golden_nodes=args.golden_nodes,
+    )
+    doc = run_screenings(mode, progress=lambda s: print(s, flush=True), checks=checks)
     for path in write(doc, args.out):
         print(f"wrote {path}", flush=True)
     return 0
