@@ -39,6 +39,13 @@ def markdown(doc: dict[str, Any]) -> str:
         rows.append([name, *cells])
 
     row(
+        "Run at (load average 1 min: start / median / max)",
+        lambda r: (
+            f"{r['run_at']}{' (earlier run)' if r.get('earlier_run') else ''} "
+            f"({r['load']['start']} / {r['load']['median']} / {r['load']['max']})"
+        ),
+    )
+    row(
         "Operator commit",
         lambda r: (
             r["operator_version"]["commit"]
@@ -55,12 +62,45 @@ def markdown(doc: dict[str, Any]) -> str:
     )
     row("Operator peak RSS", lambda r: _fmt(r["operator"]["peak_rss_mb"], " MB"))
     row(
+        "Operator peak RSS per node / per workload Pod",
+        lambda r: (
+            f"{r['operator']['peak_rss_bytes_per_node'] / 1024:.1f} KB / "
+            f"{r['operator']['peak_rss_bytes_per_pod'] / 1024:.1f} KB"
+        ),
+    )
+    row(
+        "Workload Pods bound to the fleet: CPU / GPU workers (on nodes), churn per minute",
+        lambda r: (
+            f"{r['pods']['cpu_pods']:,} / {r['pods']['gpu_pods']:,} "
+            f"({r['pods']['gpu_nodes']:,}), {r['pods']['churn_per_minute']:.0%}"
+        ),
+    )
+    row(
+        "Benchmark creating the CPU Pods before the operator starts (create + Running)",
+        lambda r: f"{r['pods']['cpu_create_s']} s ({r['pods']['cpu_create_per_s']} Pods/s)",
+    )
+    row(
+        "CPU cores while qualifying: operator / API server / etcd",
+        lambda r: (
+            f"{r['cores_qualification']['operator']} / "
+            f"{r['cores_qualification'].get('kube-apiserver', 0)} / "
+            f"{r['cores_qualification'].get('etcd', 0)}"
+        ),
+    )
+    row(
         "Operator CPU while qualifying (s / cores)",
         lambda r: (
             f"{r['operator']['cpu_s_qualification']} / {r['operator']['cpu_cores_qualification']}"
         ),
     )
-    row("Operator CPU with nothing to do (cores)", lambda r: _fmt(r["idle"]["operator_cpu_cores"]))
+    row("Operator CPU in steady state (cores)", lambda r: _fmt(r["idle"]["operator_cpu_cores"]))
+    row(
+        "CPU cores in steady state with churn: operator / API server / etcd",
+        lambda r: (
+            f"{r['idle']['cores']['operator']} / {r['idle']['cores'].get('kube-apiserver', 0)}"
+            f" / {r['idle']['cores'].get('etcd', 0)}"
+        ),
+    )
     row("Time to initial sync (first write)", lambda r: _fmt(r["initial_sync_s"], " s"))
     row("First pass over all nodes done", lambda r: _fmt(r["first_full_pass_done_s"], " s"))
     row(
@@ -177,8 +217,37 @@ def markdown(doc: dict[str, Any]) -> str:
         ),
     )
     row(
-        "Node writes with nothing to do (3 resync periods)",
-        lambda r: f"{r['idle']['node_writes']} ({r['idle']['passes']} passes)",
+        "Node writes in steady state",
+        lambda r: (
+            f"{r['idle']['node_writes']} ({r['idle']['window_s']:.0f} s, "
+            f"{r['idle']['passes']} passes)"
+        ),
+    )
+    row(
+        "GPU workers added to the qualified fleet: nodes whose first record was written",
+        lambda r: (
+            f"{r['gpu_pods_first_records']['nodes_written']:,} "
+            f"({r['gpu_pods_first_records']['writes'].get('create workloadrecords', 0):,} "
+            "creates, "
+            f"{r['gpu_pods_first_records']['writes'].get('patch workloadrecords/status', 0):,} "
+            "status patches)"
+        ),
+    )
+    row(
+        "Steady state with churn: Pods replaced per minute / WorkloadRecord writes per s",
+        lambda r: (
+            f"{r['idle']['pods_replaced_per_minute']:,} / "
+            f"{r['idle']['workload_record_writes_per_s']} "
+            f"({r['idle']['nodes_with_gpu_pod_changes']} nodes with GPU Pod changes)"
+        ),
+    )
+    row(
+        "Steady state: writes for nodes whose Pods did not change / LIST requests",
+        lambda r: f"{r['idle']['writes_to_untouched_nodes']} / {r['idle']['lists']}",
+    )
+    row(
+        "Steady state: operator requests by verb",
+        lambda r: ", ".join(f"{k} {v}" for k, v in r["idle"]["requests_by_verb"].items()),
     )
     row(
         "API server / etcd peak RSS",
