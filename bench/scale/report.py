@@ -271,9 +271,10 @@ def markdown(doc: dict[str, Any]) -> str:
     ]
     ev = doc.get("evaluation") or {}
     if ev:
-        lines += [f"## Targets (at {ev['at_nodes']:,} nodes)", ""]
+        when = f", the run of {ev['run_at']}" if ev.get("run_at") else ""
+        lines += [f"## Targets (at {ev['at_nodes']:,} nodes{when})", ""]
         for key, item in ev.items():
-            if key == "at_nodes":
+            if key in ("at_nodes", "run_at"):
                 continue
             mark = "met" if item["met"] else "**missed**"
             extra = (
@@ -316,6 +317,21 @@ def markdown(doc: dict[str, Any]) -> str:
         "the leader is killed while a node joins, and the new leader's first write is",
         "timed from the kill; the killed one comes back as the standby.",
         "",
+        "Workload Pods: the benchmark creates them bound to fleet nodes (spec.nodeName, no",
+        "scheduler) and sets each one Running, as a kubelet would; that creation is timed",
+        "apart and is not in the operator's figures. CPU Pods (no accelerators) run on",
+        "every node from before the operator starts; GPU workers (2 GPUs each, 4 to a node,",
+        "owned by PyTorchJobs of 8 workers, a stand-in CRD of the same group and kind) are",
+        "added to a quarter of the clean nodes once the fleet is qualified. Churn deletes",
+        "a share of all Pods every minute and creates each one's replacement (a CPU Pod on",
+        "a random node; a GPU worker on the same node for the same job), during",
+        "qualification and after. The steady-state window (60 s, after the GPU workers'",
+        "first records are written) counts the operator's requests with that churn going",
+        "on: writes to Nodes, WorkloadRecord writes, and writes for any node whose GPU Pods",
+        "did not change in the window or two record periods before it. The audit log",
+        "records a watch when it ends, so a window with no LIST or GET shows only writes.",
+        "CPU cores are each process's CPU time over the phase's wall time (psutil).",
+        "",
     ]
     lines += [
         "## Where the time and the writes go",
@@ -332,7 +348,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "  Job, the reservation and the release. A node that waits for budget is not",
         "  labelled first, and Events for clean screenings are off by default.",
         "- Memory: about 100 MB of interpreter and libraries, then the inventory (Node",
-        "  snapshots, only the Pods that hold accelerators, probe Pods and Jobs), Kopf's",
+        "  snapshots, only the Pods that hold accelerators, probe Pods and Jobs; CPU Pods",
+        "  are parsed and dropped), the workload records, Kopf's",
         "  indexes of our own resources (SDCTests as facts once finished) and the",
         "  operator's caches.",
         "",
