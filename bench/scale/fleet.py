@@ -385,3 +385,385 @@ class FastKubelet:
                     self.terminated[node].append(time.time())
                     self.completed += 1
                 break
+
+
+# Workload Pods ------------------------------------------------------------------------
+
+WORK_NAMESPACES = tuple(f"bench-team-{i}" for i in range(4))
+WORK_LABEL = "sdcguard.bench/work"
+OWNER_GROUP = "kubeflow.org"
+OWNER_VERSION = "v1"
+OWNER_KIND = "PyTorchJob"
+OWNER_PLURAL = "pytorchjobs"
+GPU_PODS_PER_NODE = 4
+"""GPU Pods on a node that carries GPU work: two GPUs each, the node's eight in use."""
+GPUS_PER_POD = 2
+WORKERS_PER_JOB = 8
+"""Worker Pods per training job (each on its own node), as a PyTorchJob places them."""
+
+
+def owner_crd() -> dict[str, Any]:
+    """A minimal stand-in for the training operator's PyTorchJob CRD (same group, kind
+    and plural), so GPU Pods have an owner that no controller here acts on: the
+    operator's owner resolver reads it by discovery like the real one."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{OWNER_PLURAL}.{OWNER_GROUP}"},
+        "spec": {
+            "group": OWNER_GROUP,
+            "scope": "Namespaced",
+            "names": {"plural": OWNER_PLURAL, "singular": "pytorchjob", "kind": OWNER_KIND},
+            "versions": [
+                {
+                    "name": OWNER_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def pod_body(
+    name: str, namespace: str, node: str, *, gpus: int = 0, owner: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Pod bound to ``node`` (no scheduler): a CPU worker, or a training worker holding
+    ``gpus`` GPUs and owned by ``owner`` (an ownerReference)."""
+    resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {WORK_LABEL: "gpu" if gpus else "cpu", "app": name.rsplit("-", 1)[0]},
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "bench/worker:1",
+                    "command": ["sleep", "infinity"],
+                    "resources": resources,
+                }
+            ],
+        },
+    }
+
+
+def _running_status(image: str = "bench/worker:1") -> dict[str, Any]:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "phase": "Running",
+        "startTime": stamp,
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "image": image,
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "started": True,
+                "state": {"running": {"startedAt": stamp}},
+            }
+        ],
+    }
+
+
+class RawPods:
+    """Pod create / status / delete as pre-encoded JSON over one urllib3 pool: the
+    client library's models and request building cost the benchmark more CPU per Pod
+    than the API server spends, on the same two cores."""
+
+    def __init__(self, api: client.ApiClient, connections: int) -> None:
+        import urllib3
+
+        cfg = api.configuration
+        self.host = cfg.host.rstrip("/")
+        self.pool = urllib3.PoolManager(
+            num_pools=2,
+            maxsize=connections,
+            block=True,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=cfg.ssl_ca_cert,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+        )
+        self.headers = {"Accept": "application/json"}
+        token = cfg.get_api_key_with_prefix("authorization") or cfg.api_key.get("BearerToken")
+        if token:
+            self.headers["Authorization"] = token if " " in token else f"Bearer {token}"
+
+    def _call(self, method: str, path: str, body: Any = None, ctype: str = "") -> int:
+        headers = dict(self.headers)
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = ctype or "application/json"
+        resp = self.pool.request(
+            method, self.host + path, body=data, headers=headers, retries=False, timeout=30.0
+        )
+        resp.drain_conn()
+        return int(resp.status)
+
+    def create(self, namespace: str, body: dict[str, Any]) -> int:
+        return self._call("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+
+    def set_status(self, namespace: str, name: str, status: dict[str, Any]) -> int:
+        return self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            {"status": status},
+            "application/merge-patch+json",
+        )
+
+    def delete(self, namespace: str, name: str) -> int:
+        return self._call(
+            "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}?gracePeriodSeconds=0"
+        )
+
+
+@dataclass
+class _Slot:
+    """One Pod the workload keeps alive: where it runs and what it holds."""
+
+    namespace: str
+    node: str
+    gpus: int
+    owner: dict[str, Any] | None
+    name: str = ""
+
+
+class PodWorkload:
+    """Pods bound to the fleet's nodes, kept Running, with churn (the bench's kubelet).
+
+    CPU Pods (no accelerators: they never make a node busy for sdcguard) run on every
+    fleet node; GPU Pods (``GPUS_PER_POD`` each, owned by PyTorchJobs of
+    ``WORKERS_PER_JOB`` workers) are added to some nodes once the fleet is qualified.
+    Churn deletes a share of the Pods per minute and creates each one's replacement
+    (a CPU Pod on a random fleet node, a GPU worker on the same node for the same job),
+    so the counts stay put. Everything goes through raw JSON requests from a thread pool.
+    ``changes[node]`` lists when the benchmark changed a GPU Pod on that node.
+    """
+
+    def __init__(self, api: client.ApiClient, threads: int = 12, seed: int = 7) -> None:
+        import random
+
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.threads = threads
+        self.raw = RawPods(api, threads + 4)
+        self.rng = random.Random(seed)
+        self.slots: list[_Slot] = []
+        self.lock = threading.Lock()
+        self.serial = 0
+        self.created = 0
+        self.deleted = 0
+        self.errors: dict[str, int] = defaultdict(int)
+        self.changes: dict[str, list[float]] = defaultdict(list)
+        self.cpu_nodes: list[str] = []
+        self.churn_per_minute = 0.0
+        self._stop = threading.Event()
+        self._churner: threading.Thread | None = None
+
+    # Set-up -------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Namespaces (with their default ServiceAccount) and the owner CRD."""
+        from kubernetes.client import ApiextensionsV1Api
+
+        for ns in WORK_NAMESPACES:
+            try:
+                self.core.create_namespace({"metadata": {"name": ns}})
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        try:
+            ApiextensionsV1Api(self.api).create_custom_resource_definition(owner_crd())
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                self.custom.list_namespaced_custom_object(
+                    OWNER_GROUP, OWNER_VERSION, WORK_NAMESPACES[0], OWNER_PLURAL, limit=1
+                )
+                for ns in WORK_NAMESPACES:
+                    self.core.read_namespaced_service_account("default", ns)
+                return
+            except ApiException:
+                time.sleep(0.5)
+        raise RuntimeError("work namespaces or the PyTorchJob stand-in were not ready in 60 s")
+
+    def _next_name(self, prefix: str) -> str:
+        with self.lock:
+            self.serial += 1
+            return f"{prefix}-{self.serial:07d}"
+
+    def _start(self, slot: _Slot) -> bool:
+        """Create the slot's Pod and set it Running; False on an API error (counted)."""
+        slot.name = self._next_name("train" if slot.gpus else "cpu")
+        body = pod_body(slot.name, slot.namespace, slot.node, gpus=slot.gpus, owner=slot.owner)
+        try:
+            code = self.raw.create(slot.namespace, body)
+            if code < 300:
+                code = self.raw.set_status(slot.namespace, slot.name, _running_status())
+        except Exception as exc:  # a dropped connection: counted, the slot tried again later
+            code = type(exc).__name__  # type: ignore[assignment]
+        if not isinstance(code, int) or code >= 300:
+            with self.lock:
+                self.errors[f"start {code}"] += 1
+            return False
+        with self.lock:
+            self.created += 1
+            if slot.gpus:
+                self.changes[slot.node].append(time.time())
+        return True
+
+    def _stop_pod(self, slot: _Slot) -> None:
+        try:
+            code = self.raw.delete(slot.namespace, slot.name)
+        except Exception as exc:  # counted; the Pod stays and its slot is replaced anyway
+            code = type(exc).__name__  # type: ignore[assignment]
+        if code != 404 and (not isinstance(code, int) or code >= 300):
+            with self.lock:
+                self.errors[f"delete {code}"] += 1
+            return
+        with self.lock:
+            self.deleted += 1
+            if slot.gpus:
+                self.changes[slot.node].append(time.time())
+
+    def _run_all(self, slots: list[_Slot], progress: Callable[[int], None] | None) -> None:
+        done = 0
+        step = max(1000, len(slots) // 20)
+        with ThreadPoolExecutor(max_workers=self.threads) as pool:
+            for ok, slot in zip(pool.map(self._start, slots), slots, strict=True):
+                if ok:
+                    with self.lock:
+                        self.slots.append(slot)
+                done += 1
+                if progress and done % step == 0:
+                    progress(done)
+
+    def add_cpu_pods(
+        self, nodes: list[str], count: int, progress: Callable[[int], None] | None = None
+    ) -> float:
+        """``count`` CPU Pods spread round-robin over ``nodes``; returns the seconds it
+        took."""
+        self.cpu_nodes = list(nodes)
+        slots = [
+            _Slot(WORK_NAMESPACES[i % len(WORK_NAMESPACES)], nodes[i % len(nodes)], 0, None)
+            for i in range(count)
+        ]
+        t0 = time.monotonic()
+        self._run_all(slots, progress)
+        return time.monotonic() - t0
+
+    def add_gpu_pods(
+        self, nodes: list[str], progress: Callable[[int], None] | None = None
+    ) -> float:
+        """``GPU_PODS_PER_NODE`` GPU workers on each of ``nodes``, owned by PyTorchJobs
+        of ``WORKERS_PER_JOB`` nodes each; returns the seconds it took."""
+        t0 = time.monotonic()
+        slots: list[_Slot] = []
+        groups = [nodes[i : i + WORKERS_PER_JOB] for i in range(0, len(nodes), WORKERS_PER_JOB)]
+        for j, group in enumerate(groups):
+            for k in range(GPU_PODS_PER_NODE):
+                ns = WORK_NAMESPACES[(j + k) % len(WORK_NAMESPACES)]
+                name = f"llm-{j:04d}-{k}"
+                job = self.custom.create_namespaced_custom_object(
+                    OWNER_GROUP,
+                    OWNER_VERSION,
+                    ns,
+                    OWNER_PLURAL,
+                    {
+                        "apiVersion": f"{OWNER_GROUP}/{OWNER_VERSION}",
+                        "kind": OWNER_KIND,
+                        "metadata": {"name": name},
+                        "spec": {"workers": len(group)},
+                    },
+                )
+                owner = {
+                    "apiVersion": f"{OWNER_GROUP}/{OWNER_VERSION}",
+                    "kind": OWNER_KIND,
+                    "name": name,
+                    "uid": job["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+                slots.extend(_Slot(ns, node, GPUS_PER_POD, owner) for node in group)
+        self._run_all(slots, progress)
+        return time.monotonic() - t0
+
+    # Churn --------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            gpu = sum(1 for s in self.slots if s.gpus)
+            return {
+                "pods": len(self.slots),
+                "gpu_pods": gpu,
+                "cpu_pods": len(self.slots) - gpu,
+                "created": self.created,
+                "deleted": self.deleted,
+                "errors": sum(self.errors.values()),
+            }
+
+    def start_churn(self, share_per_minute: float) -> None:
+        """Replace ``share_per_minute`` of the Pods every minute (in ticks of a second)."""
+        self.churn_per_minute = share_per_minute
+        if share_per_minute <= 0 or self._churner is not None:
+            return
+        self._churner = threading.Thread(target=self._churn, name="bench-churn", daemon=True)
+        self._churner.start()
+
+    def stop_churn(self) -> None:
+        self._stop.set()
+        if self._churner is not None:
+            self._churner.join(timeout=30)
+
+    def _replace(self, index: int) -> None:
+        with self.lock:
+            if index >= len(self.slots):
+                return
+            old = self.slots[index]
+        self._stop_pod(old)
+        node = old.node if old.gpus else self.rng.choice(self.cpu_nodes or [old.node])
+        new = _Slot(old.namespace, node, old.gpus, old.owner)
+        if self._start(new):
+            with self.lock:
+                self.slots[index] = new
+
+    def _churn(self) -> None:
+        owed = 0.0
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            while not self._stop.wait(1.0):
+                with self.lock:
+                    total = len(self.slots)
+                owed += total * self.churn_per_minute / 60
+                take, owed = int(owed), owed - int(owed)
+                if not take or not total:
+                    continue
+                picks = self.rng.sample(range(total), min(take, total))
+                list(pool.map(self._replace, picks))

@@ -21,7 +21,15 @@ Measured per size (see ``bench/results/scale.md`` for the table):
 - join to probe Job created (p50/p99) for nodes that join the qualified fleet;
 - API requests and writes per node and lifecycle (audit log), writes per clean
   qualification by kind;
-- writes to nodes with nothing to do over three resync periods after qualification;
+- Pods bound to the fleet (``--pods-per-node``, default 10: 50,000 at 5,000 nodes),
+  most of them plain CPU Pods, a share (``--gpu-pod-share``) GPU training workers owned
+  by PyTorchJobs, added once the fleet is qualified; ``--churn-per-minute`` of them
+  replaced every minute from before the operator starts to the end (creation time is
+  counted apart from the operator's figures);
+- in a steady-state window after qualification, with churn: writes to nodes (none
+  expected), WorkloadRecord writes per second, writes for nodes whose Pods did not
+  change, the operator's requests by verb (watches only, no LIST), and the operator's,
+  API server's and etcd's CPU and RSS;
 - the reconcile pass's own cost at that size (run in-process on the cluster's
   state, dry-run).
 
@@ -63,9 +71,11 @@ from tests.operator.harness import (
 from bench.scale import audit, report, restart
 from bench.scale.fleet import (
     FLEET_LABEL,
+    GPU_PODS_PER_NODE,
     FastKubelet,
     JobWatch,
     NodeWatch,
+    PodWorkload,
     node_body,
     node_name,
     register_nodes,
@@ -87,6 +97,15 @@ RESTART_PHASES = True
 # Pod, Events in etcd and the API server's caches; the operator's indexes).
 BASE_MB = 1500
 PER_NODE_MB = 0.6
+PER_POD_MB = 0.015
+# Workload Pods bound to the fleet (bench/scale/fleet.py PodWorkload): PODS_PER_NODE on
+# average (5,000 nodes carry 50,000 Pods), GPU_POD_SHARE of them GPU training workers
+# (added once the fleet is qualified), CHURN_PER_MINUTE of all Pods replaced per minute.
+PODS_PER_NODE = 10.0
+GPU_POD_SHARE = 0.1
+CHURN_PER_MINUTE = 0.01
+# The steady-state window after qualification, with churn: six resync periods.
+STEADY_SECONDS = 60.0
 
 TARGETS = {
     "rss_mb_at_5000": 300,
@@ -116,7 +135,7 @@ def log(message: str) -> None:
 
 
 def needed_mb(nodes: int) -> float:
-    return BASE_MB + PER_NODE_MB * nodes
+    return BASE_MB + PER_NODE_MB * nodes + PER_POD_MB * PODS_PER_NODE * nodes
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -215,11 +234,17 @@ class Sampler(threading.Thread):
         self.others = {k: psutil.Process(v) for k, v in others.items()}
         self.samples: list[tuple[float, float, float]] = []
         """(time, rss MB, cpu seconds) of the operator."""
+        self.loads: list[float] = []
+        """The machine's 1-minute load average, every 10 s."""
         self.peak_others: dict[str, float] = {}
+        self.cpu_others: dict[str, list[tuple[float, float]]] = {k: [] for k in others}
+        """(time, cpu seconds) of the control plane's processes."""
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
+            if len(self.samples) % 20 == 0:
+                self.loads.append(round(os.getloadavg()[0], 2))
             try:
                 mem = self.proc.memory_info().rss / 2**20
                 cpu = self.proc.cpu_times()
@@ -230,10 +255,22 @@ class Sampler(threading.Thread):
                 with contextlib.suppress(psutil.Error):
                     rss = proc.memory_info().rss / 2**20
                     self.peak_others[name] = max(self.peak_others.get(name, 0.0), rss)
+                    times = proc.cpu_times()
+                    self.cpu_others[name].append((time.time(), times.user + times.system))
 
     def cpu_between(self, start: float, end: float) -> float:
         inside = [s for s in self.samples if start <= s[0] <= end]
         return inside[-1][2] - inside[0][2] if len(inside) >= 2 else 0.0
+
+    def cores_between(self, start: float, end: float) -> dict[str, float]:
+        """Mean cores used by the operator and each control-plane process."""
+        span = max(1e-6, end - start)
+        out = {"operator": round(self.cpu_between(start, end) / span, 3)}
+        for name, samples in self.cpu_others.items():
+            inside = [s for s in samples if start <= s[0] <= end]
+            used = inside[-1][1] - inside[0][1] if len(inside) >= 2 else 0.0
+            out[name] = round(used / span, 3)
+        return out
 
     @property
     def peak_rss(self) -> float:
@@ -456,7 +493,13 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
     audit_dir = Path(tempfile.mkdtemp(prefix="audit-", dir=workdir))
     policy_file, audit_file = audit_dir / "policy.yaml", audit_dir / "audit.log"
     policy_file.write_text(audit.policy_yaml())
-    result: dict[str, Any] = {"nodes": n, "complete": False, "operator_version": {}}
+    result: dict[str, Any] = {
+        "nodes": n,
+        "complete": False,
+        "operator_version": {},
+        "run_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
+    }
+    load_at_start = round(os.getloadavg()[0], 2)
     names = [node_name(i) for i in range(n)]
     sdc = sdc_nodes_for(n)
     clean = [x for x in names if x not in set(sdc)]
@@ -478,6 +521,25 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
         register_nodes(admin, names, progress=lambda k: say(f"registered {k}/{n} nodes"))
         result["register_s"] = round(time.monotonic() - t0, 1)
         say(f"registered {n} nodes in {result['register_s']}s ({len(sdc)} will report SDC)")
+        workload = PodWorkload(admin)
+        workload.prepare()
+        total_pods = round(PODS_PER_NODE * n)
+        gpu_nodes = gpu_nodes_for(clean, total_pods)
+        cpu_pods = total_pods - len(gpu_nodes) * GPU_PODS_PER_NODE
+        say(f"creating {cpu_pods} CPU Pods bound to the fleet")
+        result["pods"] = {
+            "planned": total_pods,
+            "cpu_pods": cpu_pods,
+            "gpu_nodes": len(gpu_nodes),
+            "gpu_pods": len(gpu_nodes) * GPU_PODS_PER_NODE,
+            "churn_per_minute": CHURN_PER_MINUTE,
+        }
+        took = workload.add_cpu_pods(
+            names, cpu_pods, progress=lambda k: say(f"created {k}/{cpu_pods} CPU Pods")
+        )
+        result["pods"]["cpu_create_s"] = round(took, 1)
+        result["pods"]["cpu_create_per_s"] = round(cpu_pods / max(took, 1e-6), 1)
+        say(f"created {cpu_pods} CPU Pods in {took:.1f}s (create + Running status each)")
         trusted_baseline(admin)
         client.CustomObjectsApi(admin).create_cluster_custom_object(
             GROUP, VERSION, "sdcpolicies", fleet_policy()
@@ -510,6 +572,7 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
         tail.start()
         started = time.time()
         result["operator_version"] = operator_version()
+        workload.start_churn(CHURN_PER_MINUTE)
         operator.start()
         assert operator.proc is not None
         sampler = Sampler(
@@ -521,7 +584,7 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
             result.update(
                 measure(
                     n, names, clean, sdc, admin, operator, tail, sampler, nodes, jobs,
-                    kubelet, auditlog, started, qualify_timeout, say,
+                    kubelet, auditlog, started, qualify_timeout, say, workload, gpu_nodes,
                 )
             )  # fmt: skip
             if RESTART_PHASES:
@@ -532,6 +595,8 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
                     say(f"restart/standby phase failed: {exc!r}")
                     result["restart_error"] = repr(exc)[:500]
         finally:
+            workload.stop_churn()
+            result["pods"].update(workload.counts())
             phases.stop_all()
             operator.stop()
             sampler.stop.set()
@@ -540,6 +605,15 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
             for w in (nodes.watch, jobs.watch):
                 w.stop.set()
         result["operator"]["peak_rss_mb"] = round(sampler.peak_rss, 1)
+        loads = sampler.loads or [load_at_start]
+        result["load"] = {
+            "start": load_at_start,
+            "median": round(statistics.median(loads), 1),
+            "max": round(max(loads), 1),
+        }
+        peak_bytes = sampler.peak_rss * 2**20
+        result["operator"]["peak_rss_bytes_per_node"] = round(peak_bytes / n)
+        result["operator"]["peak_rss_bytes_per_pod"] = round(peak_bytes / max(1, total_pods))
         result["control_plane_peak_rss_mb"] = {
             k: round(v, 1) for k, v in sampler.peak_others.items()
         }
@@ -569,6 +643,8 @@ def measure(
     started: float,
     qualify_timeout: float,
     say: Any,
+    workload: PodWorkload,
+    gpu_nodes: list[str],
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"sdc_nodes": len(sdc), "operator": {}}
 
@@ -638,6 +714,7 @@ def measure(
     out["operator"]["cpu_cores_qualification"] = round(
         out["operator"]["cpu_s_qualification"] / max(1.0, qualified_at - started), 2
     )
+    out["cores_qualification"] = sampler.cores_between(started, qualified_at)
     out["operator"]["rss_mb_at_qualified"] = round(sampler.samples[-1][1], 1)
     out["release_latency_s"] = summary(release_latencies(clean, nodes, kubelet, quarantine=False))
     out["quarantine_latency_s"] = summary(release_latencies(sdc, nodes, kubelet, quarantine=True))
@@ -719,23 +796,67 @@ def measure(
     }
     say(f"writes per clean qualification: {out['writes_per_clean_qualification']}")
 
-    # Nothing to do: every node Qualified or Quarantined and waiting. Count writes.
-    window = 3 * RESYNC_SECONDS + 5
-    say(f"idle window: {window:.0f}s (three resync periods)")
+    # GPU training workers on some qualified nodes: each such node's first record.
+    say(f"adding {len(gpu_nodes) * GPU_PODS_PER_NODE} GPU Pods on {len(gpu_nodes)} nodes")
+    g0 = time.time()
+    took = workload.add_gpu_pods(gpu_nodes)
+    out["gpu_pods_create_s"] = round(took, 1)
+    made = time.time()
+    settled = wait(
+        lambda: time.time() - made > 3 * RECORD_SECONDS and records_settled(auditlog, time.time()),
+        180,
+        every=1.0,
+    )
+    g1 = time.time()
+    first = [r for r in auditlog.between(g0, g1) if r.write]
+    out["gpu_pods_first_records"] = {
+        "s": round(g1 - g0, 1),
+        "settled": settled,
+        "writes": audit.by_kind(first),
+        "nodes_written": len({r.node for r in first if r.resource == "workloadrecords"}),
+    }
+    say(f"GPU Pods created in {took:.1f}s; first records: {out['gpu_pods_first_records']}")
+
+    # Steady state: every node Qualified or Quarantined, Pods churning. Count requests.
+    window = STEADY_SECONDS
+    say(f"steady-state window with churn: {window:.0f}s")
     w0 = time.time()
     passes_before = len(tail.passes)
+    churn_before = workload.counts()
     time.sleep(window)
     w1 = time.time()
+    churn_after = workload.counts()
     idle = auditlog.between(w0, w1)
+    # Nodes whose GPU Pods changed in the window or one record period before it: their
+    # records may be written. Every other node has nothing to do.
+    lead = 2 * RECORD_SECONDS + 1
+    with workload.lock:
+        touched = {
+            node for node, ts in workload.changes.items() if any(w0 - lead <= t <= w1 for t in ts)
+        }
+    writes = [r for r in idle if r.write]
+    records = [r for r in writes if r.resource == "workloadrecords"]
     out["idle"] = {
         "window_s": round(w1 - w0, 1),
         "passes": len(tail.passes) - passes_before,
-        "node_writes": sum(1 for r in idle if r.write and r.resource == "nodes"),
-        "all_writes": audit.by_kind([r for r in idle if r.write]),
+        "node_writes": sum(1 for r in writes if r.resource == "nodes"),
+        "all_writes": audit.by_kind(writes),
         "requests": len(idle),
+        "requests_by_verb": dict(sorted(Counter(r.verb for r in idle).items())),
+        "reads_by_kind": audit.by_kind([r for r in idle if not r.write]),
+        "lists": sum(1 for r in idle if r.verb == "list"),
+        "workload_record_writes": len(records),
+        "workload_record_writes_per_s": round(len(records) / (w1 - w0), 2),
+        "nodes_with_gpu_pod_changes": len(touched),
+        "writes_to_untouched_nodes": sum(1 for r in writes if r.node and r.node not in touched),
+        "pods_replaced": churn_after["created"] - churn_before["created"],
+        "pods_replaced_per_minute": round(
+            (churn_after["created"] - churn_before["created"]) / (w1 - w0) * 60, 1
+        ),
         "operator_cpu_cores": round(sampler.cpu_between(w0, w1) / (w1 - w0), 3),
+        "cores": sampler.cores_between(w0, w1),
     }
-    say(f"idle: {out['idle']}")
+    say(f"steady state: {out['idle']}")
 
     raw = raw_patch_latency(admin, "bench-raw-patch", RAW_PATCHES)
     out["raw_node_patch_s"] = summary(raw)
@@ -790,6 +911,49 @@ def measure(
 # Main -----------------------------------------------------------------------------------
 
 
+def gpu_nodes_for(clean: list[str], total_pods: int) -> list[str]:
+    """Clean nodes that get GPU workers once qualified, evenly spread: GPU_POD_SHARE of
+    the Pods, GPU_PODS_PER_NODE on each."""
+    count = min(len(clean), round(total_pods * GPU_POD_SHARE / GPU_PODS_PER_NODE))
+    if count <= 0:
+        return []
+    step = len(clean) / count
+    return [clean[int(i * step)] for i in range(count)]
+
+
+RECORD_SECONDS = 5.0
+"""The operator's workload_record_seconds (its default): one record write per node and
+period at most."""
+
+
+def records_settled(auditlog: audit.AuditLog, now: float) -> bool:
+    """No WorkloadRecord create in the last three record periods (first records done)."""
+    recent = auditlog.between(now - 3 * RECORD_SECONDS, now + 1)
+    return not any(r.resource == "workloadrecords" and r.verb == "create" for r in recent)
+
+
+def earlier_runs(path: Path, sizes: set[int]) -> list[dict[str, Any]]:
+    """The committed results' runs at sizes this invocation does not run, kept beside the
+    new ones and marked as from an earlier invocation (with their date and load)."""
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError:
+        return []
+    out = []
+    for old in doc.get("runs", []):
+        if int(old.get("nodes", 0)) in sizes:
+            continue
+        old = dict(old)
+        old["earlier_run"] = True
+        old.setdefault("run_at", str(doc.get("generated_at", ""))[:16] + "Z")
+        load = (doc.get("machine") or {}).get("load_avg_1m_at_start")
+        old.setdefault("load", {"start": load, "median": "-", "max": "-"})
+        out.append(old)
+    return out
+
+
 def check_memory(sizes: list[int]) -> list[int]:
     """Sizes that fit in the memory available now; says why others are refused."""
     available = psutil.virtual_memory().available / 2**20
@@ -808,7 +972,7 @@ def check_memory(sizes: list[int]) -> list[int]:
 
 
 def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Targets at the largest size run (the brief's are for 5,000 nodes)."""
+    """Targets at the largest size in the results (they are set for 5,000 nodes)."""
     if not runs:
         return {}
     big = max(runs, key=lambda r: r["nodes"])
@@ -816,12 +980,17 @@ def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
     raw = big["raw_node_patch_s"]["p99"]
     out: dict[str, Any] = {
         "at_nodes": big["nodes"],
+        "run_at": big.get("run_at"),
         "rss_under_300mb": {"value": rss, "met": rss < TARGETS["rss_mb_at_5000"]},
         "zero_idle_node_writes": {
             "value": big["idle"]["node_writes"],
             "met": big["idle"]["node_writes"] == 0,
         },
     }
+    if "writes_to_untouched_nodes" in big["idle"]:
+        untouched, lists = big["idle"]["writes_to_untouched_nodes"], big["idle"]["lists"]
+        out["zero_writes_for_nodes_with_nothing_to_do"] = {"value": untouched, "met": not untouched}
+        out["steady_state_watches_only_no_list"] = {"value": lists, "met": lists == 0}
     for key, what in (
         ("quarantine_latency_s", "quarantine_while_qualifying"),
         ("release_latency_s", "release_while_qualifying"),
@@ -852,6 +1021,7 @@ def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global KEEP_LOGS, RESTART_PHASES, PODS_PER_NODE, GPU_POD_SHARE, CHURN_PER_MINUTE
     parser = argparse.ArgumentParser(
         prog="bench.scale.run",
         description=__doc__,
@@ -866,13 +1036,34 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-logs", type=Path, default=None, help="copy each size's operator log here"
     )
     parser.add_argument(
+        "--pods-per-node",
+        type=float,
+        default=PODS_PER_NODE,
+        help="workload Pods bound to the fleet, per node on average (default %(default)s)",
+    )
+    parser.add_argument(
+        "--gpu-pod-share",
+        type=float,
+        default=GPU_POD_SHARE,
+        help="share of those Pods that are GPU training workers (default %(default)s)",
+    )
+    parser.add_argument(
+        "--churn-per-minute",
+        type=float,
+        default=CHURN_PER_MINUTE,
+        help="share of the Pods deleted and replaced every minute (default %(default)s)",
+    )
+    parser.add_argument(
         "--no-restart",
         action="store_true",
         help="leave out the restart under faults and the standby takeovers",
     )
     args = parser.parse_args(argv)
-    global KEEP_LOGS, RESTART_PHASES
     KEEP_LOGS = args.keep_logs
+    if args.pods_per_node < 0 or not 0 <= args.gpu_pod_share <= 1 or args.churn_per_minute < 0:
+        parser.error("--pods-per-node and --churn-per-minute must be >= 0, --gpu-pod-share 0-1")
+    PODS_PER_NODE, GPU_POD_SHARE = args.pods_per_node, args.gpu_pod_share
+    CHURN_PER_MINUTE = args.churn_per_minute
     RESTART_PHASES = not args.no_restart
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if any(s < 10 for s in sizes):
@@ -882,6 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="sdcguard-scale-"))
     runs: list[dict[str, Any]] = []
+    earlier = earlier_runs(args.out / "scale.json", set(fits))
     began = time.time()
     try:
         for n in fits:
@@ -893,7 +1085,9 @@ def main(argv: list[str] | None = None) -> int:
             runs[-1]["wall_s"] = round(time.monotonic() - t0, 1)
             doc = {
                 "benchmark": "scale",
-                "command": "python -m bench.scale.run --sizes " + ",".join(map(str, fits)),
+                "command": "python -m bench.scale.run --sizes "
+                + ",".join(map(str, fits))
+                + ("" if RESTART_PHASES else " --no-restart"),
                 "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "machine": {
                     "cpus": os.cpu_count(),
@@ -907,10 +1101,15 @@ def main(argv: list[str] | None = None) -> int:
                     "confirmation_reruns": 1,
                     "raw_patches": RAW_PATCHES,
                     "fresh_joins": FRESH_JOINS,
+                    "pods_per_node": PODS_PER_NODE,
+                    "gpu_pod_share": GPU_POD_SHARE,
+                    "churn_per_minute": CHURN_PER_MINUTE,
+                    "steady_window_s": STEADY_SECONDS,
+                    "restart_phases": RESTART_PHASES,
                 },
                 "targets": TARGETS,
-                "runs": runs,
-                "evaluation": evaluate_targets(runs),
+                "runs": sorted([*runs, *earlier], key=lambda r: int(r["nodes"])),
+                "evaluation": evaluate_targets([*runs, *earlier]),
                 "refused": [s for s in sizes if s not in fits],
                 "elapsed_s": round(time.time() - began, 1),
             }
