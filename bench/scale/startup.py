@@ -172,7 +172,6 @@ def start_operator(kubeconfig: Path, log: Path, src: Path, **extra: str) -> subp
         SDCGUARD_NAMESPACE=NS,
         SDCGUARD_LOG_FORMAT="json",
         SDCGUARD_METRICS_PORT="0",
-        SDCGUARD_DEFAULT_PROBE_IMAGE="example.invalid/sdcprobe:bench",
         PYTHONPATH=os.pathsep.join([str(src), str(REPO / "jobs")]),
         **extra,
     )
