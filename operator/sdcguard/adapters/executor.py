@@ -544,13 +544,29 @@ class Executor(TestRunner):
         holders = view.id_holders(body)
         identity = hardware.node_identity(body, holders, shared)
         hardware.record(
-            self.writer, body, identity, view.hardware, action, now, counts, self.metrics
+            self.writer,
+            body,
+            identity,
+            view.hardware,
+            action,
+            now,
+            counts,
+            self.metrics,
+            self.recognised,
         )
         for uuid, ticket in action.devices:
             device = hardware.device_identity(body.name, uuid, holders)
             mine = dataclasses.replace(action, ticket=ticket)
             hardware.record(
-                self.writer, body, device, view.hardware, mine, now, counts, self.metrics
+                self.writer,
+                body,
+                device,
+                view.hardware,
+                mine,
+                now,
+                counts,
+                self.metrics,
+                self.recognised,
             )
 
     def _open_ticket_status(
