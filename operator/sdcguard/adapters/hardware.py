@@ -149,15 +149,15 @@ def record(
     now: dt.datetime,
     counts: Counter[str],
     metrics: Metrics | None = None,
-    recognised_before: set[tuple[str, str]] | None = None,
+    recognised_before: set[str] | None = None,
 ) -> list[str]:
     """Apply one RecordHardware: each trusted identifier's record, created if missing,
     its status updated only where something changed. Returns the records written.
 
     ``metrics``: counts hardware recognised under a new Node (once per Node, by its
     strongest identifier with a record), retired, and failures that keep no history.
-    ``recognised_before``: (Node, record) pairs already counted, kept by the caller
-    across passes and updated here."""
+    ``recognised_before``: the Nodes (uid, else name) already counted, kept by the
+    caller across passes and updated here."""
     at = now.astimezone(dt.UTC).replace(microsecond=0)
     if not identity.trusted:
         counts["hardware-untrusted"] += 1
@@ -195,7 +195,7 @@ def record(
         if status is None:
             continue
         if old is not None and recognised is None and not seen_under(old, node.name, node.uid):
-            key = (node.uid or node.name, name)
+            key = node.uid or node.name
             if recognised_before is None or key not in recognised_before:
                 recognised = (hw.kind.value, old.retired is not None)
                 if recognised_before is not None:
