@@ -297,17 +297,21 @@ def test_a_probe_pods_result_is_kept_compressed_and_read_back_intact() -> None:
     assert len(pod.message_z) < len(message) / 4
 
 
+def _ticket_without_status(name: str, created: str, **spec: Any) -> observe.TicketSnapshot:
+    """A RepairTicket for gpu-0 of policy fleet, created at ``created``, with no status."""
+    return observe.TicketSnapshot.from_body(
+        {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "RepairTicket",
+            "metadata": {"name": name, "resourceVersion": "7", "creationTimestamp": created},
+            "spec": {"nodeName": "gpu-0", "policyRef": "fleet", **spec},
+        }
+    )
+
+
 def test_a_ticket_left_without_status_gets_one_after_a_grace_period() -> None:
     def ticket(name: str, age: dt.timedelta) -> observe.TicketSnapshot:
-        created = keys.format_time(NOW - age)
-        return observe.TicketSnapshot.from_body(
-            {
-                "apiVersion": "sdcguard.dev/v1alpha1",
-                "kind": "RepairTicket",
-                "metadata": {"name": name, "resourceVersion": "7", "creationTimestamp": created},
-                "spec": {"nodeName": "gpu-0", "policyRef": "fleet", "evidence": []},
-            }
-        )
+        return _ticket_without_status(name, keys.format_time(NOW - age), evidence=[])
 
     nodes = {"gpu-0": _node_body("gpu-0")}
     rec, writer = _reconciler()
@@ -347,17 +351,8 @@ def test_a_ticket_born_retired_gets_its_retired_status_after_an_interruption() -
     and the operator died before the ticket's status. It is restored Retired, at the
     cycle it began (the hardware's earlier cycles plus one), not Open at cycle 1."""
     created = keys.format_time(NOW - dt.timedelta(minutes=2))
-    ticket = observe.TicketSnapshot.from_body(
-        {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "RepairTicket",
-            "metadata": {"name": "t-3", "resourceVersion": "7", "creationTimestamp": created},
-            "spec": {
-                "nodeName": "gpu-0",
-                "policyRef": "fleet",
-                "hardware": {"providerID": "p-1", "cyclesBefore": 2},
-            },
-        }
+    ticket = _ticket_without_status(
+        "t-3", created, hardware={"providerID": "p-1", "cyclesBefore": 2}
     )
     node = _node_body("gpu-0")
     node = dataclasses.replace(node, labels={**node.labels, keys.LABEL_STATE: "Retired"})
@@ -373,18 +368,11 @@ def test_a_ticket_whose_open_status_was_lost_still_opens_its_history() -> None:
     node patch after the ticket's creation conflicted): the first phase written, InRepair,
     comes after an Open entry dated at the ticket's creation, at the cycle it began."""
     created = keys.format_time(NOW - dt.timedelta(seconds=5))
-    ticket = observe.TicketSnapshot.from_body(
-        {
-            "apiVersion": "sdcguard.dev/v1alpha1",
-            "kind": "RepairTicket",
-            "metadata": {"name": "t-1", "resourceVersion": "7", "creationTimestamp": created},
-            "spec": {
-                "nodeName": "gpu-0",
-                "policyRef": "fleet",
-                "hardware": {"providerID": "p-1", "cyclesBefore": 1},
-                "external": {"system": "sim", "id": "SIM-1"},
-            },
-        }
+    ticket = _ticket_without_status(
+        "t-1",
+        created,
+        hardware={"providerID": "p-1", "cyclesBefore": 1},
+        external={"system": "sim", "id": "SIM-1"},
     )
     node = _node_body("gpu-0", **{keys.OWNED_TAINTS: "sdcguard.dev/quarantined"})
     node = dataclasses.replace(
