@@ -8,6 +8,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from sdcguard.builders.probe_job import job_name
 
 from tests.operator.harness import (
     GATE,
@@ -275,7 +276,9 @@ def test_a_release_during_a_test_cancels_the_test_and_its_job(api_client, operat
         def jobs() -> list[Any]:
             return batch.list_namespaced_job(NS, label_selector=f"sdcguard.dev/node={node}").items
 
-        wait_for(jobs, 60, "the probe Job")
+        # The running test's own Job: a released node is screened again once idle, and
+        # that new test's Job carries the same node label.
+        mine = {j.metadata.name for j in wait_for(jobs, 60, "the probe Job")}
         _annotate(api_client, node, {"sdcguard.dev/release": "needed now"})
 
         def cancelled() -> list[dict[str, Any]]:
@@ -287,10 +290,13 @@ def test_a_release_during_a_test_cancels_the_test_and_its_job(api_client, operat
 
         (test,) = wait_for(cancelled, 30, "the running test to be cancelled")
         assert test["status"]["completionTime"] and "needed now" in test["status"]["message"]
+        assert mine == {job_name(test["metadata"]["name"])}
         wait_for(
-            lambda: not [j for j in jobs() if j.metadata.deletion_timestamp is None],
+            lambda: not [
+                j for j in jobs() if j.metadata.name in mine and j.metadata.deletion_timestamp is None
+            ],
             30,
-            "the probe Job to be deleted",
+            "the cancelled test's probe Job to be deleted",
         )
         time.sleep(4)  # a resync or two: the release is not undone by re-adopting the test
         again = list_custom(api_client, "sdctests", node)
