@@ -11,8 +11,8 @@ waiting worker for each object indexed (time in the square of the count). On a l
 control plane, with one policy and no nodes, the benchmark creates SDCTests up to each
 size (finished ones, with a status as a probe writes it: five checks with digests and
 metrics, 2.2 KB each before the API server adds its metadata) and a share of
-RepairTickets (nine in ten closed and delivered, one in ten open, so the ticket timer,
-still Kopf's, runs for those), then starts the operator as a real process and times,
+RepairTickets (nine in ten closed and delivered, one in ten open, so the ticket
+announcer has those to look at), then starts the operator as a real process and times,
 from the process's start:
 
 - **copy complete**: the operator's log says its SDCTest and RepairTicket mirrors
@@ -20,7 +20,7 @@ from the process's start:
 - **first pass**: the operator's first reconcile pass (Kopf has started, its few
   indexes are complete, the policy's daemon has run once over the complete copy);
 - the operator's CPU time and peak RSS at its first pass, and its CPU use in the
-  32 s after it (nothing to do but the ticket timers of the open tickets);
+  32 s after it (nothing to do but the announcer's looks at the open tickets);
 - **standby takeover** (``--takeovers`` per size): two replicas with leader election;
   once the leader has passed once and the standby has listed every kind, the leader
   is killed (SIGKILL); seconds from the kill to the standby's Lease (the lease
@@ -72,7 +72,7 @@ POLICY = "startup-bench"
 WAIT_S = 600.0
 IDLE_S = 32.0
 """How long the first start of each size is watched after its first pass: two periods
-of the ticket timer (15 s), which runs for the open tickets only."""
+of the ticket announcer (15 s), which looks again at the open tickets only."""
 
 
 def sdctest_body(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -446,8 +446,7 @@ def write(out: Path, run: dict[str, Any], before: dict[str, Any] | None) -> None
         "Each size adds to the objects of the one before (one control plane), and the",
         "operator is started anew for each (medians of the starts): times are from its",
         "process start, read from its own log. The first pass needs Kopf started too (its",
-        "indexes of the few policies and baselines, and its watch of RepairTickets for the",
-        "ticket timer).",
+        "indexes of the few policies and baselines).",
     ]
     if before is not None:
         lines += ["", "## Before: the same benchmark, SDCTests and tickets through Kopf", ""]

@@ -8,8 +8,8 @@ are not Kopf's to index: ``adapters/inventory.py`` lists them page by page and t
 watches them (Kopf's initial indexing costs time in the square of the object count,
 and these kinds grow with the fleet), keeping slim snapshots in memory and writing no
 bookkeeping to them, so a node with nothing to do costs zero writes. Kopf keeps the
-few policies and baselines (indexes), the policy daemons, the ticket timer and the
-SDCReport events. Every
+few policies and baselines (indexes), the policy daemons and the SDCReport events; the
+tickets' announcements run from the operator's copy (``ticket_sinks.Announcer``). Every
 change marks the nodes it is about dirty; one daemon per SDCPolicy then runs a
 reconcile pass (debounced), and a periodic resync catches anything time-driven
 (idle windows, expiry, back-off). All decisions are made by ``sdcguard.domain``
@@ -103,6 +103,15 @@ class Runtime:
         """Work started from the inventory's changes (kept referenced until done)."""
         self.reports = reports.ReportAdmission(reconciler.writer, settings.report_limits())
         """Admits training jobs' SDCReports, with the caps the settings set."""
+        self.announcer = ticket_sinks.Announcer(
+            self.inventory.tickets.items,
+            reconciler.writer,
+            metrics,
+            records=self.inventory.hardware.get,
+            clock=_now,
+        )
+        """Delivers the tickets' events to their policies' sinks (not a Kopf timer)."""
+        self.stopping = False
 
 
 def _rt(memo: Any) -> Runtime:
@@ -171,6 +180,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         on_node=node_changed,
     )
     rt.background.add(asyncio.ensure_future(_resume_reports(rt)))
+    rt.background.add(asyncio.ensure_future(_announce_tickets(rt)))
     # We post our own Events on transitions; Kopf's per-handler events are noise.
     settings.posting.enabled = False
     settings.posting.level = logging.WARNING
@@ -212,12 +222,21 @@ async def _resume_reports(rt: Runtime) -> None:
         await asyncio.to_thread(rt.reports.resume, lambda n: _node_body(rt, n), _now())
 
 
+async def _announce_tickets(rt: Runtime) -> None:
+    """Once the fleet copy is complete: every ticket's pending event, to its sinks."""
+    if await rt.inventory.wait_synced(lambda: rt.stopping):
+        await rt.announcer.run(lambda: rt.stopping)
+
+
 # Indexes ------------------------------------------------------------------
 
 
 @kopf.on.cleanup()
 async def stop_inventory(memo: kopf.Memo, **_: Any) -> None:
-    _rt(memo).inventory.stop()
+    rt = _rt(memo)
+    rt.stopping = True
+    rt.announcer.stop()
+    rt.inventory.stop()
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
@@ -401,6 +420,9 @@ async def policy_loop(
     probe ended, and all of them every resync period."""
     rt = _rt(memo)
     indexes = {key: kwargs[key] for key in INDEX_NAMES}
+    specs: kopf.Index[str, SDCPolicy] = kwargs["policy_specs_index"]
+    # Kopf's index is live and shared: the announcer reads the tickets' policies from it.
+    rt.announcer.policy = lambda ref: next(iter(specs.get(ref, [])), None)
     settings = rt.settings
     wake = Wake()
     rt.wakes.append(wake)
@@ -449,8 +471,8 @@ async def policy_loop(
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")
 async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, SDCPolicy]:
-    """Every policy, parsed once here for the ticket timer (no GET or parse per ticket
-    and tick); an unreadable one is left out (and logged): its tickets wait for it."""
+    """Every policy, parsed once here for the ticket announcer (no GET or parse per
+    ticket and look); an unreadable one is left out (and logged): its tickets wait."""
     try:
         return {
             name: SDCPolicy.model_validate(
@@ -460,34 +482,6 @@ async def policy_specs_index(body: kopf.Body, name: str, **_: Any) -> dict[str, 
     except ValidationError as exc:  # the API server should have refused it
         log.warning("unreadable SDCPolicy skipped", policy=name, error=str(exc)[:300])
         return {}
-
-
-def _ticket_pending(body: kopf.Body, **_: Any) -> bool:
-    return ticket_sinks.needs_announcing(dict(body))
-
-
-@kopf.timer(GROUP, VERSION, "repairtickets", interval=15, initial_delay=1, when=_ticket_pending)
-def announce_ticket(body: kopf.Body, spec: kopf.Spec, memo: kopf.Memo, **kwargs: Any) -> None:
-    """Deliver ticket events to the policy's sinks (webhook, Jira) until delivered.
-
-    Only tickets with an event left to deliver have a timer (open ones, and closed ones
-    until their closing event is delivered). A receiver that is down only delays the
-    announcement: the quarantine has already happened, and the retry waits for the
-    sink's Retry-After or the back-off.
-    """
-    rt = _rt(memo)
-    ref = str(spec.get("policyRef") or "")
-    specs: kopf.Index[str, Any] = kwargs["policy_specs_index"]
-    policy: SDCPolicy | None = next(iter(specs.get(ref, [])), None)
-    records = rt.inventory.hardware_records()
-    ticket_sinks.announce(
-        dict(body),
-        policy,
-        rt.reconciler.writer,
-        rt.metrics,
-        _now(),
-        records=records.get,
-    )
 
 
 @kopf.on.event(GROUP, VERSION, "sdcreports")

@@ -95,7 +95,7 @@ def test_a_record_past_a_bound_is_refused_naming_it(api_client, crds) -> None:
 
 
 def _ticket_with_history(api: client.ApiClient, history: dict[str, Any]) -> dict[str, Any]:
-    """A RepairTicket whose delivery status keeps ``history``, as the ticket timer writes
+    """A RepairTicket whose delivery status keeps ``history``, as the ticket announcer writes
     it; returns what the API server stored (the ticket is deleted afterwards)."""
     custom = client.CustomObjectsApi(api)
     name = f"bound-{new_case()}"

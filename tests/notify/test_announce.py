@@ -1,4 +1,4 @@
-"""The ticket timer's delivery step against a real HTTP server on 127.0.0.1: the same
+"""The ticket announcer's delivery step against a real HTTP server on 127.0.0.1: the same
 bytes for one event on every attempt, Retry-After and permanent refusals honoured,
 the Jira key written back, Observe and dry-run reaching no sink."""
 
@@ -13,7 +13,7 @@ from kubernetes import client
 
 from sdcguard.adapters import ticket_sinks
 from sdcguard.adapters.kube import KubeWriter
-from sdcguard.api import SDCPolicy, TicketPhase, to_body
+from sdcguard.api import RepairTicket, SDCPolicy, TicketPhase, to_body
 from sdcguard.metrics import Metrics
 from tests.notify.test_notify import NOW, Receiver, Reply, Seen, make_ticket
 
@@ -56,7 +56,8 @@ def _announce(
 ) -> tuple[str, _Writer]:
     writer = kw.pop("writer", None) or _writer()
     policy = kw.pop("policy", None) or _policy({"type": "webhook", "url": rec.url + "/sdc"})
-    outcome = ticket_sinks.announce(body, policy, writer, Metrics(), when, sleep=lambda _: None)
+    ticket = RepairTicket.model_validate(body)
+    outcome = ticket_sinks.announce(ticket, policy, writer, Metrics(), when, sleep=lambda _: None)
     return outcome, writer
 
 
@@ -213,13 +214,13 @@ def test_observe_and_dry_run_reach_no_sink(
     assert rec.seen == [] and w1.patches == [] and w2.patches == []
 
 
-def test_only_tickets_with_an_event_left_have_a_timer() -> None:
-    assert ticket_sinks.needs_announcing(_body())
+def test_only_tickets_with_an_event_left_are_announced() -> None:
+    assert ticket_sinks.needs_announcing(make_ticket())
     closed = make_ticket(phase=TicketPhase.CLOSED)
-    body = to_body(closed)
-    assert ticket_sinks.needs_announcing(body), "the closing event is still to deliver"
+    assert ticket_sinks.needs_announcing(closed), "the closing event is still to deliver"
     from sdcguard.adapters import notify
 
     key = notify.idempotency_key(closed, notify.event_for(closed))
+    body = to_body(closed)
     body["status"]["notification"] = {"delivered": True, "idempotencyKey": key}
-    assert not ticket_sinks.needs_announcing(body)
+    assert not ticket_sinks.needs_announcing(RepairTicket.model_validate(body))

@@ -20,6 +20,7 @@ from sdcguard.api import (
     HardwareFailure,
     HardwareIdentity,
     IdentityKind,
+    RepairTicket,
     Retirement,
     SDCHardwareSpec,
     SDCHardwareStatus,
@@ -118,7 +119,7 @@ def _announce(
 ) -> tuple[str, _Writer]:
     writer = _Writer(api=client.ApiClient(), metrics=Metrics())
     outcome = ticket_sinks.announce(
-        body,
+        RepairTicket.model_validate(body),
         _policy(url),
         writer,
         Metrics(),

@@ -8,8 +8,8 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from sdcguard.builders.probe_job import job_name
 
+from sdcguard.builders.probe_job import job_name
 from tests.operator.harness import (
     GATE,
     GROUP,
@@ -292,9 +292,13 @@ def test_a_release_during_a_test_cancels_the_test_and_its_job(api_client, operat
         assert test["status"]["completionTime"] and "needed now" in test["status"]["message"]
         assert mine == {job_name(test["metadata"]["name"])}
         wait_for(
-            lambda: not [
-                j for j in jobs() if j.metadata.name in mine and j.metadata.deletion_timestamp is None
-            ],
+            lambda: (
+                not [
+                    j
+                    for j in jobs()
+                    if j.metadata.name in mine and j.metadata.deletion_timestamp is None
+                ]
+            ),
             30,
             "the cancelled test's probe Job to be deleted",
         )

@@ -90,6 +90,8 @@ def test_quarantine_reaches_a_webhook_that_was_down(api_client, operator) -> Non
         server.shutdown()
     note = ticket["status"]["notification"]
     assert note["attempts"] >= 3  # two 500s, then 200
+    # Nothing holds the ticket's deletion: no operator is needed to delete it.
+    assert not ticket["metadata"].get("finalizers")
     keys = {h["idempotency-key"] for h, _ in Receiver.received}
     assert len(keys) == 1 and note["idempotencyKey"] in keys
     headers, raw = Receiver.received[-1]
@@ -98,3 +100,32 @@ def test_quarantine_reaches_a_webhook_that_was_down(api_client, operator) -> Non
     assert payload["event"] == "ticket.opened"
     assert payload["ticket"]["nodeName"] == node
     assert payload["ticket"]["evidence"] == ticket["spec"]["evidence"]
+
+
+def test_an_older_releases_kopf_finalizer_leaves_the_tickets(api_client, operator) -> None:
+    """Tickets that an older release's Kopf timer marked with its finalizer (so they
+    could not be deleted with no operator running) lose it; other finalizers stay."""
+    custom = client.CustomObjectsApi(api_client)
+    name = f"old-{uuid.uuid4().hex[:6]}"
+    marker = "kopf.zalando.org/KopfFinalizerMarker"
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RepairTicket",
+        "metadata": {"name": name, "finalizers": ["example.com/keep", marker]},
+        "spec": {"nodeName": name, "policyRef": f"gone-{name}"},
+    }
+    custom.create_cluster_custom_object(GROUP, VERSION, "repairtickets", body)
+    try:
+
+        def finalizers() -> list[str]:
+            got = custom.get_cluster_custom_object(GROUP, VERSION, "repairtickets", name)
+            found: list[str] = got["metadata"].get("finalizers") or []
+            return found
+
+        wait_for(lambda: marker not in finalizers(), 30, "the Kopf finalizer to go")
+        assert finalizers() == ["example.com/keep"]
+    finally:
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, "repairtickets", name, {"metadata": {"finalizers": None}}
+        )
+        custom.delete_cluster_custom_object(GROUP, VERSION, "repairtickets", name)

@@ -313,6 +313,8 @@ class TicketSnapshot:
     opened_at: dt.datetime | None = None
     has_status: bool = False
     ticket: RepairTicket | None = None
+    finalizers: tuple[str, ...] = ()
+    """metadata.finalizers (an older release's Kopf timer left its own on each ticket)."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> TicketSnapshot:
@@ -332,4 +334,5 @@ class TicketSnapshot:
             opened_at=parse_time(status.get("openedAt")) if isinstance(status, Mapping) else None,
             has_status=bool(status),
             ticket=ticket,
+            finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         )

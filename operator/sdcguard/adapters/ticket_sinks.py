@@ -4,29 +4,38 @@ Delivery state lives in the ticket's ``status.notification`` (idempotency key of
 the current event, attempts, last error), so an operator restart resumes where it
 left off and a receiver that is down only delays the announcement: quarantine
 never waits for it. Receivers dedupe on the idempotency key.
+
+:class:`Announcer` is the one loop that does it for the fleet, from the operator's own
+copy of the tickets (``adapters/inventory.py``). It is not a Kopf timer: Kopf puts
+its finalizer on every object that has a timer (a write on each new ticket, made
+between the ticket's creation and the quarantine's node patch, and a ticket that
+cannot be deleted while no operator runs), and lists its resource in one request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import datetime as dt
+import functools
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from sdcguard.adapters import hardware, notify
 from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.api import (
     Mode,
     Notification,
     RepairTicket,
     SDCPolicy,
+    TicketPhase,
     TicketSink,
     set_condition,
     to_body,
@@ -59,17 +68,15 @@ def event_time(ticket: RepairTicket) -> dt.datetime:
     return ticket.metadata.creation_timestamp or dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def needs_announcing(body: dict[str, Any]) -> bool:
+def needs_announcing(ticket: RepairTicket) -> bool:
     """Whether a ticket has an event left to deliver: open tickets (their next event may
     come), and closed ones until their closing event is delivered."""
-    status = body.get("status") or {}
-    if status.get("phase") not in ("Closed", "Retired"):
+    if ticket.status is None or ticket.status.phase not in (
+        TicketPhase.CLOSED,
+        TicketPhase.RETIRED,
+    ):
         return True
-    try:
-        ticket = RepairTicket.model_validate(body)
-    except ValidationError:
-        return False
-    note = ticket.status.notification if ticket.status else Notification()
+    note = ticket.status.notification or Notification()
     return not (
         note.delivered
         and note.idempotency_key == notify.idempotency_key(ticket, notify.event_for(ticket))
@@ -77,7 +84,7 @@ def needs_announcing(body: dict[str, Any]) -> bool:
 
 
 def announce(
-    body: dict[str, Any],
+    ticket: RepairTicket,
     policy: SDCPolicy | None,
     writer: KubeWriter,
     metrics: Metrics,
@@ -93,12 +100,8 @@ def announce(
     carries; it is built at the event's first attempt and kept in
     ``status.notification``, so later attempts send the same bytes. Returns what
     happened, for the log: "no-sinks", "observe", "dry-run", "up-to-date", "waiting",
-    "delivered", "retry", "failed" (a permanent refusal) or "unreadable".
+    "delivered", "retry" or "failed" (a permanent refusal).
     """
-    try:
-        ticket = RepairTicket.model_validate(body)
-    except ValidationError:
-        return "unreadable"
     if policy is None or not policy.spec.repair.ticket_sinks:
         return "no-sinks"
     if policy.spec.mode == Mode.OBSERVE:
@@ -207,3 +210,140 @@ def announce(
     if delivered_all:
         return "delivered"
     return "failed" if permanent else "retry"
+
+
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+"""The finalizer an older release's Kopf timer put on every ticket: removed on sight."""
+
+ANNOUNCE_INTERVAL_SECONDS = 15.0
+"""How often a ticket with an event left is looked at again when it has not changed."""
+
+
+class Announcer:
+    """Every ticket's pending event delivered to its policy's sinks, in a few worker
+    threads (a sink that is slow or down delays only the tickets it is working on).
+
+    A ticket is tried when it first appears, whenever it changes (a new phase, its own
+    notification written back) and every ``interval`` seconds while it has an event
+    left; :func:`announce` then reads its status to decide whether anything is sent
+    (delivered already, or waiting for Retry-After or the back-off). A ticket that does
+    not parse is never tried (the API server validates them).
+
+    ``tickets``: the copy of every ticket by name; ``policy``: an SDCPolicy by name as
+    Kopf's index holds it (None: gone or unreadable, so nothing is sent).
+    """
+
+    def __init__(
+        self,
+        tickets: Callable[[], Mapping[str, TicketSnapshot]],
+        writer: KubeWriter,
+        metrics: Metrics,
+        *,
+        records: Callable[[str], HardwareRecord | None] = lambda _: None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        interval: float = ANNOUNCE_INTERVAL_SECONDS,
+        workers: int = 4,
+    ) -> None:
+        self.tickets = tickets
+        self.writer = writer
+        self.metrics = metrics
+        self.records = records
+        self.clock = clock
+        self.interval = interval
+        self.policy: Callable[[str], SDCPolicy | None] | None = None
+        """Set by the first policy daemon, which holds Kopf's policy index; no ticket is
+        tried before (a ticket's policy would look gone)."""
+        self.pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tickets")
+        self._tried: dict[str, tuple[str, float]] = {}
+        """Each ticket's resourceVersion and monotonic time at its last try."""
+        self._busy: set[str] = set()
+        self._settled: dict[str, str] = {}
+        """Tickets with nothing left to do, at the resourceVersion that showed it."""
+
+    def due(self, now: float) -> list[TicketSnapshot]:
+        """The tickets to try now (``now``: monotonic seconds), oldest try first."""
+        if self.policy is None:
+            return []
+        tickets = self.tickets()
+        for memory in (self._tried, self._settled):
+            for gone in memory.keys() - tickets.keys():
+                del memory[gone]
+        found: list[TicketSnapshot] = []
+        for name, snap in tickets.items():
+            if name in self._busy or snap.ticket is None:
+                continue
+            if self._settled.get(name) == snap.resource_version:
+                continue
+            if KOPF_FINALIZER not in snap.finalizers and not needs_announcing(snap.ticket):
+                self._settled[name] = snap.resource_version
+                continue
+            tried = self._tried.get(name)
+            unchanged = tried is not None and tried[0] == snap.resource_version
+            if unchanged and tried is not None and now - tried[1] < self.interval:
+                continue
+            found.append(snap)
+        found.sort(key=lambda t: self._tried.get(t.name, ("", 0.0))[1])
+        return found
+
+    def attempt(self, snap: TicketSnapshot) -> str:
+        """One ticket (in a worker thread): drop an old Kopf finalizer, then announce."""
+        ticket, policy = snap.ticket, self.policy
+        assert ticket is not None and policy is not None
+        if KOPF_FINALIZER in snap.finalizers:
+            kept = [f for f in snap.finalizers if f != KOPF_FINALIZER]
+            # Guarded by the resourceVersion: a finalizer added meanwhile is not lost.
+            self.writer.patch_custom(
+                "repairtickets",
+                snap.name,
+                {
+                    "metadata": {
+                        "finalizers": kept or None,
+                        "resourceVersion": snap.resource_version,
+                    }
+                },
+            )
+            log.info("old Kopf finalizer removed from ticket", ticket=snap.name)
+            if not needs_announcing(ticket):
+                return "up-to-date"
+        return announce(
+            ticket,
+            policy(ticket.spec.policy_ref) if ticket.spec.policy_ref else None,
+            self.writer,
+            self.metrics,
+            self.clock(),
+            records=self.records,
+        )
+
+    def start_due(self, loop: asyncio.AbstractEventLoop) -> list[asyncio.Future[str]]:
+        """Hand every due ticket to a worker; returns their futures."""
+        now = time.monotonic()
+        started: list[asyncio.Future[str]] = []
+        for snap in self.due(now):
+            self._busy.add(snap.name)
+            self._tried[snap.name] = (snap.resource_version, now)
+            future = loop.run_in_executor(self.pool, self._attempt_logged, snap)
+            future.add_done_callback(functools.partial(self._done, snap.name))
+            started.append(future)
+        return started
+
+    def _done(self, name: str, _: asyncio.Future[str]) -> None:
+        self._busy.discard(name)
+
+    def _attempt_logged(self, snap: TicketSnapshot) -> str:
+        try:
+            return self.attempt(snap)
+        except Exception as exc:  # an API error: the next look tries again
+            log.warning(
+                "ticket announcement not done; will retry", ticket=snap.name, error=str(exc)[:300]
+            )
+            return "error"
+
+    async def run(self, stopped: Callable[[], bool], tick: float = 1.0) -> None:
+        """Look for due tickets every ``tick`` seconds until ``stopped()``."""
+        loop = asyncio.get_running_loop()
+        while not stopped():
+            self.start_due(loop)
+            await asyncio.sleep(tick)
+
+    def stop(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
