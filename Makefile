@@ -31,6 +31,10 @@ venv: $(VENV)/.complete
 # No file prerequisite: the path is keyed by the dependency list, so a change of
 # dependencies makes a new venv, and editing tool settings in pyproject.toml does not.
 $(VENV)/.complete:
+	@if [ -e "$(VENV)" ] && [ ! -f "$(VENV)/pyvenv.cfg" ]; then \
+		echo "[venv] $(VENV) is not a venv (no pyvenv.cfg): not replacing it; VENV names a venv's folder, not its bin/" >&2; \
+		exit 2; \
+	fi
 	@echo "[venv] creating $(VENV) (first time on this machine: torch + torch-xla, ~4 GB download)"
 	@rm -rf $(VENV) && $(PYTHON3) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
