@@ -10,6 +10,7 @@ after a crash adds nothing.
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -140,6 +141,31 @@ class Writer(Protocol):
     def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> Any: ...
 
 
+_RECORD_WRITERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="hardware")
+
+
+def _write_records(
+    writer: Writer, writes: Sequence[tuple[str, dict[str, Any] | None, dict[str, Any]]]
+) -> None:
+    """Each record's create (None: it exists) and status patch, the records side by side:
+    a host's three records are written before the quarantine's node patch, and one after
+    the other they cost six round trips there instead of two."""
+
+    def one(name: str, body: dict[str, Any] | None, status: dict[str, Any]) -> None:
+        if body is not None:
+            writer.create_custom(PLURAL_HARDWARE, body)  # None: it exists (a repeat)
+        writer.patch_custom_status(PLURAL_HARDWARE, name, status)
+
+    if len(writes) <= 1:
+        for name, body, status in writes:
+            one(name, body, status)
+        return
+    futures = [_RECORD_WRITERS.submit(one, *w) for w in writes]
+    concurrent.futures.wait(futures)
+    for future in futures:
+        future.result()  # the first error, as a sequential write would have raised it
+
+
 def record(
     writer: Writer,
     node: NodeSnapshot,
@@ -177,6 +203,7 @@ def record(
         else None
     )
     written: list[str] = []
+    writes: list[tuple[str, dict[str, Any] | None, dict[str, Any]]] = []
     recognised: tuple[str, bool] | None = None
     retired = False
     for hw in identity.trusted:
@@ -201,6 +228,7 @@ def record(
                 if recognised_before is not None:
                     recognised_before.add(key)
         retired = retired or (status.retired is not None and (old is None or not old.retired))
+        body = None
         if known is None:
             body = to_body(
                 SDCHardware(
@@ -208,11 +236,11 @@ def record(
                     spec=SDCHardwareSpec(kind=hw.kind, id=hw.value[:253]),
                 )
             )
-            writer.create_custom(PLURAL_HARDWARE, body)  # None: it exists (a repeat)
         fields = ("failures", "total_failures", "nodes", "last_node", "retired", "untrusted")
-        writer.patch_custom_status(PLURAL_HARDWARE, name, to_patch(status, *fields, "conditions"))
+        writes.append((name, body, to_patch(status, *fields, "conditions")))
         counts["hardware-records-written"] += 1
         written.append(name)
+    _write_records(writer, writes)
     if metrics is not None and recognised is not None:
         kind, was_retired = recognised
         metrics.hardware_recognised.labels(kind=kind, retired=str(was_retired).lower()).inc()

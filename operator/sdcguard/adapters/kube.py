@@ -8,6 +8,7 @@ kind (a metric and a per-pass counter), honours ``dry_run``, and turns a
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -60,13 +61,17 @@ class KubeWriter:
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        # The pass, the ticket announcer's workers and a pass's parallel hardware
+        # writes count through one writer.
+        self._counting = threading.Lock()
 
     def _count(self, kind: str) -> bool:
         """Record one write; returns False in dry-run (caller must not send). Raises
         :class:`NotLeading` when a replica that lost its Lease tries to write."""
         if self.leading is not None and not self.leading():
             raise NotLeading(f"{kind} refused: this replica does not hold the leader Lease")
-        self.writes[kind] += 1
+        with self._counting:
+            self.writes[kind] += 1
         self.metrics.api_writes.labels(kind=kind).inc()
         if self.dry_run:
             log.info("dry-run: skipped write", kind=kind)

@@ -1,0 +1,82 @@
+"""How one RecordHardware reaches the API: a host's records are written side by side
+(they come before the quarantine's node patch), and a refused write still lets the
+other records be written before the error is raised."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sdcguard.adapters import hardware
+from sdcguard.api import FailureKind
+from sdcguard.domain.lifecycle import RecordHardware
+from sdcguard.domain.observed import NodeSnapshot
+from tests.unit.factories import NOW
+
+
+def _host() -> NodeSnapshot:
+    return NodeSnapshot.from_body(
+        {
+            "metadata": {"name": "gpu-1", "uid": "u-1", "resourceVersion": "1"},
+            "spec": {"providerID": "aws:///us-east-1a/i-0abc123"},
+            "status": {
+                "nodeInfo": {
+                    "systemUUID": "ec2a1b2c-3d4e-5f60-7182-93a4b5c6d7e8",
+                    "machineID": "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+                }
+            },
+        }
+    )
+
+
+class _Writer:
+    """Each create waits for the others: only writes made side by side get through."""
+
+    def __init__(self, parties: int, refuse: str = "") -> None:
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.refuse = refuse
+        self.lock = threading.Lock()
+        self.created: list[str] = []
+        self.patched: list[str] = []
+
+    def create_custom(self, plural: str, body: dict[str, Any]) -> Any:
+        self.barrier.wait()
+        with self.lock:
+            self.created.append(body["metadata"]["name"])
+        return body
+
+    def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> Any:
+        if name.startswith(self.refuse) and self.refuse:
+            raise RuntimeError(f"{name}: refused")
+        with self.lock:
+            self.patched.append(name)
+        return status
+
+
+def _identity() -> hardware.Identity:
+    identity = hardware.node_identity(_host(), {})
+    assert len(identity.trusted) == 3, "provider ID, system UUID and machine ID"
+    return identity
+
+
+ACTION = RecordHardware(FailureKind.QUARANTINED, test="gpu-1-abcde-2", ticket="gpu-1-abcde-1")
+
+
+def test_a_hosts_records_are_written_side_by_side() -> None:
+    writer = _Writer(parties=3)
+    counts: Counter[str] = Counter()
+    written = hardware.record(writer, _host(), _identity(), {}, ACTION, NOW, counts)
+    assert sorted(writer.created) == sorted(written) and len(written) == 3
+    assert sorted(writer.patched) == sorted(written), "each record's status after its create"
+    assert counts["hardware-records-written"] == 3
+
+
+def test_a_refused_write_raises_after_the_other_records_are_written() -> None:
+    writer = _Writer(parties=3, refuse="system-")
+    with pytest.raises(RuntimeError, match="refused"):
+        hardware.record(writer, _host(), _identity(), {}, ACTION, NOW, Counter())
+    assert len(writer.created) == 3
+    assert sorted(n.split("-")[0] for n in writer.patched) == ["machine", "provider"]
