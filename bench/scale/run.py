@@ -17,7 +17,9 @@ Measured per size (see ``bench/results/scale.md`` for the table):
 - time to qualify the fleet;
 - probe Pod termination to node released (gate/testing taints gone) and to the
   quarantine taint (the confirming re-run's Pod), p50/p99, and the same API
-  server's latency for one raw node patch (50 patches) as a yardstick;
+  server's latency for one raw node patch as a yardstick: 50 patches in a quiet
+  moment, and one every 0.5 s during each latency phase (the 10x targets are judged
+  against the patches of the same phase, under the same load);
 - join to probe Job created (p50/p99) for nodes that join the qualified fleet;
 - API requests and writes per node and lifecycle (audit log), writes per clean
   qualification by kind;
@@ -368,6 +370,13 @@ def quarantine_breakdown(
                 "to_patch_s": round(patch.at - after[0].at, 4),
                 "patch_to_seen_s": round(mark - patch.at, 4),
                 "writes_before_patch": [r.kind for r in after if r.at < patch.at],
+                # SDCHardware records are named after the hardware, not the node: the
+                # ones written between the node's first write and its patch.
+                "hardware_writes_before_patch": [
+                    r.kind
+                    for r in auditlog.between(after[0].at, patch.at)
+                    if r.write and r.resource.startswith("sdchardwares") and r.at < patch.at
+                ],
             }
         )
     rows.sort(key=lambda r: -float(r["total_s"]))
@@ -395,6 +404,43 @@ def raw_patch_latency(admin: client.ApiClient, name: str, count: int) -> list[fl
         out.append(time.perf_counter() - t0)
         time.sleep(0.05)
     return out
+
+
+class PatchProbe(threading.Thread):
+    """Raw node patches every ``every`` seconds while a phase runs, the yardstick taken
+    under the same load as that phase's latencies (the quiet measurement above comes
+    after the steady-state window, when the fleet has nothing to do)."""
+
+    def __init__(self, admin: client.ApiClient, name: str, every: float = 0.5) -> None:
+        super().__init__(daemon=True, name="patch-probe")
+        self.core = client.CoreV1Api(admin)
+        self.node = name
+        self.every = every
+        self.samples: list[tuple[float, float]] = []
+        """(wall time sent, seconds to the answer)."""
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.halt.wait(self.every):
+            i += 1
+            sent, t0 = time.time(), time.perf_counter()
+            try:
+                self.core.patch_node(
+                    self.node,
+                    {"metadata": {"labels": {"bench/phase-patch": str(i)}}},
+                    _preload_content=False,
+                )
+            except Exception:  # the API server is busy or gone: this sample is lost
+                continue
+            self.samples.append((sent, time.perf_counter() - t0))
+
+    def between(self, t0: float, t1: float) -> list[float]:
+        return [lat for at, lat in self.samples if t0 <= at <= t1]
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
 
 
 def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, Any]:
@@ -653,6 +699,8 @@ def measure(
 
     if not wait(synced, 900, every=0.2):
         raise RuntimeError("the operator never ran a pass over the whole fleet; see its log")
+    busy_patches = PatchProbe(admin, "bench-raw-patch")
+    busy_patches.start()
     first = next(p for p in tail.passes if p.get("nodes", 0) >= n)
     first_write = min(
         (r.at for r in auditlog.between(started, first["_at"]) if r.write), default=None
@@ -694,6 +742,8 @@ def measure(
 
     done = wait(qualified, qualify_timeout, every=0.5, tick=tick)
     qualified_at = time.time()
+    busy_patches.stop()
+    out["raw_node_patch_while_qualifying_s"] = summary(busy_patches.between(0, qualified_at))
     tick()
     out["qualify_s"] = round(qualified_at - started, 1)
     out["qualified_all"] = done
@@ -872,6 +922,8 @@ def measure(
     kubelet.sdc_nodes.update(sick_joiners)
     fine_joiners = [x for x in joiners if x not in sick_joiners]
     joined_at: dict[str, float] = {}
+    join_patches = PatchProbe(admin, "bench-raw-patch")
+    join_patches.start()
     for name in joiners:
         register_nodes(admin, [name], threads=1, created_at=joined_at)
         time.sleep(0.5)
@@ -887,6 +939,8 @@ def measure(
             180,
             every=0.5,
         )
+    join_patches.stop()
+    out["raw_node_patch_qualified_fleet_s"] = summary(join_patches.between(0, time.time()))
     out["fresh_join_release_latency_s"] = summary(
         release_latencies(fine_joiners, nodes, kubelet, quarantine=False)
     )
@@ -991,20 +1045,26 @@ def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
         untouched, lists = big["idle"]["writes_to_untouched_nodes"], big["idle"]["lists"]
         out["zero_writes_for_nodes_with_nothing_to_do"] = {"value": untouched, "met": not untouched}
         out["steady_state_watches_only_no_list"] = {"value": lists, "met": lists == 0}
-    for key, what in (
-        ("quarantine_latency_s", "quarantine_while_qualifying"),
-        ("release_latency_s", "release_while_qualifying"),
-        ("fresh_join_quarantine_latency_s", "quarantine_on_qualified_fleet"),
-        ("fresh_join_release_latency_s", "release_on_qualified_fleet"),
+    for key, what, phase in (
+        ("quarantine_latency_s", "quarantine_while_qualifying", "while_qualifying"),
+        ("release_latency_s", "release_while_qualifying", "while_qualifying"),
+        ("fresh_join_quarantine_latency_s", "quarantine_on_qualified_fleet", "qualified_fleet"),
+        ("fresh_join_release_latency_s", "release_on_qualified_fleet", "qualified_fleet"),
     ):
         p99 = big[key]["p99"]
-        ratio = round(p99 / raw, 1) if p99 is not None and raw else None
+        # The yardstick is the raw patch measured during the same phase, under the same
+        # load (runs before it had only the quiet one, which is kept beside it).
+        same = (big.get(f"raw_node_patch_{phase}_s") or {}).get("p99")
+        yardstick = same or raw
+        ratio = round(p99 / yardstick, 1) if p99 is not None and yardstick else None
         out[f"p99_{what}_under_2s"] = {
             "value": p99,
             "met": p99 is not None and p99 < TARGETS["p99_termination_to_taint_s"],
         }
         out[f"p99_{what}_under_10x_raw_patch_p99"] = {
             "value": ratio,
+            "yardstick": "raw patch during the phase" if same else "quiet raw patch",
+            "over_quiet_patch": round(p99 / raw, 1) if p99 is not None and raw else None,
             "met": ratio is not None and ratio < TARGETS["taint_over_raw_patch"],
         }
     wpq = big["writes_per_clean_qualification"]
