@@ -193,9 +193,15 @@ def markdown(doc: dict[str, Any]) -> str:
         ),
     )
     row(
-        "Restart: copy against a LIST (nodes, probe Pods, probe Jobs)",
-        lambda r: ", ".join(
-            f"{v['mirror']}/{v['list']}" for v in r["restart"]["copy_against_list"].values()
+        "Restart: copy against a LIST (nodes, probe Pods, probe Jobs; + Jobs created after"
+        " the copy), process restarts",
+        lambda r: (
+            ", ".join(
+                f"{v['mirror']}/{v['list']}"
+                + (f" (+{v['created_since_copy']})" if "created_since_copy" in v else "")
+                for v in r["restart"]["copy_against_list"].values()
+            )
+            + f"; {len(r['restart'].get('process_restarts', []))}"
         ),
     )
     row(

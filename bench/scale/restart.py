@@ -78,6 +78,19 @@ class Replica:
     passes: list[tuple[float, int]] = field(default_factory=list)
     """(time, nodes) of each reconcile pass."""
     lead_at: float | None = None
+    since: float = 0.0
+    """Wall time of the process's last start: the log is read from there."""
+    restarts: list[int] = field(default_factory=list)
+    """Exit codes of the processes that ended and were started again."""
+
+    def keep_running(self) -> None:
+        """Start the process again if it ended, as the kubelet restarts a container (a
+        leader that cannot renew its Lease exits, and comes back as a standby)."""
+        proc = self.proc.proc
+        if proc is not None and proc.poll() is not None:
+            self.restarts.append(proc.returncode)
+            self.since = time.time()
+            self.proc.start()
 
     def read_log(self) -> None:
         self.synced.clear()
@@ -95,6 +108,8 @@ class Replica:
             at = dt.datetime.fromisoformat(
                 str(doc.get("timestamp", "")).replace("Z", "+00:00")
             ).timestamp()
+            if at < self.since:
+                continue
             if event == "mirror synced":
                 self.synced.setdefault(str(doc.get("kind")), (at, int(doc.get("objects", 0))))
             elif event == "leading":
@@ -232,6 +247,7 @@ class Phases:
         new = self.replica(audit.OPERATOR_USER, config, "restarted")
 
         def full_pass() -> bool:
+            new.keep_running()
             new.read_log()
             return any(nodes >= self.n for _, nodes in new.passes)
 
@@ -240,6 +256,7 @@ class Phases:
         proxy.calm()
         out["faults_injected"] = dict(proxy.injected)
         listed = _listed(self.admin)
+        listed_at = time.time()
         settled = _wait(
             lambda: all(
                 self.nodes.states().get(x) == ("Quarantined" if x in sick else "Qualified")
@@ -267,10 +284,22 @@ class Phases:
         out["writes_before_complete_copy"] = sum(
             1 for r in writes if r.resource != "leases" and (synced_at is None or r.at < synced_at)
         )
+        # The copy is counted as it completed, the LIST after the first full pass: the
+        # Jobs the operator created in between (each with its Pod) are told apart.
+        created = sum(
+            1
+            for r in _writes(self.auditlog, synced_at or listed_at, listed_at)
+            if r.kind == "create jobs"
+        )
         out["copy_against_list"] = {
-            kind: {"mirror": new.synced.get(kind, (0.0, None))[1], "list": count}
+            kind: {
+                "mirror": new.synced.get(kind, (0.0, None))[1],
+                "list": count,
+                **({"created_since_copy": created} if kind.startswith("probe-") else {}),
+            }
             for kind, count in listed.items()
         }
+        out["process_restarts"] = list(new.restarts)
         marks = [
             rec.quarantined[0]
             for x in sick
