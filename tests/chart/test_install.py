@@ -21,6 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.chart.helm import CHART, ROOT, run_helm
 from tests.cluster.localcluster import LocalCluster, free_port, kubeconfig_text
+from tests.e2e.helpers import refusals
 
 pytestmark = pytest.mark.cluster
 
@@ -251,9 +252,6 @@ def test_eviction_is_granted_only_while_a_policy_drains(release: Release) -> Non
     assert not _can_i(release, "create", "pods/eviction", "team-a")
 
 
-PERMISSION_ERRORS = ("Not enough permissions", "Forbidden", "forbidden", " 403")
-
-
 def test_operator_starts_under_the_chart_rbac(
     release: Release, api_client: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -324,7 +322,7 @@ def test_operator_starts_under_the_chart_rbac(
     text = log_path.read_text(errors="replace")
     assert exited is None, f"the operator exited early ({exited}):\n{text[-3000:]}"
     assert alive, f"the liveness endpoint never answered:\n{text[-3000:]}"
-    problems = [line for line in text.splitlines() if any(e in line for e in PERMISSION_ERRORS)]
+    problems = refusals(text.splitlines())
     assert not problems, "permission errors under the chart's RBAC:\n" + "\n".join(problems[:20])
 
 

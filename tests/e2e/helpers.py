@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,7 +10,9 @@ from dataclasses import dataclass
 from sdcguard.sim.demo import DemoResult
 from sdcguard.sim.demo_report import PlainDisplay
 
-PERMISSION_ERRORS = ("Forbidden", "forbidden", "Not enough permissions", " 403")
+PERMISSION_ERRORS = re.compile(r"Forbidden|forbidden|Not enough permissions|(?<![\w.])403(?![\w.])")
+"""What a refusal by RBAC looks like in a log line; 403 only as a number of its own (a
+probe's message may count, say, 403383 corruptions)."""
 
 
 @dataclass(frozen=True)
@@ -32,10 +35,14 @@ def explain(result: DemoResult) -> str:
     return f"{result.outcome}\n--- operator log (tail) ---\n{tail}"
 
 
+def refusals(lines: Sequence[str]) -> list[str]:
+    """The log lines that say RBAC refused something."""
+    return [line for line in lines if PERMISSION_ERRORS.search(line)]
+
+
 def permission_errors(result: DemoResult) -> list[str]:
     """Operator log lines that say the chart's RBAC refused something."""
-    text = result.operator_log.read_text(errors="replace")
-    return [line for line in text.splitlines() if any(e in line for e in PERMISSION_ERRORS)]
+    return refusals(result.operator_log.read_text(errors="replace").splitlines())
 
 
 def in_order(wanted: Sequence[object], seen: Sequence[object]) -> bool:

@@ -61,7 +61,7 @@ from sdcguard.sim.fleet import FaultProfile
 from sdcguard.sim.kube import Kube
 from tests.cluster.dra_claims import RULES, Env
 from tests.cluster.localcluster import LocalCluster
-from tests.e2e.helpers import PERMISSION_ERRORS
+from tests.e2e.helpers import refusals
 from tests.operator.harness import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -339,6 +339,6 @@ def test_a_node_with_one_failing_gpu_keeps_serving_claims_on_the_others(run: Run
     env.cleanup()
     # The chart's RBAC (rbac.allowDeviceTaints) let the operator do all of it.
     log = run.operator.log_path.read_text(errors="replace").splitlines()
-    refused = [line for line in log if any(e in line for e in PERMISSION_ERRORS)]
+    refused = refusals(log)
     assert not refused, refused[:10]
     print("device scope e2e seconds:", {k: round(v, 1) for k, v in marks.items()})
