@@ -317,11 +317,11 @@ class ReconcilerState:
     _told_overlap: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """Overlaps already logged and told in an Event, by node."""
     _told_forbidden: set[str] = field(default_factory=set)
+    """Nodes whose replacement a missing permission refused, told once each."""
     recognised: set[str] = field(default_factory=set)
     """Nodes (uid, else name) already counted as recognised hardware: a record's status
     can lag behind the next pass, and one action writes the host's and its GPUs'
     records, while the metric counts a Node's recognition once."""
-    """Nodes whose replacement a missing permission refused, told once each."""
 
     _device_taints: DeviceTaints | None = None
 
