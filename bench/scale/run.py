@@ -392,16 +392,19 @@ def quarantine_breakdown(
     }
 
 
+def timed_label_patch(core: client.CoreV1Api, name: str, key: str, value: str) -> float:
+    """Seconds for one one-label merge patch of a node, with the same client library."""
+    t0 = time.perf_counter()
+    core.patch_node(name, {"metadata": {"labels": {key: value}}}, _preload_content=False)
+    return time.perf_counter() - t0
+
+
 def raw_patch_latency(admin: client.ApiClient, name: str, count: int) -> list[float]:
-    """Round trips of a one-label merge patch on a node, with the same client library."""
+    """Round trips of a one-label merge patch on a node, in a row."""
     core = client.CoreV1Api(admin)
     out = []
     for i in range(count):
-        t0 = time.perf_counter()
-        core.patch_node(
-            name, {"metadata": {"labels": {"bench/raw-patch": str(i)}}}, _preload_content=False
-        )
-        out.append(time.perf_counter() - t0)
+        out.append(timed_label_patch(core, name, "bench/raw-patch", str(i)))
         time.sleep(0.05)
     return out
 
@@ -424,16 +427,12 @@ class PatchProbe(threading.Thread):
         i = 0
         while not self.halt.wait(self.every):
             i += 1
-            sent, t0 = time.time(), time.perf_counter()
+            sent = time.time()
             try:
-                self.core.patch_node(
-                    self.node,
-                    {"metadata": {"labels": {"bench/phase-patch": str(i)}}},
-                    _preload_content=False,
-                )
+                took = timed_label_patch(self.core, self.node, "bench/phase-patch", str(i))
             except Exception:  # the API server is busy or gone: this sample is lost
                 continue
-            self.samples.append((sent, time.perf_counter() - t0))
+            self.samples.append((sent, took))
 
     def between(self, t0: float, t1: float) -> list[float]:
         return [lat for at, lat in self.samples if t0 <= at <= t1]

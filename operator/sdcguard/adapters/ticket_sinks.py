@@ -277,10 +277,9 @@ class Announcer:
             if KOPF_FINALIZER not in snap.finalizers and not needs_announcing(snap.ticket):
                 self._settled[name] = snap.resource_version
                 continue
-            tried = self._tried.get(name)
-            unchanged = tried is not None and tried[0] == snap.resource_version
-            if unchanged and tried is not None and now - tried[1] < self.interval:
-                continue
+            version, at = self._tried.get(name, ("", -self.interval))
+            if version == snap.resource_version and now - at < self.interval:
+                continue  # unchanged since its last try, and tried not long ago
             found.append(snap)
         found.sort(key=lambda t: self._tried.get(t.name, ("", 0.0))[1])
         return found
