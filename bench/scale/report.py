@@ -309,6 +309,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 extra += f" (against the {item['yardstick']}; {quiet}x the quiet one)"
             lines.append(f"- {key.replace('_', ' ')}: {item['value']}{extra} — {mark}")
         lines.append("")
+    lines += _fit_lines(runs)
     lines += [
         "## Writes per clean qualification, by kind (mean per node)",
         "",
@@ -392,22 +393,102 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+FITTED = (
+    ("operator start → first pass over all nodes", lambda r: r.get("first_full_pass_done_s"), "s"),
+    ("operator peak RSS", lambda r: r["operator"]["peak_rss_mb"], "MB"),
+    ("time to qualify the fleet", lambda r: r.get("qualify_s"), "s"),
+    (
+        "restart under faults: first quarantine",
+        lambda r: (r.get("restart") or {}).get("first_quarantine_after_restart_s"),
+        "s",
+    ),
+    (
+        "restart under faults: copy complete",
+        lambda r: (r.get("restart") or {}).get("mirrors_synced_s"),
+        "s",
+    ),
+)
+
+
+def _newest_by_size(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The newest run of each fleet size, by size."""
+    newest: dict[int, dict[str, Any]] = {}
+    for run in runs:
+        n = int(run["nodes"])
+        if n not in newest or str(run.get("run_at", "")) > str(newest[n].get("run_at", "")):
+            newest[n] = run
+    return dict(sorted(newest.items()))
+
+
+def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """Least squares y = a + b·x over the points: (a, b, r²); None for fewer than 3
+    points or no spread in x."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    a = my - b * mx
+    ss_tot = sum((y - my) ** 2 for _, y in points)
+    ss_res = sum((y - a - b * x) ** 2 for x, y in points)
+    return a, b, (1 - ss_res / ss_tot) if ss_tot else 1.0
+
+
+def _fit_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """Each figure against fleet size, one run a size (the newest), fitted as a line."""
+    newest = _newest_by_size(runs)
+    out = []
+    for what, value, unit in FITTED:
+        points = [(float(n), float(v)) for n, r in sorted(newest.items()) if (v := value(r))]
+        fit = linear_fit(points)
+        if fit is None:
+            continue
+        a, b, r2 = fit
+        sizes = ", ".join(f"{int(x):,}" for x, _ in points)
+        out.append(
+            f"- {what}: {a:.3g} {unit} + {b * 1000:.3g} {unit} per 1,000 nodes, "
+            f"r² = {r2:.3f} ({sizes} nodes)"
+        )
+    if not out:
+        return []
+    return [
+        "## Against fleet size (y = a + b·nodes, the newest run of each size)",
+        "",
+        *out,
+        "",
+    ]
+
+
 def plot(doc: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = doc["runs"]
+    # One line through the newest run of each size; the other runs as faint dots.
+    runs = list(_newest_by_size(doc["runs"]).values())
+    others = [r for r in doc["runs"] if all(r is not n for n in runs)]
     xs = [r["nodes"] for r in runs]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
 
+    def series(ax: Any, value: Any, label: str) -> None:
+        line = ax.plot(xs, [value(r) for r in runs], "o-", label=label)[0]
+        dots = [(r["nodes"], value(r)) for r in others]
+        dots = [(x, y) for x, y in dots if y is not None]
+        if dots:
+            ax.plot(*zip(*dots, strict=True), ".", color=line.get_color(), alpha=0.4)
+
     ax = axes[0][0]
-    ax.plot(xs, [r["operator"]["peak_rss_mb"] for r in runs], "o-", label="operator peak RSS")
-    ax.axhline(300, color="red", linestyle=":", label="target 300 MB")
+    series(ax, lambda r: r["operator"]["peak_rss_mb"], "operator peak RSS")
+    ax.axhline(300, color="red", linestyle=":", label="target 300 MB (5,000 nodes)")
+    ax.axhline(1000, color="darkred", linestyle=":", label="target 1 GB (20,000 nodes)")
     ax.set_ylabel("MB")
     ax.set_title("Memory")
-    ax.legend()
+    ax.legend(fontsize=8)
 
     ax = axes[0][1]
     for key, label in (
@@ -416,7 +497,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         ("join_to_job_s", "join → Job p99"),
         ("raw_node_patch_s", "raw node patch p99"),
     ):
-        ax.plot(xs, [r[key]["p99"] for r in runs], "o-", label=label)
+        series(ax, lambda r, key=key: r[key]["p99"], label)
     ax.axhline(2.0, color="red", linestyle=":", label="target 2 s")
     ax.set_yscale("log")
     ax.set_ylabel("seconds")
@@ -424,23 +505,28 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=8)
 
     ax = axes[1][0]
-    ax.plot(xs, [r["qualify_s"] for r in runs], "o-", label="qualify whole fleet")
-    ax.plot(xs, [r["initial_sync_s"] for r in runs], "o-", label="initial sync")
-    ax.plot(xs, [r["pass_cost"]["pass_s_median"] for r in runs], "o-", label="one reconcile pass")
+    series(ax, lambda r: r["qualify_s"], "qualify whole fleet")
+    series(ax, lambda r: r.get("first_full_pass_done_s"), "start → first pass over all nodes")
+    series(
+        ax,
+        lambda r: (r.get("restart") or {}).get("first_quarantine_after_restart_s"),
+        "restart under faults → first quarantine",
+    )
+    series(ax, lambda r: r["pass_cost"]["pass_s_median"], "one reconcile pass")
+    ax.axhline(60, color="red", linestyle=":", label="target 60 s")
     ax.set_yscale("log")
     ax.set_ylabel("seconds")
     ax.set_title("Time")
     ax.legend(fontsize=8)
 
     ax = axes[1][1]
-    ax.plot(xs, [r["requests"]["per_node"] for r in runs], "o-", label="requests / node")
-    ax.plot(
-        xs,
-        [r["writes_per_clean_qualification"]["median"] for r in runs],
-        "o-",
-        label="writes / clean qualification",
+    series(ax, lambda r: r["requests"]["per_node"], "requests / node")
+    series(
+        ax,
+        lambda r: r["writes_per_clean_qualification"]["median"],
+        "writes / clean qualification",
     )
-    ax.plot(xs, [r["idle"]["node_writes"] for r in runs], "o-", label="idle node writes")
+    series(ax, lambda r: r["idle"]["node_writes"], "idle node writes")
     ax.axhline(6, color="red", linestyle=":", label="target 6 writes")
     ax.set_ylabel("requests")
     ax.set_title("API requests (audit log)")

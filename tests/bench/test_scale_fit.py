@@ -1,0 +1,70 @@
+"""The scale report's fits against fleet size: a line through the newest run of each
+size, and the targets' memory limit by size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.scale import report
+from bench.scale.run import evaluate_targets, qualify_seconds
+
+
+def _run(nodes: int, at: str, first_pass: float, rss: float) -> dict[str, Any]:
+    return {
+        "nodes": nodes,
+        "run_at": at,
+        "first_full_pass_done_s": first_pass,
+        "operator": {"peak_rss_mb": rss},
+        "qualify_s": None,
+    }
+
+
+def test_a_line_is_fitted_exactly_and_a_curve_is_not() -> None:
+    assert report.linear_fit([(1.0, 3.0), (2.0, 5.0), (4.0, 9.0)]) == pytest.approx((1, 2, 1))
+    squares = report.linear_fit([(x, x * x) for x in (1.0, 2.0, 3.0, 4.0, 10.0)])
+    assert squares is not None and squares[2] < 0.99
+    assert report.linear_fit([(1.0, 1.0), (2.0, 2.0)]) is None  # two points prove nothing
+    assert report.linear_fit([(5.0, 1.0), (5.0, 2.0), (5.0, 3.0)]) is None
+
+
+def test_the_fit_takes_the_newest_run_of_each_size() -> None:
+    runs = [
+        _run(1000, "2026-12-01T10:00Z", 99.0, 100),  # older: left out
+        _run(1000, "2026-12-02T10:00Z", 4.0, 100),
+        _run(5000, "2026-12-02T11:00Z", 12.0, 200),
+        _run(10000, "2026-12-02T12:00Z", 22.0, 325),
+    ]
+    lines = report._fit_lines(runs)
+    first = next(line for line in lines if line.startswith("- operator start"))
+    assert "2 s per 1,000 nodes" in first and "r² = 1.000" in first
+    assert "(1,000, 5,000, 10,000 nodes)" in first
+    assert not any("qualify" in line for line in lines)  # no values, no line
+
+
+def test_memory_is_held_to_300_mb_to_5000_nodes_and_1_gb_above() -> None:
+    def run(nodes: int, rss: float) -> dict[str, Any]:
+        latency = {"p99": 0.1}
+        return {
+            "nodes": nodes,
+            "operator": {"peak_rss_mb": rss},
+            "raw_node_patch_s": {"p99": 0.05},
+            "idle": {"node_writes": 0},
+            "quarantine_latency_s": latency,
+            "release_latency_s": latency,
+            "fresh_join_quarantine_latency_s": latency,
+            "fresh_join_release_latency_s": latency,
+            "writes_per_clean_qualification": {"max": 6, "max_without_events": 6},
+        }
+
+    assert evaluate_targets([run(5000, 310)])["rss_under_300mb"]["met"] is False
+    big = evaluate_targets([run(5000, 240), run(10000, 450)])
+    assert big["at_nodes"] == 10000 and big["rss_under_1gb"] == {"value": 450, "met": True}
+    assert "rss_under_300mb" not in big
+
+
+def test_the_qualify_timeout_grows_with_the_fleet() -> None:
+    assert qualify_seconds(100) == 1500
+    assert qualify_seconds(5000) == pytest.approx(1750)
+    assert qualify_seconds(20000) == pytest.approx(7000)
