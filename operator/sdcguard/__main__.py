@@ -2,9 +2,13 @@
 
 Cluster-wide, with Kopf's liveness endpoint; Kopf's peering is not used. One replica by
 default. With ``SDCGUARD_LEADER_ELECTION=true`` (the chart's ``replicas: 2``) the
-process first lists and watches Nodes and Pods and campaigns for the leader Lease,
-answering the liveness probe meanwhile; only once it holds the Lease does it start
-Kopf, and it exits if it stops holding it (``adapters/leader.py``).
+process first lists and watches the fleet (its inventory) and campaigns for the leader
+Lease, answering the liveness probe meanwhile; only while it holds the Lease does it
+run Kopf (``adapters/leader.py``). A leader that loses the Lease refuses every write at
+once, stops Kopf and stands by again in the same process, its copy of the fleet still
+warm, so a lost renewal costs no relist; if Kopf has not stopped before another
+replica may take the Lease over (``lease_duration - renew_deadline``), the process
+exits instead and restarts as a standby.
 Credentials: in-cluster in a Pod, else KUBECONFIG (``--kubeconfig``).
 """
 
@@ -66,47 +70,122 @@ def main(argv: list[str] | None = None) -> int:
     import sdcguard.handlers  # noqa: F401  (registers the handlers)
 
     memo = kopf.Memo()
-    elector = None
-    if settings.leader_election:
-        elector = _stand_by(settings, memo, args.liveness)
-    try:
+    if not settings.leader_election:
         kopf.run(
             clusterwide=True,
             standalone=True,
             liveness_endpoint=args.liveness or None,
             memo=memo,
         )
-    finally:
-        if elector is not None:
-            elector.release()
-    return 0
+        return 0
+    return _lead_while_elected(settings, memo, args.liveness)
 
 
-def _stand_by(settings: Any, memo: Any, liveness: str) -> Any:
-    """Warm the inventory and wait for the leader Lease; returns the elector."""
-    import datetime as dt
-    import socket
+def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
+    """Warm the inventory once; run Kopf for each term of the Lease; stand by between
+    terms. Returns when Kopf stops while the Lease is held (SIGTERM, SIGINT)."""
+    import kopf
+    import structlog
 
-    from sdcguard.adapters.inventory import Inventory
-    from sdcguard.adapters.kube import make_api_client
-    from sdcguard.adapters.leader import LeaderElector
     from sdcguard.logs import configure_logging
 
     configure_logging(settings.log_format, settings.log_level)
-    api = make_api_client()
+    log = structlog.get_logger("sdcguard")
+    memo.inventory = _warm_inventory(settings)
+    memo.keep_inventory = True  # the cleanup handler detaches it instead of stopping it
+    terms = 0
+    while True:
+        lost = LostLease(grace=settings.lease_duration_seconds - settings.renew_deadline_seconds)
+        memo.elector = elector = _campaign(settings, liveness, lost)
+        terms += 1
+        try:
+            kopf.run(
+                clusterwide=True,
+                standalone=True,
+                liveness_endpoint=liveness or None,
+                memo=memo,
+                stop_flag=lost.stop,
+            )
+        finally:
+            lost.kopf_stopped()
+            if not lost.happened:
+                elector.release()
+        if not lost.happened:
+            return 0
+        elector.abandon()
+        log.warning("lost the lease: standing by again, copy of the fleet kept", terms=terms)
+
+
+class LostLease:
+    """What to do when the Lease is lost: stop Kopf (``stop`` is its stop flag) and,
+    should Kopf still run ``grace`` seconds later, end the process. Called from the
+    election's threads, possibly twice."""
+
+    def __init__(self, grace: float, exit_process: Any = None) -> None:
+        import threading
+
+        self.stop = threading.Event()
+        self.grace = grace
+        self._exit = exit_process or _exit_lost
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._kopf_done = False
+
+    @property
+    def happened(self) -> bool:
+        return self.stop.is_set()
+
+    def __call__(self) -> None:
+        import threading
+
+        with self._lock:
+            if self.stop.is_set() or self._kopf_done:
+                return
+            self.stop.set()
+            self._timer = threading.Timer(self.grace, self._exit)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def kopf_stopped(self) -> None:
+        with self._lock:
+            self._kopf_done = True
+            if self._timer is not None:
+                self._timer.cancel()
+
+
+def _warm_inventory(settings: Any) -> Any:
+    """The fleet's copy, listing and watching from now on (a standby's warm copy)."""
+    import datetime as dt
+
+    from sdcguard.adapters.inventory import Inventory
+    from sdcguard.adapters.kube import make_api_client
+
     inventory = Inventory(
-        api, settings.namespace, test_node=lambda _: None, clock=lambda: dt.datetime.now(dt.UTC)
+        make_api_client(),
+        settings.namespace,
+        test_node=lambda _: None,
+        clock=lambda: dt.datetime.now(dt.UTC),
     )
     inventory.warm()
+    return inventory
+
+
+def _campaign(settings: Any, liveness: str, on_lost: Any) -> Any:
+    """Wait for the leader Lease, answering the liveness probe; returns the elector."""
+    import socket
+
+    from sdcguard.adapters.kube import make_api_client
+    from sdcguard.adapters.leader import LeaderElector
+
     elector = LeaderElector(
-        api,
+        make_api_client(),
         namespace=settings.namespace,
         name=settings.leader_lease_name,
         identity=settings.leader_identity or f"{socket.gethostname()}-{os.getpid()}",
         lease_duration=settings.lease_duration_seconds,
         renew_deadline=settings.renew_deadline_seconds,
         retry_period=settings.retry_period_seconds,
-        on_lost=_exit_lost,
+        on_lost=on_lost,
     )
     health = _standby_liveness(liveness)
     elector.start()
@@ -114,13 +193,12 @@ def _stand_by(settings: Any, memo: Any, liveness: str) -> Any:
     if health is not None:  # Kopf serves the endpoint from here on
         health.shutdown()
         health.server_close()
-    memo.inventory, memo.elector = inventory, elector
     return elector
 
 
 def _exit_lost() -> None:
-    """The Lease is lost: stop at once, mid-write or not (a standby may act soon);
-    the container restarts as a standby."""
+    """Kopf did not stop in time after the Lease was lost: stop at once, mid-write or
+    not (a standby may act soon); the container restarts as a standby."""
     sys.stderr.flush()
     os._exit(3)
 
@@ -130,6 +208,7 @@ def _standby_liveness(url: str) -> Any:
     if not url:
         return None
     import threading
+    import time
     import urllib.parse
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -145,7 +224,15 @@ def _standby_liveness(url: str) -> Any:
         def log_message(self, *_: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer((parsed.hostname or "0.0.0.0", parsed.port or 80), Alive)
+    address = (parsed.hostname or "0.0.0.0", parsed.port or 80)
+    for _ in range(50):  # after a term, Kopf's endpoint may hold the port a moment longer
+        try:
+            server = ThreadingHTTPServer(address, Alive)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        server = ThreadingHTTPServer(address, Alive)
     threading.Thread(target=server.serve_forever, name="standby-liveness", daemon=True).start()
     return server
 

@@ -152,9 +152,13 @@ def _poke(
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = load_settings()
     configure_logging(config.log_format, config.log_level)
-    metrics = Metrics()
-    if config.metrics_port:
-        metrics.serve(config.metrics_port)
+    # One registry and endpoint a process: a replica that lost its Lease runs Kopf
+    # again later in the same process (__main__), with the same memo.
+    metrics: Metrics | None = memo.get("metrics")
+    if metrics is None:
+        metrics = memo.metrics = Metrics()
+        if config.metrics_port:
+            metrics.serve(config.metrics_port)
     # With leader election (__main__), the Lease's holder starts Kopf: its writes are
     # fenced by the Lease, and its inventory has been listing while it waited.
     elector: LeaderElector | None = memo.get("elector")
@@ -233,10 +237,16 @@ async def _announce_tickets(rt: Runtime) -> None:
 
 @kopf.on.cleanup()
 async def stop_inventory(memo: kopf.Memo, **_: Any) -> None:
+    """Kopf stops: with a process exit, or (leader election) because the Lease was
+    lost, when the process stands by with its copy kept warm (``memo.keep_inventory``);
+    a pass still running finishes in its thread, its writes refused by the fence."""
     rt = _rt(memo)
     rt.stopping = True
     rt.announcer.stop()
-    rt.inventory.stop()
+    if memo.get("keep_inventory"):
+        rt.inventory.detach()
+    else:
+        rt.inventory.stop()
 
 
 @kopf.index(GROUP, VERSION, "sdcpolicies")

@@ -37,6 +37,8 @@ pytestmark = pytest.mark.cluster
 LEASE = "sdcguard-leader"
 LEASE_SECONDS = 6
 REPLICAS = ("replica-a", "replica-b")
+LONE = "replica-lone"
+"""The replica of the lost-Lease test, alone with an intruder that takes its Lease."""
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # Reviews of the replica's own permissions are questions, not changes.
 NOT_CHANGES = frozenset({"selfsubjectaccessreviews", "selfsubjectrulesreviews"})
@@ -57,7 +59,7 @@ def _user(replica: str) -> str:
 
 
 def _audit_policy() -> str:
-    users = ", ".join(f'"{_user(r)}"' for r in REPLICAS)
+    users = ", ".join(f'"{_user(r)}"' for r in (*REPLICAS, LONE))
     return (
         "apiVersion: audit.k8s.io/v1\nkind: Policy\n"
         'omitStages: ["RequestReceived"]\n'
@@ -197,3 +199,111 @@ def test_only_the_lease_holder_writes_and_the_standby_takes_over_when_it_dies(
     assert not late, f"the killed leader wrote after its death: {late[:5]}"
     acted = [w for w in mine[standby] if w.resource not in ("leases", "events")]
     assert acted and any(w.resource == "nodes" and w.name == second for w in acted)
+
+
+def _reads(audit_log: Path, user: str, verb: str, resource: str) -> int:
+    """How many ``verb resource`` requests ``user`` made (a watch is logged as it ends)."""
+    count = 0
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        ref = event.get("objectRef") or {}
+        if (
+            event["user"]["username"] == user
+            and event.get("verb") == verb
+            and ref.get("resource") == resource
+        ):
+            count += 1
+    return count
+
+
+def _hold(api: client.ApiClient, holder: str | None) -> None:
+    """Write the Lease as ``holder`` (None: nobody), renewed now: an intruder's term."""
+    coordination = client.CoordinationV1Api(api)
+    lease: Any = coordination.read_namespaced_lease(LEASE, NS)
+    lease.spec.holder_identity = holder
+    lease.spec.renew_time = dt.datetime.now(dt.UTC)
+    coordination.replace_namespaced_lease(LEASE, NS, lease)
+
+
+def test_a_leader_that_loses_its_lease_stands_by_with_its_copy_and_leads_again(
+    audited: tuple[LocalCluster, Path], tmp_path: Path
+) -> None:
+    """Another holder takes the Lease from a running leader: the leader stops writing
+    within its renew deadline, stays up as a standby (no exit, no relist: its copy of
+    the fleet is kept), writes nothing while the other holds the Lease, and once the
+    Lease is free again leads and qualifies a node that joined meanwhile."""
+    cluster, audit_log = audited
+    api = config.new_client_from_config(str(cluster.kubeconfig))
+    apply_crds(api)
+    ensure_namespace(api)
+    proc = OperatorProcess(
+        _replica_kubeconfig(api, cluster, LONE, tmp_path / "lone.kubeconfig"),
+        tmp_path / "lone.log",
+        env={
+            "SDCGUARD_LEADER_ELECTION": "true",
+            "SDCGUARD_LEASE_DURATION_SECONDS": str(LEASE_SECONDS),
+            "SDCGUARD_RENEW_DEADLINE_SECONDS": "4",
+            "SDCGUARD_RETRY_PERIOD_SECONDS": "1",
+            "SDCGUARD_LEADER_IDENTITY": LONE,
+        },
+    )
+    case = new_case()
+    first, joined = f"lone-{case}", f"late-{case}"
+    trusted_baseline(api)
+    user = _user(LONE)
+    try:
+        with ProbeKubelet(api, {first: "pass", joined: "pass"}):
+            create_policy(api, case)
+            proc.start()
+            with gpu_nodes(api, [first], case=case):
+                wait_for(lambda: _holder(api) == LONE, 60, "the replica to take the Lease")
+                wait_for(lambda: node_state(api, first) == "Qualified", 90, "its first work")
+                lists_before = _reads(audit_log, user, "list", "nodes")
+                # The intruder holds the Lease, renewing it every second, for long
+                # enough that the replica's deadline passes many times over. (It
+                # breaks the protocol: a fair candidate waits the lease out, so the
+                # replica may act until its own deadline passes.)
+                _hold(api, "intruder")
+                taken = time.time()
+
+                def intrude(seconds: float, until: Any = lambda: False) -> bool:
+                    end = time.time() + seconds
+                    while time.time() < end:
+                        assert proc.proc is not None and proc.proc.poll() is None, (
+                            f"the replica exited on the lost Lease:\n{proc.log_tail()}"
+                        )
+                        _hold(api, "intruder")
+                        if until():
+                            return True
+                        time.sleep(1)
+                    return False
+
+                assert intrude(20, lambda: "standing by again" in proc.log_path.read_text()), (
+                    proc.log_tail()
+                )
+                stood_by = time.time()
+                with gpu_nodes(api, [joined], case=case):
+                    intrude(10)
+                    assert node_state(api, joined) != "Qualified"
+                    freed = time.time()
+                    _hold(api, None)
+                    wait_for(lambda: _holder(api) == LONE, 30, "the replica to lead again")
+                    wait_for(lambda: node_state(api, joined) == "Qualified", 90, "its work after")
+                assert proc.proc is not None and proc.proc.poll() is None
+                lists_after = _reads(audit_log, user, "list", "nodes")
+    finally:
+        proc.stop()
+
+    log = proc.log_path.read_text()
+    assert "standing by again" in log, proc.log_tail()
+    writes = [w for w in _writes(audit_log) if w.user == user and w.resource != "leases"]
+    # Its fence closes within the renew deadline (4 s) of its last renewal, so at
+    # most 4 s after the intruder's write; nothing is written until it leads again.
+    assert stood_by - taken < 4 + 2 + 1.5, f"stood by {stood_by - taken:.1f} s after"
+    during = [w for w in writes if taken + 4.5 < w.at < freed]
+    assert not during, f"the replica wrote while another held the Lease: {during[:5]}"
+    assert any(w.resource == "nodes" and w.name == joined and w.at > freed for w in writes)
+    # The copy was kept: no second LIST of the Nodes (Kopf's own lists are of our
+    # resources only).
+    assert lists_before >= 1
+    assert lists_after == lists_before, (lists_before, lists_after)

@@ -3,6 +3,8 @@ with a message naming the settings, and the writer's fence."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kubernetes import client
 from pydantic import ValidationError
@@ -72,3 +74,38 @@ def test_an_elector_that_never_won_does_not_lead() -> None:
     )
     assert not elector.leading()
     elector.release()  # not elected: nothing to hand over, and no request
+
+
+def test_a_lost_lease_stops_kopf_and_ends_the_process_only_if_kopf_does_not_stop() -> None:
+    """The first call sets Kopf's stop flag and arms the backstop; a second call (the
+    watchdog and the election both notice) arms nothing more; a Kopf that stopped in
+    time disarms it, and one that did not ends the process."""
+    import threading
+
+    from sdcguard.__main__ import LostLease
+
+    exits: list[float] = []
+    ended = threading.Event()
+
+    def exit_process() -> None:
+        exits.append(1.0)
+        ended.set()
+
+    lost = LostLease(grace=0.2, exit_process=exit_process)
+    assert not lost.happened
+    lost()
+    lost()
+    assert lost.happened and lost.stop.is_set()
+    assert ended.wait(5), "the backstop never fired"
+    assert exits == [1.0]
+
+    in_time = LostLease(grace=0.2, exit_process=exit_process)
+    in_time()
+    in_time.kopf_stopped()
+    time.sleep(0.5)
+    assert exits == [1.0]  # not a second time
+
+    after = LostLease(grace=0.05, exit_process=exit_process)
+    after.kopf_stopped()  # Kopf ended for another reason first (a SIGTERM)
+    after()
+    assert not after.happened

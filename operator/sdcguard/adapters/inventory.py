@@ -141,6 +141,8 @@ class Inventory:
         self._poke: Poke | None = None
         self._on_node: Callable[[str, NodeSnapshot | None], None] | None = None
         self._stop = threading.Event()
+        self._records_stop = threading.Event()
+        """Ends the workload-record keeper (with :meth:`stop`, or alone at :meth:`detach`)."""
         self._started = False
         probe = f"{COMPONENT_LABEL}={COMPONENT}"
         self.nodes: Mirror[NodeSnapshot] = Mirror(
@@ -244,9 +246,7 @@ class Inventory:
         for mirror in self.mirrors:
             mirror.start(self._stop)
         if self.book is not None:
-            keeper = threading.Thread(target=self._keep_records, name="workload-records")
-            keeper.daemon = True
-            keeper.start()
+            self._start_keeper(self.book)
 
     def keep_records(self, writer: KubeWriter, record_seconds: float) -> None:
         """Keep every node's workload record from now on, written through ``writer``
@@ -263,35 +263,50 @@ class Inventory:
             on_idle=self._idle_from_record,
         )
         if self._started:  # warmed already: its keeper starts now
-            keeper = threading.Thread(target=self._keep_records, name="workload-records")
-            keeper.daemon = True
-            keeper.start()
+            self._start_keeper(self.book)
 
-    def _keep_records(self) -> None:
-        book = self.book
-        assert book is not None
-        while not self._stop.is_set():
+    def _start_keeper(self, book: WorkloadBook) -> None:
+        keeper = threading.Thread(
+            target=self._keep_records, args=(book, self._records_stop), name="workload-records"
+        )
+        keeper.daemon = True
+        keeper.start()
+
+    def _keep_records(self, book: WorkloadBook, stop: threading.Event) -> None:
+        while not stop.is_set():
             try:
                 idle = book.load(self.page_size)
                 break
             except Exception as exc:  # the API server is not there yet: try again
                 log.warning("workload records not listed yet", error=str(exc))
-                self._stop.wait(1.0)
+                stop.wait(1.0)
         else:
             return
         for node, since in idle.items():
             self.last_busy.setdefault(node, since)
-        book.run(self._stop, self.record_seconds, self.synced)
+        book.run(stop, self.record_seconds, self.synced)
 
     def stop(self) -> None:
         self._stop.set()
+        self._records_stop.set()
         for mirror in self.mirrors:
             mirror.stop_watch()
+
+    def detach(self) -> None:
+        """Kopf stops but the process stands by (a leader that lost its Lease): tell
+        no event loop any more and stop keeping the workload records (their writer was
+        the leader's), but go on listing and watching, so the copy stays warm for the
+        next :meth:`start`, whose :meth:`keep_records` starts a new keeper."""
+        self._loop = self._poke = self._on_node = None
+        self._records_stop.set()
+        self._records_stop = threading.Event()
+        self.book = None
 
     def synced(self) -> bool:
         """Every mirror has listed completely at least once (and the workload records,
         where idle times resume after a restart, have been read back)."""
-        if self.book is not None and not self.book.loaded.is_set():
+        book = self.book
+        if book is not None and not book.loaded.is_set():
             return False
         return all(m.synced.is_set() for m in self.mirrors)
 
@@ -367,10 +382,11 @@ class Inventory:
         if loop is not None and on_node is not None and not loop.is_closed():
             for change in changes:
                 loop.call_soon_threadsafe(on_node, change.key, change.new)
-        if self.book is not None:
+        book = self.book  # read once: detach() may drop it from another thread
+        if book is not None:
             for change in changes:
                 if change.new is None:
-                    self.book.forget(change.key)
+                    book.forget(change.key)
         if len(changes) > FULL_PASS_AFTER:
             self._call(None)
         else:
@@ -392,8 +408,9 @@ class Inventory:
                 touched.add(new.node_name)
                 if old is None or old.node_name != new.node_name:
                     started.append(new)
-        if self.book is not None and (started or stopped):
-            self.book.note(started, stopped)
+        book = self.book
+        if book is not None and (started or stopped):
+            book.note(started, stopped)
         self._call_nodes(touched)
 
     def _idle_from_record(self, node: str, since: dt.datetime) -> None:

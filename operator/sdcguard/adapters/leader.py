@@ -28,8 +28,9 @@ The election is the Kubernetes client's ``leaderelection`` with its ``LeaseLock`
   renewal is younger than ``renew_deadline`` (monotonic clock); the operator's writer
   refuses every write otherwise, and a watchdog ends the process once it is false
   (``on_lost``), so a paused or partitioned leader stops writing before the standby
-  may take over (``renew_deadline < lease_duration``). The new process starts again
-  as a standby.
+  may take over (``renew_deadline < lease_duration``). The process then stops Kopf
+  and stands by again with its copy of the fleet still warm; a Kopf that has not
+  stopped within ``lease_duration - renew_deadline`` ends the process (``__main__``).
 - **Release.** A leader that stops cleanly clears the holder, so the standby takes
   over at its next try instead of waiting out the lease.
 
@@ -205,6 +206,12 @@ class LeaderElector:
             if stopped():
                 return False
         return True
+
+    def abandon(self) -> None:
+        """After a lost Lease: never write the Lease again, and let the leading thread
+        end (a process that stands by again campaigns with a new elector)."""
+        self._lock.released = True
+        self._released.set()
 
     def release(self) -> None:
         """Stop renewing and hand the Lease over at once (a clean shutdown)."""
