@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from bench.scale import report
 from bench.scale.run import evaluate_targets, qualify_seconds
 
