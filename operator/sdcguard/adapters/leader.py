@@ -16,7 +16,7 @@ The election is the Kubernetes client's ``leaderelection`` with its ``LeaseLock`
   candidates racing for an expired Lease only one wins.
 - **Renew.** The holder rewrites the Lease every ``retry_period``. A renewal that does
   not succeed within ``renew_deadline`` ends the leadership. Each Lease call is
-  retried at once, up to three times 0.1-0.4 s apart, on a 429, a 5xx or a dropped
+  retried up to three times (at once, then 0.2 and 0.4 s later) on a 429, a 5xx or a dropped
   connection (:func:`lease_client`): the election itself tries again only a
   ``retry_period`` later, so when a fifth of requests are answered 429 or 500 (the
   scale benchmark's start-up faults) and a loaded API server leaves room for three
@@ -47,14 +47,13 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-import urllib3
 from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-log = structlog.get_logger(__name__)
+from sdcguard.adapters.mirror import retrying_client
 
-LEASE_RETRIED_STATUSES = (429, 500, 502, 503, 504)
+log = structlog.get_logger(__name__)
 
 
 def lease_client(api: client.ApiClient, *, retries: int = 3) -> client.ApiClient:
@@ -67,19 +66,14 @@ def lease_client(api: client.ApiClient, *, retries: int = 3) -> client.ApiClient
     waited for: one small request a second is not load, and waiting past the renew
     deadline would end the leadership it is meant to keep.
     """
-    config = client.Configuration()
-    for name, value in vars(api.configuration).items():
-        setattr(config, name, value)
-    config.retries = urllib3.Retry(
+    return retrying_client(
+        api,
         total=retries,
-        backoff_factor=0.1,
+        backoff=0.1,
         backoff_max=0.4,
-        status_forcelist=LEASE_RETRIED_STATUSES,
-        allowed_methods=frozenset({"GET", "POST", "PUT"}),
-        respect_retry_after_header=False,
-        raise_on_status=False,
+        methods=frozenset({"GET", "POST", "PUT"}),
+        retry_after=False,
     )
-    return client.ApiClient(configuration=config)
 
 
 class _GuardedLeaseLock(LeaseLock):

@@ -54,19 +54,28 @@ WATCH_TIMEOUT_SECONDS = 300
 RETRIED_STATUSES = (429, 500, 502, 503, 504)
 
 
-def retrying_client(api: client.ApiClient, *, total: int = 8) -> client.ApiClient:
-    """A copy of ``api``'s configuration whose GETs retry 429 and 5xx answers with
-    exponential backoff (0.2 s doubling to 5 s) and honour Retry-After."""
+def retrying_client(
+    api: client.ApiClient,
+    *,
+    total: int = 8,
+    backoff: float = 0.2,
+    backoff_max: float = 5.0,
+    methods: frozenset[str] = frozenset({"GET"}),
+    retry_after: bool = True,
+) -> client.ApiClient:
+    """A copy of ``api``'s configuration whose requests (by default GETs) retry 429 and
+    5xx answers and dropped connections with exponential backoff (by default 0.2 s
+    doubling to 5 s), honouring Retry-After unless told not to."""
     config = client.Configuration()
     for name, value in vars(api.configuration).items():
         setattr(config, name, value)
     config.retries = urllib3.Retry(
         total=total,
-        backoff_factor=0.2,
-        backoff_max=5.0,
+        backoff_factor=backoff,
+        backoff_max=backoff_max,
         status_forcelist=RETRIED_STATUSES,
-        allowed_methods=frozenset({"GET"}),
-        respect_retry_after_header=True,
+        allowed_methods=methods,
+        respect_retry_after_header=retry_after,
         raise_on_status=False,
     )
     return client.ApiClient(configuration=config)
