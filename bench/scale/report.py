@@ -492,8 +492,10 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 
     ax = axes[0][1]
     for key, label in (
-        ("quarantine_latency_s", "termination → quarantine p99"),
-        ("release_latency_s", "termination → release p99"),
+        ("quarantine_latency_s", "qualifying: termination → quarantine p99"),
+        ("release_latency_s", "qualifying: termination → release p99"),
+        ("fresh_join_quarantine_latency_s", "qualified fleet: → quarantine p99"),
+        ("fresh_join_release_latency_s", "qualified fleet: → release p99"),
         ("join_to_job_s", "join → Job p99"),
         ("raw_node_patch_s", "raw node patch p99"),
     ):
