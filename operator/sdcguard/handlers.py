@@ -24,7 +24,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -305,7 +305,9 @@ def _urgent_view(
 
 
 def _view(
-    rt: Runtime, indexes: dict[str, kopf.Index[str, Any]], only: frozenset[str] | None = None
+    rt: Runtime,
+    indexes: Mapping[str, Mapping[str, Iterable[Any]]],
+    only: frozenset[str] | None = None,
 ) -> FleetView:
     """A consistent copy of the inventory and Kopf's indexes for one pass (they change
     while it runs).
@@ -313,7 +315,7 @@ def _view(
     ``only``: just these nodes' entries (and their tests' Pods and Jobs), for urgent
     work that decides only them; a copy of everything costs O(fleet) each time."""
 
-    def first(store: kopf.Store[Any]) -> Any:
+    def first(store: Iterable[Any]) -> Any:
         return next(iter(store))
 
     inv = rt.inventory
@@ -391,9 +393,16 @@ async def _pass(
     served between its steps; what it did not get to is marked urgent again.
     """
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(
-        rt.executor, rt.reconciler.run_pass, policy, _view(rt, indexes), _now(), dirty
-    )
+    # The pass's copy of the fleet is made in its own thread: it costs O(fleet) (2.3 s
+    # at 10,000 nodes and 100,000 Pods) and, made here in the event loop, it held back
+    # every probe's end that arrived meanwhile. Kopf's indexes (a few policies and
+    # baselines) are copied here, in the loop that changes them.
+    copies = {name: {k: list(v) for k, v in indexes[name].items()} for name in INDEX_NAMES}
+
+    def run() -> float:
+        return rt.reconciler.run_pass(policy, _view(rt, copies), _now(), dirty)
+
+    future = loop.run_in_executor(rt.executor, run)
     try:
         while not future.done():
             urgent: asyncio.Future[Any] = asyncio.ensure_future(wake.urgent_event.wait())
