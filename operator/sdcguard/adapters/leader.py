@@ -22,8 +22,8 @@ The election is the Kubernetes client's ``leaderelection`` with its ``LeaseLock`
   scale benchmark's start-up faults) and a loaded API server leaves room for three
   tries in the deadline, a renewal fails about once in twenty (a try, a read and a
   replace, fails 36% of the time; three in a row 5%). A leader starting behind such
-  faults lost its Lease in two runs of three; the same leader with the retries, in
-  ``tests/cluster/test_leader_faults.py``, holds it through twice those faults.
+  faults lost its Lease in two runs of three; with the retries a leader holds it
+  through 40% of requests failing (``tests/cluster/test_leader_faults.py``).
 - **Fence.** :meth:`LeaderElector.leading` is true only while the last successful
   renewal is younger than ``renew_deadline`` (monotonic clock); the operator's writer
   refuses every write otherwise, and a watchdog ends the process once it is false
@@ -58,7 +58,8 @@ log = structlog.get_logger(__name__)
 
 def lease_client(api: client.ApiClient, *, retries: int = 3) -> client.ApiClient:
     """A copy of ``api``'s configuration whose requests (Lease reads, creates and
-    replaces) are retried at once on a 429, a 5xx or a dropped connection.
+    replaces) are retried without waiting for Retry-After on a 429, a 5xx or a
+    dropped connection.
 
     Safe for writes: a replace carries the resourceVersion it read and a create fails
     on an existing Lease, so a retried write that had already landed is answered 409,
