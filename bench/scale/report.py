@@ -443,7 +443,7 @@ def _fit_lines(runs: list[dict[str, Any]]) -> list[str]:
     newest = _newest_by_size(runs)
     out = []
     for what, value, unit in FITTED:
-        points = [(float(n), float(v)) for n, r in sorted(newest.items()) if (v := value(r))]
+        points = [(float(n), float(v)) for n, r in newest.items() if (v := value(r)) is not None]
         fit = linear_fit(points)
         if fit is None:
             continue
