@@ -193,8 +193,10 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
         with registered_nodes(api_client, [_host(case, host, as_node=third)]) as beats:
             wait_for(lambda: node_state(api_client, third) == "Retired", 120, "retirement")
             assert read_node(api_client, third).spec.unschedulable is True
-            ticket = _ticket(api_client, third, "Retired")
-            assert ticket is not None and ticket["status"]["cycle"] == 3
+            # The ticket is created before the node's write and its phase is written after
+            # it (plan stage STATUSES), so a reader may see the node first.
+            ticket = wait_for(lambda: _ticket(api_client, third, "Retired"), 30, "ticket retired")
+            assert ticket["status"]["cycle"] == 3
             assert "Retired" in _events(api_client, third)
 
             def retired_records() -> list[dict[str, Any]] | None:
@@ -313,8 +315,8 @@ def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) 
             _delete_node(api_client, beats, old)
         with registered_nodes(api_client, [_host(case, new)]):
             wait_for(lambda: node_state(api_client, new) == "Retired", 120, "retirement")
-            ticket = _ticket(api_client, new, "Retired")
-            assert ticket is not None and ticket["status"]["cycle"] == 2
+            ticket = wait_for(lambda: _ticket(api_client, new, "Retired"), 30, "ticket retired")
+            assert ticket["status"]["cycle"] == 2
             assert ticket["spec"]["hardware"]["cyclesBefore"] == 1
             tests = list_custom(api_client, "sdctests", new)
             assert all(t["spec"]["suite"] == "acceptance" for t in tests), (
