@@ -154,6 +154,17 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
         assert data_seeds[0] is not None and data_seeds[1] == data_seeds[0], data_seeds
         golden = next(c for c in tests[0]["status"]["checks"] if c["name"] == "golden")
         assert golden["oddDevice"] == 5 and golden["firstDivergentStep"] == 11
+        # A new ticket is created before the node's patch and its Open status written
+        # after it (plan stage STATUSES), so a reader may see the quarantine first.
+        wait_for(
+            lambda: [
+                t
+                for t in list_custom(api_client, "repairtickets", node)
+                if (t.get("status") or {}).get("phase") == "Open"
+            ],
+            30,
+            "the ticket's Open status",
+        )
         tickets = list_custom(api_client, "repairtickets", node)
         assert len(tickets) == 1
         ticket = tickets[0]
