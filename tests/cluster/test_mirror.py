@@ -197,6 +197,24 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
     assert injected.get("watch-cut", 0) > 0, injected
 
 
+def _gpu_pod(name: str, on: str | None, labels: dict[str, str] | None = None) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1PodSpec(
+            node_name=on,
+            containers=[
+                client.V1Container(
+                    name="c",
+                    image="example.invalid/train",
+                    resources=client.V1ResourceRequirements(
+                        requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"}
+                    ),
+                )
+            ],
+        ),
+    )
+
+
 def test_the_inventory_says_when_a_workload_stops_using_a_node(
     api_client: client.ApiClient,
 ) -> None:
@@ -209,24 +227,7 @@ def test_the_inventory_says_when_a_workload_stops_using_a_node(
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     pokes: list[tuple[list[str] | None, dict[str, Any]]] = []
-
-    def pod(name: str, on: str | None) -> client.V1Pod:
-        return client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PodSpec(
-                node_name=on,
-                containers=[
-                    client.V1Container(
-                        name="c",
-                        image="example.invalid/train",
-                        resources=client.V1ResourceRequirements(
-                            requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"}
-                        ),
-                    )
-                ],
-            ),
-        )
-
+    pod = _gpu_pod
     parsed: dict[str, list[str]] = {"pods": [], "probe-pods": []}
 
     def recording(mirror: Mirror[Any]) -> None:
@@ -301,3 +302,48 @@ async def _until(predicate: Callable[[], Any], what: str, timeout: float = 30) -
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_probe_ends_are_served_before_the_workload_pods_have_listed(
+    api_client: client.ApiClient,
+) -> None:
+    """Every kind but the workload Pods has listed: probe ends may be judged, nothing
+    that reads the Pods may be; a node's own Pods are then read with one list of just
+    that node's (a quarantine's blast radius), without probe Pods or other nodes'."""
+    apply_crds(api_client)
+    case = uuid.uuid4().hex[:6]
+    one, other = _nodes(api_client, case, 2)
+    namespace = f"mirror-{case}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    core.create_namespaced_pod(namespace, _gpu_pod("train", one))
+    core.create_namespaced_pod(namespace, _gpu_pod("elsewhere", other))
+    core.create_namespaced_pod(
+        namespace, _gpu_pod("probe", one, {"app.kubernetes.io/component": "sdcprobe"})
+    )
+    inv = Inventory(api_client, namespace, test_node=lambda _: None, clock=_clock)
+    stop = threading.Event()
+    try:
+        for mirror in inv.mirrors:
+            if mirror is not inv.pods:
+                mirror.start(stop)
+        deadline = time.monotonic() + 30
+        while not inv.probes_synced() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inv.probes_synced()
+        assert not inv.workloads_synced() and not inv.synced()
+        assert inv.busy([one]) == {}, "the copy has no Pods yet"
+        assert [u.name for u in inv.node_uses(one)] == ["train"]
+        assert [u.name for u in inv.node_uses(other)] == ["elsewhere"]
+        assert inv.pods.stats.pages == 0, "the node's list is not the copy's"
+        inv.pods.start(stop)
+        deadline = time.monotonic() + 30
+        while not inv.synced() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inv.synced()
+        assert [u.name for u in inv.node_uses(one)] == ["train"]  # now from the copy
+    finally:
+        stop.set()
+        inv.stop()
+        core.delete_namespace(namespace)
+        _delete_nodes(api_client, case)

@@ -31,6 +31,14 @@ ended, urgently, with the ended object itself; a node whose SDCTest or RepairTic
 was created, changed or deleted; any SDCHardware change (every node: a record may
 name several).
 
+Complete or nothing, per kind (the mirrors' rule, restated for what reads them): a
+probe's end is judged once every kind but the workload Pods has listed and the
+workload records are read back (:meth:`Inventory.probes_synced`); whatever reads the
+workload Pods (idle windows, pending demand: reservations) waits for their complete
+copy (:meth:`Inventory.workloads_synced`). The Pods outnumber the Nodes ten to one, so
+after a restart on a big fleet probe ends (release, confirmation, quarantine) are
+served long before the fleet is screened again.
+
 With a writer, the inventory also keeps every node's workload record
 (:class:`~sdcguard.adapters.workload_record.WorkloadBook`): the Pod changes mark
 nodes, a flusher thread writes the records, and the records are read back before
@@ -258,7 +266,7 @@ class Inventory:
             writer,
             OwnerResolver(self.api),
             node=self.nodes.get,
-            live=lambda node: self.busy([node]).get(node, []),
+            live=self.node_uses,
             clock=self.clock,
             on_idle=self._idle_from_record,
         )
@@ -305,14 +313,29 @@ class Inventory:
     def synced(self) -> bool:
         """Every mirror has listed completely at least once (and the workload records,
         where idle times resume after a restart, have been read back)."""
+        return self.probes_synced() and self.workloads_synced()
+
+    def probes_synced(self) -> bool:
+        """Every mirror but the workload Pods' has listed completely at least once, and
+        the workload records have been read back: enough to judge a probe's end (its
+        node, test, Pod, Job, tickets and hardware are all known, and the blast radius
+        of a quarantine reads the records and that node's own Pods; see
+        :meth:`node_uses`)."""
         book = self.book
         if book is not None and not book.loaded.is_set():
             return False
-        return all(m.synced.is_set() for m in self.mirrors)
+        return all(m.synced.is_set() for m in self.mirrors if m is not self.pods)
 
-    async def wait_synced(self, stopped: Callable[[], bool]) -> bool:
-        """Wait until :meth:`synced` (True) or ``stopped()`` (False)."""
-        while not self.synced():
+    def workloads_synced(self) -> bool:
+        """The workload Pods have listed completely at least once: only then is a node
+        without a Pod in the copy known to be idle, and a pending Pod's demand known."""
+        return self.pods.synced.is_set()
+
+    async def wait_synced(self, stopped: Callable[[], bool], *, probes: bool = False) -> bool:
+        """Wait until :meth:`synced` (``probes``: :meth:`probes_synced`) is true (True),
+        or ``stopped()`` (False)."""
+        ready = self.probes_synced if probes else self.synced
+        while not ready():
             if stopped():
                 return False
             await asyncio.sleep(0.05)
@@ -336,6 +359,15 @@ class Inventory:
             for group, entries in self.pods.grouped(names).items()
             if group.startswith("node/")
         }
+
+    def node_uses(self, node: str) -> list[observe.PodUse]:
+        """The Pods using ``node``'s accelerators: from the copy once the workload Pods
+        have listed, before that with one list of the node's own Pods (a quarantine's
+        blast radius while the copy of a big fleet's Pods is still listing)."""
+        if self.workloads_synced():
+            return self.busy([node]).get(node, [])
+        listed = self.pods.fetch(f"spec.nodeName={node}")
+        return [e for e in listed if isinstance(e, observe.PodUse) and e.node_name == node]
 
     def pending(self) -> list[observe.PendingDemand]:
         return [e for e in self.pods.group(PENDING) if isinstance(e, observe.PendingDemand)]

@@ -21,7 +21,8 @@ with the fleet (and its history), so they come through a :class:`Mirror` instead
   ``Retry`` on the mirror's own API client), and any other failure is retried after a
   growing pause. The mirror never gives up; its counters say what happened.
 - **Complete or nothing.** :attr:`Mirror.synced` is set once the first list is
-  complete; callers do nothing before it, so a node missing from a partial copy is
+  complete; nothing that reads a kind is decided before its copy is (the inventory
+  says which decisions read which kinds), so a node missing from a partial copy is
   never treated as idle or new.
 
 Each object is kept as ``slim(body)`` returns it (``None``: not kept at all), never the
@@ -283,6 +284,21 @@ class Mirror(Generic[T]):
         if changes and not first and self.on_change is not None:
             self.on_change(changes)
 
+    def fetch(self, field_selector: str) -> list[T]:
+        """The objects of this kind that ``field_selector`` also selects, listed now (all
+        pages) and slimmed like the copy's, but not kept: a read of a few objects while
+        the copy is still listing (one node's Pods). Raises what the list raises."""
+        kept: list[T] = []
+        token: str | None = None
+        if self.kind.field_selector:
+            field_selector = f"{self.kind.field_selector},{field_selector}"
+        while True:
+            page = self._get(limit=self.page_size, _continue=token, field_selector=field_selector)
+            kept.extend(k for body in page.get("items") or [] if (k := self.slim(body)) is not None)
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return kept
+
     def watch_once(self, stop: threading.Event) -> None:
         """One watch from the current resourceVersion until the server ends it."""
         self.stats.watches += 1
@@ -313,7 +329,7 @@ class Mirror(Generic[T]):
         if self.kind.label_selector:
             kwargs["label_selector"] = self.kind.label_selector
         if self.kind.field_selector:
-            kwargs["field_selector"] = self.kind.field_selector
+            kwargs.setdefault("field_selector", self.kind.field_selector)
         try:
             return getattr(self._client, self.kind.lister)(*self.kind.args, **kwargs)
         except ApiException as exc:
