@@ -227,8 +227,10 @@ async def _resume_reports(rt: Runtime) -> None:
 
 
 async def _announce_tickets(rt: Runtime) -> None:
-    """Once the fleet copy is complete: every ticket's pending event, to its sinks."""
-    if await rt.inventory.wait_synced(lambda: rt.stopping):
+    """Once tickets and hardware records have listed (the workload Pods need not: a
+    quarantine served before them has its ticket told at once): every ticket's pending
+    event, to its sinks."""
+    if await rt.inventory.wait_synced(lambda: rt.stopping, probes=True):
         await rt.announcer.run(lambda: rt.stopping)
 
 
@@ -319,6 +321,7 @@ def _view(
         return next(iter(store))
 
     inv = rt.inventory
+    known = inv.workloads_synced()  # before the copy of Pods: the Pods read below
     pending = inv.pending()
     baselines = {k: first(v) for k, v in indexes["baselines_index"].items()}
     records = inv.hardware_records()
@@ -338,6 +341,7 @@ def _view(
             policies=policies,
             hardware=records,
             id_holders=lambda node: inv.id_holders([node]),
+            workloads_known=known,
         )
     tests = inv.tests_by_node(only)
     names = [t.name for snapshots in tests.values() for t in snapshots]
@@ -356,6 +360,7 @@ def _view(
         complete=False,
         hardware=records,
         id_holders=lambda node: inv.id_holders([node]),
+        workloads_known=known,
     )
 
 
@@ -431,6 +436,37 @@ async def _pass(
     return min(rt.settings.resync_seconds, max(0.05, wake_in))
 
 
+def _in_flight(inventory: Inventory) -> set[str]:
+    """The nodes with an SDCTest not finished (its probe may have ended meanwhile)."""
+    return {
+        node
+        for node, tests in inventory.tests_by_node().items()
+        if any(t.known is not None and not t.known.finished for t in tests)
+    }
+
+
+async def _probe_ends_only(
+    rt: Runtime,
+    policy: SDCPolicy | None,
+    indexes: dict[str, kopf.Index[str, Any]],
+    wake: Wake,
+) -> None:
+    """Before the workload Pods have listed: serve the probe ends that arrived (their
+    views say the Pods are not known, so only finished tests are decided), then wait
+    for the next one or a moment; other changes stay marked for the first pass."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.urgent_event.wait(), timeout=0.2)
+    if policy is None or not wake.urgent_event.is_set():
+        return
+    wake.urgent_event.clear()
+    urgent, pods, jobs = wake.take_urgent()
+    if not urgent:
+        return
+    view = _urgent_view(rt, indexes, urgent, pods, jobs)
+    rt.reconciler.offer_urgent(UrgentWork(policy, view, urgent, _now()))
+    await asyncio.get_running_loop().run_in_executor(rt.executor, rt.reconciler.serve_offered)
+
+
 @kopf.daemon(GROUP, VERSION, "sdcpolicies", cancellation_timeout=10)
 async def policy_loop(
     name: str, body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **kwargs: Any
@@ -447,12 +483,21 @@ async def policy_loop(
     rt.wakes.append(wake)
     next_full = next_look = 0.0
     parsed = _ParsedPolicy()
-    # Nothing is decided from a partial copy of the fleet: a node not yet listed
-    # must never look idle or new.
-    if not await rt.inventory.wait_synced(lambda: bool(stopped)):
+    # Nothing is decided from a partial copy of the fleet: a node not yet listed must
+    # never look idle or new. Probe ends need every kind but the workload Pods, which
+    # outnumber the Nodes ten to one: they are served once the rest has listed, and
+    # passes (reservations, idle windows) wait for the Pods too.
+    if not await rt.inventory.wait_synced(lambda: bool(stopped), probes=True):
         rt.wakes.remove(wake)
         return
     try:
+        if not rt.inventory.synced():
+            # Probes that ended while no operator ran came with the first list, which
+            # tells no change: every node with a test in flight is looked at.
+            wake.urgent |= await asyncio.to_thread(_in_flight, rt.inventory)
+            wake.urgent_event.set()
+        while not stopped and not rt.inventory.synced():
+            await _probe_ends_only(rt, parsed.of(body), indexes, wake)
         while not stopped:
             try:
                 timeout = max(0.0, min(next_full, next_look) - time.monotonic())

@@ -30,6 +30,7 @@ import random
 import ssl
 import threading
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +76,9 @@ class FaultProxy:
     refused: list[str] = field(default_factory=list)
     """Requests the API server itself refused (method, path, status, content type)."""
     port: int = 0
+    hold: Callable[[str, Mapping[str, str]], bool] | None = None
+    """Requests (path, query) held unanswered until :meth:`release`: a list that takes
+    long, as a big fleet's Pods do."""
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _runner: web.AppRunner | None = None
@@ -83,6 +87,7 @@ class FaultProxy:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self._ready = threading.Event()
+        self._released = threading.Event()
 
     @property
     def url(self) -> str:
@@ -103,6 +108,10 @@ class FaultProxy:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=15)
+
+    def release(self) -> None:
+        """Answer the held requests, and hold none from now on."""
+        self._released.set()
 
     def calm(self) -> None:
         """Stop injecting faults (requests still pass through)."""
@@ -189,6 +198,11 @@ class FaultProxy:
         return web.Response(status=500)  # never sent: the connection is gone
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self.hold is not None and self.hold(request.path, request.query):
+            if not self._released.is_set():
+                self.injected["held"] += 1
+            while not self._released.is_set():
+                await asyncio.sleep(0.05)
         rates = self.rates
         watch = request.query.get("watch") in ("1", "true") or "/watch/" in request.path
         write = request.method in WRITE_METHODS

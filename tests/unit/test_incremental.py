@@ -13,6 +13,7 @@ from kubernetes import client
 
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork, failures_first
 from sdcguard.api import SDCPolicy
 from sdcguard.domain import keys
@@ -410,3 +411,70 @@ def test_a_karpenter_nodes_node_claim_is_kept_in_the_trimmed_node() -> None:
     assert observe.node_claim(snapshot) == "gpu-abc"
     assert observe.node_claim(NodeSnapshot.from_body({"metadata": {"name": "n2"}})) is None
     assert observe.node_claim(None) is None
+
+
+def _testing_node(name: str, test: str) -> NodeSnapshot:
+    """A node held for its test (our testing taint, recorded as ours)."""
+    body = {
+        "metadata": {
+            "name": name,
+            "uid": f"{name}-uid-0000",
+            "resourceVersion": "3",
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "labels": {"sdcguard.dev/accelerator": "true", keys.LABEL_STATE: "Testing"},
+            "annotations": {
+                keys.CURRENT_TEST: test,
+                keys.OWNED_TAINTS: "sdcguard.dev/testing",
+                keys.SEQ: "1",
+            },
+        },
+        "spec": {"taints": [{"key": "sdcguard.dev/testing", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    return NodeSnapshot.from_body(body)
+
+
+def _passed_test(name: str, node_name: str) -> TestSnapshot:
+    return TestSnapshot.from_body(
+        {
+            "metadata": {"name": name, "creationTimestamp": "2025-06-01T11:00:00Z"},
+            "spec": {"nodeName": node_name, "policyRef": "fleet", "reason": "Join"},
+            "status": {
+                "phase": "Passed",
+                "verdict": "Pass",
+                "startTime": "2025-06-01T11:00:00Z",
+                "completionTime": "2025-06-01T11:01:00Z",
+            },
+        }
+    )
+
+
+def test_before_the_workload_pods_have_listed_only_finished_tests_are_decided() -> None:
+    """A restart on a big fleet: every kind but the workload Pods has listed. The node
+    whose test passed is released at once; a gated node missing from the partial Pod
+    copy (it would look idle) is not reserved, and the policy's counts are not written
+    from the few nodes decided. Once the Pods are known the same view reserves it."""
+    nodes = {"gpu-0": _node_body("gpu-0"), "gpu-1": _testing_node("gpu-1", "gpu-1-t1")}
+    view = _view(nodes)
+    view.complete = False
+    view.workloads_known = False
+    view.tests = {"gpu-1": [_passed_test("gpu-1-t1", "gpu-1")]}
+    rec, writer = _reconciler()
+    rec.offer_urgent(UrgentWork(_policy_body(5), view, frozenset(nodes), NOW))
+    rec.serve_offered()
+    assert rec.take_unserved() == []
+    assert writer.by_node == Counter({"gpu-1": 1}), "gpu-1 released; gpu-0 untouched"
+    assert writer.writes["sdctests-create"] == 0
+    assert not [k for k in writer.writes if k.startswith("sdcpolicies")]
+    assert rec._memory["fleet"].states == {"gpu-1": "Qualified"}
+
+    writer.by_node.clear()
+    known = _view({"gpu-0": nodes["gpu-0"]})
+    known.complete = False
+    rec.offer_urgent(UrgentWork(_policy_body(5), known, frozenset({"gpu-0"}), NOW))
+    rec.serve_offered()
+    assert writer.writes["sdctests-create"] == 1
+    assert writer.by_node == Counter({"gpu-0": 2})  # its test, its reservation

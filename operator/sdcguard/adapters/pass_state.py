@@ -80,6 +80,10 @@ class FleetView:
     """Every policy's name and selector matchLabels (one policy owns each node)."""
     complete: bool = True
     """False: only some nodes' entries (urgent work), enough to decide just those."""
+    workloads_known: bool = True
+    """False: the workload Pods have not listed completely yet (a start or restart on a
+    big fleet), so ``busy``, ``pending`` and ``last_busy`` may miss Pods; only nodes
+    whose current test has finished are decided (see ``Reconciler._observe``)."""
     hardware: dict[str, HardwareRecord] = field(default_factory=dict)
     """Every readable SDCHardware by name (only failing hardware has one)."""
     id_holders: Callable[[NodeSnapshot], Mapping[str, Sequence[str]]] = lambda _: {}
@@ -101,6 +105,7 @@ class FleetView:
             operator_started=newer.operator_started,
             policies=newer.policies,
             complete=self.complete and newer.complete,
+            workloads_known=self.workloads_known and newer.workloads_known,
             hardware=newer.hardware,
             id_holders=newer.id_holders,
         )

@@ -238,7 +238,8 @@ class PolicyReporter(ReconcilerState):
         now: dt.datetime,
     ) -> bool:
         """Between full passes the policy's status (counts, breaker window) is written at
-        most every STATUS_EVERY; a trip or reset of the breaker at once."""
+        most every STATUS_EVERY, and not before the first full pass; a trip or reset of
+        the breaker at once."""
         old = policy.status or SDCPolicyStatus()
         stored = old.breaker or BreakerStatus()
         was_open = any(c.type == "BreakerOpen" and c.status == "True" for c in old.conditions)
@@ -247,7 +248,9 @@ class PolicyReporter(ReconcilerState):
             stored.tripped_at,
         ):
             return True
-        return memory.status_at is None or now - memory.status_at >= STATUS_EVERY
+        # Before the first full pass (status_at None) the memory holds only the nodes
+        # urgent work decided: counts from it would tell a fleet of a few nodes.
+        return memory.status_at is not None and now - memory.status_at >= STATUS_EVERY
 
     def _export_usage(
         self,

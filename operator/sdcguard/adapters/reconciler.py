@@ -123,6 +123,16 @@ class Reconciler(Executor, PolicyReporter):
         """Hand nodes whose probe ended to the running pass (thread-safe)."""
         self._urgent.put(work)
 
+    def serve_offered(self) -> None:
+        """Serve the urgent work offered so far, with no pass around it (the policy loop
+        before the workload Pods have listed: probe ends only)."""
+        with self._lock:
+            self._touched = set()
+            try:
+                self._serve_urgent()
+            finally:
+                self._touched = set()
+
     def take_unserved(self) -> list[UrgentWork]:
         """Urgent work the last pass did not get to (offered as it ended)."""
         left = []
@@ -345,7 +355,8 @@ class Reconciler(Executor, PolicyReporter):
             # Held back by the interval: come back for it even if nothing else happens.
             left = STATUS_EVERY - (now - memory.status_at)
             wake = min(wake, max(0.0, left.total_seconds()))
-        self._export(name, states, breaker)
+        if full or memory.status_at is not None:  # counts of the whole fleet only
+            self._export(name, states, breaker)
         if full:
             self._export_usage(name, holding, observations, view, now)
         self.metrics.reconcile_passes.inc()
@@ -436,6 +447,12 @@ class Reconciler(Executor, PolicyReporter):
             )
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
             test = current_test(node, tests_by_node.get(node_name, []))
+            if not view.workloads_known and (test is None or not test.finished):
+                # Without every workload Pod listed, a node missing from the copy would
+                # look idle: only a finished test's outcome (release, confirmation,
+                # quarantine) is decided, and the rest waits for the complete copy.
+                counts["nodes-awaiting-pods"] += 1
+                continue
             ticket = self._open_ticket(view.tickets.get(node_name, []))
             observations.append(
                 Observed(
