@@ -7,6 +7,19 @@ from pathlib import Path
 from typing import Any
 
 
+def _early_writes(restart: dict[str, Any]) -> str:
+    """Writes before the copy was complete: all of them (runs before probe ends were
+    served early), or none before the probe kinds had listed and, before the workload
+    Pods had, those about nodes whose test was in flight / about any other node."""
+    pods = restart.get("writes_before_pod_copy")
+    if pods is None:
+        return str(restart["writes_before_complete_copy"])
+    return (
+        f"{restart['writes_before_probe_copy']} before the probe kinds listed; "
+        f"before the Pods: {pods['in_flight']} for probe ends, {pods['other_nodes']} other"
+    )
+
+
 def _fmt(value: Any, unit: str = "") -> str:
     if value is None:
         return "-"
@@ -181,7 +194,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "Restart: reservations in flight / lost / writes before the copy was complete",
         lambda r: (
             f"{r['restart']['reserved_before_kill']} / {len(r['restart']['lost_reservations'])}"
-            f" / {r['restart']['writes_before_complete_copy']}"
+            f" / {_early_writes(r['restart'])}"
         ),
     )
     row(

@@ -10,8 +10,9 @@ Run by :func:`bench.scale.run.measure` after the other measurements of a size:
   to its first write, to the first quarantine of an SDC node found after the restart,
   whether every reservation ended (Qualified or Quarantined), writes per joiner across
   the restart (a repeat is a no-op: no second SDCTest), that its copy of the fleet was
-  complete (its "mirror synced" counts against a LIST) and that nothing was written
-  before it was.
+  complete (its "mirror synced" counts against a LIST), that nothing was written before
+  every kind but the workload Pods had listed, and that before the Pods had listed
+  only nodes with a test in flight at the kill were written (their probe ends).
 - **Standby.** The restarted operator runs with leader election; a standby replica
   under another ServiceAccount keeps its copy warm. The leader is killed several
   times (a node joins at each kill, so the new leader has something to do); measured:
@@ -229,6 +230,7 @@ class Phases:
         reserved = _wait(lambda: all(self.jobs.created.get(x) for x in joiners), 120)
         states = self.nodes.states()
         in_flight = sorted(x for x in joiners if states.get(x) == "Testing")
+        testing_at_kill = {x for x, state in states.items() if state == "Testing"}
         operator.kill()
         killed = time.time()
         held = self.kubelet.release()
@@ -287,10 +289,26 @@ class Phases:
         out["first_fleet_write_s"] = round(fleet - restarted_at, 2) if fleet else None
         synced_at = max((at for at, _ in new.synced.values()), default=None)
         out["mirrors_synced_s"] = round(synced_at - restarted_at, 2) if synced_at else None
+        # Probe ends are served once every kind but the workload Pods has listed; what
+        # reads the Pods (reservations) waits for their copy too (adapters/inventory.py).
+        probes_at = max((at for k, (at, _) in new.synced.items() if k != "pods"), default=None)
+        out["probes_synced_s"] = round(probes_at - restarted_at, 2) if probes_at else None
         # The Lease is the election's, not an action on the fleet.
-        out["writes_before_complete_copy"] = sum(
-            1 for r in writes if r.resource != "leases" and (synced_at is None or r.at < synced_at)
+        fleet_writes = [r for r in writes if r.resource != "leases"]
+        out["writes_before_probe_copy"] = sum(
+            1 for r in fleet_writes if probes_at is None or r.at < probes_at
         )
+        early = [r for r in fleet_writes if synced_at is None or r.at < synced_at]
+        others = sorted({r.node for r in early if r.node and r.node not in testing_at_kill})
+        out["writes_before_pod_copy"] = {
+            # Nodes whose test was in flight at the kill: their probe ends, served early.
+            "in_flight": sum(1 for r in early if r.node in testing_at_kill),
+            # Any other node: none may be written from a copy without the Pods.
+            "other_nodes": sum(1 for r in early if r.node and r.node not in testing_at_kill),
+            "other_node_names": others[:10],
+            # Named after no node (hardware records, by host identifier).
+            "unattributed": dict(Counter(r.kind for r in early if not r.node)),
+        }
         # The copy is counted as it completed, the LIST after the first full pass: the
         # Jobs the operator created in between (each with its Pod) are told apart.
         created = sum(
