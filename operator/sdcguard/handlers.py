@@ -454,9 +454,12 @@ async def _probe_ends_only(
     """Before the workload Pods have listed: serve the probe ends that arrived (their
     views say the Pods are not known, so only finished tests are decided), then wait
     for the next one or a moment; other changes stay marked for the first pass."""
+    if policy is None:  # unreadable (logged): its change wakes nothing here, so look again
+        await asyncio.sleep(0.5)
+        return
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(wake.urgent_event.wait(), timeout=0.2)
-    if policy is None or not wake.urgent_event.is_set():
+    if not wake.urgent_event.is_set():
         return
     wake.urgent_event.clear()
     urgent, pods, jobs = wake.take_urgent()
