@@ -3,7 +3,8 @@
 # control plane: group A spends its time in real probe runs (CPU), the others
 # mostly wait on the API server, Karpenter or the real node, so together they take
 # about as long as the longest one. Group A prints as it goes; the other groups'
-# output follows, each with its time; the exit status is non-zero if any failed.
+# output follows, each with its time and its twelve slowest tests (to balance the
+# groups by); the exit status is non-zero if any failed.
 set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ for g in "${ORDER[@]:1}"; do
   (
     started=$SECONDS
     # shellcheck disable=SC2086  # the group is a list of directories
-    "$PY" -m pytest -q -p no:cacheprovider ${GROUPS_OF[$g]}
+    "$PY" -m pytest -q -p no:cacheprovider --durations=12 ${GROUPS_OF[$g]}
     rc=$?
     echo "[test] group $g took $((SECONDS - started)) s"
     exit "$rc"
@@ -45,7 +46,7 @@ first=${ORDER[0]}
 echo "[test] group $first (${GROUPS_OF[$first]}) runs here"
 t0=$SECONDS
 # shellcheck disable=SC2086
-"$PY" -m pytest -q -p no:cacheprovider ${GROUPS_OF[$first]}
+"$PY" -m pytest -q -p no:cacheprovider --durations=12 ${GROUPS_OF[$first]}
 declare -A STATUS=([$first]=$?)
 echo "[test] group $first finished (exit ${STATUS[$first]}); it took $((SECONDS - t0)) s"
 for g in "${ORDER[@]:1}"; do

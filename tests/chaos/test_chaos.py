@@ -41,6 +41,7 @@ from tests.operator.harness import (
     gpu_nodes,
     list_custom,
     policy_body,
+    ticket_in_phase,
     trusted_baseline,
     wait_for,
 )
@@ -360,22 +361,18 @@ def test_operator_survives_kills_and_a_faulty_api(
             halt.wait(1)
             if repairs or _state(api_client, repaired) != "Quarantined":
                 return
-            tickets = [
-                t
-                for t in list_custom(api_client, "repairtickets", repaired)
-                if (t.get("status") or {}).get("phase") == "Open"
-            ]
-            if not tickets:
+            ticket = ticket_in_phase(api_client, repaired, "Open")
+            if ticket is None:
                 return
             outcomes[repaired] = "pass"
             custom.patch_cluster_custom_object(
                 GROUP,
                 VERSION,
                 "repairtickets",
-                tickets[0]["metadata"]["name"],
+                ticket["metadata"]["name"],
                 {"spec": {"resolution": "Repaired", "resolutionNote": "chaos: GPU reseated"}},
             )
-            repairs.append(tickets[0]["metadata"]["name"])
+            repairs.append(ticket["metadata"]["name"])
 
         workers = [Background("chaos-churn", churn), Background("chaos-repair", repair)]
         started = time.monotonic()

@@ -469,6 +469,15 @@ def list_custom(
 
 
 @contextlib.contextmanager
+def ticket_in_phase(api: client.ApiClient, node: str, phase: str) -> dict[str, Any] | None:
+    """The node's RepairTicket whose status says ``phase``, or None. A new ticket's
+    status is written after the node's patch (plan stage STATUSES): wait on this."""
+    for ticket in list_custom(api, "repairtickets", node):
+        if (ticket.get("status") or {}).get("phase") == phase:
+            return ticket
+    return None
+
+
 def workload_record(
     api: client.ApiClient, node: str, status: Mapping[str, Any]
 ) -> Iterator[dict[str, Any]]:

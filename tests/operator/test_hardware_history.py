@@ -27,6 +27,7 @@ from tests.operator.harness import (
     node_state,
     read_node,
     registered_nodes,
+    ticket_in_phase,
     trusted_baseline,
     wait_for,
 )
@@ -63,14 +64,6 @@ def _delete_node(api: client.ApiClient, beats: Heartbeats, name: str) -> None:
         return False
 
     wait_for(gone, 30, f"node {name} deleted")
-
-
-def _ticket(api: client.ApiClient, node: str, phase: str) -> dict[str, Any] | None:
-    tickets = list_custom(api, "repairtickets", node)
-    for t in tickets:
-        if (t.get("status") or {}).get("phase") == phase:
-            return t
-    return None
 
 
 def _events(api: client.ApiClient, node: str) -> dict[str, str]:
@@ -145,8 +138,8 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
         create_policy(api_client, case, repair={"maxRepairCycles": 2, "ticketSinks": [sink]})
         # 1. The host fails its acceptance: cycle 1, and its history begins.
         with registered_nodes(api_client, [first]) as beats:
-            wait_for(lambda: _ticket(api_client, host, "Open"), 120, "first quarantine")
-            ticket = _ticket(api_client, host, "Open")
+            wait_for(lambda: ticket_in_phase(api_client, host, "Open"), 120, "first quarantine")
+            ticket = ticket_in_phase(api_client, host, "Open")
             assert ticket is not None and ticket["status"]["cycle"] == 1
             identity = ticket["spec"]["hardware"]
             assert identity["providerID"] == first.provider_id
@@ -158,7 +151,7 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
 
         # 2. The same machine registers as a new Node: recognised, verified on join.
         with registered_nodes(api_client, [_host(case, host, as_node=second)]) as beats:
-            wait_for(lambda: _ticket(api_client, second, "Open"), 120, "second quarantine")
+            wait_for(lambda: ticket_in_phase(api_client, second, "Open"), 120, "second quarantine")
             tests = list_custom(api_client, "sdctests", second)
             joined = [t for t in tests if t["spec"]["reason"] == "Join"]
             assert joined and all(t["spec"]["suite"] == "repairVerification" for t in joined)
@@ -168,7 +161,7 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
             seen = _records(api_client, second)
             assert len(seen) == 3
             assert all([n["node"] for n in r["status"]["nodes"]] == [host, second] for r in seen)
-            ticket = _ticket(api_client, second, "Open")
+            ticket = ticket_in_phase(api_client, second, "Open")
             assert ticket is not None
             assert ticket["status"]["cycle"] == 2, "counted across tickets and Node names"
             assert ticket["spec"]["hardware"]["cyclesBefore"] == 1
@@ -195,7 +188,9 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
             assert read_node(api_client, third).spec.unschedulable is True
             # The ticket is created before the node's write and its phase is written after
             # it (plan stage STATUSES), so a reader may see the node first.
-            ticket = wait_for(lambda: _ticket(api_client, third, "Retired"), 30, "ticket retired")
+            ticket = wait_for(
+                lambda: ticket_in_phase(api_client, third, "Retired"), 30, "ticket retired"
+            )
             assert ticket["status"]["cycle"] == 3
             assert "Retired" in _events(api_client, third)
 
@@ -270,8 +265,12 @@ def test_nodes_sharing_identifiers_never_share_a_history(api_client, operator) -
         create_policy(api_client, case, repair={"maxRepairCycles": 1})
         with registered_nodes(api_client, cfgs):
             for name, other in ((one, two), (two, one)):
-                wait_for(lambda n=name: _ticket(api_client, n, "Open"), 120, f"{name} quarantined")
-                ticket = _ticket(api_client, name, "Open")
+                wait_for(
+                    lambda n=name: ticket_in_phase(api_client, n, "Open"),
+                    120,
+                    f"{name} quarantined",
+                )
+                ticket = ticket_in_phase(api_client, name, "Open")
                 assert ticket is not None and ticket["status"]["cycle"] == 1
                 hw = ticket["spec"]["hardware"]
                 assert hw["providerID"] == shared
@@ -302,8 +301,8 @@ def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) 
     with ProbeKubelet(api_client, outcomes, devices=devices):
         create_policy(api_client, case, repair={"maxRepairCycles": 1})
         with registered_nodes(api_client, [_host(case, old)]) as beats:
-            wait_for(lambda: _ticket(api_client, old, "Open"), 120, "quarantine")
-            ticket = _ticket(api_client, old, "Open")
+            wait_for(lambda: ticket_in_phase(api_client, old, "Open"), 120, "quarantine")
+            ticket = ticket_in_phase(api_client, old, "Open")
             assert ticket is not None
             assert ticket["spec"]["hardware"]["deviceIDs"] == list(devices[old])
             gpu = wait_for(
@@ -315,7 +314,9 @@ def test_a_gpu_moved_into_another_host_brings_its_history(api_client, operator) 
             _delete_node(api_client, beats, old)
         with registered_nodes(api_client, [_host(case, new)]):
             wait_for(lambda: node_state(api_client, new) == "Retired", 120, "retirement")
-            ticket = wait_for(lambda: _ticket(api_client, new, "Retired"), 30, "ticket retired")
+            ticket = wait_for(
+                lambda: ticket_in_phase(api_client, new, "Retired"), 30, "ticket retired"
+            )
             assert ticket["status"]["cycle"] == 2
             assert ticket["spec"]["hardware"]["cyclesBefore"] == 1
             tests = list_custom(api_client, "sdctests", new)

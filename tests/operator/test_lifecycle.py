@@ -27,6 +27,7 @@ from tests.operator.harness import (
     node_state,
     read_node,
     taint_keys,
+    ticket_in_phase,
     trusted_baseline,
     wait_for,
 )
@@ -156,15 +157,7 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
         assert golden["oddDevice"] == 5 and golden["firstDivergentStep"] == 11
         # A new ticket is created before the node's patch and its Open status written
         # after it (plan stage STATUSES), so a reader may see the quarantine first.
-        wait_for(
-            lambda: [
-                t
-                for t in list_custom(api_client, "repairtickets", node)
-                if (t.get("status") or {}).get("phase") == "Open"
-            ],
-            30,
-            "the ticket's Open status",
-        )
+        wait_for(lambda: ticket_in_phase(api_client, node, "Open"), 30, "the ticket's Open status")
         tickets = list_custom(api_client, "repairtickets", node)
         assert len(tickets) == 1
         ticket = tickets[0]
