@@ -445,28 +445,39 @@ def _in_flight(inventory: Inventory) -> set[str]:
     }
 
 
+def _look_again(rt: Runtime, policy: str) -> set[str]:
+    """Before the workload Pods have listed, nothing else comes back to a node: those
+    with a test in flight (a Job to create, a probe's end that came with the first
+    list, a status write that failed) and those whose decision asked to be looked at
+    again by now (a write that failed)."""
+    return _in_flight(rt.inventory) | rt.reconciler.due_nodes(policy, _now())
+
+
 async def _probe_ends_only(
     rt: Runtime,
     policy: SDCPolicy | None,
     indexes: dict[str, kopf.Index[str, Any]],
     wake: Wake,
+    again: set[str],
 ) -> None:
-    """Before the workload Pods have listed: serve the probe ends that arrived (their
-    views say the Pods are not known, so only finished tests are decided), then wait
-    for the next one or a moment; other changes stay marked for the first pass."""
+    """Before the workload Pods have listed: serve the nodes whose probe ended or that
+    changed, and ``again``, with views that say the Pods are not known (so only
+    finished tests are decided, and tests in flight advanced); every policy's first
+    pass after the copy is complete is a full one."""
     if policy is None:  # unreadable (logged): its change wakes nothing here, so look again
         await asyncio.sleep(0.5)
         return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(wake.urgent_event.wait(), timeout=0.2)
-    if not wake.urgent_event.is_set():
-        return
+        await asyncio.wait_for(wake.event.wait(), timeout=0.2)
+    wake.event.clear()
     wake.urgent_event.clear()
     urgent, pods, jobs = wake.take_urgent()
-    if not urgent:
+    nodes = frozenset(urgent | wake.dirty | again)
+    wake.dirty = set()
+    if not nodes:
         return
-    view = _urgent_view(rt, indexes, urgent, pods, jobs)
-    rt.reconciler.offer_urgent(UrgentWork(policy, view, urgent, _now()))
+    view = _urgent_view(rt, indexes, nodes, pods, jobs)
+    rt.reconciler.offer_urgent(UrgentWork(policy, view, nodes, _now()))
     await asyncio.get_running_loop().run_in_executor(rt.executor, rt.reconciler.serve_offered)
 
 
@@ -494,13 +505,16 @@ async def policy_loop(
         rt.wakes.remove(wake)
         return
     try:
-        if not rt.inventory.synced():
-            # Probes that ended while no operator ran came with the first list, which
-            # tells no change: every node with a test in flight is looked at.
-            wake.urgent |= await asyncio.to_thread(_in_flight, rt.inventory)
-            wake.urgent_event.set()
+        loop = asyncio.get_running_loop()
+        again_at = 0.0
         while not stopped and not rt.inventory.synced():
-            await _probe_ends_only(rt, parsed.of(body), indexes, wake)
+            again: set[str] = set()
+            if time.monotonic() >= again_at:  # at once (probes that ended while no
+                # operator ran came with the first list, which tells no change), then
+                # every second
+                again = await loop.run_in_executor(rt.executor, _look_again, rt, name)
+                again_at = time.monotonic() + 1.0
+            await _probe_ends_only(rt, parsed.of(body), indexes, wake, again)
         while not stopped:
             try:
                 timeout = max(0.0, min(next_full, next_look) - time.monotonic())

@@ -133,6 +133,12 @@ class Reconciler(Executor, PolicyReporter):
             finally:
                 self._touched = set()
 
+    def due_nodes(self, policy: str, now: dt.datetime) -> set[str]:
+        """The policy's nodes whose decision asked to be looked at again by ``now`` (a
+        failed write, a wait); call it from the pass's thread."""
+        memory = self._memory.get(policy)
+        return {n for n, when in memory.due.items() if when <= now} if memory else set()
+
     def take_unserved(self) -> list[UrgentWork]:
         """Urgent work the last pass did not get to (offered as it ended)."""
         left = []
