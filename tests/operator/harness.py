@@ -468,7 +468,6 @@ def list_custom(
     return [i for i in items if node is None or i["spec"].get("nodeName") == node]
 
 
-@contextlib.contextmanager
 def ticket_in_phase(api: client.ApiClient, node: str, phase: str) -> dict[str, Any] | None:
     """The node's RepairTicket whose status says ``phase``, or None. A new ticket's
     status is written after the node's patch (plan stage STATUSES): wait on this."""
@@ -478,6 +477,7 @@ def ticket_in_phase(api: client.ApiClient, node: str, phase: str) -> dict[str, A
     return None
 
 
+@contextlib.contextmanager
 def workload_record(
     api: client.ApiClient, node: str, status: Mapping[str, Any]
 ) -> Iterator[dict[str, Any]]:
