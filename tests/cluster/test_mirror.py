@@ -18,7 +18,7 @@ from sdcguard.adapters.mirror import Change, Kind, Mirror, object_key, retrying_
 from sdcguard.domain.observed import NodeSnapshot
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import apply_crds, wait_for
+from tests.operator.harness import apply_crds, gpu_pod, wait_for
 
 CASE_LABEL = "sdcguard.test/mirror-case"
 
@@ -197,24 +197,6 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
     assert injected.get("watch-cut", 0) > 0, injected
 
 
-def _gpu_pod(name: str, on: str | None, labels: dict[str, str] | None = None) -> client.V1Pod:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels=labels),
-        spec=client.V1PodSpec(
-            node_name=on,
-            containers=[
-                client.V1Container(
-                    name="c",
-                    image="example.invalid/train",
-                    resources=client.V1ResourceRequirements(
-                        requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"}
-                    ),
-                )
-            ],
-        ),
-    )
-
-
 def test_the_inventory_says_when_a_workload_stops_using_a_node(
     api_client: client.ApiClient,
 ) -> None:
@@ -227,7 +209,7 @@ def test_the_inventory_says_when_a_workload_stops_using_a_node(
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     pokes: list[tuple[list[str] | None, dict[str, Any]]] = []
-    pod = _gpu_pod
+    pod = gpu_pod
     parsed: dict[str, list[str]] = {"pods": [], "probe-pods": []}
 
     def recording(mirror: Mirror[Any]) -> None:
@@ -316,10 +298,10 @@ def test_probe_ends_are_served_before_the_workload_pods_have_listed(
     namespace = f"mirror-{case}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    core.create_namespaced_pod(namespace, _gpu_pod("train", one))
-    core.create_namespaced_pod(namespace, _gpu_pod("elsewhere", other))
+    core.create_namespaced_pod(namespace, gpu_pod("train", one))
+    core.create_namespaced_pod(namespace, gpu_pod("elsewhere", other))
     core.create_namespaced_pod(
-        namespace, _gpu_pod("probe", one, {"app.kubernetes.io/component": "sdcprobe"})
+        namespace, gpu_pod("probe", one, labels={"app.kubernetes.io/component": "sdcprobe"})
     )
     inv = Inventory(api_client, namespace, test_node=lambda _: None, clock=_clock)
     stop = threading.Event()

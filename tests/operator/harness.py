@@ -477,6 +477,49 @@ def ticket_in_phase(api: client.ApiClient, node: str, phase: str) -> dict[str, A
     return None
 
 
+def gpu_pod(
+    name: str,
+    node: str | None,
+    *,
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    owner: client.V1Job | None = None,
+    tolerate_all: bool = False,
+) -> client.V1Pod:
+    """A training worker asking for a node's eight GPUs, bound to ``node`` (None: left
+    for the scheduler). ``owner`` makes it a Job's Pod; ``tolerate_all`` gives it the
+    catch-all toleration some DaemonSets carry, so it lands on a held node too."""
+    refs = None
+    if owner is not None:
+        refs = [
+            client.V1OwnerReference(
+                api_version="batch/v1", kind="Job", name=owner.metadata.name, uid=owner.metadata.uid
+            )
+        ]
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name,
+            namespace=namespace,
+            labels=dict(labels) if labels else None,
+            owner_references=refs,
+        ),
+        spec=client.V1PodSpec(
+            node_name=node,
+            restart_policy="Never",
+            tolerations=[client.V1Toleration(operator="Exists")] if tolerate_all else None,
+            containers=[
+                client.V1Container(
+                    name="train",
+                    image="example.invalid/train",
+                    resources=client.V1ResourceRequirements(
+                        requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"}
+                    ),
+                )
+            ],
+        ),
+    )
+
+
 @contextlib.contextmanager
 def workload_record(
     api: client.ApiClient, node: str, status: Mapping[str, Any]

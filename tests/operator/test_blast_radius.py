@@ -29,6 +29,7 @@ from tests.operator.harness import (
     ProbeKubelet,
     create_policy,
     gpu_nodes,
+    gpu_pod,
     list_custom,
     new_case,
     node_state,
@@ -84,33 +85,10 @@ def training_job(api: client.ApiClient, ns: str, name: str) -> client.V1Job:
     )
 
 
-def gpu_pod(
+def run_gpu_pod(
     api: client.ApiClient, ns: str, name: str, node: str, owner: client.V1Job | None
 ) -> None:
-    refs = None
-    if owner is not None:
-        refs = [
-            client.V1OwnerReference(
-                api_version="batch/v1", kind="Job", name=owner.metadata.name, uid=owner.metadata.uid
-            )
-        ]
-    client.CoreV1Api(api).create_namespaced_pod(
-        ns,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name, owner_references=refs),
-            spec=client.V1PodSpec(
-                node_name=node,
-                restart_policy="Never",
-                containers=[
-                    client.V1Container(
-                        name="train",
-                        image="localhost/none:1",
-                        resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
-                    )
-                ],
-            ),
-        ),
-    )
+    client.CoreV1Api(api).create_namespaced_pod(ns, gpu_pod(name, node, owner=owner))
 
 
 def end_pod(api: client.ApiClient, ns: str, name: str) -> None:
@@ -171,8 +149,8 @@ def test_a_node_that_fails_tells_the_workloads_it_ran(api_client, operator, clus
             assert record(api_client, node) is None  # nothing used it: nothing written
 
             job = training_job(api_client, team, "train")
-            gpu_pod(api_client, team, "train-0", node, job)
-            gpu_pod(api_client, team, "notebook", node, None)  # a Pod without an owner
+            run_gpu_pod(api_client, team, "train-0", node, job)
+            run_gpu_pod(api_client, team, "notebook", node, None)  # a Pod without an owner
             running = wait_for(
                 lambda: [w for w in workloads(api_client, node) if w["running"]],
                 30,
@@ -259,7 +237,7 @@ def test_idle_time_survives_an_operator_restart(api_client, operator) -> None:
             api_client, case, triggers={"onReturnFromUse": {"enabled": True, "idleFor": "25s"}}
         )
         wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "acceptance")
-        gpu_pod(api_client, team, "worker", node, None)
+        run_gpu_pod(api_client, team, "worker", node, None)
         wait_for(lambda: workloads(api_client, node), 30, "the record of the running Pod")
         end_pod(api_client, team, "worker")
         status = wait_for(

@@ -20,6 +20,7 @@ from tests.operator.harness import (
     ProbeKubelet,
     create_policy,
     gpu_nodes,
+    gpu_pod,
     list_custom,
     new_case,
     node_state,
@@ -84,22 +85,6 @@ def test_workload_suspicion_and_manual_test_rescreen_a_qualified_node(api_client
         assert node_state(api_client, node) == "Qualified"
 
 
-def _gpu_pod(name: str, node: str | None) -> client.V1Pod:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, namespace="default"),
-        spec=client.V1PodSpec(
-            node_name=node,
-            containers=[
-                client.V1Container(
-                    name="train",
-                    image="example.invalid/train",
-                    resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
-                )
-            ],
-        ),
-    )
-
-
 def test_a_suspect_node_takes_no_more_work_until_it_is_rescreened(api_client, operator) -> None:
     """A workload reports the node it runs on: the node is held at once (no new work can
     land), the re-test waits for that workload to finish, and then runs even though a
@@ -111,11 +96,11 @@ def test_a_suspect_node_takes_no_more_work_until_it_is_rescreened(api_client, op
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
         create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
-        core.create_namespaced_pod("default", _gpu_pod(f"train-{case}", node))
+        core.create_namespaced_pod("default", gpu_pod(f"train-{case}", node))
         core.patch_namespaced_pod_status(
             f"train-{case}", "default", {"status": {"phase": "Running"}}
         )
-        core.create_namespaced_pod("default", _gpu_pod(f"queued-{case}", None))
+        core.create_namespaced_pod("default", gpu_pod(f"queued-{case}", None))
         try:
             _annotate(api_client, node, {"sdcguard.dev/suspect": "loss spike in job llm-7b"})
             wait_for(lambda: node_state(api_client, node) == "Suspect", 30, "suspicion")

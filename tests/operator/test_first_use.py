@@ -15,6 +15,7 @@ from tests.operator.harness import (
     ProbeKubelet,
     create_policy,
     gpu_nodes,
+    gpu_pod,
     list_custom,
     new_case,
     node_state,
@@ -368,22 +369,7 @@ def test_a_test_whose_probe_pod_cannot_be_scheduled_says_why(api_client, operato
         policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         workload = f"train-{case}"
-        core.create_namespaced_pod(
-            "default",
-            client.V1Pod(
-                metadata=client.V1ObjectMeta(name=workload),
-                spec=client.V1PodSpec(
-                    node_name=node,
-                    containers=[
-                        client.V1Container(
-                            name="train",
-                            image="example.invalid/train",
-                            resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
-                        )
-                    ],
-                ),
-            ),
-        )
+        core.create_namespaced_pod("default", gpu_pod(workload, node))
         name = f"{node}-manual-1"
         try:
             _manual_test(api_client, name, node, policy)

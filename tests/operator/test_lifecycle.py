@@ -22,6 +22,7 @@ from tests.operator.harness import (
     ProbeKubelet,
     create_policy,
     gpu_nodes,
+    gpu_pod,
     list_custom,
     new_case,
     node_state,
@@ -240,20 +241,7 @@ def test_idle_return_from_use_retests(api_client, operator) -> None:
         create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         # A customer workload uses the GPUs, then leaves.
-        pod = client.V1Pod(
-            metadata=client.V1ObjectMeta(name=f"train-{case}", namespace="default"),
-            spec=client.V1PodSpec(
-                node_name=node,
-                containers=[
-                    client.V1Container(
-                        name="train",
-                        image="example.invalid/train",
-                        resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
-                    )
-                ],
-            ),
-        )
-        core.create_namespaced_pod("default", pod)
+        core.create_namespaced_pod("default", gpu_pod(f"train-{case}", node))
         core.patch_namespaced_pod_status(
             f"train-{case}", "default", {"status": {"phase": "Running"}}
         )

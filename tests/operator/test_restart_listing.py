@@ -23,6 +23,7 @@ from tests.operator.harness import (
     create_policy,
     delete_all,
     gpu_nodes,
+    gpu_pod,
     list_custom,
     new_case,
     node_state,
@@ -51,25 +52,8 @@ def _probe_pods(api: client.ApiClient, node: str) -> list[client.V1Pod]:
 
 
 def _workload(api: client.ApiClient, ns: str, name: str, node: str) -> None:
-    client.CoreV1Api(api).create_namespaced_pod(
-        ns,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PodSpec(
-                node_name=node,
-                restart_policy="Never",
-                # Tolerates everything, as some DaemonSets do: it lands on a held node.
-                tolerations=[client.V1Toleration(operator="Exists")],
-                containers=[
-                    client.V1Container(
-                        name="train",
-                        image="localhost/none:1",
-                        resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": "8"}),
-                    )
-                ],
-            ),
-        ),
-    )
+    # Tolerates everything, as some DaemonSets do: it lands on a held node.
+    client.CoreV1Api(api).create_namespaced_pod(ns, gpu_pod(name, node, tolerate_all=True))
 
 
 def test_probe_ends_are_served_while_the_pods_list_and_reservations_wait(
