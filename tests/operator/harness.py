@@ -481,7 +481,6 @@ def gpu_pod(
     name: str,
     node: str | None,
     *,
-    namespace: str | None = None,
     labels: Mapping[str, str] | None = None,
     owner: client.V1Job | None = None,
     tolerate_all: bool = False,
@@ -499,7 +498,6 @@ def gpu_pod(
     return client.V1Pod(
         metadata=client.V1ObjectMeta(
             name=name,
-            namespace=namespace,
             labels=dict(labels) if labels else None,
             owner_references=refs,
         ),
