@@ -28,6 +28,12 @@ FIELD_MANAGER = "sdcguard"
 log = structlog.get_logger("sdcguard.kube")
 
 
+CONNECTIONS = 16
+"""Connections the writer's client keeps open: the workload records' flush writes eight
+nodes at once beside a pass's own writes (the client's default, five a CPU, would be
+ten on two cores and drop connections it cannot keep)."""
+
+
 def make_api_client() -> client.ApiClient:
     """In-cluster credentials inside a Pod, else the kubeconfig (KUBECONFIG or ~/.kube)."""
     import os
@@ -36,8 +42,14 @@ def make_api_client() -> client.ApiClient:
 
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+        cfg = client.Configuration.get_default_copy()
+        cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, CONNECTIONS)
+        return client.ApiClient(cfg)
+    cfg = client.Configuration()
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, CONNECTIONS)
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        client_configuration=cfg
+    )
     return api
 
 
