@@ -190,6 +190,29 @@ def test_urgent_work_is_served_during_a_pass_and_the_pass_skips_its_nodes() -> N
     assert writer.writes["sdctests-create"] == 2
 
 
+def test_a_pass_leaves_nodes_decided_while_its_view_was_copied_to_that_decision() -> None:
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(3)}
+    rec, writer = _reconciler()
+    before = rec.mark()
+    # A probe end served while the pass's view was being copied (another thread).
+    fresh = dict(nodes)
+    fresh["gpu-1"] = _node_body("gpu-1", rv=2, **{keys.REQUEST_QUARANTINE: "fans"})
+    rec.offer_urgent(UrgentWork(_policy_body(5), _view(fresh), frozenset({"gpu-1"}), NOW))
+    rec.serve_offered()
+    assert rec.served_since(before) == {"gpu-1"} and rec.served_since(rec.mark()) == set()
+    # The view, copied before that decision, still shows gpu-1 untouched.
+    rec.run_pass(_policy_body(5), _view(nodes), NOW, since=before)
+    assert writer.writes["repairtickets-create"] == 1
+    assert writer.by_node["gpu-1"] == 2, "decided once, from the fresher view"
+    assert writer.writes["sdctests-create"] == 2
+    # Without the mark the same stale view decides gpu-1 again (the case it prevents).
+    rec2, writer2 = _reconciler()
+    rec2.offer_urgent(UrgentWork(_policy_body(5), _view(fresh), frozenset({"gpu-1"}), NOW))
+    rec2.serve_offered()
+    rec2.run_pass(_policy_body(5), _view(nodes), NOW)
+    assert writer2.by_node["gpu-1"] > 2
+
+
 def test_a_failing_request_costs_only_its_node() -> None:
     nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(3)}
     rec, writer = _reconciler()

@@ -316,6 +316,10 @@ class ReconcilerState:
     _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
     _touched: set[str] = field(default_factory=set)
     _depth: int = 0
+    _served: int = 0
+    """Urgent passes served so far: a view's mark (:meth:`Reconciler.mark`)."""
+    _served_at: dict[str, int] = field(default_factory=dict)
+    """Node -> the urgent pass that last decided it (one entry a node at most)."""
     _node_delete: tuple[dt.datetime, bool | None] | None = None
     """Whether our ServiceAccount may delete Nodes (SelfSubjectAccessReview), and when
     that was asked (asked again after NODE_DELETE_RECHECK)."""

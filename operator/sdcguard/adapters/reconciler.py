@@ -62,6 +62,10 @@ from sdcguard.domain.selection import Selector, owning_policy, selects, specific
 
 log = structlog.get_logger("sdcguard.reconcile")
 
+SERVED_KEPT = 10_000
+"""Urgent passes whose nodes :meth:`Reconciler.served_since` can still name (hours of
+probe ends; a view is copied in seconds)."""
+
 __all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
 
 
@@ -96,6 +100,7 @@ class Reconciler(Executor, PolicyReporter):
         view: FleetView,
         now: dt.datetime,
         dirty: Iterable[str] | None = None,
+        since: int | None = None,
     ) -> float:
         """Reconcile the policy's nodes; returns seconds until the next look.
 
@@ -108,9 +113,13 @@ class Reconciler(Executor, PolicyReporter):
         since they share the write counter, the expectations and the caches (and a
         node may move between policies when selectors change). Urgent work offered
         while a pass runs is served between its steps.
+
+        ``since``: the :meth:`mark` taken before ``view`` was copied; nodes that urgent
+        work decided after it (while the view was being copied, in another thread) are
+        left to that fresher decision, as are those decided while the pass runs.
         """
         with self._lock:
-            self._touched = set()
+            self._touched = set() if since is None else self.served_since(since)
             scope = None if dirty is None else frozenset(dirty)
             self._serve_urgent()
             try:
@@ -118,6 +127,15 @@ class Reconciler(Executor, PolicyReporter):
             finally:
                 self._serve_urgent()
                 self._touched = set()
+
+    def mark(self) -> int:
+        """Where urgent work stands now: take it before copying a pass's view."""
+        return self._served
+
+    def served_since(self, mark: int) -> set[str]:
+        """The nodes urgent work decided after ``mark``."""
+        with self._lock:
+            return {node for node, at in self._served_at.items() if at > mark}
 
     def offer_urgent(self, work: UrgentWork) -> None:
         """Hand nodes whose probe ended to the running pass (thread-safe)."""
@@ -180,6 +198,13 @@ class Reconciler(Executor, PolicyReporter):
                 finally:
                     self._depth -= 1
                     self._touched |= nodes
+                    self._served += 1
+                    for node in nodes:
+                        self._served_at[node] = self._served
+                    if len(self._served_at) > SERVED_KEPT:
+                        # A mark is minutes old at most; an older entry is never asked.
+                        oldest = self._served - SERVED_KEPT
+                        self._served_at = {n: a for n, a in self._served_at.items() if a > oldest}
 
     def _skip(self, node: str) -> bool:
         """Urgent work served during this pass decided the node from fresher facts."""
