@@ -129,6 +129,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.mirror_objects = Gauge(
+            "sdcguard_mirror_objects",
+            "Objects in the operator's copy of the fleet (listed, then watched), by kind.",
+            ["kind"],
+            registry=r,
+        )
         self.reconcile_passes = Counter(
             "sdcguard_reconcile_passes_total", "Reconcile passes over the fleet.", registry=r
         )
