@@ -30,6 +30,20 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{text}{unit}"
 
 
+def _copy_pair(v: dict[str, Any]) -> str:
+    """The copy against the LIST: at one moment, or (``*``, runs before the copy's size
+    was scraped) as the copy completed, with the Jobs created after it."""
+    if "mirror_at_sync" in v:
+        return f"{v['mirror']}/{v['list']}"
+    created = f" (+{v['created_since_copy']})" if "created_since_copy" in v else ""
+    return f"{v['mirror']}*/{v['list']}{created}"
+
+
+def _count(items: list[Any] | None) -> int | None:
+    """How many; None (shown "-") for a run that did not record the list."""
+    return None if items is None else len(items)
+
+
 def _pair(d: dict[str, Any], scale: float = 1.0, unit: str = "") -> str:
     p50, p99 = d.get("p50"), d.get("p99")
     if p50 is None:
@@ -206,14 +220,10 @@ def markdown(doc: dict[str, Any]) -> str:
         ),
     )
     row(
-        "Restart: copy against a LIST (nodes, probe Pods, probe Jobs; + Jobs created after"
-        " the copy), process restarts",
+        "Restart: copy / LIST at one moment (nodes, probe Pods, probe Jobs; * as the copy"
+        " completed, older runs), process restarts",
         lambda r: (
-            ", ".join(
-                f"{v['mirror']}/{v['list']}"
-                + (f" (+{v['created_since_copy']})" if "created_since_copy" in v else "")
-                for v in r["restart"]["copy_against_list"].values()
-            )
+            ", ".join(_copy_pair(v) for v in r["restart"]["copy_against_list"].values())
             + f"; {len(r['restart'].get('process_restarts', []))}"
         ),
     )
@@ -227,9 +237,10 @@ def markdown(doc: dict[str, Any]) -> str:
         ),
     )
     row(
-        "Standby: writes outside the writer's own term / standby RSS",
+        "Standby: writes outside the writer's own term / takeovers without a kill / standby RSS",
         lambda r: (
             f"{r['standby']['writes_outside_own_term']} / "
+            f"{_fmt(_count(r['standby'].get('takeovers_without_kill')), '')} / "
             f"{_fmt(r['standby']['standby_rss_mb'], ' MB')}"
         ),
     )

@@ -14,10 +14,12 @@ Run by :func:`bench.scale.run.measure` after the other measurements of a size:
   every kind but the workload Pods had listed, and that before the Pods had listed
   only nodes with a test in flight at the kill were written (their probe ends).
 - **Standby.** The restarted operator runs with leader election; a standby replica
-  under another ServiceAccount keeps its copy warm. The leader is killed several
-  times (a node joins at each kill, so the new leader has something to do); measured:
-  kill to the new leader's Lease and to its first write, and, from the audit log, that
-  no write of one replica fell inside another's term.
+  under another ServiceAccount keeps its copy warm. The Lease's holder is killed
+  several times (a node joins at each kill, so the new leader has something to do);
+  measured: kill to the new leader's Lease and to its first write, and, from the audit
+  log, that no write of one replica fell inside another's term (terms as the Lease's
+  successful writes show them, so a leader that stepped down on its own is checked
+  too, and such takeovers are counted).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import contextlib
 import datetime as dt
 import json
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ from typing import Any
 
 import psutil
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
 from tests.operator.harness import NS, OperatorProcess
@@ -173,6 +177,39 @@ def _listed(admin: client.ApiClient) -> dict[str, int]:
     }
 
 
+def _copy_now(admin: client.ApiClient, metrics_url: str) -> tuple[dict[str, int], dict[str, int]]:
+    """A LIST of each kind beside the operator's copy of it at the same moment (its
+    ``sdcguard_mirror_objects``, scraped before and after the LIST and taken when the
+    two scrapes agree: probe Jobs and Pods come and go while the fleet runs). The copy
+    as it completed is counted separately: what was deleted since shows as a difference
+    there, not here."""
+    listed: dict[str, int] = {}
+    now: dict[str, int] = {}
+    for _ in range(10):
+        before = _mirror_objects(metrics_url)
+        listed = _listed(admin)
+        after = _mirror_objects(metrics_url)
+        now = after
+        if all(before.get(k) == after.get(k) for k in listed):
+            break
+        time.sleep(1.0)
+    return listed, now
+
+
+def _mirror_objects(metrics_url: str) -> dict[str, int]:
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "sdcguard_mirror_objects":
+            for sample in family.samples:
+                found[sample.labels["kind"]] = int(sample.value)
+    return found
+
+
 @dataclass
 class Phases:
     """What the restart and standby phases share with the rest of a size's run."""
@@ -264,8 +301,8 @@ class Phases:
             raise RuntimeError(f"the restarted operator never passed; see {new.log}")
         proxy.calm()
         out["faults_injected"] = dict(proxy.injected)
-        listed = _listed(self.admin)
         listed_at = time.time()
+        listed, now = _copy_now(self.admin, new.proc.metrics_url)
         settled = _wait(
             lambda: all(
                 self.nodes.states().get(x) == ("Quarantined" if x in sick else "Qualified")
@@ -318,8 +355,9 @@ class Phases:
         )
         out["copy_against_list"] = {
             kind: {
-                "mirror": new.synced.get(kind, (0.0, None))[1],
+                "mirror": now.get(kind),
                 "list": count,
+                "mirror_at_sync": new.synced.get(kind, (0.0, None))[1],
                 **({"created_since_copy": created} if kind.startswith("probe-") else {}),
             }
             for kind, count in listed.items()
@@ -358,23 +396,34 @@ class Phases:
     # Standby -------------------------------------------------------------------
 
     def standby(self, leader: Replica) -> dict[str, Any]:
-        """Kill the leader KILLS times with a warm standby; the takeover each time."""
+        """Kill the Lease's holder KILLS times with a warm standby; the takeover each time.
+
+        Each kill is of whichever replica holds the Lease then (read from the Lease, not
+        assumed: a leader whose renewals time out under load steps down on its own, and
+        the standby takes over before any kill). The terms of the check come from the
+        audit log's successful Lease writes: a replica's term starts with its first
+        Lease write after the other's, so a takeover without a kill is checked as well
+        as the killed ones, and counted apart."""
         users = {leader.user: self.kubeconfigs[leader.user]}
         other = audit.STANDBY_USER if leader.user == audit.OPERATOR_USER else audit.OPERATOR_USER
         users[other] = self.kubeconfigs[other]
-        standby = self.replica(other, users[other], "standby-0")
-        terms: list[tuple[str, float]] = [(leader.user, 0.0)]
+        started = time.time()
+        replicas = [leader, self.replica(other, users[other], "standby-0")]
+        kills: list[float] = []
         takeovers: list[dict[str, float]] = []
         rss_standby: list[float] = []
         kinds = ("nodes", "pods", "probe-pods", "probe-jobs")
+
+        def warm(replica: Replica) -> bool:
+            replica.read_log()
+            return all(k in replica.synced for k in kinds)
+
         for i in range(KILLS):
-
-            def warm(replica: Replica = standby) -> bool:
-                replica.read_log()
-                return all(k in replica.synced for k in kinds)
-
-            if not _wait(warm, self.copy_wait_s, every=0.5):
-                raise RuntimeError(f"the standby never synced; see {standby.log}")
+            pair = list(replicas)
+            if not _wait(lambda p=pair: all(warm(r) for r in p), self.copy_wait_s, every=0.5):
+                raise RuntimeError(f"a replica never synced; see {[str(r.log) for r in pair]}")
+            active = self._holding(pair, 120.0)
+            standby = next(r for r in pair if r is not active)
             time.sleep(1.0)
             if standby.proc.proc is not None:
                 with contextlib.suppress(psutil.Error):
@@ -382,8 +431,9 @@ class Phases:
                     rss_standby.append(rss / 2**20)
             joiner = node_name(self.first_free)
             self.first_free += 1
-            leader.proc.kill()
+            active.proc.kill()
             killed = time.time()
+            kills.append(killed)
             register_nodes(self.admin, [joiner], threads=1)
             took = _wait(lambda s=standby: _holder(self.admin) == s.identity, 120, every=0.1)
             leased = time.time() - killed if took else None
@@ -405,20 +455,17 @@ class Phases:
                     "first_write_s": round(first - killed, 2) if first else -1.0,
                 }
             )
-            terms.append((standby.user, killed))
             self.say(f"standby: kill {i + 1}/{KILLS}: {takeovers[-1]}")
             # The killed one comes back as the new standby.
-            leader, standby = standby, self.replica(leader.user, users[leader.user], f"r{i + 1}")
+            back = self.replica(active.user, users[active.user], f"r{i + 1}")
+            replicas = [standby, back]
         time.sleep(2.0)
         end = time.time()
-        overlaps = []
-        for r in _writes(self.auditlog, terms[1][1] - 600, end):
-            if r.resource == "leases":
-                continue
-            term = max((t for t in terms if t[1] <= r.at), key=lambda t: t[1])
-            # A request the old leader had sent before its death is in its own term.
-            if r.user != term[0]:
-                overlaps.append({"at": r.at, "user": r.user, "kind": r.kind, "name": r.name})
+        terms = lease_terms(self.auditlog, leader.user, started, end)
+        unforced = [
+            at for _, at in terms[1:] if not any(k <= at <= k + LEASE_TAKEOVER_MAX_S for k in kills)
+        ]
+        overlaps = outside_terms(_writes(self.auditlog, started, end), terms)
         firsts = sorted(t["first_write_s"] for t in takeovers if t["first_write_s"] >= 0)
         out = {
             "kills": KILLS,
@@ -429,9 +476,59 @@ class Phases:
                 "p50": firsts[len(firsts) // 2] if firsts else None,
                 "max": firsts[-1] if firsts else None,
             },
+            "terms": len(terms),
+            "takeovers_without_kill": [round(at - started, 1) for at in unforced],
             "writes_outside_own_term": len(overlaps),
             "outside_examples": overlaps[:5],
             "standby_rss_mb": round(max(rss_standby), 1) if rss_standby else None,
         }
         self.say(f"standby: {out}")
         return out
+
+    def _holding(self, replicas: list[Replica], timeout: float) -> Replica:
+        """The replica that holds the Lease (waits for one to)."""
+        deadline = time.time() + timeout
+        while True:
+            holder = _holder(self.admin)
+            found = next((r for r in replicas if r.identity == holder), None)
+            if found is not None:
+                return found
+            if time.time() > deadline:
+                raise RuntimeError(f"no replica holds the Lease (holder: {holder})")
+            time.sleep(0.2)
+
+
+LEASE_TAKEOVER_MAX_S = 120.0
+"""A term that starts within this long after a kill is that kill's takeover."""
+
+
+def lease_terms(
+    auditlog: audit.AuditLog, first: str, start: float, end: float
+) -> list[tuple[str, float]]:
+    """(user, start) of each term from ``start`` to ``end``: ``first`` holds the Lease at
+    ``start``, and a term begins with a user's first successful Lease write after
+    another user's (a holder that lost the Lease cannot write it again: its replace
+    carries a stale resourceVersion and is refused)."""
+    terms: list[tuple[str, float]] = [(first, 0.0)]
+    for r in sorted(auditlog.between(start, end), key=lambda r: r.at):
+        if r.resource != "leases" or r.name != LEASE or not r.write or r.code >= 300:
+            continue
+        if r.user != terms[-1][0]:
+            terms.append((r.user, r.at))
+    return terms
+
+
+def outside_terms(
+    writes: list[audit.Request], terms: list[tuple[str, float]]
+) -> list[dict[str, Any]]:
+    """The writes (Lease writes aside) made by a user other than the term's holder, by
+    when the API server received them: a request a leader sent before its death is in
+    its own term."""
+    overlaps = []
+    for r in writes:
+        if r.resource == "leases":
+            continue
+        term = max((t for t in terms if t[1] <= r.at), key=lambda t: t[1])
+        if r.user != term[0]:
+            overlaps.append({"at": r.at, "user": r.user, "kind": r.kind, "name": r.name})
+    return overlaps
