@@ -25,7 +25,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 import structlog
@@ -45,6 +45,7 @@ from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings, load_settings
 
 log = structlog.get_logger("sdcguard")
+T = TypeVar("T")
 
 
 class Wake:
@@ -392,6 +393,35 @@ class _ParsedPolicy:
         return self.policy
 
 
+async def _handing_on(
+    rt: Runtime,
+    policy: SDCPolicy,
+    indexes: dict[str, kopf.Index[str, Any]],
+    wake: Wake,
+    work: asyncio.Future[T],
+    *,
+    serve: bool,
+) -> T:
+    """Wait for ``work`` (a pass, or its copy of the fleet), handing every probe end
+    that arrives meanwhile to the reconciler with a fresh view of its nodes: served by
+    the running pass between its steps, or (``serve``: no pass runs yet, the copy is
+    being made) at once in the pass's thread."""
+    loop = asyncio.get_running_loop()
+    while not work.done():
+        urgent: asyncio.Future[Any] = asyncio.ensure_future(wake.urgent_event.wait())
+        await asyncio.wait({work, urgent}, return_when=asyncio.FIRST_COMPLETED)
+        urgent.cancel()
+        if wake.urgent_event.is_set() and not work.done():
+            wake.urgent_event.clear()
+            nodes, pods, jobs = wake.take_urgent()
+            if nodes:
+                view = _urgent_view(rt, indexes, nodes, pods, jobs)
+                rt.reconciler.offer_urgent(UrgentWork(policy, view, nodes, _now()))
+                if serve:
+                    await loop.run_in_executor(rt.executor, rt.reconciler.serve_offered)
+    return await work
+
+
 async def _pass(
     rt: Runtime,
     policy: SDCPolicy,
@@ -417,18 +447,7 @@ async def _pass(
     mark = rt.reconciler.mark()
     copying = loop.run_in_executor(rt.view_executor, _view, rt, copies)
     try:
-        while not copying.done():
-            urgent_wait: asyncio.Future[Any] = asyncio.ensure_future(wake.urgent_event.wait())
-            await asyncio.wait({copying, urgent_wait}, return_when=asyncio.FIRST_COMPLETED)
-            urgent_wait.cancel()
-            if wake.urgent_event.is_set() and not copying.done():
-                wake.urgent_event.clear()
-                nodes, pods, jobs = wake.take_urgent()
-                if nodes:
-                    view = _urgent_view(rt, indexes, nodes, pods, jobs)
-                    rt.reconciler.offer_urgent(UrgentWork(policy, view, nodes, _now()))
-                    await loop.run_in_executor(rt.executor, rt.reconciler.serve_offered)
-        fleet = await copying
+        fleet = await _handing_on(rt, policy, indexes, wake, copying, serve=True)
     except Exception:  # retried like a failed pass
         log.exception("reconcile pass failed", policy=policy.metadata.name)
         wake.full = True
@@ -439,18 +458,7 @@ async def _pass(
 
     future = loop.run_in_executor(rt.executor, run)
     try:
-        while not future.done():
-            urgent: asyncio.Future[Any] = asyncio.ensure_future(wake.urgent_event.wait())
-            pending: set[asyncio.Future[Any]] = {future, urgent}
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            urgent.cancel()
-            if wake.urgent_event.is_set() and not future.done():
-                wake.urgent_event.clear()
-                nodes, pods, jobs = wake.take_urgent()
-                if nodes:
-                    view = _urgent_view(rt, indexes, nodes, pods, jobs)
-                    rt.reconciler.offer_urgent(UrgentWork(policy, view, nodes, _now()))
-        wake_in = await future
+        wake_in = await _handing_on(rt, policy, indexes, wake, future, serve=False)
     except Exception:  # a failed pass is retried; level-triggered, nothing is lost
         log.exception("reconcile pass failed", policy=policy.metadata.name)
         wake.full = True
