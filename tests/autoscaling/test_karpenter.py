@@ -628,7 +628,15 @@ def test_karpenter_node_repair_wins_over_quarantine(world: World) -> None:
     conditions = {c.type for c in core.read_node(sick_node).status.conditions or []}
     assert {"KWOKUnhealthy", "Ready"} <= conditions, "the patch merged by condition type"
     wait_for(lambda: _node_gone(w, sick_node), 150, "Karpenter to repair the node", every=1)
-    assert claim["metadata"]["name"] not in {c["metadata"]["name"] for c in K.node_claims(w.api)}
+    # Karpenter deletes the Node first and drops the NodeClaim's finalizer after it.
+    wait_for(
+        lambda: (
+            claim["metadata"]["name"] not in {c["metadata"]["name"] for c in K.node_claims(w.api)}
+        ),
+        60,
+        "the repaired node's NodeClaim to go",
+        every=1,
+    )
     repaired = [
         r
         for r in w.karpenter.log_lines("disrupting node(s)")
