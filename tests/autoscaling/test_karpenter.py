@@ -139,6 +139,10 @@ def _node_gone(w: World, node: str) -> bool:
     return False
 
 
+def _claim_gone(w: World, name: str) -> bool:
+    return name not in {c["metadata"]["name"] for c in K.node_claims(w.api)}
+
+
 def _closed_ticket(w: World, name: str, what: str) -> dict[str, Any]:
     """Wait until the RepairTicket ``name`` is Closed; returns it."""
 
@@ -360,9 +364,7 @@ def test_replace_deletes_the_node_claim(world: World) -> None:
     )
     wait_for(lambda: _node_gone(w, sick_node), 90, "the sick Node to be deleted", every=1)
     wait_for(
-        lambda: (
-            claim["metadata"]["name"] not in {c["metadata"]["name"] for c in K.node_claims(w.api)}
-        ),
+        lambda: _claim_gone(w, claim["metadata"]["name"]),
         90,
         "the sick node's NodeClaim to be gone",
         every=1,
@@ -526,7 +528,7 @@ def test_node_claim_that_never_registers_leaves_no_records(world: World) -> None
     )[0]
     assert (K.condition(launched, "Registered") or {}).get("status") != "True"
     wait_for(
-        lambda: name not in {c["metadata"]["name"] for c in K.node_claims(w.api)},
+        lambda: _claim_gone(w, name),
         60,
         "Karpenter to end the unregistered NodeClaim",
         every=1,
@@ -630,9 +632,7 @@ def test_karpenter_node_repair_wins_over_quarantine(world: World) -> None:
     wait_for(lambda: _node_gone(w, sick_node), 150, "Karpenter to repair the node", every=1)
     # Karpenter deletes the Node first and drops the NodeClaim's finalizer after it.
     wait_for(
-        lambda: (
-            claim["metadata"]["name"] not in {c["metadata"]["name"] for c in K.node_claims(w.api)}
-        ),
+        lambda: _claim_gone(w, claim["metadata"]["name"]),
         60,
         "the repaired node's NodeClaim to go",
         every=1,
