@@ -27,7 +27,7 @@ SICK = FaultProfile(
 GPU_TYPE = "p5.48xlarge"
 #: NodePool roles whose nodes the simulator makes sick, and healthy ones.
 SICK_POOLS = ("sick", "rsick", "xsick", "hsick")
-HEALTHY_POOLS = ("gated", "plain", "spare", "rspare", "xscreen", "unreg", "nogate")
+HEALTHY_POOLS = ("gated", "plain", "spare", "rspare", "xscreen", "unreg", "nogate", "ref")
 
 
 @dataclass
@@ -38,6 +38,9 @@ class World:
     sim: Simulator
     adopter: NodeAdopter
     operator: OperatorProcess
+    #: A trusted baseline for the nodes' fingerprint exists (two nodes agreed on one):
+    #: without it a healthy node's checks stay Inconclusive (BaselineAbsent).
+    baseline_agreed: bool = False
 
     def pool(self, role: str) -> str:
         """NodePool names of this run, by role (``SICK_POOLS``, ``HEALTHY_POOLS``)."""

@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from sdcguard.builders.probe_job import TEST_LABEL, label_value
@@ -181,6 +182,45 @@ def _scheduled_at(pod: client.V1Pod) -> dt.datetime | None:
     return None
 
 
+@pytest.fixture
+def agreed_baseline(world: World) -> None:
+    """A trusted baseline for the nodes' fingerprint, which a healthy node needs to
+    qualify (the policies ask a consensus of two). The module's first test makes one (its
+    two gated nodes agree); a test run without it makes it here the same way: two nodes
+    of a reference pool agree, then the pool goes."""
+    w = world
+    if w.baseline_agreed:
+        return
+    label = f"{w.case}-ref"
+    _pool(w, "ref", label, gpu_limit=16, consolidate_after="0s")
+    _policy(w, f"p-{label}", label)
+    pods = [f"ref-{i}-{w.case}" for i in range(2)]
+    for pod in pods:
+        _gpu_pod(w, pod, label, run_seconds=5)
+    core = client.CoreV1Api(w.api)
+
+    def ran(pod: str) -> bool:
+        phase = core.read_namespaced_pod(pod, "default").status.phase
+        return phase in ("Running", "Succeeded")
+
+    wait_for(lambda: all(ran(p) for p in pods), 300, "two reference nodes to agree", every=1)
+    nodes = {core.read_namespaced_pod(p, "default").spec.node_name for p in pods}
+    passed = {
+        t["spec"]["nodeName"]
+        for t in list_custom(w.api, "sdctests")
+        if t["spec"]["nodeName"] in nodes and (t.get("status") or {}).get("phase") == "Passed"
+    }
+    # Each pod ran on a node whose acceptance test passed against the agreed digests.
+    assert len(nodes) == 2 and passed == nodes, (nodes, passed)
+    for pod in pods:
+        core.delete_namespaced_pod(pod, "default", grace_period_seconds=0)
+    client.CustomObjectsApi(w.api).delete_cluster_custom_object(
+        GROUP, VERSION, "sdcpolicies", f"p-{label}"
+    )
+    K.delete_pools(w.api, [w.pool("ref")])
+    w.baseline_agreed = True
+
+
 def test_scale_up_waits_for_acceptance_without_extra_capacity(world: World) -> None:
     w, core = world, client.CoreV1Api(world.api)
     gated, plain = f"{w.case}-gated", f"{w.case}-plain"
@@ -283,6 +323,7 @@ def test_scale_up_waits_for_acceptance_without_extra_capacity(world: World) -> N
         taints = {t.key for t in core.read_node(node).spec.taints or []}
         assert not taints & {GATE, TESTING, QUARANTINE}, taints
 
+    w.baseline_agreed = True  # its gated nodes passed: they agreed on a baseline
     gated_s = sorted(v for k, v in running_after.items() if k.startswith("gated"))
     print(
         f"pending->running: with sdcguard {gated_s[0]:.1f}-{gated_s[-1]:.1f}s, "
@@ -311,7 +352,9 @@ def test_screened_nodes_consolidate_when_idle(world: World) -> None:
     )
 
 
-def test_quarantine_keeps_node_and_gets_replacement_capacity(world: World) -> None:
+def test_quarantine_keeps_node_and_gets_replacement_capacity(
+    world: World, agreed_baseline: None
+) -> None:
     w, core = world, client.CoreV1Api(world.api)
     label = f"{w.case}-q"
     # The sick pool is preferred (weight) but holds one node; the spare pool is the fallback.
@@ -342,7 +385,7 @@ def test_quarantine_keeps_node_and_gets_replacement_capacity(world: World) -> No
     assert _state(w, sick_node) == "Quarantined"
 
 
-def test_replace_deletes_the_node_claim(world: World) -> None:
+def test_replace_deletes_the_node_claim(world: World, agreed_baseline: None) -> None:
     """``repair.strategy: Replace``: once the repair side takes the ticket, sdcguard deletes
     the node's NodeClaim (the instance; Karpenter then drains and deletes the Node) under
     its own repair budget, and closes the ticket as Replaced."""
@@ -554,7 +597,9 @@ def test_node_claim_that_never_registers_leaves_no_records(world: World) -> None
     assert _policy_counts_nothing(w, f"p-{label}")
 
 
-def test_node_pool_without_the_gate_is_screened_or_named(world: World) -> None:
+def test_node_pool_without_the_gate_is_screened_or_named(
+    world: World, agreed_baseline: None
+) -> None:
     """A NodePool without the gate in startupTaints: the scheduler may bind pods to the
     new node before sdcguard sees it. Either sdcguard gated it first (the pod then ran
     only after acceptance passed), or the node is admitted untested with an Event that
