@@ -409,12 +409,17 @@ class Phases:
         users[other] = self.kubeconfigs[other]
         started = time.time()
         replicas = [leader, self.replica(other, users[other], "standby-0")]
+        every = list(replicas)
         kills: list[float] = []
         takeovers: list[dict[str, float]] = []
         rss_standby: list[float] = []
         kinds = ("nodes", "pods", "probe-pods", "probe-jobs")
 
         def warm(replica: Replica) -> bool:
+            # A replica that ended (a leader that could not renew its Lease exits) is
+            # started again, as the kubelet would, and is warm once it has listed anew:
+            # a kill with no live standby measures nothing (and waited out every timeout).
+            replica.keep_running()
             replica.read_log()
             return all(k in replica.synced for k in kinds)
 
@@ -459,6 +464,7 @@ class Phases:
             # The killed one comes back as the new standby.
             back = self.replica(active.user, users[active.user], f"r{i + 1}")
             replicas = [standby, back]
+            every.append(back)
         time.sleep(2.0)
         end = time.time()
         terms = lease_terms(self.auditlog, leader.user, started, end)
@@ -481,6 +487,7 @@ class Phases:
             "writes_outside_own_term": len(overlaps),
             "outside_examples": overlaps[:5],
             "standby_rss_mb": round(max(rss_standby), 1) if rss_standby else None,
+            "process_restarts": sorted({*leader.restarts, *(c for r in every for c in r.restarts)}),
         }
         self.say(f"standby: {out}")
         return out
