@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -98,49 +98,6 @@ def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.Api
                 for c in seen
             )
             assert mirror.stats.lists == 1, "steady state is a watch, not a relist"
-    finally:
-        _delete_nodes(api_client, case)
-
-
-class _AskLog(Mirror[str]):
-    """A mirror that notes each page it asks the API server for."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.asked = 0
-        self.asking = threading.Condition()
-
-    def _get(self, **kwargs: Any) -> dict[str, Any]:
-        with self.asking:
-            self.asked += 1
-            self.asking.notify_all()
-        return super()._get(**kwargs)
-
-
-def test_the_next_page_is_asked_for_while_a_page_is_slimmed(
-    api_client: client.ApiClient,
-) -> None:
-    """The API server serves page k+1 while the mirror slims page k: when the first
-    object of a page (not the last) is slimmed, the next page has been asked for."""
-    case = uuid.uuid4().hex[:6]
-    names = _nodes(api_client, case, 23)
-    slimmed: list[str] = []
-    ahead: list[bool] = []  # per page but the last: was the next one asked for first?
-
-    def slim(body: Mapping[str, Any]) -> str:
-        page = len(slimmed) // 5
-        if len(slimmed) % 5 == 0 and page < 4:
-            with mirror.asking:
-                ahead.append(mirror.asking.wait_for(lambda: mirror.asked >= page + 2, 10))
-        slimmed.append(object_key(body))
-        return object_key(body)
-
-    mirror = _AskLog(api_client, _node_kind(case), slim, page_size=5)
-    try:
-        mirror.relist(threading.Event())
-        assert ahead == [True] * 4, ahead
-        assert mirror.asked == 5 and mirror.stats.pages == 5
-        assert set(mirror.items()) == set(names)
     finally:
         _delete_nodes(api_client, case)
 
