@@ -1,11 +1,11 @@
-"""Start-up on a large fleet: the operator's copy listed page after page, against the
-next page asked for while one is slimmed, A/B in one control plane.
+"""Start-up on a large fleet, A/B between two operator trees in one control plane (run
+once to test asking for the next list page while the operator slims the one before).
 
     python -m bench.scale.listing --before-src DIR [--nodes 20000] [--pods-per-node 9]
         [--repeats 3] [--out bench/results]
 
-``DIR`` holds an older ``operator/`` tree, for instance the one before the pages were
-asked ahead: ``mkdir -p DIR && git archive b4e026e~1 operator | tar -x -C DIR``.
+``DIR`` holds another ``operator/`` tree, for instance an older commit's:
+``mkdir -p DIR && git archive COMMIT operator | tar -x -C DIR``.
 
 A local control plane gets the scale benchmark's fleet and policy (``bench.scale.run``:
 the same Node bodies, and ``--pods-per-node`` CPU Pods a node, bound and Running, the
@@ -94,6 +94,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "command": f"python -m bench.scale.listing --before-src DIR --nodes {args.nodes} "
         f"--pods-per-node {args.pods_per_node:g} --repeats {args.repeats}",
         "before": args.label,
+        "now": args.now_label,
         "nodes": args.nodes,
         "pods": pods,
         "machine": {
@@ -152,7 +153,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     run["generated_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     run["medians"] = {
         v: {
-            key: statistics.median(r[key] for r in run["starts"] if r["variant"] == v)
+            key: round(statistics.median(r[key] for r in run["starts"] if r["variant"] == v), 2)
             for key in (
                 "nodes copied",
                 "pods copied",
@@ -173,14 +174,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(run: dict[str, Any]) -> str:
     m = run["machine"]
     lines = [
-        "# Start-up on a large fleet: pages one after the other, and asked ahead",
+        "# Start-up on a large fleet: one operator tree against another",
         "",
         f"`{run['command']}` on {m['cpus']} CPUs, Python {m['python']}, load average "
         f"{m['load_avg_1m_at_start']} at start and {run['load_avg_1m_at_end']} at the end, "
         f"{run['generated_at']}. {run['nodes']:,} nodes and {run['pods']:,} Pods; the operator "
         "in dry run, started alternately from each tree (after the last start: "
         f"{run['sdctests_after']} SDCTests, {run['reserved_after']} nodes reserved). Before: "
-        f"{run['before'] or 'an older operator tree'}.",
+        f"{run['before'] or 'an older operator tree'}. Now: {run.get('now') or 'this tree'}.",
         "",
         "| start | operator | nodes copied | pods copied | first pass | operator CPU "
         "| peak RSS | API server CPU |",
@@ -245,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--before-src", type=Path, required=True, help="holds an older operator/")
-    parser.add_argument("--label", default="", help="what the older tree is, for the table")
+    parser.add_argument("--label", default="", help="what the other tree is, for the table")
+    parser.add_argument("--now-label", default="", help="what this tree is, for the table")
     parser.add_argument("--nodes", type=int, default=20000)
     parser.add_argument("--pods-per-node", type=float, default=9.0)
     parser.add_argument("--repeats", type=int, default=3, help="starts of each operator")

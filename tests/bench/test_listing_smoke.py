@@ -17,7 +17,12 @@ pytestmark = pytest.mark.cluster
 
 def test_a_small_run_times_both_operators_from_copy_to_first_pass(tmp_path: Path) -> None:
     args = argparse.Namespace(
-        before_src=REPO, label="this tree twice", nodes=30, pods_per_node=2.0, repeats=1
+        before_src=REPO,
+        label="this tree",
+        now_label="this tree again",
+        nodes=30,
+        pods_per_node=2.0,
+        repeats=1,
     )
     run = measure(args)
     assert [(r["variant"], r["start"]) for r in run["starts"]] == [("before", 1), ("now", 1)]
