@@ -43,7 +43,7 @@ from tests.operator.harness import GROUP, REPO, TESTING, VERSION, apply_crds, en
 
 from bench.scale.fleet import PodWorkload, node_name, register_nodes
 from bench.scale.run import BENCH_CONTROLLERS, fleet_policy, log, needed_mb
-from bench.scale.startup import WAIT_S, OperatorLog, start_operator, stop
+from bench.scale.startup import OperatorLog, start_operator, stop, until_first_pass
 
 VARIANTS = ("before", "now")
 
@@ -56,16 +56,10 @@ def one_start(
     served = apiserver.cpu_times()
     started = time.monotonic()
     proc = start_operator(kubeconfig, log_path, src, SDCGUARD_DRY_RUN="true")
-    peak = 0
     try:
         ps = psutil.Process(proc.pid)
         watch = OperatorLog(log_path, proc)
-        while "reconcile pass" not in watch.seen:
-            if time.monotonic() - started > WAIT_S or proc.poll() is not None:
-                watch.wait("reconcile pass", started)  # raises, with the log's tail
-            watch.read()
-            peak = max(peak, ps.memory_info().rss)
-            time.sleep(0.05)
+        peak = until_first_pass(ps, watch, started)
         cpu = ps.cpu_times()
     finally:
         stop(proc)

@@ -234,22 +234,29 @@ class OperatorLog:
         return self.seen[what] - started
 
 
+def until_first_pass(ps: psutil.Process, watch: OperatorLog, started: float) -> int:
+    """Read the operator's log until its first reconcile pass (raises, with the log's
+    tail, after ``WAIT_S`` or if the process ends); its peak RSS meanwhile, in bytes."""
+    peak = 0
+    while "reconcile pass" not in watch.seen:
+        if time.monotonic() - started > WAIT_S or watch.proc.poll() is not None:
+            watch.wait("reconcile pass", started)  # raises, with the log
+        watch.read()
+        peak = max(peak, ps.memory_info().rss)
+        time.sleep(0.05)
+    return peak
+
+
 def time_start(kubeconfig: Path, log: Path, src: Path, idle_s: float = 0.0) -> dict[str, float]:
     """Start the operator; seconds from its start to each milestone in its log (and,
     with ``idle_s``, its CPU use over that long after the first pass: cores)."""
     started = time.monotonic()
     proc = start_operator(kubeconfig, log, src)
     out: dict[str, float] = {}
-    peak_rss = 0
     try:
         ps = psutil.Process(proc.pid)
         watch = OperatorLog(log, proc)
-        while "reconcile pass" not in watch.seen:
-            if time.monotonic() - started > WAIT_S or proc.poll() is not None:
-                watch.wait("reconcile pass", started)  # raises, with the log
-            watch.read()
-            peak_rss = max(peak_rss, ps.memory_info().rss)
-            time.sleep(0.05)
+        peak_rss = until_first_pass(ps, watch, started)
         out["first pass"] = watch.seen["reconcile pass"] - started
         times = ps.cpu_times()
         out["cpu"] = times.user + times.system
