@@ -487,7 +487,8 @@ class Phases:
             "writes_outside_own_term": len(overlaps),
             "outside_examples": overlaps[:5],
             "standby_rss_mb": round(max(rss_standby), 1) if rss_standby else None,
-            "process_restarts": sorted({*leader.restarts, *(c for r in every for c in r.restarts)}),
+            # Exit codes of the processes that ended and were started again, by replica.
+            "process_restarts": {r.identity: list(r.restarts) for r in every if r.restarts},
         }
         self.say(f"standby: {out}")
         return out
