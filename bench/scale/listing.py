@@ -31,7 +31,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -99,7 +98,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         },
         "starts": [],
     }
-    workdir = Path(tempfile.mkdtemp(prefix="sdcguard-listing-"))
     with LocalCluster(controllers=BENCH_CONTROLLERS) as cluster:
         admin = config.new_client_from_config(str(cluster.kubeconfig))
         admin.configuration.connection_pool_maxsize = 16
@@ -126,7 +124,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 row = one_start(
                     cluster.kubeconfig,
-                    workdir / f"operator-{variant}-{k}.log",
+                    Path(cluster.state_dir) / f"operator-{variant}-{k}.log",
                     sources[variant],
                     apiserver,
                 )
