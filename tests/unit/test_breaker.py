@@ -11,6 +11,7 @@ from sdcguard.api import BreakerState, CircuitBreaker
 from sdcguard.domain.breaker import (
     Reset,
     Sample,
+    Sweep,
     advance,
     breaker_status,
     evaluate,
@@ -221,3 +222,87 @@ def test_devices_leave_the_count_with_their_samples() -> None:
     old = [Sample(NOW - 90 * MIN, True, "n0", "t0", ("GPU-A",))]
     recent = [Sample(NOW - 5 * MIN, True, "n0", "t1", ("GPU-B",))]
     assert evaluate(old + recent, CONFIG, NOW).failed_devices == 1
+
+
+# The sweep: evaluate's answers, kept current as screenings finish ---------------------
+
+CONFIGS = [CONFIG, CircuitBreaker(window="30m", min_samples=3, max_failure_fraction=0.3)]
+step = st.one_of(
+    # add (or change) the sample of test k: minutes before NOW + 100, failed, node
+    st.tuples(st.just("add"), st.integers(0, 30), st.integers(-20, 200), st.booleans(), nodes),
+    st.tuples(st.just("remove"), st.integers(0, 30)),
+    # a look: minutes after NOW (mostly forward), a stored trip, a reset, confirm, config
+    st.tuples(
+        st.just("look"),
+        st.integers(0, 40),
+        st.one_of(st.none(), st.integers(-100, 100)),
+        st.one_of(st.none(), st.sampled_from([-90, -10, 30])),
+        st.sampled_from([1, 2]),
+        st.sampled_from([0, 0, 0, 1]),
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(step, max_size=80))
+def test_the_sweep_answers_as_evaluate_does(steps: list[tuple[object, ...]]) -> None:
+    """Whatever order samples come, go and are looked at in: the same view, and what is
+    kept evaluates the same (and is what prune keeps)."""
+    sweep, samples = Sweep(), {}
+    clock = 0
+    for op in steps:
+        if op[0] == "add":
+            _, k, minute, failed, node = op
+            sample = Sample(NOW + minute * MIN, bool(failed), str(node), f"t{k}")
+            samples[f"t{k}"] = sample
+            sweep.add(f"t{k}", sample)
+        elif op[0] == "remove":
+            samples.pop(f"t{op[1]}", None)
+            sweep.remove(f"t{op[1]}")
+        else:
+            _, forward, trip, reset, confirm, which = op
+            clock += forward if forward < 35 else -(forward - 34)  # now and then, back in time
+            now = NOW + clock * MIN
+            tripped = None if trip is None else NOW + int(trip) * MIN  # type: ignore[call-overload]
+            reset_at = None if reset is None else NOW + int(reset) * MIN  # type: ignore[call-overload]
+            config = CONFIGS[int(which)]  # type: ignore[call-overload]
+            view = sweep.evaluate(config, now, reset_at, tripped, int(confirm))  # type: ignore[call-overload]
+            want = evaluate(samples.values(), config, now, reset_at, tripped, int(confirm))  # type: ignore[call-overload]
+            assert view == want
+            kept = sweep.kept(config, now, reset_at, view.tripped_at)
+            pruned = prune(samples.values(), config, now, reset_at, view.tripped_at)
+            assert sorted(kept, key=repr) == sorted(pruned, key=repr)
+    assert len(sweep) == len(samples)
+
+
+def test_screenings_that_finish_in_order_are_swept_once() -> None:
+    """The fleet's case: each probe's end adds one later sample, and a look sweeps just
+    that one (no sweep from the start, whatever the window holds)."""
+    sweep, added = Sweep(), []
+    start = NOW - 50 * MIN
+    for i in range(3000):
+        at = start + dt.timedelta(seconds=i)
+        added.append(Sample(at, i % 97 == 0, f"n{i}", f"t{i}"))
+        sweep.add(f"t{i}", added[-1])
+        view = sweep.evaluate(CONFIG, at, confirm=1)
+    assert not view.open and view.samples == 3000
+    assert sweep.rebuilds == 1, "swept from the start only at the first look"
+    late = Sample(start, False, "late", "late")
+    sweep.add("late", late)
+    assert sweep.evaluate(CONFIG, at) == evaluate([*added, late], CONFIG, at)
+    assert sweep.rebuilds == 2, "a sample earlier than those swept starts again"
+
+
+def test_a_storm_trips_the_sweep_at_its_first_tripping_window_and_it_latches() -> None:
+    sweep = Sweep()
+    status = None
+    for i, failed in enumerate((False, True, True, True, False, True)):
+        at = NOW + i * MIN
+        sweep.add(f"t{i}", Sample(at, failed, f"n{i}", f"t{i}"))
+        view, status, _ = sweep.advance(status, CONFIG, at)
+    assert view.open and view.tripped_at == NOW + 4 * MIN, "3 of 5 at the fifth"
+    later = NOW + 3 * dt.timedelta(hours=1)
+    view, status, _ = sweep.advance(status, CONFIG, later)
+    assert view.open and view.tripped_at == NOW + 4 * MIN and view.failures == 3
+    view, status, reset = sweep.advance(status, CONFIG, later, reset_annotation="oncall")
+    assert not view.open and reset.at == later and view.samples == 0

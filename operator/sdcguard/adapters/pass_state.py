@@ -126,8 +126,6 @@ class PolicyMemory:
     states: dict[str, str] = field(default_factory=dict)
     usage: dict[str, PoolUsage] = field(default_factory=dict)
     """``members`` summed by pool, kept up to date with them."""
-    breaker: tuple[Any, ...] | None = None
-    """The last breaker computed, with what it was computed from (see _breaker)."""
     status_at: dt.datetime | None = None
     """When the policy's status was last brought up to date."""
     illegal: dict[str, str] = field(default_factory=dict)
@@ -307,10 +305,11 @@ class ReconcilerState:
     _tests: dict[str, str] = field(default_factory=dict)
     """SDCTest name -> the resourceVersion its breaker sample and node were noted at."""
     _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
-    _samples: dict[str, tuple[str, breaker_mod.Sample]] = field(default_factory=dict)
-    """Finished screenings (Pass or SDC) by test name, with their policy: the breaker's
-    samples, kept as tests are parsed."""
-    _samples_version: int = 0
+    _sweeps: dict[str, breaker_mod.Sweep] = field(default_factory=dict)
+    """Each policy's breaker samples: its finished screenings (Pass or SDC), kept as
+    tests are parsed, and swept as they come (see ``breaker.Sweep``)."""
+    _sample_owner: dict[str, str] = field(default_factory=dict)
+    """SDCTest name -> the policy whose sweep holds its sample."""
     _replaced: dict[str, str | None] = field(default_factory=dict)
     """Tickets closed as Replaced, with the resourceVersion they had (until it moves)."""
     _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
@@ -383,12 +382,20 @@ class ReconcilerState:
                     facts.named_devices,
                 ),
             )
-        if self._samples.get(name) != sample:
-            if sample is None:
-                del self._samples[name]
-            else:
-                self._samples[name] = sample
-            self._samples_version += 1
+        owner = self._sample_owner.get(name)
+        if owner is not None and (sample is None or sample[0] != owner):
+            self._sweeps[owner].remove(name)
+            del self._sample_owner[name]
+        if sample is not None:
+            self._sample_owner[name] = sample[0]
+            self.sweep(sample[0]).add(name, sample[1])
+
+    def sweep(self, policy: str) -> breaker_mod.Sweep:
+        """The policy's breaker samples (made empty at first use)."""
+        found = self._sweeps.get(policy)
+        if found is None:
+            found = self._sweeps[policy] = breaker_mod.Sweep()
+        return found
 
     def _node_facts(self, snapshot: NodeSnapshot, spec: Any) -> NodeFacts:
         key = (snapshot.resource_version, tuple(spec.accelerators), spec.budgets.pool_label)
@@ -406,8 +413,9 @@ class ReconcilerState:
         for name in [n for n in self._tests if n not in tests]:
             del self._tests[name]
             self.test_nodes.pop(name, None)
-            if self._samples.pop(name, None) is not None:
-                self._samples_version += 1
+            owner = self._sample_owner.pop(name, None)
+            if owner is not None:
+                self._sweeps[owner].remove(name)
         for name in [n for n in self._replaced if n not in tickets]:
             del self._replaced[name]
         for name in [n for n in self._facts if n not in view.nodes]:

@@ -16,6 +16,7 @@ from sdcguard.adapters.pass_state import (
     ReconcilerState,
 )
 from sdcguard.api import (
+    BreakerSample,
     BreakerStatus,
     Condition,
     IdentityKind,
@@ -77,33 +78,34 @@ class PolicyReporter(ReconcilerState):
     def _breaker(
         self, policy: SDCPolicy, now: dt.datetime
     ) -> tuple[breaker_mod.BreakerView, BreakerStatus]:
-        """The breaker now, and the status to store.
+        """The breaker now, and the status to store (its samples are added only when it
+        is written: :meth:`_breaker_samples`).
 
         Its samples are the policy's finished SDCTests (a Pass or SDC verdict at its
         completion time), rebuilt from the tests themselves, so no screening is ever
         missed or counted twice, whatever failed or restarted in between; the stored
-        status only latches the trip (``trippedAt``) and the last reset. The result is
-        reused for up to a second while no sample and nothing stored changed."""
-        name = policy.metadata.name
-        memory = self._memory.setdefault(name, PolicyMemory())
+        status only latches the trip (``trippedAt``) and the last reset. The samples are
+        swept as they come (``breaker.Sweep``): a probe's end costs its own sample, not
+        the fleet's."""
         reset = policy.metadata.annotations.get(keys.RESET_BREAKER)
-        key = (self._samples_version, policy.metadata.resource_version, reset)
-        if memory.breaker is not None:
-            cached_key, at, result = memory.breaker
-            if cached_key == key and dt.timedelta(0) <= now - at < dt.timedelta(seconds=1):
-                return result  # type: ignore[no-any-return]
-        samples = [sample for owner, sample in self._samples.values() if owner == name]
         stored = policy.status.breaker if policy.status else None
-        result = breaker_mod.advance(
-            stored.model_copy(update={"samples": []}) if stored else None,
+        view, status, _ = self.sweep(policy.metadata.name).advance(
+            stored,
             policy.spec.circuit_breaker,
             now,
             reset,
-            samples,
             breaker_mod.failures_to_confirm(policy.spec.confirmation),
         )
-        memory.breaker = (key, now, result)
-        return result
+        return view, status
+
+    def _breaker_samples(
+        self, policy: SDCPolicy, breaker: BreakerStatus, now: dt.datetime
+    ) -> list[BreakerSample]:
+        """The samples the stored breaker keeps (what ``breaker.prune`` keeps)."""
+        kept = self.sweep(policy.metadata.name).kept(
+            policy.spec.circuit_breaker, now, breaker.reset_at, breaker.tripped_at
+        )
+        return breaker_mod.status_samples(kept)
 
     def _write_policy_status(
         self,

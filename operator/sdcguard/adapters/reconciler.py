@@ -377,7 +377,12 @@ class Reconciler(Executor, PolicyReporter):
             or self._status_due(memory, policy, breaker, breaker_status, now)
         ):
             held = sorted(memory.held)[:1000]
-            breaker_status = breaker_status.model_copy(update={"held_nodes": held})
+            breaker_status = breaker_status.model_copy(
+                update={
+                    "held_nodes": held,
+                    "samples": self._breaker_samples(policy, breaker_status, now),
+                }
+            )
             self._write_policy_status(
                 policy, breaker, breaker_status, states, now, memory.illegal, memory.overlaps
             )

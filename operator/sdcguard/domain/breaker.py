@@ -29,13 +29,19 @@ samples from before the reset are then ignored.
 The state is a pure function of (samples, config, now, reset time, time it tripped):
 the operator keeps the samples and ``trippedAt`` in the policy status (:func:`prune`
 keeps what the state needs), so a restart reconstructs the same state;
-:func:`advance` does the whole step from one status to the next.
+:func:`advance` does the whole step from one status to the next. :class:`Sweep` gives
+the same answers while screenings finish one by one, sweeping only the new samples: a
+fleet's window holds every node screened in the last hour (20,000 at 20,000 nodes), and
+sweeping all of them again at each probe's end cost 0.1 s of CPU before the node's
+release or quarantine could be written.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
-from collections import Counter
+import heapq
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -135,11 +141,16 @@ class _Tally:
         if sample.failed:
             before = self.sdc.get(key, 0)
             after = before + step
-            self.sdc[key] = after
+            if after:
+                self.sdc[key] = after
+            else:
+                self.sdc.pop(key, None)
             self.failed += (after >= self.confirm) - (before >= self.confirm)
             named = self.devices.setdefault(key, Counter())
             named.update({d.lower(): step for d in dict.fromkeys(sample.devices)})
             named += Counter()  # drops devices no sample in the window names any more
+            if not named:
+                del self.devices[key]
 
     @property
     def nodes(self) -> int:
@@ -182,7 +193,12 @@ def _view(
     tripped_at: dt.datetime | None,
     confirm: int,
 ) -> BreakerView:
-    tally = _tally(window, confirm)
+    return _tally_view(_tally(window, confirm), config, tripped_at)
+
+
+def _tally_view(
+    tally: _Tally, config: CircuitBreaker, tripped_at: dt.datetime | None
+) -> BreakerView:
     return BreakerView(
         open=tripped_at is not None,
         samples=tally.nodes,
@@ -323,3 +339,213 @@ def advance(
     view = evaluate(samples, config, now, reset.at, tripped, confirm)
     kept = prune(samples, config, now, reset.at, view.tripped_at)
     return view, breaker_status(view, kept, reset)
+
+
+def status_samples(samples: Iterable[Sample]) -> list[BreakerSample]:
+    """Samples as the policy status stores them."""
+    return [
+        BreakerSample(
+            time=s.at,
+            failed=s.failed,
+            node_name=s.node,
+            test_name=s.test,
+            devices=list(s.devices[:MAX_SAMPLE_DEVICES]),
+        )
+        for s in samples
+    ]
+
+
+@dataclass(frozen=True)
+class _Basis:
+    """What a sweep's windows and verdicts depend on besides the samples."""
+
+    config: CircuitBreaker
+    seconds: float
+    reset_at: dt.datetime | None
+    confirm: int
+
+
+class Sweep:
+    """:func:`evaluate` (and :func:`advance`, :func:`prune`) over one policy's samples,
+    kept current as screenings finish, with the same answers.
+
+    Samples are added and removed by key (their SDCTest's name). A look sweeps only
+    the samples new since the last one: when they are all later than every sample
+    swept before, and ``now`` has not gone back, the windows ending at earlier samples
+    hold exactly what they held, so their verdicts stand, and the two running tallies
+    (the window ending at the last sample, the window ending now) move forward. A
+    sample that arrives late (no later than one already swept), a removal, a changed
+    config, reset or confirmation count starts the sweep again from every sample; a
+    look at an earlier time than the last is answered by :func:`evaluate` itself and
+    leaves the sweep as it is.
+    """
+
+    def __init__(self) -> None:
+        self._samples: dict[str, Sample] = {}
+        self._basis: _Basis | None = None
+        self._stale = True
+        self._pending: list[tuple[dt.datetime, int, Sample]] = []
+        """Samples not swept yet (a heap by time): later than the last look's ``now``."""
+        self._pushed = 0
+        self._ordered: list[Sample] = []
+        """Swept samples, by time."""
+        self._times: list[dt.datetime] = []
+        self._low = 0
+        self._tally = _Tally(1)
+        """The window ending at the last swept sample: ``_ordered[_low:]``."""
+        self._now_low = 0
+        self._now_tally = _Tally(1)
+        """The window ending at the last look's ``now``: ``_ordered[_now_low:]``."""
+        self._now: dt.datetime | None = None
+        self._trips: deque[BreakerView] = deque()
+        """Windows ending at a swept sample that tripped, by time; those older than a
+        window before ``now`` are dropped (``now`` only moves forward)."""
+        self._rebuilds = 0
+        self._at_trip: tuple[tuple[object, ...], BreakerView] | None = None
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    @property
+    def rebuilds(self) -> int:
+        """How often the sweep started again from every sample (for tests and logs)."""
+        return self._rebuilds
+
+    def add(self, key: str, sample: Sample) -> None:
+        """A finished screening (or a changed one under the same key)."""
+        old = self._samples.get(key)
+        if old == sample:
+            return
+        self._samples[key] = sample
+        basis = self._basis
+        if old is not None or self._stale or basis is None:
+            self._stale = True
+            return
+        if basis.reset_at is not None and sample.at <= basis.reset_at:
+            return  # before the reset: it counts for nothing while the reset holds
+        if self._times and sample.at <= self._times[-1]:
+            self._stale = True  # an earlier window changes: sweep again
+            return
+        self._pushed += 1
+        heapq.heappush(self._pending, (sample.at, self._pushed, sample))
+
+    def remove(self, key: str) -> None:
+        """A screening no longer counted (its SDCTest is gone)."""
+        if self._samples.pop(key, None) is not None:
+            self._stale = True
+
+    def evaluate(
+        self,
+        config: CircuitBreaker,
+        now: dt.datetime,
+        reset_at: dt.datetime | None = None,
+        tripped_at: dt.datetime | None = None,
+        confirm: int = 1,
+    ) -> BreakerView:
+        """What :func:`evaluate` says of every sample added (and not removed)."""
+        basis = _Basis(config, parse_duration(config.window), reset_at, confirm)
+        if self._stale or basis != self._basis:
+            self._rebuild(basis)
+        elif self._now is not None and now < self._now:
+            return evaluate(self._samples.values(), config, now, reset_at, tripped_at, confirm)
+        self._sweep(basis, now)
+        if tripped_at is not None and (reset_at is None or tripped_at > reset_at):
+            return self._trip_window(basis, tripped_at)
+        cut = now - dt.timedelta(seconds=basis.seconds)
+        while (
+            self._trips
+            and self._trips[0].tripped_at is not None
+            and self._trips[0].tripped_at <= cut
+        ):
+            self._trips.popleft()
+        if self._trips:
+            return self._trips[0]
+        return _tally_view(self._now_tally, config, None)
+
+    def kept(
+        self,
+        config: CircuitBreaker,
+        now: dt.datetime,
+        reset_at: dt.datetime | None = None,
+        tripped_at: dt.datetime | None = None,
+    ) -> list[Sample]:
+        """What :func:`prune` keeps of the samples (call it after :meth:`evaluate` at the
+        same ``now``)."""
+        if self._stale or self._now != now or self._basis is None:
+            return prune(self._samples.values(), config, now, reset_at, tripped_at)
+        seconds = parse_duration(config.window)
+        since = now - dt.timedelta(seconds=2 * seconds)
+        if tripped_at is not None:
+            since = min(since, tripped_at - dt.timedelta(seconds=seconds))
+        first = bisect.bisect_right(self._times, since)
+        return self._ordered[max(first, len(self._ordered) - MAX_SAMPLES) :]
+
+    def advance(
+        self,
+        status: BreakerStatus | None,
+        config: CircuitBreaker,
+        now: dt.datetime,
+        reset_annotation: str | None = None,
+        confirm: int = 1,
+    ) -> tuple[BreakerView, BreakerStatus, Reset]:
+        """:func:`advance` over the samples added, except that the status comes without
+        its samples (:meth:`kept` gives them, :func:`status_samples` in the status's
+        form: made only for a status that is written); also returns the reset."""
+        status = status or BreakerStatus()
+        reset = observe_reset(reset_annotation, Reset(status.reset_marker, status.reset_at), now)
+        tripped = status.tripped_at if status.state == BreakerState.OPEN else None
+        view = self.evaluate(config, now, reset.at, tripped, confirm)
+        return view, breaker_status(view, (), reset), reset
+
+    # Internals ----------------------------------------------------------------
+
+    def _rebuild(self, basis: _Basis) -> None:
+        self._basis, self._stale = basis, False
+        self._rebuilds += 1
+        reset_at = basis.reset_at
+        relevant = [s for s in self._samples.values() if reset_at is None or s.at > reset_at]
+        relevant.sort(key=lambda s: s.at)
+        self._pending = [(s.at, i, s) for i, s in enumerate(relevant)]  # sorted: a heap
+        self._pushed = len(relevant)
+        self._ordered, self._times = [], []
+        self._low = self._now_low = 0
+        self._tally, self._now_tally = _Tally(basis.confirm), _Tally(basis.confirm)
+        self._now = None
+        self._trips.clear()
+        self._at_trip = None
+
+    def _sweep(self, basis: _Basis, now: dt.datetime) -> None:
+        """Sweep the pending samples up to ``now``, as :func:`evaluate`'s loop does."""
+        span = dt.timedelta(seconds=basis.seconds)
+        config, pending = basis.config, self._pending
+        ordered, times, tally = self._ordered, self._times, self._tally
+        while pending and pending[0][0] <= now:
+            end = pending[0][0]
+            while pending and pending[0][0] == end:  # equal times: one window for all
+                sample = heapq.heappop(pending)[2]
+                ordered.append(sample)
+                times.append(sample.at)
+                tally.add(sample)
+                self._now_tally.add(sample)
+            cut = end - span
+            while times[self._low] <= cut:
+                tally.add(ordered[self._low], -1)
+                self._low += 1
+            nodes, failed = tally.nodes, tally.failed
+            if nodes >= config.min_samples and failed / nodes > config.max_failure_fraction:
+                self._trips.append(_tally_view(tally, config, end))
+        self._now = now
+        cut = now - span
+        while self._now_low < len(times) and times[self._now_low] <= cut:
+            self._now_tally.add(ordered[self._now_low], -1)
+            self._now_low += 1
+
+    def _trip_window(self, basis: _Basis, tripped_at: dt.datetime) -> BreakerView:
+        """The window that tripped the breaker, as stored (made once per change of it)."""
+        low = bisect.bisect_right(self._times, tripped_at - dt.timedelta(seconds=basis.seconds))
+        high = bisect.bisect_right(self._times, tripped_at)
+        key = (tripped_at, self._rebuilds, low, high)
+        if self._at_trip is None or self._at_trip[0] != key:
+            window = self._ordered[low:high]
+            self._at_trip = (key, _view(window, basis.config, tripped_at, basis.confirm))
+        return self._at_trip[1]
