@@ -138,6 +138,18 @@ class Metrics:
         self.reconcile_passes = Counter(
             "sdcguard_reconcile_passes_total", "Reconcile passes over the fleet.", registry=r
         )
+        self.full_pass_seconds = Histogram(
+            "sdcguard_full_pass_seconds",
+            "Wall time of a full pass (its copy of the fleet and every node decided).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.full_pass_interval = Gauge(
+            "sdcguard_full_pass_interval_seconds",
+            "Time until the next scheduled full pass: resyncSeconds, or more where full "
+            "passes would otherwise take over a fifth of the operator's time.",
+            registry=r,
+        )
         self.notifications = Counter(
             "sdcguard_ticket_notifications_total",
             "Ticket sink deliveries by outcome.",

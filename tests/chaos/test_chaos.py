@@ -247,6 +247,43 @@ def breaker_violations(policy_doc: dict[str, Any], tests: dict[str, dict[str, An
     return out
 
 
+def missing_samples_report(
+    policy_doc: dict[str, Any],
+    tests: dict[str, dict[str, Any]],
+    missing: list[str],
+    operator: OperatorProcess,
+) -> str:
+    """What a person needs to tell why finished screenings are not in the breaker's
+    samples: each one's status, the stored breaker, and what the operator logged about
+    the policy's status and its passes."""
+    status = policy_doc.get("status") or {}
+    breaker = status.get("breaker") or {}
+    samples = breaker.get("samples") or []
+    lines = [
+        f"policy resourceVersion {policy_doc['metadata'].get('resourceVersion')}, "
+        f"breaker {breaker.get('state')} window {breaker.get('windowFailures')}/"
+        f"{breaker.get('windowSamples')}, {len(samples)} samples, newest "
+        f"{max((s.get('time', '') for s in samples), default='-')}",
+        "conditions: "
+        + "; ".join(
+            f"{c.get('type')}={c.get('status')} at {c.get('lastTransitionTime')}"
+            for c in status.get("conditions") or []
+        ),
+    ]
+    for name in missing:
+        st = (tests.get(name) or {}).get("status") or {}
+        meta = (tests.get(name) or {}).get("metadata") or {}
+        lines.append(
+            f"missing {name}: rv {meta.get('resourceVersion')} phase {st.get('phase')} "
+            f"verdict {st.get('verdict')} completed {st.get('completionTime')} "
+            f"created {meta.get('creationTimestamp')}"
+        )
+    text = operator.log_path.read_text(errors="replace") if operator.log_path.exists() else ""
+    wanted = ("failed", "error", "Traceback", *missing)
+    lines += [line for line in text.splitlines() if any(w in line for w in wanted)][-40:]
+    return "---- breaker samples ----\n" + "\n".join(lines)
+
+
 def describe(api: client.ApiClient, nodes: list[str]) -> str:
     """Every node's state, taints, bookkeeping, tests and tickets (for a failure report)."""
     lines = []
@@ -457,9 +494,10 @@ def test_operator_survives_kills_and_a_faulty_api(
             )
             # The breaker rebuilds its samples from finished SDCTests: a screening whose
             # pass died (or whose operator was killed) still counts.
-            violations += [
-                f"breaker never counted screening {t}" for t in sorted(screened - sampled)
-            ]
+            missing = sorted(screened - sampled)
+            violations += [f"breaker never counted screening {t}" for t in missing]
+            if missing:
+                print(missing_samples_report(policy_doc, all_tests, missing, operator), flush=True)
             assert kills >= 10
             assert not violations, f"seed {seed}: " + "\n".join(violations)
         except BaseException:

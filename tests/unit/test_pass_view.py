@@ -133,3 +133,16 @@ def test_a_probe_end_during_the_copy_is_served_before_the_copy_is_done(
     served_at = reconciler.served[0][0]
     assert served_at < copied[0] - 0.3, "served while the copy was still being made"
     assert reconciler.since == [7], "the pass leaves what was served since its mark"
+
+
+def test_full_passes_are_spaced_to_a_fifth_of_the_time_at_most() -> None:
+    """resyncSeconds on a fleet whose full pass is cheap; four times the pass where it
+    is dear, told by the gauge (and the histogram keeps every duration)."""
+    from sdcguard.metrics import Metrics
+
+    rt: Any = SimpleNamespace(metrics=Metrics())
+    assert handlers.full_pass_interval(rt, "fleet", 30.0, 0.4) == 30.0
+    assert rt.metrics.full_pass_interval._value.get() == 30.0
+    assert handlers.full_pass_interval(rt, "fleet", 10.0, 4.5) == 18.0
+    assert rt.metrics.full_pass_interval._value.get() == 18.0
+    assert rt.metrics.registry.get_sample_value("sdcguard_full_pass_seconds_count") == 2

@@ -1361,9 +1361,10 @@ def iter_decisions(
     ordered = sorted(observations, key=priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
     pools = dict(others or {})
-    for observed in ordered:
-        add_member(pools, observed.pool_member(holding))
-    for observed in ordered:
+    members = [observed.pool_member(holding) for observed in ordered]
+    for member in members:
+        add_member(pools, member)
+    for observed, before in zip(ordered, members, strict=True):
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
         try:
             decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
@@ -1379,7 +1380,6 @@ def iter_decisions(
                 illegal=exc,
             )
             continue
-        before = observed.pool_member(holding)
         after = member_after(before, decision)
         # Only what a decision adds is counted before its write succeeds: a node it
         # holds (a test started, or a quarantine of a node that was not held) counts

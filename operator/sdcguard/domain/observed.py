@@ -39,6 +39,7 @@ class Taint:
 
 
 OUR_PREFIX = "sdcguard.dev/"
+_STATES = {state.value: state for state in NodeState}
 #: Karpenter's NodeClaim, the owner of each Node it launches (the instance).
 NODECLAIM_API_VERSION, NODECLAIM_KIND = "karpenter.sh/v1", "NodeClaim"
 KEPT_FOREIGN_ANNOTATIONS = (
@@ -162,10 +163,8 @@ class NodeFacts:
     @property
     def state(self) -> NodeState | None:
         """The state label, or None for a node never seen (or a label someone mangled)."""
-        try:
-            return NodeState(self.labels.get(keys.LABEL_STATE, ""))
-        except ValueError:
-            return None
+        # A dict, not NodeState(label): a full pass asks this about ten times per node.
+        return _STATES.get(self.labels.get(keys.LABEL_STATE, ""))
 
     @property
     def state_label(self) -> str | None:
