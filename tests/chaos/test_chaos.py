@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,49 @@ def breaker_violations(policy_doc: dict[str, Any], tests: dict[str, dict[str, An
     return out
 
 
+@dataclass
+class Snapshot:
+    """What the cluster stores about the chaos fleet, read in one go."""
+
+    nodes: dict[str, client.V1Node]
+    by_node: dict[str, list[dict[str, Any]]]
+    tickets: dict[str, list[dict[str, Any]]]
+    jobs: list[client.V1Job]
+    policy: dict[str, Any]
+
+    @property
+    def tests(self) -> dict[str, dict[str, Any]]:
+        return {t["metadata"]["name"]: t for tests in self.by_node.values() for t in tests}
+
+    @property
+    def screened(self) -> set[str]:
+        """Finished screenings with a verdict the breaker counts (Pass or SDC)."""
+        return {
+            n
+            for n, t in self.tests.items()
+            if (t.get("status") or {}).get("verdict") in ("Pass", "SDC")
+        }
+
+    @property
+    def sampled(self) -> set[str]:
+        """The screenings in the stored breaker's samples."""
+        breaker = (self.policy.get("status") or {}).get("breaker") or {}
+        return {s["testName"] for s in breaker.get("samples") or []}
+
+
+def snapshot(api: client.ApiClient, nodes: list[str], policy: str) -> Snapshot:
+    core = client.CoreV1Api(api)
+    return Snapshot(
+        nodes={n: core.read_node(n) for n in nodes},
+        by_node={n: list_custom(api, "sdctests", n) for n in nodes},
+        tickets={n: list_custom(api, "repairtickets", n) for n in nodes},
+        jobs=client.BatchV1Api(api).list_namespaced_job(NS).items,
+        policy=client.CustomObjectsApi(api).get_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", policy
+        ),
+    )
+
+
 def missing_samples_report(
     policy_doc: dict[str, Any],
     tests: dict[str, dict[str, Any]],
@@ -453,16 +497,29 @@ def test_operator_survives_kills_and_a_faulty_api(
             wait_for(converged, 60, f"a stable state (seed {seed})", every=1.0)
             print(f"converged {time.monotonic() - t0:.0f}s after the chaos stopped", flush=True)
 
+            # Idle nodes are screened again (ReturnFromUse) once the churn's Pods are gone,
+            # so a screening may have ended just now; the policy's status (the breaker's
+            # samples) is written at most every 5 s between full passes. Checked on a
+            # snapshot in which every finished screening has had that long to be counted.
+            t1 = time.monotonic()
+            while True:
+                snap = snapshot(api_client, nodes, policy)
+                missing = sorted(snap.screened - snap.sampled)
+                settled = all(
+                    (t.get("status") or {}).get("phase") in FINISHED for t in snap.tests.values()
+                )
+                if (not missing and settled) or time.monotonic() - t1 > 30:
+                    break
+                time.sleep(1.0)
+            print(f"breaker's samples checked {time.monotonic() - t1:.0f}s later", flush=True)
+
             violations: list[str] = []
-            all_tests: dict[str, dict[str, Any]] = {}
-            jobs = client.BatchV1Api(api_client).list_namespaced_job(NS).items
             for name in nodes:
-                node = core.read_node(name)
-                tests = list_custom(api_client, "sdctests", name)
-                tickets = list_custom(api_client, "repairtickets", name)
-                all_tests.update({t["metadata"]["name"]: t for t in tests})
+                node, tests, tickets = snap.nodes[name], snap.by_node[name], snap.tickets[name]
                 node_jobs = [
-                    j for j in jobs if (j.metadata.labels or {}).get("sdcguard.dev/node") == name
+                    j
+                    for j in snap.jobs
+                    if (j.metadata.labels or {}).get("sdcguard.dev/node") == name
                 ]
                 violations += node_violations(node, tests, tickets)
                 violations += screening_violations(name, tests, node_jobs)
@@ -475,29 +532,20 @@ def test_operator_survives_kills_and_a_faulty_api(
                         violations.append(f"{name}: repaired node's tickets are {phases}")
                 elif tickets:
                     violations.append(f"{name}: healthy node has tickets")
-            policy_doc = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
-            violations += breaker_violations(policy_doc, all_tests)
-            screened = {
-                n
-                for n, t in all_tests.items()
-                if (t.get("status") or {}).get("verdict") in ("Pass", "SDC")
-            }
-            sampled = {
-                s["testName"]
-                for s in ((policy_doc.get("status") or {}).get("breaker") or {}).get("samples", [])
-            }
-            reasons = Counter(t["spec"]["reason"] for t in all_tests.values())
+            violations += breaker_violations(snap.policy, snap.tests)
+            reasons = Counter(t["spec"]["reason"] for t in snap.tests.values())
             print(
-                f"tests: {len(all_tests)} {dict(reasons)}; "
-                f"screenings not in the breaker's samples: {sorted(screened - sampled)}",
+                f"tests: {len(snap.tests)} {dict(reasons)}; "
+                f"screenings not in the breaker's samples: {missing}",
                 flush=True,
             )
             # The breaker rebuilds its samples from finished SDCTests: a screening whose
             # pass died (or whose operator was killed) still counts.
-            missing = sorted(screened - sampled)
             violations += [f"breaker never counted screening {t}" for t in missing]
             if missing:
-                print(missing_samples_report(policy_doc, all_tests, missing, operator), flush=True)
+                print(
+                    missing_samples_report(snap.policy, snap.tests, missing, operator), flush=True
+                )
             assert kills >= 10
             assert not violations, f"seed {seed}: " + "\n".join(violations)
         except BaseException:
