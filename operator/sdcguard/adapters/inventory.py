@@ -7,8 +7,9 @@ module for why these kinds do not go through Kopf), each keeping slim snapshots:
 - **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
 - **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
   grouped by node) or waits for them unscheduled (:class:`observe.PendingDemand`);
-  Pods that request no device are not kept at all, and probe Pods are left out by
-  the server (a label selector);
+  Pods that request no device are not kept at all, and probe Pods and Pods that
+  ended (Succeeded, Failed) are left out by the server (a label and a field
+  selector);
 - **probe Pods** and **probe Jobs**: only the operator's namespace, selected by the
   probe's component label on the server (a Pod labelled like a probe elsewhere must
   never pass or fail a node), grouped by their SDCTest;
@@ -62,6 +63,7 @@ from sdcguard.adapters.hardware import HardwareRecord, holder_keys, id_holders
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.mirror import (
     NODES,
+    PAGE_SIZE,
     PODS,
     Change,
     Kind,
@@ -82,6 +84,9 @@ log = structlog.get_logger("sdcguard.inventory")
 PENDING = "pending"
 """The pods mirror's group of unscheduled pods (node groups are ``node/<name>``, and
 a node name never holds a slash)."""
+
+POD_NOT_ENDED = "status.phase!=Succeeded,status.phase!=Failed"
+"""The workload Pods the copy lists and watches: those that have not ended."""
 
 # A relist that changed more than this many nodes wakes every policy for a full pass.
 FULL_PASS_AFTER = 256
@@ -135,7 +140,7 @@ class Inventory:
         *,
         test_node: Callable[[str], str | None],
         clock: Callable[[], dt.datetime],
-        page_size: int = 500,
+        page_size: int = PAGE_SIZE,
         writer: KubeWriter | None = None,
         record_seconds: float = 5.0,
     ) -> None:
@@ -166,8 +171,14 @@ class Inventory:
         self.pods: Mirror[observe.PodUse | observe.PendingDemand] = Mirror(
             self.api,
             # Probe Pods are the probe mirror's: the server leaves them out here, so no
-            # probe Pod event is parsed twice.
-            dataclasses.replace(PODS, label_selector=f"{COMPONENT_LABEL}!={COMPONENT}"),
+            # probe Pod event is parsed twice. So are Pods that ended (a Job's finished
+            # Pods can outnumber the running ones): they hold no device, and a Pod that
+            # ends leaves the copy as a deletion, as it stops holding its node.
+            dataclasses.replace(
+                PODS,
+                label_selector=f"{COMPONENT_LABEL}!={COMPONENT}",
+                field_selector=POD_NOT_ENDED,
+            ),
             _pod_entry,
             groups=_pod_groups,
             on_change=self._pods_changed,
