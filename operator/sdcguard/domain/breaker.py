@@ -298,22 +298,27 @@ def samples_from_status(status: BreakerStatus) -> list[Sample]:
     ]
 
 
+def status_samples(samples: Iterable[Sample]) -> list[BreakerSample]:
+    """Samples as the policy status stores them."""
+    return [
+        BreakerSample(
+            time=s.at,
+            failed=s.failed,
+            node_name=s.node,
+            test_name=s.test,
+            devices=list(s.devices[:MAX_SAMPLE_DEVICES]),
+        )
+        for s in samples
+    ]
+
+
 def breaker_status(view: BreakerView, samples: Iterable[Sample], reset: Reset) -> BreakerStatus:
     """The policy's status.breaker for ``view`` (samples already pruned)."""
     return BreakerStatus(
         state=BreakerState.OPEN if view.open else BreakerState.CLOSED,
         tripped_at=view.tripped_at,
         reason=view.explain(),
-        samples=[
-            BreakerSample(
-                time=s.at,
-                failed=s.failed,
-                node_name=s.node,
-                test_name=s.test,
-                devices=list(s.devices[:MAX_SAMPLE_DEVICES]),
-            )
-            for s in samples
-        ],
+        samples=status_samples(samples),
         window_samples=view.samples,
         window_failures=view.failures,
         window_failed_devices=view.failed_devices,
@@ -339,20 +344,6 @@ def advance(
     view = evaluate(samples, config, now, reset.at, tripped, confirm)
     kept = prune(samples, config, now, reset.at, view.tripped_at)
     return view, breaker_status(view, kept, reset)
-
-
-def status_samples(samples: Iterable[Sample]) -> list[BreakerSample]:
-    """Samples as the policy status stores them."""
-    return [
-        BreakerSample(
-            time=s.at,
-            failed=s.failed,
-            node_name=s.node,
-            test_name=s.test,
-            devices=list(s.devices[:MAX_SAMPLE_DEVICES]),
-        )
-        for s in samples
-    ]
 
 
 @dataclass(frozen=True)
