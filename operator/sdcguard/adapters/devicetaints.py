@@ -20,6 +20,7 @@ import structlog
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters.kube import already_exists
 from sdcguard.domain.devicetaints import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -235,7 +236,7 @@ class DeviceTaints:
                         GROUP, version, RULES, rule_body(rule, version), field_manager="sdcguard"
                     )
                 except ApiException as exc:
-                    if exc.status != 409:
+                    if not already_exists(exc):
                         raise
         for rule in plan.update:
             self._write_owned(version, rule.name, rule_body(rule, version))

@@ -2,12 +2,14 @@
 
 Every mutating call goes through :class:`KubeWriter`, which counts writes by
 kind (a metric and a per-pass counter), honours ``dry_run``, and turns a
-409 Conflict on create into "already there" so a restart never duplicates.
+409 AlreadyExists on create into "already there" so a restart never duplicates
+(:func:`already_exists`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import uuid
 from collections import Counter
@@ -26,6 +28,22 @@ from sdcguard.metrics import Metrics
 
 FIELD_MANAGER = "sdcguard"
 log = structlog.get_logger("sdcguard.kube")
+
+
+def already_exists(exc: ApiException) -> bool:
+    """A create refused because the name is taken (409 with reason AlreadyExists).
+
+    Any other 409 (a conflict a proxy or webhook answered, an object being deleted
+    under that name) means nothing was created: it is raised and the next pass tries
+    again, rather than waiting for an object that is not there (a probe Job taken for
+    created would be given up only after the probe's vanishing grace, minutes later)."""
+    if exc.status != 409:
+        return False
+    try:
+        reason = json.loads(exc.body or "{}").get("reason")
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return bool(reason == "AlreadyExists")
 
 
 CONNECTIONS = 16
@@ -154,7 +172,7 @@ class KubeWriter:
     # Jobs ------------------------------------------------------------------
 
     def create_job(self, manifest: dict[str, Any]) -> bool:
-        """Create a Job; returns False when it already exists (409)."""
+        """Create a Job; returns False when it already exists (409 AlreadyExists)."""
         if not self._count("job-create"):
             return True
         try:
@@ -163,7 +181,7 @@ class KubeWriter:
                 manifest,  # type: ignore[arg-type]  # a dict body is accepted as is
             )
         except ApiException as exc:
-            if exc.status == 409:
+            if already_exists(exc):
                 return False
             raise
         return True
@@ -187,7 +205,7 @@ class KubeWriter:
                 GROUP, VERSION, plural, body, field_manager=FIELD_MANAGER
             )
         except ApiException as exc:
-            if exc.status == 409:
+            if already_exists(exc):
                 return None
             raise
         return created if isinstance(created, dict) else body
