@@ -1,0 +1,318 @@
+"""What a reconcile pass costs the operator's CPU, by fleet size, A/B between two operator
+trees in one run.
+
+    python -m bench.scale.passcost [--before-src DIR] [--sizes 1000,5000,20000]
+        [--repeats 5] [--out bench/results]
+
+``DIR`` holds another ``operator/`` tree, for instance an older commit's:
+``mkdir -p DIR && git archive COMMIT operator | tar -x -C DIR``. Without it only this
+tree is measured.
+
+In-process and without an API server (the end-to-end benchmark, ``bench.scale.run``,
+has the API server's part): a qualified fleet of N nodes is put into the operator's own
+copy (:class:`sdcguard.adapters.inventory.Inventory`, its mirrors filled as a list would
+fill them): every node Qualified with one finished acceptance SDCTest (so the circuit
+breaker's window holds N screenings, as after a fleet's qualification), and four GPU
+training Pods on a quarter of the nodes. The policy is the scale benchmark's. Measured,
+as CPU seconds of one process per tree and size (the median of ``--repeats``):
+
+- **fleet copy**: the pass's copy of the fleet (``handlers._view``);
+- **full pass**: every node decided, in dry run (the safety net of every resync);
+- **probe end**: the pass that serves one node whose screening has just ended (a new
+  finished SDCTest in its view, so a new sample for the breaker): what stands between
+  a probe's end and the node's release or quarantine.
+
+Results go to ``passcost.json``, ``passcost.md`` and ``passcost.png`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+VARIANTS = ("before", "now")
+
+
+def measure(nodes: int, repeats: int) -> dict[str, float]:
+    """Run in a child process whose sdcguard is the tree under test."""
+    import datetime as dt
+    import types
+
+    from kubernetes import client
+
+    from bench.scale.fleet import node_body, pod_body
+    from bench.scale.run import fleet_policy
+    from sdcguard import handlers
+    from sdcguard.adapters.inventory import Inventory, _pod_entry
+    from sdcguard.adapters.kube import KubeWriter
+    from sdcguard.adapters.pass_state import TestSnapshot
+    from sdcguard.adapters.reconciler import Reconciler
+    from sdcguard.api import SDCPolicy
+    from sdcguard.domain.observed import NodeSnapshot
+    from sdcguard.logs import configure_logging
+    from sdcguard.metrics import Metrics
+    from sdcguard.settings import Settings
+
+    configure_logging("console", "error")
+    now = dt.datetime.now(dt.UTC)
+
+    def name(i: int) -> str:
+        return f"gpu-{i:05d}"
+
+    def test_body(i: int, seq: int, at: dt.datetime) -> dict[str, Any]:
+        return {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "SDCTest",
+            "metadata": {
+                "name": f"{name(i)}-{i:05d}-{seq}",
+                "resourceVersion": str(10**6 * seq + i),
+                "creationTimestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            "spec": {
+                "nodeName": name(i),
+                "policyRef": "bench",
+                "suite": "acceptance",
+                "reason": "Join",
+            },
+            "status": {
+                "phase": "Passed",
+                "verdict": "Pass",
+                "completionTime": at.isoformat().replace("+00:00", "Z"),
+                "checks": [
+                    {"name": c, "verdict": "Pass"}
+                    for c in ("compute", "collective", "golden", "memory")
+                ],
+            },
+        }
+
+    inv = Inventory(client.ApiClient(), "sdcguard", test_node=lambda _: None, clock=lambda: now)
+    fleet = {}
+    for i in range(nodes):
+        body = node_body(name(i), gated=False)
+        body["metadata"].update(uid=f"{i:08d}-0000", resourceVersion=str(i + 1))
+        body["metadata"]["labels"]["sdcguard.dev/state"] = "Qualified"
+        fleet[name(i)] = NodeSnapshot.from_body(body)
+    inv.nodes._replace(fleet)
+    pods = {}
+    for i in range(0, nodes, 4):
+        for k in range(4):
+            body = pod_body(f"w-{i}-{k}", "train", name(i), gpus=2)
+            body["status"] = {"phase": "Running"}
+            pods[f"train/w-{i}-{k}"] = _pod_entry(body)
+    inv.pods._replace(pods)
+    # The fleet qualified over the last half hour: one finished screening a node.
+    start = now - dt.timedelta(seconds=1800)
+    qualified = [
+        TestSnapshot.slim(test_body(i, 1, start + dt.timedelta(seconds=i * 0.05)))
+        for i in range(nodes)
+    ]
+    inv.tests._replace({snap.name: snap for snap in qualified})
+    for mirror in inv.mirrors:
+        mirror.synced.set()
+    rt = types.SimpleNamespace(inventory=inv, started=now)
+    indexes: dict[str, Any] = {"baselines_index": {}, "policies_index": {}}
+    body = fleet_policy()
+    body["metadata"].update(resourceVersion="1", generation=1)
+    policy = SDCPolicy.model_validate(body)
+    metrics = Metrics()
+    reconciler = Reconciler(
+        writer=KubeWriter(api=client.ApiClient(), metrics=metrics, dry_run=True),
+        settings=Settings(metrics_port=0),
+        metrics=metrics,
+    )
+    reconciler._write_policy_status = lambda *a, **k: None  # type: ignore[method-assign]
+
+    def cpu(fn: Any) -> float:
+        t0 = time.process_time()
+        fn()
+        return time.process_time() - t0
+
+    copies, fulls, ends = [], [], []
+    view = handlers._view(rt, indexes)
+    reconciler.run_pass(policy, view, now)  # the first pass parses every node and test
+    for _ in range(repeats):
+        copies.append(cpu(lambda: handlers._view(rt, indexes)))
+        full = handlers._view(rt, indexes)
+        at = dt.datetime.now(dt.UTC)
+        fulls.append(cpu(lambda: reconciler.run_pass(policy, full, at)))  # noqa: B023
+    for k in range(repeats):
+        # A probe's end: the node's next screening has just finished.
+        i = (k * 7919) % nodes
+        ended = TestSnapshot.slim(test_body(i, 2 + k, dt.datetime.now(dt.UTC)))
+        inv.tests._put(ended.name, ended)
+        only = frozenset({name(i)})
+        urgent = handlers._view(rt, indexes, only=only)
+        at = dt.datetime.now(dt.UTC)
+        ends.append(
+            cpu(lambda: reconciler._run_pass(policy, urgent, at, only, fill=False))  # noqa: B023
+        )
+    return {
+        "fleet_copy_s": statistics.median(copies),
+        "full_pass_s": statistics.median(fulls),
+        "probe_end_pass_s": statistics.median(ends),
+    }
+
+
+def run_child(src: Path, nodes: int, repeats: int) -> dict[str, float]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(REPO / "jobs"), str(REPO)])
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.scale.passcost", "--child", str(nodes), str(repeats)],
+        env=env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def say(message: str) -> None:
+    print(f"[bench.passcost] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.scale.passcost", description=__doc__)
+    parser.add_argument("--before-src", type=Path, help="a tree holding another operator/")
+    parser.add_argument("--label", default="before", help="what the --before-src tree is")
+    parser.add_argument("--now-label", default="this tree")
+    parser.add_argument("--sizes", default="1000,5000,20000")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results")
+    parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(*args.child)))
+        return 0
+    sources = {"now": REPO / "operator"}
+    if args.before_src:
+        sources["before"] = args.before_src.resolve() / "operator"
+        if not sources["before"].is_dir():
+            parser.error(f"{args.before_src} holds no operator/ tree")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    for n in sizes:
+        row: dict[str, Any] = {"nodes": n}
+        for variant in [v for v in VARIANTS if v in sources]:
+            say(f"{n:,} nodes, {variant} ...")
+            row[variant] = run_child(sources[variant], n, args.repeats)
+            say(f"  {row[variant]}")
+        rows.append(row)
+    doc = {
+        "benchmark": "passcost",
+        "command": "python -m bench.scale.passcost"
+        + (" --before-src DIR" if args.before_src else "")
+        + f" --sizes {args.sizes} --repeats {args.repeats}",
+        "before": args.label if args.before_src else None,
+        "now": args.now_label,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(),
+        },
+        "rows": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "passcost.json").write_text(json.dumps(doc, indent=2) + "\n")
+    text = report(doc)
+    (args.out / "passcost.md").write_text(text)
+    plot(doc, args.out / "passcost.png")
+    print(text)
+    return 0
+
+
+FIGURES = (
+    ("fleet_copy_s", "fleet copy"),
+    ("full_pass_s", "full pass"),
+    ("probe_end_pass_s", "probe end"),
+)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def report(doc: dict[str, Any]) -> str:
+    both = doc["before"] is not None
+    lines = [
+        "# What a reconcile pass costs (in-process, CPU seconds)",
+        "",
+        f"`{doc['command']}`, {doc['generated_at']}, load {doc['machine']['load_avg_1m_at_start']} "
+        f"at start, Python {doc['machine']['python']}. Median of the repeats, one process per "
+        "tree and size; a qualified fleet with one finished screening per node (the "
+        "breaker's window holds them all) and four GPU Pods on a quarter of the nodes.",
+        "",
+    ]
+    if both:
+        lines += [
+            f"before: {doc['before']}; now: {doc['now']}.",
+            "",
+            "| nodes | "
+            + " | ".join(f"{label}: before / now (ratio)" for _, label in FIGURES)
+            + " |",
+            "|---|" + "---|" * len(FIGURES),
+        ]
+        for row in doc["rows"]:
+            cells = []
+            for key, _ in FIGURES:
+                b, n = row["before"][key], row["now"][key]
+                cells.append(f"{_ms(b)} / {_ms(n)} ({b / n:.1f}x)" if n else f"{_ms(b)} / 0")
+            lines.append(f"| {row['nodes']:,} | " + " | ".join(cells) + " |")
+    else:
+        lines += [
+            "| nodes | " + " | ".join(label for _, label in FIGURES) + " |",
+            "|---|" + "---|" * len(FIGURES),
+        ]
+        for row in doc["rows"]:
+            lines.append(
+                f"| {row['nodes']:,} | "
+                + " | ".join(_ms(row["now"][key]) for key, _ in FIGURES)
+                + " |"
+            )
+    lines += [
+        "",
+        "fleet copy: the pass's copy of the operator's copy of the fleet; full pass: every "
+        "node decided (dry run); probe end: the pass that serves one node whose screening "
+        "has just ended, which stands between a probe's end and the node's release or "
+        "quarantine.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = doc["rows"]
+    nodes = [r["nodes"] for r in rows]
+    fig, axes = plt.subplots(1, len(FIGURES), figsize=(12, 3.8))
+    for ax, (key, label) in zip(axes, FIGURES, strict=True):
+        for variant, style in (("before", "s--"), ("now", "o-")):
+            if all(variant in r for r in rows):
+                name = doc[variant] if variant == "before" else doc["now"]
+                ax.plot(nodes, [r[variant][key] * 1000 for r in rows], style, label=name)
+        ax.set_title(label)
+        ax.set_xlabel("nodes")
+        ax.set_ylabel("CPU ms")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
