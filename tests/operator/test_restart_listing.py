@@ -40,7 +40,7 @@ def _all_pods_list(path: str, query: Any) -> bool:
     return (
         path == "/api/v1/pods"
         and query.get("watch") not in ("1", "true")
-        and "fieldSelector" not in query
+        and "spec.nodeName" not in query.get("fieldSelector", "")
     )
 
 
