@@ -99,6 +99,29 @@ def _node_body(name: str, rv: int = 1, **annotations: str) -> NodeSnapshot:
     return NodeSnapshot.from_body(body)
 
 
+def _qualified_body(name: str, rv: int = 1, **annotations: str) -> NodeSnapshot:
+    """A node screened an hour ago and in service: untainted, nothing to do."""
+    body = {
+        "metadata": {
+            "name": name,
+            "uid": f"{name}-uid-0000",
+            "resourceVersion": str(rv),
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "labels": {"sdcguard.dev/accelerator": "true", keys.LABEL_STATE: "Qualified"},
+            "annotations": {
+                keys.QUALIFIED_AT: keys.format_time(NOW - dt.timedelta(hours=1)),
+                **annotations,
+            },
+        },
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    return NodeSnapshot.from_body(body)
+
+
 def _policy_body(max_tests: int) -> SDCPolicy:
     return SDCPolicy.model_validate(
         {
@@ -188,6 +211,51 @@ def test_urgent_work_is_served_during_a_pass_and_the_pass_skips_its_nodes() -> N
     assert writer.writes["repairtickets-create"] == 1
     assert writer.by_node["gpu-1"] == 2
     assert writer.writes["sdctests-create"] == 2
+
+
+def test_urgent_work_is_served_while_a_long_pass_applies_decisions_that_change_nothing() -> None:
+    """A full pass over a settled fleet writes nothing, yet deciding thousands of nodes
+    takes a while: a probe's end offered meanwhile is served within 256 of them, and
+    the pass leaves that node as the urgent work left it (not its own older decision)."""
+    settled = {f"gpu-{i:03d}": _qualified_body(f"gpu-{i:03d}") for i in range(600)}
+    rec, writer = _reconciler()
+    rec.run_pass(_policy_body(600), _view(settled), NOW)
+    assert set(writer.writes) == {"sdcpolicies-status"}, "a settled fleet: no node to write"
+    act, serve = rec._act, rec._serve_urgent
+    fresh = dict(settled)
+    fresh["gpu-599"] = _qualified_body("gpu-599", rv=3, **{keys.REQUEST_QUARANTINE: "fans"})
+    memory = rec._memory["fleet"]
+    assert memory.states["gpu-599"] == "Qualified"
+    applied: list[str] = []  # the nodes whose decision the full pass has applied so far
+    served_after: list[int] = []
+    set_member = memory.set_member
+
+    def counting_set_member(node: str, member: PoolMember) -> None:
+        applied.append(node)
+        set_member(node, member)
+
+    def offering_act(*args: Any, **kwargs: Any) -> float:
+        if not served_after:  # the full pass's: the probe's end arrives as it starts
+            served_after.append(-1)
+            rec.offer_urgent(
+                UrgentWork(_policy_body(600), _view(fresh), frozenset({"gpu-599"}), NOW)
+            )
+        return act(*args, **kwargs)
+
+    def counting_serve() -> None:
+        if served_after and not rec._depth and not rec._urgent.empty():
+            served_after.append(len(applied))
+        serve()
+
+    memory.set_member = counting_set_member  # type: ignore[method-assign]
+    rec._act = offering_act  # type: ignore[method-assign]
+    rec._serve_urgent = counting_serve  # type: ignore[method-assign]
+    rec.run_pass(_policy_body(600), _view(settled), NOW)
+    assert rec.take_unserved() == []
+    assert writer.writes["repairtickets-create"] == 1, "the urgent work was served"
+    assert served_after[1] <= 256, f"served only after {served_after[1]} of 600 nodes"
+    assert applied.count("gpu-599") == 1, "applied once: by the urgent pass, not again"
+    assert memory.states["gpu-599"] == "Quarantined", "the pass's older decision did not win"
 
 
 def test_a_pass_leaves_nodes_decided_while_its_view_was_copied_to_that_decision() -> None:

@@ -561,8 +561,15 @@ class Reconciler(Executor, PolicyReporter):
         # Budgets are granted in priority order; writes go out with the outcomes of
         # finished tests first (a release or quarantine never waits behind new starts).
         decisions.sort(key=lambda d: not _has_outcome(by_node[d.node]))
-        for decision in decisions:
+        for count, decision in enumerate(decisions):
             node_name = decision.node
+            if count % 256 == 255:
+                # Most decisions of a full pass change nothing and write nothing; a
+                # probe's end must not wait for thousands of them (0.4 s of CPU at
+                # 20,000 nodes, seconds of wall time on a busy machine).
+                self._serve_urgent()
+            if self._skip(node_name):
+                continue  # urgent work decided it from fresher facts: its memory stands
             observed = by_node[node_name]
             member = observed.pool_member(holding)
             if decision.actions and self.refused_delete(policy, decision, view, now):
