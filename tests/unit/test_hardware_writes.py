@@ -4,6 +4,7 @@ other records be written before the error is raised."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections import Counter
 from typing import Any
@@ -80,3 +81,36 @@ def test_a_refused_write_raises_after_the_other_records_are_written() -> None:
         hardware.record(writer, _host(), _identity(), {}, ACTION, NOW, Counter())
     assert len(writer.created) == 3
     assert sorted(n.split("-")[0] for n in writer.patched) == ["machine", "provider"]
+
+
+def test_a_records_change_concerns_its_holders_and_the_nodes_it_was_seen_under() -> None:
+    """Which nodes a pass decides again when an SDCHardware changes (not every node)."""
+    from sdcguard.adapters.hardware import HardwareRecord, concerned
+    from sdcguard.api import IdentityKind, SDCHardwareSpec, SDCHardwareStatus
+    from sdcguard.api.hardware import SeenAs
+    from sdcguard.domain.hardware import holder_key
+
+    at = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
+    groups = {holder_key(IdentityKind.PROVIDER_ID, "aws:///zone/i-0abc"): ["gpu-7"]}
+
+    def holders(key: str) -> list[str]:
+        return groups.get(key, [])
+
+    host = HardwareRecord(
+        "provider-x",
+        SDCHardwareSpec(kind=IdentityKind.PROVIDER_ID, id="aws:///zone/i-0ABC"),
+        SDCHardwareStatus(
+            nodes=[SeenAs(node="gpu-old", first_seen=at, last_seen=at)], last_node="gpu-old"
+        ),
+    )
+    assert concerned(host, holders) == {"gpu-7", "gpu-old"}
+    device = HardwareRecord(
+        "device-x",
+        SDCHardwareSpec(kind=IdentityKind.DEVICE, id="GPU-1234"),
+        SDCHardwareStatus(
+            nodes=[SeenAs(node="gpu-3", first_seen=at, last_seen=at)], last_node="gpu-9"
+        ),
+    )
+    assert concerned(device, holders) == {"gpu-3", "gpu-9"}
+    unwritten = HardwareRecord("device-y", SDCHardwareSpec(kind=IdentityKind.DEVICE, id="G"))
+    assert concerned(unwritten, holders) == set(), "no status yet: no node it was seen under"

@@ -81,6 +81,21 @@ def holder_keys(node: NodeSnapshot) -> tuple[str, ...]:
     return tuple(holder_key(kind, value) for kind, value in ids if value.strip())
 
 
+def concerned(record: HardwareRecord, holders: Callable[[str], Iterable[str]]) -> set[str]:
+    """The Nodes whose decisions read ``record``: those holding its host identifier now
+    (``holders``: the Node names grouped under an identifier key) and those it was seen
+    under (a device record names no host; its Nodes are in its status)."""
+    names: set[str] = set()
+    if record.spec.kind != IdentityKind.DEVICE:
+        names.update(holders(holder_key(record.spec.kind, record.spec.id)))
+    status = record.status
+    if status is not None:
+        names.update(seen.node for seen in status.nodes)
+        if status.last_node:
+            names.add(status.last_node)
+    return names
+
+
 def odd_devices(test: TestFacts) -> tuple[str, ...]:
     """The UUIDs or serials of the devices a failed test named as the odd one out."""
     ids = test.device_ids
