@@ -150,22 +150,36 @@ def test_tests_tickets_and_hardware_are_copied_slim_and_poke_their_nodes(
                 [node_a],
             )
 
-            # A hardware record may name any node: every node is looked at.
+            # A hardware record pokes the nodes it concerns: none while no node holds
+            # its identifier and its status names none; the node it was seen under once
+            # its status says so.
             hardware_body = {
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "SDCHardware",
                 "metadata": {"name": hardware},
                 "spec": {"kind": "ProviderID", "id": hw_id},
             }
-            await change(
-                "create",
-                "sdchardwares",
-                (hardware_body,),
-                lambda: hardware in inv.hardware_records(),
-                None,
+            pokes.clear()
+            await asyncio.to_thread(
+                custom.create_cluster_custom_object, GROUP, VERSION, "sdchardwares", hardware_body
             )
+            await _until(lambda: hardware in inv.hardware_records(), "create sdchardwares")
+            await asyncio.sleep(0.5)
+            assert not pokes, f"a record no node holds poked {pokes}"
             record = inv.hardware_records()[hardware]
             assert record.spec.id == hw_id and record.status is None
+            when = "2026-01-02T03:04:05Z"
+            seen = {"node": node_b, "firstSeen": when, "lastSeen": when}
+            seen_under = {"status": {"lastNode": node_b, "nodes": [seen]}}
+            await change(
+                "status",
+                "sdchardwares",
+                (hardware, seen_under),
+                lambda: (
+                    (r := inv.hardware_records().get(hardware)) is not None and r.status is not None
+                ),
+                [node_b],
+            )
             assert all(m.stats.lists == 1 for m in inv.mirrors), "watched, never relisted"
         finally:
             inv.stop()
