@@ -80,46 +80,39 @@ def test_clean_screening_events_are_routine() -> None:
 # Reconciler ------------------------------------------------------------------------
 
 
-def _node_body(name: str, rv: int = 1, **annotations: str) -> NodeSnapshot:
+def _body(
+    name: str, rv: int, labels: dict[str, str], annotations: dict[str, str], spec: dict[str, Any]
+) -> NodeSnapshot:
     body = {
         "metadata": {
             "name": name,
             "uid": f"{name}-uid-0000",
             "resourceVersion": str(rv),
             "creationTimestamp": "2025-06-01T10:00:00Z",
-            "labels": {"sdcguard.dev/accelerator": "true"},
-            "annotations": dict(annotations),
+            "labels": {"sdcguard.dev/accelerator": "true", **labels},
+            "annotations": annotations,
         },
-        "spec": {"taints": [{"key": GATE, "effect": "NoSchedule"}]},
+        "spec": spec,
         "status": {
             "allocatable": {"nvidia.com/gpu": "8"},
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
     return NodeSnapshot.from_body(body)
+
+
+def _node_body(name: str, rv: int = 1, **annotations: str) -> NodeSnapshot:
+    """A gated node that just joined."""
+    return _body(
+        name, rv, {}, dict(annotations), {"taints": [{"key": GATE, "effect": "NoSchedule"}]}
+    )
 
 
 def _qualified_body(name: str, rv: int = 1, **annotations: str) -> NodeSnapshot:
     """A node screened an hour ago and in service: untainted, nothing to do."""
-    body = {
-        "metadata": {
-            "name": name,
-            "uid": f"{name}-uid-0000",
-            "resourceVersion": str(rv),
-            "creationTimestamp": "2025-06-01T10:00:00Z",
-            "labels": {"sdcguard.dev/accelerator": "true", keys.LABEL_STATE: "Qualified"},
-            "annotations": {
-                keys.QUALIFIED_AT: keys.format_time(NOW - dt.timedelta(hours=1)),
-                **annotations,
-            },
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": "8"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-    return NodeSnapshot.from_body(body)
+    qualified_at = keys.format_time(NOW - dt.timedelta(hours=1))
+    labels = {keys.LABEL_STATE: "Qualified"}
+    return _body(name, rv, labels, {keys.QUALIFIED_AT: qualified_at, **annotations}, {})
 
 
 def _policy_body(max_tests: int) -> SDCPolicy:
