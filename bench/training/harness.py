@@ -234,6 +234,7 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
         "notes": notes,
         "refused": dict(guard.refused) if guard is not None else {},
         "audits": guard.audits if guard is not None else 0,
+        "audit_share": guard.audit_share if guard is not None else 0.0,
         "audit_seconds": guard.audit_overhead_seconds if guard is not None else 0.0,
         "consensus_seconds": guard.consensus_seconds if guard is not None else 0.0,
         "consensus_checks": guard.consensus_checks if guard is not None else 0,

@@ -231,6 +231,9 @@ class TrainingGuard:
         self._last_step_end: float | None = None
         self._audit_seconds = 0.0
         self.audits = 0
+        self.audit_share = self.config.audit_budget
+        """The share of step time the last audit interval was planned for (the budget,
+        times ``watch_factor`` while a watched node is in the group)."""
         self.consensus_seconds = 0.0
         self.consensus_checks = 0
 
@@ -420,6 +423,7 @@ class TrainingGuard:
             budget = self.config.audit_budget
             if any(info.node in self.watch for info in self.ranks):
                 budget *= self.config.watch_factor
+            self.audit_share = budget
             interval = max(1, math.ceil(cost / (budget * max(step_time, 1e-9))))
         self._next_audit = step + interval
 
