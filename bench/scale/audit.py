@@ -60,6 +60,13 @@ class Request:
     name: str
     code: int
     user: str = OPERATOR_USER
+    streaming_list: bool = False
+    """A watch with ``sendInitialEvents``: a list (every object), whatever its verb says."""
+
+    @property
+    def lists(self) -> bool:
+        """A list of a whole kind: a LIST (a page of one), or a streaming list."""
+        return self.verb == "list" or self.streaming_list
 
     @property
     def write(self) -> bool:
@@ -125,6 +132,7 @@ class AuditLog:
                     name=ref.get("name", ""),
                     code=int((event.get("responseStatus") or {}).get("code", 0)),
                     user=str(user),
+                    streaming_list="sendInitialEvents=true" in str(event.get("requestURI", "")),
                 )
             )
         self.requests.extend(new)

@@ -901,7 +901,7 @@ def measure(
         "requests": len(idle),
         "requests_by_verb": dict(sorted(Counter(r.verb for r in idle).items())),
         "reads_by_kind": audit.by_kind([r for r in idle if not r.write]),
-        "lists": sum(1 for r in idle if r.verb == "list"),
+        "lists": sum(1 for r in idle if r.lists),
         "workload_record_writes": len(records),
         "workload_record_writes_per_s": round(len(records) / (w1 - w0), 2),
         "nodes_with_gpu_pod_changes": len(touched),

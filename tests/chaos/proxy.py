@@ -11,7 +11,9 @@ through (or adding the one it was given), and injects faults at configured rates
   closed before the answer, the nastiest case for idempotency;
 - *delay*: forwarded after a pause;
 - watch streams are passed through chunk by chunk, and *cut* after a while at a
-  rate, as an API server restart or a load balancer would;
+  rate, as an API server restart or a load balancer would; a streaming list (a watch
+  with ``sendInitialEvents``) is a list's read too, dropped or answered 500 and 429
+  like a list page;
 - *gone* (reads only): a watch answered with the ``ERROR`` event of code 410 that an
   API server sends when the resourceVersion is too old, and a paginated list's
   ``continue`` page answered 410 Expired, as when the token has expired.
@@ -205,6 +207,9 @@ class FaultProxy:
                 await asyncio.sleep(0.05)
         rates = self.rates
         watch = request.query.get("watch") in ("1", "true") or "/watch/" in request.path
+        # A streaming list is a watch request but a list's read: it is answered 429, 500
+        # or dropped like a list page (and cut like a watch).
+        streaming_list = watch and request.query.get("sendInitialEvents") == "true"
         write = request.method in WRITE_METHODS
         if watch and self._draw(rates.gone):
             self.injected["watch-gone"] += 1
@@ -212,7 +217,7 @@ class FaultProxy:
         if not watch and request.query.get("continue") and self._draw(rates.gone):
             self.injected["continue-gone"] += 1
             return self._status(410, "Expired", "injected: the continue token has expired")
-        if not watch:
+        if not watch or streaming_list:
             if self._draw(rates.drop):
                 self.injected["drop"] += 1
                 return self._drop(request)

@@ -1,5 +1,6 @@
-"""The fleet's copy against the real API server: paginated lists, watches, 410 Gone,
-throttled and failing list pages, and the inventory's pokes."""
+"""The fleet's copy against the real API server: streaming and paginated lists, watches,
+410 Gone, throttled and failing list pages, cut streams, a server that does not serve
+streaming lists, and the inventory's pokes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kubernetes import client
+import pytest
+from kubernetes import client, config
 
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.mirror import Change, Kind, Mirror, object_key, retrying_client
@@ -56,10 +58,15 @@ def _running(mirror: Mirror[Any]) -> Iterator[threading.Thread]:
 
 
 def _node_kind(case: str) -> Kind:
-    return Kind("nodes", "list_node", label_selector=f"{CASE_LABEL}={case}")
+    return Kind("nodes", "list_node", label_selector=f"{CASE_LABEL}={case}", path="/api/v1/nodes")
 
 
-def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.ApiClient) -> None:
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming-list", "paged-list"])
+def test_a_list_then_a_watch_keep_an_exact_copy(
+    api_client: client.ApiClient, streaming: bool
+) -> None:
+    """A streaming list (its initial events, then the same request watches on) or a
+    paginated list and then a watch: the copy follows creations, changes and deletions."""
     case = uuid.uuid4().hex[:6]
     names = _nodes(api_client, case, 23)
     seen: list[Change[NodeSnapshot]] = []
@@ -70,12 +77,18 @@ def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.Api
         on_change=seen.extend,
         page_size=5,
         watch_timeout=5,
+        streaming=streaming,
     )
     try:
         with _running(mirror):
             wait_for(mirror.synced.is_set, 30, "the first list")
             assert set(mirror.items()) == set(names)
-            assert mirror.stats.pages == 5  # 23 nodes in pages of 5
+            if streaming:
+                assert (mirror.stats.streams, mirror.stats.pages) == (1, 0)
+                assert mirror.stats.initial_events == 23
+                assert mirror.streaming, "the server serves streaming lists"
+            else:
+                assert (mirror.stats.streams, mirror.stats.pages) == (0, 5)  # pages of 5
             # The node controller may already be tainting the new nodes (changes), but
             # the first list itself reports nothing as new.
             assert [c.key for c in seen if c.old is None] == []
@@ -98,8 +111,30 @@ def test_a_paginated_list_then_a_watch_keep_an_exact_copy(api_client: client.Api
                 for c in seen
             )
             assert mirror.stats.lists == 1, "steady state is a watch, not a relist"
+            assert mirror.stats.relists_gone == 0
     finally:
         _delete_nodes(api_client, case)
+
+
+def test_a_server_without_streaming_lists_is_listed_in_pages() -> None:
+    """An API server that does not serve streaming lists (here: its WatchList feature
+    gate off) refuses ``sendInitialEvents`` (422): the mirror says so once, lists in
+    pages from then on, and keeps an exact copy."""
+    with LocalCluster(extra_apiserver_args=["--feature-gates=WatchList=false"]) as cluster:
+        api = config.new_client_from_config(str(cluster.kubeconfig))
+        case = uuid.uuid4().hex[:6]
+        names = _nodes(api, case, 7)
+        mirror: Mirror[NodeSnapshot] = Mirror(
+            api, _node_kind(case), NodeSnapshot.from_body, page_size=3, watch_timeout=5
+        )
+        with _running(mirror):
+            wait_for(mirror.synced.is_set, 30, "the first list")
+            assert set(mirror.items()) == set(names)
+            assert not mirror.streaming
+            assert (mirror.stats.streams, mirror.stats.pages) == (1, 3)
+            assert mirror.stats.errors == 0, "a refusal is not a failure"
+            client.CoreV1Api(api).delete_node(names[0])
+            wait_for(lambda: set(mirror.items()) == set(names[1:]), 30, "the watch")
 
 
 def test_a_resource_version_too_old_means_a_fresh_list(
@@ -138,11 +173,13 @@ def test_a_resource_version_too_old_means_a_fresh_list(
             _delete_nodes(api_client, case)
 
 
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming-list", "paged-list"])
 def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
-    api_client: client.ApiClient, cluster: LocalCluster
+    api_client: client.ApiClient, cluster: LocalCluster, streaming: bool
 ) -> None:
     """Through the fault proxy (429 with Retry-After, 500, dropped connections, cut
-    watches): the first sync is never partial, and the copy ends equal to a LIST."""
+    watches and streams): the first sync is never partial, and the copy ends equal to
+    a LIST."""
     case = uuid.uuid4().hex[:6]
     names = _nodes(api_client, case, 30)
     rates = FaultRates(
@@ -161,17 +198,22 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
         proxied = retrying_client(client.ApiClient(client.Configuration(host=proxy.url)))
         sizes_at_sync: list[int] = []
         mirror: Mirror[NodeSnapshot] = Mirror(
-            proxied, _node_kind(case), NodeSnapshot.from_body, page_size=4, watch_timeout=30
+            proxied,
+            _node_kind(case),
+            NodeSnapshot.from_body,
+            page_size=4,
+            watch_timeout=30,
+            streaming=streaming,
         )
-        original_relist = mirror.relist
+        original_install = mirror._install
 
-        def relist(stop: threading.Event) -> None:
+        def install(fresh: dict[str, NodeSnapshot], version: str) -> None:
             was = mirror.synced.is_set()
-            original_relist(stop)
+            original_install(fresh, version)
             if not was and mirror.synced.is_set():
                 sizes_at_sync.append(len(mirror))
 
-        mirror.relist = relist  # type: ignore[method-assign]
+        mirror._install = install  # type: ignore[method-assign]
         try:
             with _running(mirror):
                 wait_for(mirror.synced.is_set, 90, "the first list through the faults")
@@ -195,6 +237,8 @@ def test_throttled_failing_and_cut_requests_end_in_a_complete_copy(
         injected = dict(proxy.injected)
     assert injected.get("500", 0) + injected.get("429", 0) > 0, injected
     assert injected.get("watch-cut", 0) > 0, injected
+    assert mirror.streaming is streaming, "faults are not a refusal of streaming lists"
+    assert (mirror.stats.streams > 0) is streaming and (mirror.stats.pages > 0) is not streaming
 
 
 def test_the_inventory_says_when_a_workload_stops_using_a_node(

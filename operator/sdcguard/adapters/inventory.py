@@ -186,7 +186,13 @@ class Inventory:
         )
         self.probe_pods: Mirror[observe.ProbePod] = Mirror(
             self.api,
-            Kind("probe-pods", "list_namespaced_pod", namespace=namespace, label_selector=probe),
+            Kind(
+                "probe-pods",
+                "list_namespaced_pod",
+                namespace=namespace,
+                label_selector=probe,
+                path="/api/v1/namespaces/{namespace}/pods",
+            ),
             observe.probe_pod,
             groups=lambda pod: (pod.test_name,),
             on_change=self._probe_pods_changed,
@@ -200,6 +206,7 @@ class Inventory:
                 api="BatchV1Api",
                 namespace=namespace,
                 label_selector=probe,
+                path="/apis/batch/v1/namespaces/{namespace}/jobs",
             ),
             _job_entry,
             groups=lambda entry: (entry[0].test_name,),

@@ -1,5 +1,5 @@
-"""Every kind whose count grows with the fleet, listed page by page and then watched:
-the operator's copy of the fleet.
+"""Every kind whose count grows with the fleet, listed (streamed, or page by page) and
+then watched: the operator's copy of the fleet.
 
 Kopf indexes every object of a kind it watches and, during its initial listing, wakes
 every waiting worker as each object is indexed; its start-up costs time in the square
@@ -8,16 +8,28 @@ probe Pods and Jobs, and our own SDCTests, RepairTickets and SDCHardware records
 with the fleet (and its history), so they come through a :class:`Mirror` instead
 (Kopf keeps the few policies and baselines, timers, daemons and the SDCReport events):
 
-- **Paginated list.** ``limit``/``continue`` in pages of ``page_size`` (1,000 objects:
-  against 500, 10% less time for a list of 40,000 Pods, from fewer round trips): the
-  peak memory of a list is one page's raw JSON plus the slim snapshots kept so far. A
-  continue token that expired (410) restarts the list from the beginning. Pages and
-  watch events are parsed with orjson: at 20,000 nodes the Pods' list is most of a
-  start, and most of the operator's part of it is parsing JSON.
-- **Then one watch** from the list's resourceVersion, with bookmarks, so a quiet kind
-  still moves its resourceVersion forward. When the server ends a watch (its timeout,
+- **Streaming list** where the API server serves one (``sendInitialEvents``, served
+  from its watch cache; on by default in current Kubernetes): one watch request sends
+  every object as an ``ADDED`` event, then a bookmark that marks their end, and watches
+  on from there in the same request. Memory peaks at one event, and there is no gap
+  between list and watch: a paged list's resourceVersion is as old as its first page,
+  and a list of 200,000 Pods that took minutes on a busy API server ended with a
+  watch answered 410 (the version had left the watch cache), so a standby relisted
+  its Pods again and again. The objects replace the copy at the bookmark; a stream
+  that ends before it keeps nothing and starts over. A server that refuses streaming
+  lists (400, 422) gets paged lists from then on.
+- **Paginated list** otherwise: ``limit``/``continue`` in pages of ``page_size``
+  (1,000 objects: against 500, 10% less time for a list of 40,000 Pods, from fewer
+  round trips): the peak memory of a list is one page's raw JSON plus the slim
+  snapshots kept so far. A continue token that expired (410) restarts the list from
+  the beginning. The garbage collector is paused while a page is parsed and slimmed
+  (:func:`_gc_paused`). Pages and events are parsed with orjson: at 20,000 nodes the
+  Pods' list is most of a start, and most of the operator's part of it is parsing.
+- **Then one watch** from the list's resourceVersion (a paged list's; a streaming list
+  watches on already), with bookmarks, so a quiet kind still moves its
+  resourceVersion forward. When the server ends a watch (its timeout,
   a dropped connection), the next one starts from the last resourceVersion seen.
-- **410 Gone** (that resourceVersion is too old) means a fresh paginated list. The copy
+- **410 Gone** (that resourceVersion is too old) means a fresh list. The copy
   keeps serving the last complete state while it runs and is replaced at the end, with
   one change per object that differs, so deletions missed in the gap are seen.
 - **429 and 5xx** answers are retried with backoff, honouring Retry-After (urllib3's
@@ -35,10 +47,11 @@ whole body. Steady state costs one open watch per kind and no periodic LIST.
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -96,6 +109,49 @@ class Gone(Exception):
     """The resourceVersion (or continue token) is too old: list again."""
 
 
+class StreamEnded(Exception):
+    """A streaming list ended before its initial events did: nothing of it is kept."""
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+"""The annotation of the bookmark that closes a streaming list's initial events."""
+STREAM_REFUSED = (400, 422)
+"""A server that does not serve streaming lists refuses ``sendInitialEvents`` so."""
+STREAM_TIMEOUT_SECONDS = 3600
+"""A streaming list's whole request (initial events, then watching on): long enough for
+the initial events of the biggest fleet on a busy API server."""
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No automatic garbage collection while a list page is parsed and slimmed.
+
+    A page of 1,000 Pods is some 150,000 small objects alive at once; they survive the
+    young collections and make the collector scan the whole heap (the fleet copy) again
+    and again: 2.5x the CPU of the Pods' list at 20,000 nodes (``bench.scale.inventory``
+    measures the list). JSON holds no reference cycles, so reference counting frees the
+    page when it is dropped. Nested and concurrent pauses (one per mirror thread) count:
+    the collector runs again when the last one ends, if it ran before the first.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
+
 @dataclass(frozen=True, slots=True)
 class Change(Generic[T]):
     """One object that changed: ``old`` None when it is new, ``new`` None when it went."""
@@ -110,7 +166,11 @@ class MirrorStats:
     """What the mirror did, for logs, metrics and tests."""
 
     lists: int = 0
+    """Lists started: paged or streaming."""
     pages: int = 0
+    streams: int = 0
+    """Of the lists, streaming ones (initial events, then the same request watches)."""
+    initial_events: int = 0
     watches: int = 0
     events: int = 0
     bookmarks: int = 0
@@ -133,16 +193,24 @@ class Kind:
     label_selector: str | None = None
     field_selector: str | None = None
     args: tuple[str, ...] = ()
+    path: str = ""
+    """The collection's URL path (``{namespace}`` filled in): a streaming list is a
+    request the generated client cannot make for every kind, so it is built here.
+    Empty: paged lists only."""
 
 
-NODES = Kind("nodes", "list_node")
-PODS = Kind("pods", "list_pod_for_all_namespaces")
+NODES = Kind("nodes", "list_node", path="/api/v1/nodes")
+PODS = Kind("pods", "list_pod_for_all_namespaces", path="/api/v1/pods")
 
 
 def cluster_custom(group: str, version: str, plural: str) -> Kind:
     """A cluster-scoped custom resource (our SDCTests, RepairTickets, SDCHardware)."""
     return Kind(
-        plural, "list_cluster_custom_object", api="CustomObjectsApi", args=(group, version, plural)
+        plural,
+        "list_cluster_custom_object",
+        api="CustomObjectsApi",
+        args=(group, version, plural),
+        path=f"/apis/{group}/{version}/{plural}",
     )
 
 
@@ -171,6 +239,9 @@ class Mirror(Generic[T]):
     on_change: Callable[[list[Change[T]]], None] | None = None
     page_size: int = PAGE_SIZE
     watch_timeout: int = WATCH_TIMEOUT_SECONDS
+    streaming: bool = True
+    """List with a streaming list where the kind has a ``path`` and the server serves
+    them (it turns off when the server refuses one); else, and then, paged lists."""
     stats: MirrorStats = field(default_factory=MirrorStats)
 
     def __post_init__(self) -> None:
@@ -222,16 +293,14 @@ class Mirror(Generic[T]):
         while not stop.is_set():
             try:
                 if not self.resource_version:
+                    if self.streaming and self.kind.path:
+                        # Synced at the end of the initial events; the same request
+                        # then watches on until the server ends it.
+                        self.stream_list(stop, lambda: self._note_synced(started))
+                        pause = 0.5
+                        continue
                     self.relist(stop)
-                    if self.stats.first_sync_seconds is None and self.synced.is_set():
-                        self.stats.first_sync_seconds = time.monotonic() - started
-                        log.info(
-                            "mirror synced",
-                            kind=self.kind.name,
-                            objects=len(self._items),
-                            pages=self.stats.pages,
-                            seconds=round(self.stats.first_sync_seconds, 3),
-                        )
+                    self._note_synced(started)
                 self.watch_once(stop)
                 pause = 0.5
             except Gone:
@@ -248,10 +317,24 @@ class Mirror(Generic[T]):
                     kind=self.kind.name,
                     error=self.stats.last_error,
                     retry_in=pause,
-                    exc_info=not isinstance(exc, ApiException | urllib3.exceptions.HTTPError),
+                    exc_info=not isinstance(
+                        exc, ApiException | urllib3.exceptions.HTTPError | StreamEnded
+                    ),
                 )
                 stop.wait(pause)
                 pause = min(pause * 2, 30.0)
+
+    def _note_synced(self, started: float) -> None:
+        if self.stats.first_sync_seconds is None and self.synced.is_set():
+            self.stats.first_sync_seconds = time.monotonic() - started
+            log.info(
+                "mirror synced",
+                kind=self.kind.name,
+                objects=len(self._items),
+                pages=self.stats.pages,
+                streamed=self.stats.streams > 0,
+                seconds=round(self.stats.first_sync_seconds, 3),
+            )
 
     def stop_watch(self) -> None:
         """End the open watch now (the thread's ``stop`` ends the loop)."""
@@ -274,25 +357,122 @@ class Mirror(Generic[T]):
         version = ""
         self.stats.lists += 1
         while not stop.is_set():
-            page = self._get(limit=self.page_size, _continue=token)
+            raw = self._get_raw(limit=self.page_size, _continue=token)
             self.stats.pages += 1
-            for body in page.get("items") or []:
-                kept = self.slim(body)
-                if kept is not None:
-                    fresh[object_key(body)] = kept
-            meta = page.get("metadata") or {}
+            with _gc_paused():
+                page = parse(raw)
+                del raw
+                for body in page.get("items") or []:
+                    kept = self.slim(body)
+                    if kept is not None:
+                        fresh[object_key(body)] = kept
+                meta = page.get("metadata") or {}
+                del page
             version = str(meta.get("resourceVersion") or "")
             token = meta.get("continue") or None
             if not token:
                 break
         if stop.is_set():
             return
+        self._install(fresh, version)
+
+    def _install(self, fresh: dict[str, T], version: str) -> None:
+        """A complete list's objects replace the copy (changes reported after the first)."""
         changes = self._replace(fresh)
         self.resource_version = version
         first = not self.synced.is_set()
         self.synced.set()
         if changes and not first and self.on_change is not None:
             self.on_change(changes)
+
+    def stream_list(self, stop: threading.Event, on_synced: Callable[[], None]) -> None:
+        """A streaming list: one watch request that first sends every object as an
+        ``ADDED`` event and then a bookmark marked as their end, and watches on from
+        there (``sendInitialEvents``; the API server serves it from its watch cache).
+
+        Nothing of it is kept until that bookmark: the objects replace the copy then, as
+        a paged list's do at its end, and ``on_synced`` is called. Unlike a paged list,
+        whose resourceVersion is as old as its first page and may be gone from the
+        server's watch cache by the time a long list ends (410, a relist, and the same
+        again on a busy server), the watch goes on from where the list ended, in the
+        same request. A stream that ends before its initial events did raises
+        :class:`StreamEnded`; a server that refuses it turns streaming off (paged lists
+        from then on).
+        """
+        self.stats.lists += 1
+        self.stats.streams += 1
+        try:
+            response = self._stream_request()
+        except ApiException as exc:
+            if exc.status not in STREAM_REFUSED:
+                raise
+            self.streaming = False
+            log.info(
+                "streaming lists not served; paged lists",
+                kind=self.kind.name,
+                status=exc.status,
+                reason=str(exc.reason or "")[:200],
+            )
+            return
+        self._response = response
+        fresh: dict[str, T] | None = {}
+        try:
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if stop.is_set():
+                    return
+                if not line:
+                    continue
+                event = parse(line)
+                if fresh is None:  # the initial events are in: watching
+                    self._event(event)
+                    continue
+                kind = event.get("type")
+                body = event.get("object") or {}
+                meta = body.get("metadata") or {}
+                if kind == "ADDED":
+                    self.stats.initial_events += 1
+                    kept = self.slim(body)
+                    if kept is not None:
+                        fresh[object_key(body)] = kept
+                elif kind == "BOOKMARK":
+                    if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        self._install(fresh, str(meta.get("resourceVersion") or ""))
+                        fresh = None
+                        on_synced()
+                elif kind == "ERROR":
+                    self._event(event)  # raises
+            if fresh is not None and not stop.is_set():
+                raise StreamEnded(f"{self.kind.name}: {len(fresh)} objects, no end bookmark")
+        finally:
+            self._response = None
+            response.release_conn()
+
+    def _stream_request(self) -> Any:
+        """The streaming list's request (raises ApiException on a refusal)."""
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("sendInitialEvents", "true"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", STREAM_TIMEOUT_SECONDS),
+        ]
+        if self.kind.label_selector:
+            query.append(("labelSelector", self.kind.label_selector))
+        if self.kind.field_selector:
+            query.append(("fieldSelector", self.kind.field_selector))
+        path = self.kind.path.replace("{namespace}", self.kind.namespace or "")
+        request = self.api.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*request, _request_timeout=(10, self.watch_timeout + 30))
+        if not 200 <= response.status <= 299:
+            response.read()  # type: ignore[no-untyped-call]
+            raise ApiException(status=response.status, reason=response.reason, http_resp=response)
+        return response.response
 
     def fetch(self, field_selector: str) -> list[T]:
         """The objects of this kind that ``field_selector`` also selects, listed now (all
@@ -348,14 +528,19 @@ class Mirror(Generic[T]):
             raise
 
     def _get(self, **kwargs: Any) -> dict[str, Any]:
+        page: dict[str, Any] = parse(self._get_raw(**kwargs))
+        return page
+
+    def _get_raw(self, **kwargs: Any) -> bytes:
+        """One list page as the server sent it (JSON bytes)."""
         response = self._call(_preload_content=False, _request_timeout=(10, 120), **kwargs)
         try:
             if response.status == 410:
                 raise Gone()
             if response.status >= 400:
                 raise ApiException(status=response.status, reason=response.reason)
-            page: dict[str, Any] = parse(response.data)
-            return page
+            raw: bytes = response.data
+            return raw
         finally:
             response.release_conn()
 
