@@ -36,10 +36,12 @@ QUARANTINE = "sdcguard.dev/quarantined"
 
 
 def _all_pods_list(path: str, query: Any) -> bool:
-    """The copy's list of every workload Pod (not its watch, nor one node's Pods)."""
+    """The copy's list of every workload Pod: a streaming list, or a paged list's pages
+    (not a watch from a list's resourceVersion, nor one node's Pods)."""
+    streaming = query.get("sendInitialEvents") == "true"
     return (
         path == "/api/v1/pods"
-        and query.get("watch") not in ("1", "true")
+        and (streaming or query.get("watch") not in ("1", "true"))
         and "spec.nodeName" not in query.get("fieldSelector", "")
     )
 
