@@ -5,8 +5,9 @@ Run by :func:`bench.scale.run.measure` after the other measurements of a size:
 - **Restart.** Nodes join and are reserved (their probe Pods are held running by the
   fake kubelet); the operator is killed (SIGKILL) with those reservations in flight,
   the probes end while no operator runs, and a new operator starts behind the fault
-  proxy (``tests/chaos/proxy.py``): list pages and other reads answered 429 or 500 at
-  a rate, connections dropped, watches cut, until its first full pass. Measured: time
+  proxy (``tests/chaos/proxy.py``): lists (streaming lists, or pages where the server
+  serves no streaming lists) and other reads answered 429 or 500 at a rate,
+  connections dropped, watches and streams cut, until its first full pass. Measured: time
   to its first write, to the first quarantine of an SDC node found after the restart,
   whether every reservation ended (Qualified or Quarantined), writes per joiner across
   the restart (a repeat is a no-op: no second SDCTest), that its copy of the fleet was
@@ -66,7 +67,8 @@ STARTUP_FAULTS = FaultRates(
     cut_watch=0.5,
     max_watch_s=3.0,
 )
-"""Reads (list pages included) fail at these rates and watches are cut within 3 s."""
+"""Reads (lists included) fail at these rates; half the watches (streaming lists
+included) are cut 1-3 s after they start."""
 NOT_CHANGES = frozenset({"selfsubjectaccessreviews", "selfsubjectrulesreviews"})
 
 
