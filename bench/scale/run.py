@@ -47,6 +47,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -1181,6 +1182,10 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the restart under faults and the standby takeovers",
     )
     args = parser.parse_args(argv)
+    # A benchmark stopped with SIGTERM (kill, a CI timeout) unwinds like Ctrl-C: the
+    # control plane's processes die with it anyway, but its etcd data in /dev/shm and
+    # the work directory go only with the context managers' exits.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     KEEP_LOGS = args.keep_logs
     if args.pods_per_node < 0 or not 0 <= args.gpu_pod_share <= 1 or args.churn_per_minute < 0:
         parser.error("--pods-per-node and --churn-per-minute must be >= 0, --gpu-pod-share 0-1")
