@@ -271,7 +271,10 @@ class FaultProxy:
                     return self._drop(request)
                 return web.Response(status=upstream.status, body=payload, headers=out_headers)
             response = web.StreamResponse(status=upstream.status, headers=out_headers)
-            await response.prepare(request)
+            try:
+                await response.prepare(request)
+            except ConnectionError:  # the client went away before the stream began
+                return response
             loop = asyncio.get_running_loop()
             deadline = loop.time() + cut_after if cut_after is not None else None
             try:
