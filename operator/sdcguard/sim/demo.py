@@ -450,10 +450,7 @@ def run_demo(
         ok, outcome = _watch(recorder, cfg, display, operator, stop, lull, script)
         lifecycle_seconds = recorder.now()
         view = recorder.view()
-        try:
-            events = summarize_events(api, view.nodes)
-        except Exception:
-            events = []
+        events = _settled_events(api, view.nodes)
         summary = build_summary(
             view,
             outcome=outcome,
@@ -724,6 +721,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.outcome == "interrupted":
         return 130
     return 0 if result.ok else 1
+
+
+def _settled_events(api: Any, nodes: Any, quiet: float = 2.0, limit: float = 15.0) -> list[Any]:
+    """sdcguard's Events on the fleet's Nodes once no new one has come for ``quiet``
+    seconds (at most ``limit``): a transition's Event is posted after the node's write
+    that the recorder saw, so a list made at once can miss the last ones."""
+
+    def listed(before: list[Any]) -> list[Any]:
+        try:
+            return summarize_events(api, nodes)
+        except Exception:  # the summary goes on without (or with the last) Events
+            return before
+
+    events = listed([])
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        fresh = listed(events)
+        if fresh == events:
+            break
+        events = fresh
+    return events
 
 
 if __name__ == "__main__":
