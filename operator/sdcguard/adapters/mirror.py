@@ -132,9 +132,10 @@ def _gc_paused() -> Iterator[None]:
 
     A page of 1,000 Pods is some 150,000 small objects alive at once; they survive the
     young collections and make the collector scan the whole heap (the fleet copy) again
-    and again: 2.5x the CPU of the Pods' list at 20,000 nodes (``bench.scale.inventory``
-    measures the list). JSON holds no reference cycles, so reference counting frees the
-    page when it is dropped. Nested and concurrent pauses (one per mirror thread) count:
+    and again: 2.0-2.2x the CPU of the list from 1,000 to 20,000 nodes
+    (``bench.scale.inventory`` measures it with and without the pause). JSON holds no
+    reference cycles, so reference counting frees the page when it is dropped. Nested
+    and concurrent pauses (one per mirror thread) count:
     the collector runs again when the last one ends, if it ran before the first.
     """
     global _gc_pauses, _gc_was_enabled
