@@ -195,6 +195,30 @@ def markdown(doc: dict[str, Any]) -> str:
             + _pair(r["quarantine_breakdown"]["to_patch_s"], unit=" s")
         ),
     )
+    row(
+        "Qualified fleet, quarantine / release p99: termination → first write / → node patch"
+        " sent (newer runs)",
+        lambda r: (
+            " / ".join(
+                _fmt(r[key]["reaction_s"]["p99"], " s")
+                + " → "
+                + _fmt(r[key]["to_patch_s"]["p99"], " s")
+                for key in ("fresh_join_quarantine_breakdown", "fresh_join_release_breakdown")
+            )
+            if "fresh_join_release_breakdown" in r
+            else "-"
+        ),
+    )
+    row(
+        "Operator's collector, qualified fleet: full (gen 2) collections, longest pause"
+        " (newer runs)",
+        lambda r: (
+            f"{r['operator_gc_qualified_fleet']['gen2_collections']}, "
+            f"{_fmt(r['operator_gc_qualified_fleet']['gen2_max_s'], ' s')}"
+            if "operator_gc_qualified_fleet" in r
+            else "-"
+        ),
+    )
     row("Join → probe Job created, p50 / p99", lambda r: _pair(r["join_to_job_s"], unit=" s"))
     row(
         "Restart under faults: first write (its Lease) / copy complete / first quarantine",

@@ -204,6 +204,9 @@ class LogTail(threading.Thread):
         super().__init__(name="bench-log-tail", daemon=True)
         self.path = path
         self.passes: list[dict[str, Any]] = []
+        self.heaps: list[dict[str, Any]] = []
+        """The operator's "heap settled" lines (after each full pass: its collector's
+        pauses since the last one, and what it froze)."""
         self.errors: Counter[str] = Counter()
         self.stop = threading.Event()
 
@@ -223,11 +226,14 @@ class LogTail(threading.Thread):
                     doc = json.loads(line)
                 except ValueError:
                     continue
-                if doc.get("event") == "reconcile pass":
+                if doc.get("event") in ("reconcile pass", "heap settled"):
                     doc["_at"] = dt.datetime.fromisoformat(
                         str(doc.get("timestamp", "")).replace("Z", "+00:00")
                     ).timestamp()
-                    self.passes.append(doc)
+                    if doc["event"] == "heap settled":
+                        self.heaps.append(doc)
+                    else:
+                        self.passes.append(doc)
                 elif doc.get("level") in ("error", "warning"):
                     self.errors[str(doc.get("event", ""))[:80]] += 1
 
@@ -345,19 +351,44 @@ def release_latencies(
     return out
 
 
+def heap_pauses(docs: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any]:
+    """The operator's collector between t0 and t1, from its "heap settled" lines: full
+    collections that scanned the whole heap (the collector's own, and the keeper's
+    bounded ones) and the longest pause of each generation."""
+    window = [d for d in docs if t0 <= d["_at"] <= t1]
+    out: dict[str, Any] = {"settles": len(window)}
+    for gen in (0, 1, 2):
+        out[f"gen{gen}_collections"] = sum(int(d.get(f"gen{gen}_collections", 0)) for d in window)
+        out[f"gen{gen}_max_s"] = max(
+            (float(d.get(f"gen{gen}_max_s", 0.0)) for d in window), default=None
+        )
+    fulls = [float(d["full_collection_s"]) for d in window if d.get("full_collection_s")]
+    out["keeper_full_collections"] = len(fulls)
+    out["keeper_full_collection_max_s"] = max(fulls, default=None)
+    out["frozen_last"] = window[-1]["frozen"] if window else None
+    return out
+
+
 def quarantine_breakdown(
-    nodes: list[str], watch: NodeWatch, kubelet: FastKubelet, auditlog: audit.AuditLog
+    nodes: list[str],
+    watch: NodeWatch,
+    kubelet: FastKubelet,
+    auditlog: audit.AuditLog,
+    *,
+    quarantine: bool = True,
 ) -> dict[str, Any]:
-    """Where each quarantine's time goes, from the audit log: probe termination to the
-    operator's first write for that node (its reaction), the writes it sends before the
-    node patch, and the patch's arrival to the benchmark's watch seeing the taint."""
+    """Where each quarantine's (or release's) time goes, from the audit log: probe
+    termination to the operator's first write for that node (its reaction), the writes
+    it sends before the node patch, and the patch's arrival to the benchmark's watch
+    seeing the taint (or the taints gone)."""
     rows = []
     for name in nodes:
         rec = watch.record(name)
         ends = kubelet.terminated.get(name, [])
-        if not rec.quarantined or not ends:
+        marks = rec.quarantined if quarantine else rec.released
+        if not marks or not ends:
             continue
-        mark = rec.quarantined[0]
+        mark = marks[0]
         before = [t for t in ends if t <= mark]
         if not before:
             continue
@@ -774,6 +805,8 @@ def measure(
     out["quarantine_latency_s"] = summary(release_latencies(sdc, nodes, kubelet, quarantine=True))
     out["quarantine_breakdown"] = quarantine_breakdown(sdc, nodes, kubelet, auditlog)
     say(f"quarantine breakdown: {out['quarantine_breakdown']}")
+    out["operator_gc_qualifying"] = heap_pauses(tail.heaps, started, qualified_at)
+    say(f"the operator's collector while qualifying: {out['operator_gc_qualifying']}")
     say(
         f"fleet qualified in {out['qualify_s']}s; termination->release "
         f"{out['release_latency_s']}, ->quarantine {out['quarantine_latency_s']}"
@@ -955,10 +988,20 @@ def measure(
     out["fresh_join_quarantine_latency_s"] = summary(
         release_latencies(sick_joiners, nodes, kubelet, quarantine=True)
     )
+    out["fresh_join_quarantine_breakdown"] = quarantine_breakdown(
+        sick_joiners, nodes, kubelet, auditlog
+    )
+    out["fresh_join_release_breakdown"] = quarantine_breakdown(
+        fine_joiners, nodes, kubelet, auditlog, quarantine=False
+    )
+    out["operator_gc_qualified_fleet"] = heap_pauses(tail.heaps, w0, time.time())
     say(
         f"join->Job {out['join_to_job_s']}; on the qualified fleet termination->release "
         f"{out['fresh_join_release_latency_s']}, ->quarantine "
-        f"{out['fresh_join_quarantine_latency_s']}"
+        f"{out['fresh_join_quarantine_latency_s']}; breakdown: quarantine "
+        f"{out['fresh_join_quarantine_breakdown']}, release "
+        f"{out['fresh_join_release_breakdown']}; collector: "
+        f"{out['operator_gc_qualified_fleet']}"
     )
 
     out["operator"]["cpu_s_total"] = round(sampler.samples[-1][2], 1)

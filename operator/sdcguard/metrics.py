@@ -150,6 +150,20 @@ class Metrics:
             "passes would otherwise take over a fifth of the operator's time.",
             registry=r,
         )
+        self.gc_pause = Histogram(
+            "sdcguard_gc_pause_seconds",
+            "Pauses of Python's cyclic garbage collector (every thread stops), by "
+            "generation; observed when the heap is settled after a full pass.",
+            ["generation"],
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+            registry=r,
+        )
+        self.gc_frozen = Gauge(
+            "sdcguard_gc_frozen_objects",
+            "Objects in the collector's permanent generation (frozen after each full "
+            "pass, so collections skip the long-lived fleet copy).",
+            registry=r,
+        )
         self.notifications = Counter(
             "sdcguard_ticket_notifications_total",
             "Ticket sink deliveries by outcome.",
