@@ -562,3 +562,57 @@ def test_before_the_workload_pods_have_listed_only_finished_tests_are_decided() 
     rec.serve_offered()
     assert writer.writes["sdctests-create"] == 1
     assert writer.by_node == Counter({"gpu-0": 2})  # its test, its reservation
+
+
+def test_no_stage_of_a_full_pass_keeps_urgent_work_waiting_for_the_whole_fleet() -> None:
+    """Every per-node stretch of a full pass (counting the pools, deciding, applying,
+    exporting the budgets) serves urgent work at least every 256 nodes or so: counted
+    as pool shares read between two checks."""
+    from sdcguard.domain.observed import Observed as ObservedClass
+
+    settled = {f"gpu-{i:04d}": _qualified_body(f"gpu-{i:04d}") for i in range(2000)}
+    rec, _ = _reconciler()
+    rec.run_pass(_policy_body(100), _view(settled), NOW)
+    since_check = [0]
+    longest = [0]
+    serve = rec._serve_urgent
+    pool_member = ObservedClass.pool_member
+
+    def counting_pool_member(self: Observed, holding: frozenset[str]) -> PoolMember:
+        since_check[0] += 1
+        longest[0] = max(longest[0], since_check[0])
+        return pool_member(self, holding)
+
+    def checking_serve() -> None:
+        since_check[0] = 0
+        serve()
+
+    rec._serve_urgent = checking_serve  # type: ignore[method-assign]
+    ObservedClass.pool_member = counting_pool_member  # type: ignore[method-assign]
+    try:
+        rec.run_pass(_policy_body(100), _view(settled), NOW)
+    finally:
+        ObservedClass.pool_member = pool_member  # type: ignore[method-assign]
+    assert 0 < longest[0] <= 2 * 256, f"{longest[0]} nodes between two urgent checks"
+
+
+def test_the_budget_gauges_tell_the_pools_as_the_pass_left_them() -> None:
+    nodes = {f"gpu-{i}": _node_body(f"gpu-{i}") for i in range(6)}
+    rec, _ = _reconciler()
+    rec.run_pass(_policy_body(2), _view(nodes), NOW)
+
+    def gauge(budget: str) -> float | None:
+        return rec.metrics.registry.get_sample_value(
+            "sdcguard_budget_in_use", {"policy": "fleet", "pool": "default", "budget": budget}
+        )
+
+    # Two reservations written (tests running), four waiting for budget; joiners were
+    # never in service, so none is counted as taken out of it.
+    assert (gauge("tests"), gauge("unavailable")) == (2, 0)
+
+    # A quarantine is counted as soon as the pass wrote it (not at the next full pass).
+    fleet = {f"gpu-{i}": _qualified_body(f"gpu-{i}") for i in range(4)}
+    fleet["gpu-3"] = _qualified_body("gpu-3", **{keys.REQUEST_QUARANTINE: "fans"})
+    rec, _ = _reconciler()
+    rec.run_pass(_policy_body(2), _view(fleet), NOW)
+    assert (gauge("tests"), gauge("unavailable")) == (0, 1)

@@ -143,10 +143,15 @@ class PolicyMemory:
         self.members[node] = member
         add_member(self.usage, member)
 
-    def usage_without(self, nodes: Iterable[str]) -> dict[str, PoolUsage]:
-        """Pool usage of every node but ``nodes``."""
+    def usage_without(
+        self, nodes: Iterable[str], between: Callable[[], None] | None = None
+    ) -> dict[str, PoolUsage]:
+        """Pool usage of every node but ``nodes`` (``between`` is called every 256 of
+        them: a full pass takes the whole fleet out)."""
         usage = dict(self.usage)
-        for node in nodes:
+        for count, node in enumerate(nodes):
+            if between is not None and count % 256 == 255:
+                between()
             member = self.members.get(node)
             if member is not None:
                 add_member(usage, member, -1)

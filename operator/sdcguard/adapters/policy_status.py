@@ -30,12 +30,11 @@ from sdcguard.api import (
 )
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain import keys
-from sdcguard.domain.budgets import pool_usage
+from sdcguard.domain.budgets import PoolUsage
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
     NodeState,
 )
-from sdcguard.domain.observed import Observed
 
 log = structlog.get_logger("sdcguard.reconcile")
 
@@ -257,13 +256,14 @@ class PolicyReporter(ReconcilerState):
     def _export_usage(
         self,
         policy: str,
-        holding: frozenset[str],
-        observations: list[Observed],
+        pools: Mapping[str, PoolUsage],
         view: FleetView,
         now: dt.datetime,
     ) -> None:
-        """Budget in use per pool, and open tickets by age (for the SLA alert)."""
-        for pool, usage in pool_usage(o.pool_member(holding) for o in observations).items():
+        """Budget in use per pool as the pass left it (its memory's running sums, not a
+        recount of the fleet: that was 0.15 s at 20,000 nodes in which no probe end was
+        served), and open tickets by age (for the SLA alert)."""
+        for pool, usage in sorted(pools.items()):
             label = pool or "default"
             self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="tests").set(
                 usage.tests

@@ -353,10 +353,12 @@ class Reconciler(Executor, PolicyReporter):
             spec, memory, view, facts, tests_by_node, breaker.open, now, counts
         )
         holding = frozenset({spec.taints.testing, spec.taints.quarantine})
-        others = memory.usage_without(o.node.name for o in observations)
+        serve = self._serve_urgent
+        others = memory.usage_without((o.node.name for o in observations), serve)
         by_node = {o.node.name: o for o in observations}
         decisions: list[Decision] = []
-        for count, decision in enumerate(iter_decisions(observations, spec, now, others)):
+        decided = iter_decisions(observations, spec, now, others, between=serve)
+        for count, decision in enumerate(decided):
             if count % 256 == 255:
                 self._serve_urgent()
             decisions.append(decision)
@@ -394,7 +396,7 @@ class Reconciler(Executor, PolicyReporter):
         if full or memory.status_at is not None:  # counts of the whole fleet only
             self._export(name, states, breaker)
         if full:
-            self._export_usage(name, holding, observations, view, now)
+            self._export_usage(name, memory.usage, view, now)
         self.metrics.reconcile_passes.inc()
         writes = Counter(self.writer.writes)
         writes.subtract(writes_before)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sdcguard.api import (
@@ -1346,6 +1346,7 @@ def iter_decisions(
     policy: SDCPolicySpec,
     now: dt.datetime,
     others: Mapping[str, PoolUsage] | None = None,
+    between: Callable[[], None] | None = None,
 ) -> Iterator[Decision]:
     """Decide nodes of a policy in one pass, so budgets hold across nodes; lazily, so
     a caller may attend to something urgent between two nodes of a long pass.
@@ -1357,13 +1358,21 @@ def iter_decisions(
 
     A node whose event has no row in the lifecycle table (a bug) costs only that node:
     its decision does nothing and carries ``illegal``.
+
+    ``between`` is called every 256 nodes while the pools are counted, before the first
+    decision (the caller's chance to serve urgent work there too: at 20,000 nodes the
+    count is some 0.1 s of CPU).
     """
     ordered = sorted(observations, key=priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
     pools = dict(others or {})
-    members = [observed.pool_member(holding) for observed in ordered]
-    for member in members:
+    members = []
+    for count, observed in enumerate(ordered):
+        if between is not None and count % 256 == 255:
+            between()
+        member = observed.pool_member(holding)
         add_member(pools, member)
+        members.append(member)
     for observed, before in zip(ordered, members, strict=True):
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
         try:
