@@ -20,7 +20,13 @@ as CPU seconds of one process per tree and size (the median of ``--repeats``):
 - **full pass**: every node decided, in dry run (the safety net of every resync);
 - **probe end**: the pass that serves one node whose screening has just ended (a new
   finished SDCTest in its view, so a new sample for the breaker): what stands between
-  a probe's end and the node's release or quarantine.
+  a probe's end and the node's release or quarantine;
+- **longest wait**: the longest CPU stretch of a full pass between two of its checks
+  for urgent work (a probe's end offered during the pass waits at most this long);
+- **collector in a pass**: the pauses of Python's full (generation 2) collections
+  during a full pass, which stop every thread, the one that serves probe ends
+  included. The tree's heap keeper (``sdcguard.adapters.heap``, where it has one)
+  settles the heap after each full pass as the operator's policy loop does.
 
 Results go to ``passcost.json``, ``passcost.md`` and ``passcost.png`` in ``--out``.
 """
@@ -136,14 +142,55 @@ def measure(nodes: int, repeats: int) -> dict[str, float]:
         fn()
         return time.process_time() - t0
 
-    copies, fulls, ends = [], [], []
+    import gc
+
+    try:  # the operator's heap keeper, in trees that have one
+        from sdcguard.adapters.heap import Heap
+
+        keeper: Any = Heap()
+    except ImportError:
+        keeper = None
+    full_pauses: list[float] = []
+    started: list[float] = []
+
+    def on_collect(phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            full_pauses.append(time.perf_counter() - started.pop())
+
+    serve = reconciler._serve_urgent
+    last_check = [0.0]
+    longest = [0.0]
+
+    def checked() -> None:
+        t = time.process_time()
+        longest[0] = max(longest[0], t - last_check[0])
+        last_check[0] = t
+        serve()
+
+    reconciler._serve_urgent = checked  # type: ignore[method-assign]
+    copies, fulls, ends, waits, collector = [], [], [], [], []
     view = handlers._view(rt, indexes)
     reconciler.run_pass(policy, view, now)  # the first pass parses every node and test
+    if keeper is not None:
+        keeper.settle()
+    gc.callbacks.append(on_collect)
     for _ in range(repeats):
         copies.append(cpu(lambda: handlers._view(rt, indexes)))
         full = handlers._view(rt, indexes)
         at = dt.datetime.now(dt.UTC)
+        full_pauses.clear()
+        last_check[0], longest[0] = time.process_time(), 0.0
         fulls.append(cpu(lambda: reconciler.run_pass(policy, full, at)))  # noqa: B023
+        longest[0] = max(longest[0], time.process_time() - last_check[0])
+        waits.append(longest[0])
+        collector.append(sum(full_pauses))
+        if keeper is not None:
+            keeper.settle()
+    gc.callbacks.remove(on_collect)
     for k in range(repeats):
         # A probe's end: the node's next screening has just finished.
         i = (k * 7919) % nodes
@@ -159,6 +206,8 @@ def measure(nodes: int, repeats: int) -> dict[str, float]:
         "fleet_copy_s": statistics.median(copies),
         "full_pass_s": statistics.median(fulls),
         "probe_end_pass_s": statistics.median(ends),
+        "longest_wait_s": statistics.median(waits),
+        "collector_in_full_pass_s": statistics.median(collector),
     }
 
 
@@ -236,6 +285,8 @@ FIGURES = (
     ("fleet_copy_s", "fleet copy"),
     ("full_pass_s", "full pass"),
     ("probe_end_pass_s", "probe end"),
+    ("longest_wait_s", "longest wait"),
+    ("collector_in_full_pass_s", "collector in a pass"),
 )
 
 
@@ -266,8 +317,11 @@ def report(doc: dict[str, Any]) -> str:
         for row in doc["rows"]:
             cells = []
             for key, _ in FIGURES:
-                b, n = row["before"][key], row["now"][key]
-                cells.append(f"{_ms(b)} / {_ms(n)} ({b / n:.1f}x)" if n else f"{_ms(b)} / 0")
+                b, n = row["before"].get(key), row["now"].get(key)
+                if b is None or n is None:
+                    cells.append("-")
+                else:
+                    cells.append(f"{_ms(b)} / {_ms(n)} ({b / n:.1f}x)" if n else f"{_ms(b)} / 0")
             lines.append(f"| {row['nodes']:,} | " + " | ".join(cells) + " |")
     else:
         lines += [
@@ -277,7 +331,9 @@ def report(doc: dict[str, Any]) -> str:
         for row in doc["rows"]:
             lines.append(
                 f"| {row['nodes']:,} | "
-                + " | ".join(_ms(row["now"][key]) for key, _ in FIGURES)
+                + " | ".join(
+                    _ms(row["now"][key]) if key in row["now"] else "-" for key, _ in FIGURES
+                )
                 + " |"
             )
     lines += [
@@ -285,7 +341,10 @@ def report(doc: dict[str, Any]) -> str:
         "fleet copy: the pass's copy of the operator's copy of the fleet; full pass: every "
         "node decided (dry run); probe end: the pass that serves one node whose screening "
         "has just ended, which stands between a probe's end and the node's release or "
-        "quarantine.",
+        "quarantine; longest wait: the longest CPU stretch of a full pass between two "
+        "checks for urgent work; collector in a pass: full garbage collections during a "
+        "full pass (wall time; every thread stops), with the heap settled after each "
+        "full pass where the tree has the heap keeper.",
         "",
     ]
     return "\n".join(lines)
@@ -299,15 +358,16 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 
     rows = doc["rows"]
     nodes = [r["nodes"] for r in rows]
-    fig, axes = plt.subplots(1, len(FIGURES), figsize=(12, 3.8))
+    fig, axes = plt.subplots(1, len(FIGURES), figsize=(19, 3.8))
     for ax, (key, label) in zip(axes, FIGURES, strict=True):
         for variant, style in (("before", "s--"), ("now", "o-")):
-            if all(variant in r for r in rows):
+            if all(variant in r and key in r[variant] for r in rows):
                 name = doc[variant] if variant == "before" else doc["now"]
-                ax.plot(nodes, [r[variant][key] * 1000 for r in rows], style, label=name)
+                values = [max(r[variant][key], 1e-4) * 1000 for r in rows]
+                ax.plot(nodes, values, style, label=name)
         ax.set_title(label)
         ax.set_xlabel("nodes")
-        ax.set_ylabel("CPU ms")
+        ax.set_ylabel("ms (CPU; collector: wall)")
         ax.set_yscale("log")
         ax.legend(fontsize=8)
     fig.tight_layout()
