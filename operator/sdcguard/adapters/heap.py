@@ -5,9 +5,9 @@ thousands of tracked objects that change slowly (a Pod entry is replaced when it
 changes, a node snapshot when its node does). Every full pass allocates enough
 survivors to start a full (generation 2) collection, and a full collection scans the
 whole heap with the GIL held: every thread stops, the one that serves probe ends
-included. In-process that is 0.19 s at 20,000 nodes per full pass (``gc.callbacks``
-around ``bench.scale.passcost``'s pass); in the operator, with its larger heap and a
-busy machine, it is the second-long stall behind the slowest quarantines.
+included. In-process that is 0.26 s of full collections per full pass at 20,000 nodes
+(``bench.scale.passcost``), more in the operator, whose heap also holds Kopf, the
+API client and the probe Jobs and Pods, on a machine the API server keeps busy.
 
 After each full pass the live objects are frozen (``gc.freeze``): moved to the
 permanent generation, which collections skip. Reference counting still frees every
