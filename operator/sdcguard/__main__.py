@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number
@@ -93,10 +94,15 @@ def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
     log = structlog.get_logger("sdcguard")
     memo.inventory = _warm_inventory(settings)
     memo.keep_inventory = True  # the cleanup handler detaches it instead of stopping it
+    standing_by = _settle_while_standing_by(memo)
     terms = 0
     while True:
         lost = LostLease(grace=settings.lease_duration_seconds - settings.renew_deadline_seconds)
-        memo.elector = elector = _campaign(settings, liveness, lost)
+        standing_by.set()
+        try:
+            memo.elector = elector = _campaign(settings, liveness, lost)
+        finally:
+            standing_by.clear()
         terms += 1
         try:
             kopf.run(
@@ -151,6 +157,38 @@ class LostLease:
             self._kopf_done = True
             if self._timer is not None:
                 self._timer.cancel()
+
+
+STANDBY_SETTLE_SECONDS = 60.0
+"""How often a standby freezes its warm copy (the leader does after each full pass)."""
+
+
+def _settle_while_standing_by(memo: Any) -> Any:
+    """The process's heap keeper (adapters/heap.py), settling the warm copy once it has
+    listed and every :data:`STANDBY_SETTLE_SECONDS` after, while the returned event is
+    set: a standby's copy is as large as the leader's, and full collections over it
+    stopped the first pass of a takeover (four of up to 0.55 s in a 16.3 s takeover at
+    20,000 nodes)."""
+    import threading
+
+    from sdcguard.adapters.heap import Heap
+
+    heap = memo.heap = Heap()
+    heap.install()
+    standing_by = threading.Event()
+
+    def settle() -> None:
+        # At once when the copy has listed (a standby started moments before a takeover
+        # would otherwise still scan it all), then every STANDBY_SETTLE_SECONDS.
+        while not memo.inventory.synced():
+            time.sleep(0.5)
+        while True:
+            if standing_by.is_set():
+                heap.settle()
+            time.sleep(STANDBY_SETTLE_SECONDS)
+
+    threading.Thread(target=settle, name="sdcguard-standby-heap", daemon=True).start()
+    return standing_by
 
 
 def _warm_inventory(settings: Any) -> Any:

@@ -182,10 +182,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         leading=elector.leading if elector is not None else None,
     )
     reconciler = Reconciler(writer=writer, settings=config, metrics=metrics)
-    heap: Heap | None = memo.get("heap")
-    if heap is None:  # one a process, like the metrics
+    heap: Heap | None = memo.get("heap")  # one a process, like the metrics (__main__'s
+    if heap is None:  # with leader election, which settles it while standing by)
         heap = memo.heap = Heap(metrics)
         heap.install()
+    heap.metrics = metrics
     rt = Runtime(config, metrics, reconciler, memo.get("inventory"), heap)
     memo.rt = rt
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from sdcguard.adapters import heap as heap_module
-from sdcguard.adapters.heap import REFREEZE_GROWTH, Heap
+from sdcguard.adapters.heap import REFREEZE_AFTER, REFREEZE_GROWTH, REFREEZE_SLOW_GROWTH, Heap
 from sdcguard.metrics import Metrics
 
 
@@ -21,9 +21,17 @@ class Cyclic:
         self.me = self
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
 def heap() -> Iterator[Heap]:
-    keeper = Heap(Metrics())
+    keeper = Heap(Metrics(), clock=Clock())
     keeper.install()
     try:
         yield keeper
@@ -78,7 +86,24 @@ def test_growth_past_the_bound_collects_the_frozen_garbage(heap: Heap) -> None:
     assert done["full_collection_s"] is not None
     assert heap.full_collections == 2
     assert ref() is None, "the cycle frozen while alive is freed by the bounded collection"
+    assert done["unreachable"] >= 1
     assert len(more) == len(grown)
+
+
+def test_slow_growth_is_collected_only_once_an_hour(heap: Heap) -> None:
+    """Growth of a quarter (a fleet qualifying: live objects, not garbage) waits for the
+    hour; a doubling does not."""
+    heap.settle()
+    assert heap.baseline is not None
+    some = [[i] for i in range(int(heap.baseline * (REFREEZE_SLOW_GROWTH - 1)) + 1000)]
+    heap.settle()
+    assert heap.settle()["full_collection_s"] is None, "grown by a quarter, within the hour"
+    clock = heap.clock
+    assert isinstance(clock, Clock)
+    clock.now += REFREEZE_AFTER
+    assert heap.settle()["full_collection_s"] is not None, "grown by a quarter, an hour on"
+    assert heap.full_collections == 2
+    assert len(some) > 0
 
 
 def test_pauses_are_recorded_and_observed(heap: Heap) -> None:

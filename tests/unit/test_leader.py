@@ -109,3 +109,48 @@ def test_a_lost_lease_stops_kopf_and_ends_the_process_only_if_kopf_does_not_stop
     after.kopf_stopped()  # Kopf ended for another reason first (a SIGTERM)
     after()
     assert not after.happened
+
+
+def test_a_standby_settles_its_heap_only_while_standing_by(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warm copy of a standby is frozen out of the collector's scans every minute
+    (here every 10 ms) while it stands by and has listed; never while it leads."""
+    import threading
+    import time
+    import types
+
+    import sdcguard.__main__ as main_module
+    from sdcguard.adapters import heap as heap_module
+
+    settled = threading.Semaphore(0)
+
+    class FakeHeap:
+        def __init__(self) -> None:
+            self.settles = 0
+
+        def install(self) -> None:
+            pass
+
+        def settle(self) -> dict[str, int]:
+            self.settles += 1
+            settled.release()
+            return {}
+
+    monkeypatch.setattr(heap_module, "Heap", FakeHeap)
+    monkeypatch.setattr(main_module, "STANDBY_SETTLE_SECONDS", 0.01)
+    synced = threading.Event()
+    memo = types.SimpleNamespace(inventory=types.SimpleNamespace(synced=synced.is_set))
+    standing_by = main_module._settle_while_standing_by(memo)
+    assert isinstance(memo.heap, FakeHeap)
+    standing_by.set()
+    time.sleep(0.1)
+    assert memo.heap.settles == 0, "not before the copy has listed"
+    synced.set()
+    assert settled.acquire(timeout=5), "at once when it has listed"
+    assert settled.acquire(timeout=5), "and again after the interval"
+    standing_by.clear()  # leading: the policy loop settles after its full passes
+    time.sleep(0.05)
+    before = memo.heap.settles
+    time.sleep(0.1)
+    assert memo.heap.settles == before

@@ -12,9 +12,11 @@ API client and the probe Jobs and Pods, on a machine the API server keeps busy.
 After each full pass the live objects are frozen (``gc.freeze``): moved to the
 permanent generation, which collections skip. Reference counting still frees every
 frozen object whose last reference goes (a replaced Pod entry), so only cyclic garbage
-that was alive-looking at a freeze escapes; to bound that, when the frozen set has grown
-by a quarter since the last full collection the heap is unfrozen, collected once, and
-frozen again (one full pause per such growth, logged).
+that was alive-looking at a freeze escapes. To bound that, the heap is unfrozen,
+collected once and frozen again when the frozen set has doubled since the last full
+collection, or grown by a quarter and the last one is an hour old. A full collection of
+the 20,000-node operator's 1.2 million objects took 1.0 s, and with a bound of a quarter
+alone the fleet's qualification (growth that is not garbage) paid for four of them.
 
 Pauses are recorded by a ``gc.callbacks`` hook into a lock-free deque (a metric's lock
 or the logger could be held by the very thread the collector interrupted) and drained
@@ -35,8 +37,14 @@ from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.heap")
 
-REFREEZE_GROWTH = 1.25
+REFREEZE_GROWTH = 2.0
 """A full collection once the frozen set is this many times its size after the last one."""
+
+REFREEZE_SLOW_GROWTH = 1.25
+"""... or this many times, once :data:`REFREEZE_AFTER` has passed since the last one."""
+
+REFREEZE_AFTER = 3600.0
+"""Seconds between two full collections while the frozen set grows slowly."""
 
 PAUSES_KEPT = 4096
 """Collections remembered between two drains (young ones are frequent and short)."""
@@ -45,8 +53,11 @@ PAUSES_KEPT = 4096
 class Heap:
     """Records the collector's pauses and freezes the long-lived fleet copy."""
 
-    def __init__(self, metrics: Metrics | None = None) -> None:
+    def __init__(self, metrics: Metrics | None = None, clock: Any = time.monotonic) -> None:
         self.metrics = metrics
+        self.clock = clock
+        self.collected_at: float | None = None
+        """When the last full collection was made (the clock's seconds)."""
         self.pauses: collections.deque[tuple[int, float]] = collections.deque(maxlen=PAUSES_KEPT)
         self._started: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -93,19 +104,21 @@ class Heap:
         return out
 
     def settle(self) -> dict[str, Any]:
-        """After a full pass: freeze what is alive now (so no collection scans it again);
-        collect once first when the frozen set outgrew the last full collection's by
-        :data:`REFREEZE_GROWTH`. Returns what it did and the pauses since the last call
-        (also logged)."""
+        """After a full pass (and every minute on a standby): freeze what is alive now,
+        so no collection scans it again; collect once first when the frozen set has
+        outgrown its bound (:meth:`_collect_now`). Returns what it did and the pauses
+        since the last call (also logged)."""
         with self._lock:
             collected = None
+            unreachable = None
             frozen = gc.get_freeze_count()
-            if self.baseline is None or frozen > REFREEZE_GROWTH * max(self.baseline, 1):
+            if self._collect_now(frozen):
                 began = time.perf_counter()
                 gc.unfreeze()
-                gc.collect()
+                unreachable = gc.collect()
                 collected = time.perf_counter() - began
                 self.full_collections += 1
+                self.collected_at = self.clock()
             gc.freeze()
             frozen = gc.get_freeze_count()
             if collected is not None:
@@ -116,9 +129,20 @@ class Heap:
         summary: dict[str, Any] = {
             "frozen": frozen,
             "full_collection_s": None if collected is None else round(collected, 4),
+            "unreachable": unreachable,
         }
         for generation, values in sorted(pauses.items()):
             summary[f"gen{generation}_collections"] = len(values)
             summary[f"gen{generation}_max_s"] = round(max(values), 4)
         log.info("heap settled", **summary)
         return summary
+
+    def _collect_now(self, frozen: int) -> bool:
+        """Whether the frozen set has outgrown its bound (see the module's docstring)."""
+        if self.baseline is None or self.collected_at is None:
+            return True
+        base = max(self.baseline, 1)
+        if frozen > REFREEZE_GROWTH * base:
+            return True
+        late = self.clock() - self.collected_at >= REFREEZE_AFTER
+        return late and frozen > REFREEZE_SLOW_GROWTH * base
