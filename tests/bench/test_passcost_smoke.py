@@ -8,11 +8,14 @@ from pathlib import Path
 from bench.scale import passcost
 
 
-def test_a_small_fleet_measures_all_three_figures() -> None:
+def test_a_small_fleet_measures_every_figure() -> None:
     row = passcost.measure(40, 2)
-    assert set(row) == {"fleet_copy_s", "full_pass_s", "probe_end_pass_s"}
-    assert all(v > 0 for v in row.values())
+    timed = {"fleet_copy_s", "full_pass_s", "probe_end_pass_s", "longest_wait_s"}
+    assert set(row) == timed | {"collector_in_full_pass_s"}
+    assert all(row[k] > 0 for k in timed)
+    assert row["collector_in_full_pass_s"] >= 0  # forty nodes rarely start a full one
     assert row["full_pass_s"] > row["probe_end_pass_s"], "one node costs less than forty"
+    assert row["longest_wait_s"] <= row["full_pass_s"], "a stretch of the pass, not more"
 
 
 def test_an_a_b_run_in_child_processes_writes_its_table(tmp_path: Path) -> None:
