@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import structlog
+
+
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to ``sys.stderr`` as it is when the record is written, not as
+    it was when logging was configured: a thread that outlives a redirected stderr (a
+    test's capture, a tool that swaps it) writes to the live one, never to a closed
+    file."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
 
 
 def configure_logging(fmt: str = "json", level: str = "info") -> None:
@@ -32,7 +51,7 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[
