@@ -46,16 +46,19 @@ class Trial:
     """Per-rank fingerprint entries to change (mixed software versions)."""
     dropout: float = 0.0
     first_pass_only: bool = False
+    """Forward/backward faults hit only the step's first pass (a transient upset)."""
     head_replica_set: bool = False
     """Also check the output layer as its own replica set, over a group of its own."""
     report: bool = False
     """Report detections to the API server (``KubeReporter.from_environment``; set
     ``SDCGUARD_API_SERVER``, ``SDCGUARD_TOKEN_FILE``, ``SDCGUARD_CA_FILE`` in ``env``)."""
-    """Forward/backward faults hit only the step's first pass (a transient upset)."""
     micro_batches: int = 1
+    """Micro-batches accumulated per optimizer step (all but the last under no_sync)."""
     set_to_none: bool = True
     """``optimizer.zero_grad(set_to_none=...)`` before each step."""
-    """Micro-batches accumulated per optimizer step (all but the last under no_sync)."""
+    device: str = "cpu"
+    """Where the model and batches live: ``cpu``, or ``cuda`` (every rank on the first
+    GPU, still in the gloo group: a stand-in for one GPU per rank over NCCL)."""
 
 
 def free_port() -> int:
@@ -119,8 +122,12 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
     if override:
         identity.fingerprint = lambda device: {**original_fp(device), **override}
     torch.use_deterministic_algorithms(trial.deterministic)
+    device = torch.device(trial.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)
+        torch.cuda.set_device(device)
     torch.manual_seed(trial.seed)
-    model = _model(trial)
+    model = _model(trial).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     faults = None
@@ -164,6 +171,7 @@ def _run_trial(trial: Trial, rank: int, world: int) -> dict[str, Any]:
             hits_before = faults.hits
         micro = trial.micro_batches
         batches = [_batch(trial, rank, step * micro + m) for m in range(micro)]
+        batches = [(x.to(device), y.to(device)) for x, y in batches]
         start = time.perf_counter()
         cpu_start = time.process_time()
         optimizer.zero_grad(set_to_none=trial.set_to_none)

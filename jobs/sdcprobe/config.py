@@ -152,14 +152,16 @@ class ProbeConfig(BaseModel):
         """Short stable hash of the parameters (goes into the fingerprint).
 
         Round counts are left out: they are planned from measured costs, and a
-        round's bits do not depend on how many rounds follow it."""
+        round's bits do not depend on how many rounds follow it. So is the memory
+        check's size cap: it follows the budget on accelerators, and the digest does
+        not cover how many bytes were tested (a baseline holds at every budget)."""
         doc = self.model_dump(
             mode="json",
             exclude={
                 "data_seed": True,
                 "compute": {"rounds"},
                 "collective": {"rounds"},
-                "memory": {"rounds"},
+                "memory": {"rounds", "max_mib"},
                 "golden": {"steps", "data_seed", "data_from"},
                 "golden_steps_fixed": True,
             },

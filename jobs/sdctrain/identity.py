@@ -71,7 +71,10 @@ def deterministic(device: torch.device, env: Mapping[str, str]) -> bool:
     if not torch.are_deterministic_algorithms_enabled():
         return False
     if device.type == "cuda":
-        if torch.backends.cudnn.benchmark or not torch.backends.cudnn.deterministic:
+        # use_deterministic_algorithms(True) already makes cuDNN pick deterministic
+        # algorithms (the older cudnn.deterministic flag stays False and is not needed);
+        # benchmark mode would still let the algorithm differ between ranks and runs.
+        if torch.backends.cudnn.benchmark:
             return False
         if env.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
             return False

@@ -74,6 +74,12 @@ def test_round_counts_are_not_in_the_config_hash_but_shapes_and_seed_are() -> No
     assert plan_config(60, "cpu", steps=6).config_hash() != config.config_hash()
     # Shapes are a function of the backend, not of the budget.
     assert plan_config(8, "cpu").config_hash() == config.config_hash()
+    # On accelerators the memory check's size cap follows the budget (8 GiB per second
+    # of work); the digest does not cover the size, so neither does the hash: an H200
+    # baseline recorded at 120 s must match a screening at 900 s.
+    short, long = plan_config(30, "cuda"), plan_config(900, "cuda")
+    assert short.memory.max_mib < long.memory.max_mib
+    assert short.config_hash() == long.config_hash()
 
 
 def _steps(n: int, bad_from: int | None = None) -> list[dict[str, str]]:
