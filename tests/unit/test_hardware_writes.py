@@ -1,6 +1,6 @@
 """How one RecordHardware reaches the API: a host's records are written side by side
-(they come before the quarantine's node patch), and a refused write still lets the
-other records be written before the error is raised."""
+(after the quarantine's node patch, before the next decision), and a refused write still
+lets the other records be written before the error is raised."""
 
 from __future__ import annotations
 

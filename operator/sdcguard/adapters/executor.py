@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from sdcguard.adapters import hardware
 from sdcguard.adapters.observe import TicketSnapshot, node_claim
 from sdcguard.adapters.pass_state import (
+    HISTORY_GRACE,
     TICKET_STATUS_GRACE,
     FleetView,
 )
@@ -62,6 +63,7 @@ from sdcguard.domain.lifecycle import (
     SetTicketPhase,
     TaintDevices,
     UntaintDevices,
+    parse_history_note,
 )
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, TestFacts, TicketFacts
@@ -92,8 +94,9 @@ class Executor(TestRunner):
         3. evictions (a drain), so evicted pods find the node tainted and cordoned; an
            eviction error is logged and retried by a later pass, it never undoes 1-2;
         4. statuses: a new ticket's Open status;
-        5. Events, which only tell what the objects already record;
-        6. deleting the Node (replacement, retirement by deletion).
+        5. the hardware's history (the node patch names it: :meth:`restore_history`);
+        6. Events, which only tell what the objects already record;
+        7. deleting the Node (replacement, retirement by deletion).
 
         A crash in between repeats the same decision, and deterministic names make the
         repeat a no-op (an Event may be lost)."""
@@ -119,6 +122,12 @@ class Executor(TestRunner):
                 self._open_ticket_status(
                     step.name, step.message, now, cycle=step.cycle, retired=step.retired
                 )
+        for step in plan.stage(Stage.HISTORY):
+            if isinstance(step, RecordHardware):
+                self._record_hardware(view, body, step, now, counts)
+        note = patch.annotations.get(keys.HISTORY)
+        if note:
+            self.history_written[node_name] = note
         for step in plan.stage(Stage.EVENTS):
             if isinstance(step, EmitEvent) and (self.settings.routine_events or not step.routine):
                 self.writer.event(
@@ -179,8 +188,6 @@ class Executor(TestRunner):
                 self._ticket_status(view, node_name, name, TicketPhase.CLOSED, message, now)
             case RaiseCycle():
                 self._raise_cycle(view, node_name, step, now)
-            case RecordHardware():
-                self._record_hardware(view, body, step, now, counts)
             case Retire(name=name) if name:
                 self._ticket_status(view, node_name, name, TicketPhase.RETIRED, "retired", now)
             case Retire():
@@ -532,9 +539,10 @@ class Executor(TestRunner):
         action: RecordHardware,
         now: dt.datetime,
         counts: Counter[str],
-    ) -> None:
+    ) -> int:
         """The hardware's history: the host's records, and those of the devices the failed
-        test named as the odd one out (their UUIDs from the probe)."""
+        test named as the odd one out (their UUIDs from the probe). Returns how many
+        records were written."""
         test = self._tests_by_name(view, body.name).get(action.test) if action.test else None
         named = hardware.odd_devices(test) if test is not None else ()
         own = {uuid.lower(): ticket for uuid, ticket in action.devices}
@@ -543,7 +551,7 @@ class Executor(TestRunner):
         shared = tuple(d for d in named if d.lower() not in own)
         holders = view.id_holders(body)
         identity = hardware.node_identity(body, holders, shared)
-        hardware.record(
+        written = hardware.record(
             self.writer,
             body,
             identity,
@@ -557,7 +565,7 @@ class Executor(TestRunner):
         for uuid, ticket in action.devices:
             device = hardware.device_identity(body.name, uuid, holders)
             mine = dataclasses.replace(action, ticket=ticket)
-            hardware.record(
+            written += hardware.record(
                 self.writer,
                 body,
                 device,
@@ -568,6 +576,42 @@ class Executor(TestRunner):
                 self.metrics,
                 self.recognised,
             )
+        return len(written)
+
+    def restore_history(
+        self, view: FleetView, body: NodeSnapshot, now: dt.datetime, counts: Counter[str]
+    ) -> dt.datetime | None:
+        """The hardware history the decision that put the node in its state wrote after
+        the node patch (``sdcguard.dev/history``): written here if the operator stopped
+        before it, once per annotation and process. The records say what is already
+        there, so a history written before is not written twice (``hardware.record``
+        writes only what changes). Returns when to look again while the note is too
+        young to tell (the history's watch events may trail the node's)."""
+        note = body.annotations.get(keys.HISTORY)
+        if not note or self.history_written.get(body.name) == note:
+            return None
+        parsed = parse_history_note(note)
+        if parsed is None or body.annotations.get(keys.STATE_SINCE) != parsed[0]:
+            return None  # unreadable, or the node has moved on from that decision
+        at = keys.parse_time(parsed[0])
+        if at is None:
+            return None
+        if now - at < HISTORY_GRACE:
+            return at + HISTORY_GRACE
+        self.history_written[body.name] = note
+        identity = hardware.node_identity(body, view.id_holders(body), ())
+        if not identity.trusted:
+            return None  # the decision's own write logged and counted that once
+        written = sum(self._record_hardware(view, body, r, at, counts) for r in parsed[1])
+        if written:
+            counts["hardware-history-restored"] += 1
+            log.warning(
+                "hardware history written after an interruption",
+                node=body.name,
+                records=written,
+                state_since=parsed[0],
+            )
+        return None
 
     def _open_ticket_status(
         self,

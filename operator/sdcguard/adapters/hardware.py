@@ -163,8 +163,8 @@ def _write_records(
     writer: Writer, writes: Sequence[tuple[str, dict[str, Any] | None, dict[str, Any]]]
 ) -> None:
     """Each record's create (None: it exists) and status patch, the records side by side:
-    a host's three records are written before the quarantine's node patch, and one after
-    the other they cost six round trips there instead of two."""
+    one after the other a host's three records cost six round trips instead of two (they
+    follow the quarantine's node patch, and the next node's decision waits for them)."""
 
     def one(name: str, body: dict[str, Any] | None, status: dict[str, Any]) -> None:
         if body is not None:

@@ -43,6 +43,9 @@ REQUEUE_MAX_SECONDS = 3600.0
 STATUS_EVERY = dt.timedelta(seconds=5)
 TICKET_STATUS_GRACE = dt.timedelta(seconds=30)
 """A new ticket's own status write lands well within this; after it, one is missing."""
+HISTORY_GRACE = dt.timedelta(seconds=30)
+"""A decision's hardware history, written just after its node patch, is in the records
+well within this; after it, one is missing (the operator stopped in between)."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -302,6 +305,11 @@ class ReconcilerState:
     """Every node's workload record: a quarantine's ticket carries its blast radius."""
     test_nodes: dict[str, str] = field(default_factory=dict)
     """SDCTest name -> node name, for events that name only the test."""
+    history_written: dict[str, str] = field(default_factory=dict)
+    """Node name -> the ``sdcguard.dev/history`` note whose records this process wrote
+    (or restored, or found written): not looked at again."""
+    history_due: dict[str, dt.datetime] = field(default_factory=dict)
+    """Node name -> when its history note is old enough to tell whether it was written."""
     probe_pods_deleted: dict[str, None] = field(default_factory=dict)
     """SDCTests whose probe Pod was seen deleted before it ended (a drain, an eviction):
     the Job failure that follows, once the Pod is gone, is not a crash of the probe."""

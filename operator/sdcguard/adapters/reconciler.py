@@ -483,6 +483,9 @@ class Reconciler(Executor, PolicyReporter):
                 counts,
                 retired=node.state == NodeState.RETIRED,
             )
+            again = self.restore_history(view, view.nodes[node_name], now, counts)
+            if again is not None:
+                self.history_due[node_name] = again
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
             test = current_test(node, tests_by_node.get(node_name, []))
             if not view.workloads_known and (test is None or not test.finished):
@@ -614,6 +617,11 @@ class Reconciler(Executor, PolicyReporter):
                 wake = min(wake, decision.requeue_after)
             else:
                 memory.due.pop(node_name, None)
+            history = self.history_due.pop(node_name, None)
+            if history is not None:
+                # Back when the history note is old enough to tell whether it was written.
+                memory.due[node_name] = min(memory.due.get(node_name, history), history)
+                wake = min(wake, max((history - now).total_seconds(), 1.0))
         return wake
 
     def _note_illegal(self, policy: str, memory: PolicyMemory, decision: Decision) -> None:

@@ -100,6 +100,7 @@ from sdcguard.domain.lifecycle import (
     TaintRole,
     Uncordon,
     UntaintDevices,
+    history_note,
     transition,
 )
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
@@ -1211,6 +1212,13 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         binder.changes[keys.CURRENT_TEST] = (
             None  # leaving a test behind: its outcome no longer counts
         )
+    history = tuple(a for a in bound if isinstance(a, RecordHardware))
+    if history and not observe:
+        # Written after the node patch (plan.Stage.HISTORY): the patch says what, so a
+        # pass after an interruption in between can still write it.
+        binder.changes[keys.HISTORY] = history_note(history, now)
+    elif node.state != target:
+        binder.changes[keys.HISTORY] = None  # the note belongs to the state it came with
     changes = tuple(
         (k, v) for k, v in sorted(binder.changes.items()) if node.annotations.get(k) != v
     )

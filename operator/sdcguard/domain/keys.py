@@ -16,6 +16,9 @@ Set by sdcguard (bookkeeping, so that a restart loses nothing):
 - ``sdcguard.dev/drain-until``: a quarantine drain whose evictions are retried until then
 - ``sdcguard.dev/held``: a confirmed failure whose quarantine the open circuit breaker
   holds (the node stays Suspect and reserved; re-tested when the breaker closes)
+- ``sdcguard.dev/history``: the hardware history the decision that entered the node's
+  state writes after the node patch (JSON; written again by a later pass if the operator
+  stopped in between, see ``lifecycle.history_note``)
 
 Set by people and workloads (sdcguard acts, then removes the annotation):
 
@@ -52,6 +55,7 @@ INCONCLUSIVE = PREFIX + "inconclusive"
 RETRY_AFTER = PREFIX + "retry-after"
 DRAIN_UNTIL = PREFIX + "drain-until"
 HELD = PREFIX + "held"
+HISTORY = PREFIX + "history"
 WAITING = PREFIX + "waiting"
 """Why sdcguard holds back the node's next step (node not Ready, budget, back-off, ...)."""
 WAITING_SINCE = PREFIX + "waiting-since"

@@ -29,6 +29,7 @@ pair that is not a row raises :class:`IllegalTransition`.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -310,6 +311,55 @@ class RecordHardware:
     """Scope Device: (GPU UUID, its own ticket) of each device the failure (or the
     retirement) is about; each GPU's record names its own ticket, so it counts its own
     repair cycles."""
+
+
+HISTORY_MESSAGE_CHARS = 256
+"""How much of a history's message the node's annotation keeps."""
+
+
+def history_note(records: tuple[RecordHardware, ...], at: dt.datetime) -> str:
+    """The ``sdcguard.dev/history`` annotation of a decision that writes ``records`` after
+    its node patch: when (the state-since of the state it enters) and what, so a pass
+    after an interruption between the patch and the history can write it again."""
+    body = {
+        "at": at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "records": [
+            {
+                "failure": r.failure.value if r.failure is not None else None,
+                "retire": r.retire,
+                "test": r.test,
+                "ticket": r.ticket,
+                "message": r.message[:HISTORY_MESSAGE_CHARS],
+                "devices": [list(d) for d in r.devices],
+            }
+            for r in records
+        ],
+    }
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def parse_history_note(text: str | None) -> tuple[str, tuple[RecordHardware, ...]] | None:
+    """The time (as written) and the records of a ``history_note``; None for a missing or
+    unreadable one (never raises: the annotation is on a Node anyone may edit)."""
+    if not text:
+        return None
+    try:
+        body = json.loads(text)
+        at = body["at"]
+        records = tuple(
+            RecordHardware(
+                failure=FailureKind(r["failure"]) if r.get("failure") else None,
+                retire=bool(r.get("retire", False)),
+                test=str(r.get("test", "")),
+                ticket=str(r.get("ticket", "")),
+                message=str(r.get("message", "")),
+                devices=tuple((str(u), str(t)) for u, t in r.get("devices", [])),
+            )
+            for r in body["records"]
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return (at, records) if isinstance(at, str) and records else None
 
 
 @dataclass(frozen=True)

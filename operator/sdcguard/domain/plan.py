@@ -5,17 +5,21 @@ SDCTest's phase row (``testphase``). Every action belongs to one :class:`Stage`;
 plan holds its actions stage by stage, and within a stage in the row's order:
 
 1. ``OBJECTS``: SDCTests (their probe Jobs and phase changes), RepairTickets and
-   their phase changes, the hardware's history (SDCHardware, after the ticket it names),
-   DeviceTaintRules (quarantine scope Device);
+   their phase changes, DeviceTaintRules (quarantine scope Device);
 2. ``NODE_PATCH``: labels, annotations, taints, cordon and ownership, one guarded write;
 3. ``EVICTIONS``: a drain, so evicted pods find the node tainted and cordoned;
 4. ``STATUSES``: a new ticket's Open status (the ticket, created in 1, is the record of
    why, so the quarantine waits for one write less);
-5. ``EVENTS``: they only tell what the objects and the node already record;
-6. ``NODE_DELETE``: deleting the Node (replacement, retirement by deletion).
+5. ``HISTORY``: the hardware's history (SDCHardware records, up to six writes for a
+   host's three identifiers), after the taint for the same reason; the node patch
+   carries what it will write (``sdcguard.dev/history``), so a pass after an
+   interruption between 2 and 5 writes it then (``Executor.restore_history``);
+6. ``EVENTS``: they only tell what the objects and the node already record;
+7. ``NODE_DELETE``: deleting the Node (replacement, retirement by deletion).
 
 A crash between stages repeats the same decision, and deterministic names make the
-repeat a no-op (an Event may be lost).
+repeat a no-op (an Event may be lost); the history, whose decision does not repeat
+once the node has entered its new state, is written from the node's annotation.
 """
 
 from __future__ import annotations
@@ -65,8 +69,9 @@ class Stage(IntEnum):
     NODE_PATCH = 2
     EVICTIONS = 3
     STATUSES = 4
-    EVENTS = 5
-    NODE_DELETE = 6
+    HISTORY = 5
+    EVENTS = 6
+    NODE_DELETE = 7
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ STAGE_OF: Mapping[type, Stage] = {
     SetTicketPhase: Stage.OBJECTS,
     CloseTicket: Stage.OBJECTS,
     RaiseCycle: Stage.OBJECTS,
-    RecordHardware: Stage.OBJECTS,
+    RecordHardware: Stage.HISTORY,
     Retire: Stage.OBJECTS,
     CreateJob: Stage.OBJECTS,
     DeleteJob: Stage.OBJECTS,
