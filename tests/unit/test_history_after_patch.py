@@ -18,6 +18,7 @@ from sdcguard.api import FailureKind, SDCHardwareSpec, SDCHardwareStatus, SDCPol
 from sdcguard.domain import keys
 from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import (
+    TABLE,
     Annotate,
     NodeState,
     RecordHardware,
@@ -231,3 +232,16 @@ def test_the_note_leaves_with_the_state_it_came_with() -> None:
     assert passed.state == NodeState.QUALIFIED
     (annotate,) = [a for a in passed.actions if isinstance(a, Annotate)]
     assert dict(annotate.changes)[keys.HISTORY] is None
+
+
+def test_every_row_that_writes_history_enters_a_new_state() -> None:
+    """The note is restored only while the node is in the state its decision entered
+    (state-since equals the note's time): a row that wrote history without a state
+    change would leave a note nothing restores."""
+    rows = [
+        row for row in TABLE.values() if any(isinstance(a, RecordHardware) for a in row.actions)
+    ]
+    assert len(rows) >= 8
+    assert all(row.source != row.target for row in rows), [
+        (row.source, row.event) for row in rows if row.source == row.target
+    ]
