@@ -482,6 +482,7 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
     """The cost of one reconcile pass at this size, in-process and dry-run, on the
     cluster's current objects (what the operator's indexes hold)."""
     from sdcguard.adapters import observe
+    from sdcguard.adapters.hardware import HardwareRecord
     from sdcguard.adapters.kube import KubeWriter
     from sdcguard.adapters.pass_state import TestSnapshot
     from sdcguard.adapters.reconciler import FleetView, Reconciler
@@ -532,6 +533,11 @@ def offline_pass_seconds(admin: client.ApiClient, repeat: int = 3) -> dict[str, 
         view.tickets.setdefault(ticket["spec"]["nodeName"], []).append(
             observe.TicketSnapshot.from_body(ticket)
         )
+    # The operator's passes wait for its copy of the SDCHardware records: without them a
+    # quarantined node's history note would look unwritten, and be written again.
+    view.hardware = {
+        r.name: r for body in crs("sdchardwares") if (r := HardwareRecord.from_body(body))
+    }
     build = time.perf_counter() - t0
     metrics = Metrics()
     reconciler = Reconciler(
