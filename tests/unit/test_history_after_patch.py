@@ -8,8 +8,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
+from typing import Any
 
+import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.observe import TicketSnapshot
@@ -245,3 +248,33 @@ def test_every_row_that_writes_history_enters_a_new_state() -> None:
     assert all(row.source != row.target for row in rows), [
         (row.source, row.event) for row in rows if row.source == row.target
     ]
+
+
+def test_a_history_write_refused_after_the_taint_is_retried_at_the_next_look() -> None:
+    """A 429 on a record after the node patch: the node is already Quarantined, so the
+    decision will not come again; this process knows the writes failed and writes the
+    history at its next look, without waiting for the grace period."""
+
+    class _Refusing(_Recorder):
+        refused = False
+
+        def patch_custom_status(self, plural: str, name: str, status: dict[str, Any]) -> None:
+            if plural == "sdchardwares" and not self.refused:
+                self.refused = True
+                raise ApiException(status=429, reason="Too Many Requests")
+            super().patch_custom_status(plural, name, status)
+
+    metrics = Metrics()
+    writer = _Refusing(api=client.ApiClient(), metrics=metrics)
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    decision = failing(None)
+    view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
+    with pytest.raises(ApiException):
+        rec.apply(POLICY, decision, view, NOW, Counter())
+    assert [k for k, _ in writer.calls].count("node-patch") == 1, "the taint is on"
+    (annotate,) = [a for a in decision.actions if isinstance(a, Annotate)]
+    after = _quarantined_after(dict(annotate.changes)[keys.HISTORY])
+    counts: Counter[str] = Counter()
+    assert rec.restore_history(view, after, NOW + dt.timedelta(seconds=1), counts) is None
+    assert counts["hardware-history-restored"] == 1
+    assert _hardware_writes(writer).count("sdchardwares-status") == 2 + 3

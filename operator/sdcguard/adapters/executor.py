@@ -122,10 +122,17 @@ class Executor(TestRunner):
                 self._open_ticket_status(
                     step.name, step.message, now, cycle=step.cycle, retired=step.retired
                 )
-        for step in plan.stage(Stage.HISTORY):
-            if isinstance(step, RecordHardware):
-                self._record_hardware(view, body, step, now, counts)
         note = patch.annotations.get(keys.HISTORY)
+        try:
+            for step in plan.stage(Stage.HISTORY):
+                if isinstance(step, RecordHardware):
+                    self._record_hardware(view, body, step, now, counts)
+        except Exception:
+            if note:
+                # The node has entered its state, so the decision will not come again:
+                # the next look at the node writes the history, without the grace.
+                self.history_failed[node_name] = note
+            raise
         if note:
             self.history_written[node_name] = note
         for step in plan.stage(Stage.EVENTS):
@@ -586,7 +593,8 @@ class Executor(TestRunner):
         before it, once per annotation and process. The records say what is already
         there, so a history written before is not written twice (``hardware.record``
         writes only what changes). Returns when to look again while the note is too
-        young to tell (the history's watch events may trail the node's)."""
+        young to tell (the history's watch events may trail the node's); a note whose
+        writes this process saw fail (a 429 after the node patch) is not waited for."""
         note = body.annotations.get(keys.HISTORY)
         if not note or self.history_written.get(body.name) == note:
             return None
@@ -596,8 +604,9 @@ class Executor(TestRunner):
         at = keys.parse_time(parsed[0])
         if at is None:
             return None
-        if now - at < HISTORY_GRACE:
+        if now - at < HISTORY_GRACE and self.history_failed.get(body.name) != note:
             return at + HISTORY_GRACE
+        self.history_failed.pop(body.name, None)
         self.history_written[body.name] = note
         identity = hardware.node_identity(body, view.id_holders(body), ())
         if not identity.trusted:

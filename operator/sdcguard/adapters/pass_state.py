@@ -308,6 +308,8 @@ class ReconcilerState:
     history_written: dict[str, str] = field(default_factory=dict)
     """Node name -> the ``sdcguard.dev/history`` note whose records this process wrote
     (or restored, or found written): not looked at again."""
+    history_failed: dict[str, str] = field(default_factory=dict)
+    """Node name -> the history note whose writes failed after its node patch here."""
     history_due: dict[str, dt.datetime] = field(default_factory=dict)
     """Node name -> when its history note is old enough to tell whether it was written."""
     probe_pods_deleted: dict[str, None] = field(default_factory=dict)
