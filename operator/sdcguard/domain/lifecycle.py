@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sdcguard.api import FailureKind, QuarantineRecord, ScreeningReason, Suite, TicketPhase
+from sdcguard.domain import keys
 from sdcguard.domain.devicetaints import SliceDevice
 
 
@@ -322,7 +323,7 @@ def history_note(records: tuple[RecordHardware, ...], at: dt.datetime) -> str:
     its node patch: when (the state-since of the state it enters) and what, so a pass
     after an interruption between the patch and the history can write it again."""
     body = {
-        "at": at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "at": keys.format_time(at),  # as state-since is written: restore compares them
         "records": [
             {
                 "failure": r.failure.value if r.failure is not None else None,
