@@ -82,3 +82,12 @@ def api_client(cluster: LocalCluster):  # type: ignore[no-untyped-def]
     from kubernetes import config
 
     return config.new_client_from_config(str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def crds(api_client) -> None:  # type: ignore[no-untyped-def]
+    """The project's CRDs installed and served, and the operator's namespace."""
+    from tests.operator.harness import apply_crds, ensure_namespace
+
+    apply_crds(api_client)
+    ensure_namespace(api_client)

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -28,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.sim.catalogue import CATALOGUE
+from sdcguard.sim.ports import free_port
 from tests.cluster.localcluster import _die_with_parent
 from tests.operator.harness import create_or_replace_crds
 
@@ -38,12 +38,6 @@ KWOK_GROUP, KWOK_V1 = "karpenter.kwok.sh", "v1alpha1"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 DO_NOT_REPAIR = "karpenter.sh/do-not-repair"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def karpenter_dir() -> Path:
@@ -135,8 +129,8 @@ class KarpenterProcess:
         )
         self.feature_gates = dict(feature_gates or {})
         self.env = dict(env or {})
-        self.health_port = _free_port()
-        self.metrics_port = _free_port()
+        self.health_port = free_port()
+        self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, api: client.ApiClient, timeout: float = 60) -> KarpenterProcess:

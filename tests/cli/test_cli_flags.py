@@ -63,7 +63,10 @@ def _kubeconfig(live_server: str, dead_server: str, ca: Path, token: str, curren
 
 @pytest.fixture(scope="module")
 def setup(
-    cluster: LocalCluster, api_client: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+    cluster: LocalCluster,
+    crds: None,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Setup]:
     folder = tmp_path_factory.mktemp("kubeconfigs")
     dead_server = f"https://127.0.0.1:{free_port()}"

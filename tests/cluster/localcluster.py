@@ -43,8 +43,10 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+    _REPO = Path(__file__).resolve().parent.parent.parent
+    sys.path[:0] = [str(_REPO), str(_REPO / "operator"), str(_REPO / "jobs")]
 
+from sdcguard.sim.ports import free_port
 from tests.cluster import realnode
 from tests.cluster.realnode import NODE_NAME, ClusterError, RealNode
 
@@ -110,12 +112,6 @@ def find_binary(name: str, dirs: list[str]) -> str:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     raise ClusterError(f"{name} not found in {dirs}; run `make binaries` to build it")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def check_port_free(port: int, what: str) -> None:

@@ -9,13 +9,7 @@ import pytest
 from kubernetes import client
 
 from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import OperatorProcess, apply_crds, delete_all, ensure_namespace
-
-
-@pytest.fixture(scope="session")
-def crds(api_client: client.ApiClient) -> None:
-    apply_crds(api_client)
-    ensure_namespace(api_client)
+from tests.operator.harness import OperatorProcess, delete_all
 
 
 @pytest.fixture(scope="module")

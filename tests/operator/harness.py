@@ -32,19 +32,12 @@ from sdcguard.api import baseline_name
 from sdcguard.sim.fleet import Fleet, NodeConfig, load_fleet
 from sdcguard.sim.kube import Kube
 from sdcguard.sim.nodes import Heartbeats
+from sdcguard.sim.ports import free_port
 from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, encode_for_termination
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "sdcguard-system"
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
@@ -345,7 +338,7 @@ class OperatorProcess:
         self.log_path = log_path
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
 
     @property
     def metrics_url(self) -> str:

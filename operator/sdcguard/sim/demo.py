@@ -75,7 +75,6 @@ from sdcguard.sim.demo_install import (
     Installation,
     LocalOperator,
     PolicySettings,
-    free_port,
     install,
     policy_body,
     start_operator,
@@ -107,6 +106,7 @@ from sdcguard.sim.demo_watch import (
 )
 from sdcguard.sim.fleet import DEMO_FLEET, Fleet, FleetError, load_fleet
 from sdcguard.sim.kube import JsonDict, Kube
+from sdcguard.sim.ports import free_port
 from sdcguard.sim.simulator import SimOptions, Simulator
 from sdcguard.sim.workloads import WORKLOAD_LABEL
 

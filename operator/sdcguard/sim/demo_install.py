@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sdcguard.sim.catalogue import INSTANCE_TYPE_LABEL
 from sdcguard.sim.fleet import FLEET_LABEL
+from sdcguard.sim.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "sdcguard"
@@ -62,12 +62,6 @@ class ControlPlane(Protocol):
 
     @property
     def ca_file(self) -> Path: ...
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tool(name: str, cp: ControlPlane) -> str:
