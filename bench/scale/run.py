@@ -94,8 +94,10 @@ MAX_CONCURRENT_TESTS = 100
 RAW_PATCHES = 50
 FRESH_JOINS = 40
 # A restart under start-up faults and standby takeovers after the other measurements
-# (bench/scale/restart.py); --no-restart leaves them out.
+# (bench/scale/restart.py); --no-restart leaves them out, --restarts sets how many
+# restarts (the first quarantine after one is a distribution).
 RESTART_PHASES = True
+RESTARTS = restart.RESTARTS
 # Memory the run needs: control plane and tools, plus per node (Node, SDCTest, Job,
 # Pod, Events in etcd and the API server's caches; the operator's indexes).
 BASE_MB = 1500
@@ -676,7 +678,7 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
             )  # fmt: skip
             if RESTART_PHASES:
                 try:
-                    result["restart"], active = phases.restart(operator)
+                    result["restart"], active = phases.restart(operator, RESTARTS)
                     result["standby"] = phases.standby(active)
                 except Exception as exc:  # the measurements above stand on their own
                     say(f"restart/standby phase failed: {exc!r}")
@@ -1160,7 +1162,11 @@ def _restart_targets(big: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     restart, standby = big.get("restart"), big.get("standby")
     if restart:
-        first = restart.get("first_quarantine_after_restart_s")
+        # Over several restarts, the slowest (runs before 2026-12-04 had one restart).
+        first = restart.get(
+            "first_quarantine_after_restart_s_max",
+            restart.get("first_quarantine_after_restart_s"),
+        )
         out["restart_first_quarantine_under_60s"] = {
             "value": first,
             "met": first is not None and first < TARGETS["restart_first_quarantine_s"],
@@ -1190,7 +1196,7 @@ def _restart_targets(big: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global KEEP_LOGS, RESTART_PHASES, PODS_PER_NODE, GPU_POD_SHARE, CHURN_PER_MINUTE
+    global KEEP_LOGS, RESTART_PHASES, RESTARTS, PODS_PER_NODE, GPU_POD_SHARE, CHURN_PER_MINUTE
     parser = argparse.ArgumentParser(
         prog="bench.scale.run",
         description=__doc__,
@@ -1230,17 +1236,27 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave out the restart under faults and the standby takeovers",
     )
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=restart.RESTARTS,
+        help="restarts under faults per size; the figures are their median and maximum"
+        " (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     # A benchmark stopped with SIGTERM (kill, a CI timeout) unwinds like Ctrl-C: the
     # control plane's processes die with it anyway, but its etcd data in /dev/shm and
     # the work directory go only with the context managers' exits.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     KEEP_LOGS = args.keep_logs
+    if args.restarts < 1:
+        parser.error("--restarts must be at least 1 (--no-restart leaves the phase out)")
     if args.pods_per_node < 0 or not 0 <= args.gpu_pod_share <= 1 or args.churn_per_minute < 0:
         parser.error("--pods-per-node and --churn-per-minute must be >= 0, --gpu-pod-share 0-1")
     PODS_PER_NODE, GPU_POD_SHARE = args.pods_per_node, args.gpu_pod_share
     CHURN_PER_MINUTE = args.churn_per_minute
     RESTART_PHASES = not args.no_restart
+    RESTARTS = args.restarts
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if any(s < 10 for s in sizes):
         parser.error("sizes must be at least 10 nodes")
@@ -1282,6 +1298,7 @@ def main(argv: list[str] | None = None) -> int:
                     "churn_per_minute": CHURN_PER_MINUTE,
                     "steady_window_s": STEADY_SECONDS,
                     "restart_phases": RESTART_PHASES,
+                    "restarts": RESTARTS if RESTART_PHASES else 0,
                 },
                 "targets": TARGETS,
                 "runs": sorted([*runs, *earlier], key=lambda r: int(r["nodes"])),
