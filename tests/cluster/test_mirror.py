@@ -379,3 +379,33 @@ def test_probe_ends_are_served_before_the_workload_pods_have_listed(
         inv.stop()
         core.delete_namespace(namespace)
         _delete_nodes(api_client, case)
+
+
+def test_the_workload_pods_list_after_every_kind_that_serves_probe_ends(
+    api_client: client.ApiClient,
+) -> None:
+    """At start-up the Pods (ten to one against the Nodes) list last, so their list does
+    not take the API server's time from the kinds a probe's end needs."""
+    apply_crds(api_client)
+    case = uuid.uuid4().hex[:6]
+    (one,) = _nodes(api_client, case, 1)
+    namespace = f"mirror-{case}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    core.create_namespaced_pod(namespace, gpu_pod("train", one))
+    inv = Inventory(api_client, namespace, test_node=lambda _: None, clock=_clock)
+    others = [m for m in inv.mirrors if m is not inv.pods]
+    assert {id(e) for e in inv.pods.after} == {id(m.synced) for m in others}
+    try:
+        inv.warm()
+        wait_for(inv.synced, 30, "the inventory to list every kind")
+        pods_at = inv.pods.stats.first_sync_seconds
+        assert pods_at is not None
+        for m in others:
+            at = m.stats.first_sync_seconds
+            assert at is not None and at <= pods_at, (m.kind.name, at, pods_at)
+        assert [u.name for u in inv.node_uses(one)] == ["train"]
+    finally:
+        inv.stop()
+        core.delete_namespace(namespace)
+        _delete_nodes(api_client, case)

@@ -129,3 +129,43 @@ def test_a_410_in_the_initial_events_means_listing_again() -> None:
     with pytest.raises(Gone):
         mirror.stream_list(threading.Event(), lambda: pytest.fail("synced"))
     assert not mirror.synced.is_set() and mirror.items() == {}
+
+
+def test_a_mirror_waits_for_what_it_lists_after_and_a_stop_ends_the_wait() -> None:
+    before = threading.Event()
+    mirror = _mirror([])
+    mirror.after = (before,)
+    requested = threading.Event()
+    stop = threading.Event()
+    response = Events([{"type": "ADDED", "object": _node("a", "5")}, _end("6")])
+    chunks = response.chunks
+
+    def held(amt: Any = None, decode_content: bool = False) -> Any:
+        yield from chunks
+        stop.wait(10)  # the stream stays open, as a watch does, until the test ends
+
+    response.stream = held  # type: ignore[method-assign]
+
+    def request() -> Events:
+        requested.set()
+        return response
+
+    mirror._stream_request = request  # type: ignore[method-assign]
+    thread = mirror.start(stop)
+    try:
+        assert not requested.wait(1.5), "no request before the other kind has listed"
+        assert not mirror.synced.is_set()
+        before.set()
+        assert mirror.synced.wait(5) and set(mirror.items()) == {"a"}
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+
+    waiting = _mirror([])
+    waiting.after = (threading.Event(),)  # never set
+    stop = threading.Event()
+    thread = waiting.start(stop)
+    stop.set()
+    thread.join(2)
+    assert not thread.is_alive(), "a stop ends the wait"

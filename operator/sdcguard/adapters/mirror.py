@@ -244,6 +244,10 @@ class Mirror(Generic[T]):
     """List with a streaming list where the kind has a ``path`` and the server serves
     them (it turns off when the server refuses one); else, and then, paged lists."""
     stats: MirrorStats = field(default_factory=MirrorStats)
+    after: tuple[threading.Event, ...] = ()
+    """Events to wait for before the first list (other mirrors' :attr:`synced`): a big
+    kind nothing urgent needs lists after the kinds that serve urgent work, so that at
+    start-up it does not share the API server and the CPU with them."""
 
     def __post_init__(self) -> None:
         self.synced = threading.Event()
@@ -291,6 +295,16 @@ class Mirror(Generic[T]):
         """List, then watch, until ``stop`` is set; relist on 410; never raises."""
         pause = 0.5
         started = time.monotonic()
+        for event in self.after:
+            while not event.wait(0.5):
+                if stop.is_set():
+                    return
+        if self.after:
+            log.info(
+                "mirror lists",
+                kind=self.kind.name,
+                waited=round(time.monotonic() - started, 3),
+            )
         while not stop.is_set():
             try:
                 if not self.resource_version:
