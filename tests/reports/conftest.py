@@ -7,7 +7,6 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.operator.conftest import (  # noqa: F401  (fixtures and the report hook)
     _show_operator_log,
-    crds,
     operator,
     pytest_runtest_makereport,
 )
