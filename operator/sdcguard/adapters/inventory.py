@@ -236,22 +236,6 @@ class Inventory:
             on_change=self._hardware_changed,
             page_size=page_size,
         )
-        # The workload Pods list last: probe ends need every other kind, not the Pods,
-        # and the Pods outnumber the Nodes ten to one. Listed at once beside the rest,
-        # their list took the API server's and the CPU's time from the kinds that serve
-        # probe ends (a restart at 5,000 nodes and 50,000 Pods: the SDCTests' list
-        # 12 s, done 4 s after the Pods'). The passes wait for every kind either way.
-        self.pods.after = tuple(
-            m.synced
-            for m in (
-                self.nodes,
-                self.probe_pods,
-                self.probe_jobs,
-                self.tests,
-                self.tickets,
-                self.hardware,
-            )
-        )
         self.book: WorkloadBook | None = None
         """Every node's workload record (None: not kept, without a writer)."""
         if writer is not None:
@@ -265,6 +249,12 @@ class Inventory:
             self.tickets,
             self.hardware,
         )
+        # The workload Pods list last, after the kinds that probe ends need (those
+        # :meth:`probes_synced` waits for), and they outnumber the Nodes ten to one.
+        # Listed at once beside the rest, their list took the API server's and the CPU's
+        # time from those kinds (a restart at 5,000 nodes and 50,000 Pods: the SDCTests'
+        # list 12 s, done 4 s after the Pods'). The passes wait for every kind either way.
+        self.pods.after = tuple(m.synced for m in self.mirrors if m is not self.pods)
 
     # Life ---------------------------------------------------------------------
 
