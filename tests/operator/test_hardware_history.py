@@ -192,7 +192,9 @@ def test_host_back_under_new_names_is_recognised_and_retired_at_the_cycle_limit(
                 lambda: ticket_in_phase(api_client, third, "Retired"), 30, "ticket retired"
             )
             assert ticket["status"]["cycle"] == 3
-            assert "Retired" in _events(api_client, third)
+            # The Event follows the hardware records, which follow the node's write and
+            # the ticket's phase (plan stages HISTORY, then EVENTS).
+            wait_for(lambda: "Retired" in _events(api_client, third), 30, "Retired Event")
 
             def retired_records() -> list[dict[str, Any]] | None:
                 found = _records(api_client, third)

@@ -227,9 +227,19 @@ def test_repeated_failures_retire_the_node(api_client, operator) -> None:
             )
         wait_for(lambda: node_state(api_client, node) == "Retired", 90, "retirement")
         assert read_node(api_client, node).spec.unschedulable is True
+        # The ticket's phase, the hardware records and then the Event follow the node's
+        # write (plan stages STATUSES, HISTORY, EVENTS): a reader may see the node first.
+        wait_for(
+            lambda: all(
+                (t.get("status") or {}).get("phase") == "Retired"
+                for t in list_custom(api_client, "repairtickets", node)
+            ),
+            30,
+            "ticket retired",
+        )
         tickets = list_custom(api_client, "repairtickets", node)
         assert len(tickets) == 1 and tickets[0]["status"]["phase"] == "Retired"
-        assert "Retired" in _events(api_client, node)
+        wait_for(lambda: "Retired" in _events(api_client, node), 30, "Retired Event")
 
 
 def test_idle_return_from_use_retests(api_client, operator) -> None:
