@@ -363,7 +363,12 @@ def markdown(doc: dict[str, Any]) -> str:
             if "yardstick" in item:
                 quiet = item["over_quiet_patch"]
                 extra += f" (against the {item['yardstick']}; {quiet}x the quiet one)"
-            lines.append(f"- {key.replace('_', ' ')}: {item['value']}{extra} — {mark}")
+            value = item["value"]
+            if isinstance(value, dict):  # by size: the fewest samples of each
+                value = ", ".join(f"{v} at {int(k):,}" for k, v in value.items())
+            if "at_least" in item:
+                extra += f" (at least {item['at_least']})"
+            lines.append(f"- {key.replace('_', ' ')}: {value}{extra} — {mark}")
         lines.append("")
     lines += _fit_lines(runs)
     lines += [

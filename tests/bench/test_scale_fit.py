@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from bench.scale import report
-from bench.scale.run import evaluate_targets, qualify_seconds
+from bench.scale.run import evaluate_targets, qualify_seconds, quarantine_samples
 
 
 def _run(nodes: int, at: str, first_pass: float, rss: float) -> dict[str, Any]:
@@ -67,3 +67,25 @@ def test_the_qualify_timeout_grows_with_the_fleet() -> None:
     assert qualify_seconds(100) == 1500
     assert qualify_seconds(5000) == pytest.approx(1750)
     assert qualify_seconds(20000) == pytest.approx(7000)
+
+
+def test_quarantine_samples_are_counted_in_the_newest_run_of_each_size() -> None:
+    def run(nodes: int, at: str, qualifying: int, qualified: int) -> dict[str, Any]:
+        return {
+            "nodes": nodes,
+            "run_at": at,
+            "quarantine_latency_s": {"n": qualifying, "p99": 0.1},
+            "fresh_join_quarantine_latency_s": {"n": qualified, "p99": 0.1},
+        }
+
+    runs = [
+        run(100, "2026-12-02T02:01Z", 20, 2),  # below 1,000 nodes: not held to it
+        run(5000, "2026-12-04T21:35Z", 5, 20),  # an older run of the size: replaced
+        run(5000, "2026-12-05T01:00Z", 100, 20),
+        run(20000, "2026-12-04T22:07Z", 25, 20),
+    ]
+    counted = quarantine_samples(runs)
+    assert counted == {"value": {5000: 20, 20000: 20}, "at_least": 20, "met": True}
+    short = quarantine_samples([*runs, run(1000, "2026-12-05T02:00Z", 100, 12)])
+    assert short["value"][1000] == 12 and short["met"] is False
+    assert quarantine_samples([run(100, "2026-12-02T02:01Z", 20, 2)])["met"] is False
