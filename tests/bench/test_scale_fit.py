@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 from bench.scale import report
-from bench.scale.run import evaluate_targets, qualify_seconds, quarantine_samples
+from bench.scale.run import (
+    evaluate_targets,
+    percentile,
+    qualify_seconds,
+    quarantine_samples,
+    summary,
+)
 
 
 def _run(nodes: int, at: str, first_pass: float, rss: float) -> dict[str, Any]:
@@ -89,3 +95,22 @@ def test_quarantine_samples_are_counted_in_the_newest_run_of_each_size() -> None
     short = quarantine_samples([*runs, run(1000, "2026-12-05T02:00Z", 100, 12)])
     assert short["value"][1000] == 12 and short["met"] is False
     assert quarantine_samples([run(100, "2026-12-02T02:01Z", 20, 2)])["met"] is False
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    hundred = [float(v) for v in range(1, 101)]
+    assert percentile(hundred, 99) == 99.0  # the 99th of 100, not the slowest
+    assert percentile(hundred, 50) == 50.0
+    assert percentile(hundred, 100) == 100.0
+    assert percentile([float(v) for v in range(1, 26)], 99) == 25.0  # of 25: the slowest
+    assert percentile([float(v) for v in range(1, 201)], 99) == 198.0
+    assert percentile([float(v) for v in range(1, 4901)], 99) == 4851.0
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([], 99) is None
+    assert summary([float(v) for v in range(1, 101)]) == {
+        "n": 100,
+        "p50": 50.0,
+        "p99": 99.0,
+        "max": 100.0,
+    }
