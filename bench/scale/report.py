@@ -59,6 +59,25 @@ def _pair(d: dict[str, Any], scale: float = 1.0, unit: str = "") -> str:
     return f"{p50 * scale:.3g} / {p99 * scale:.3g}{unit} (n={d['n']})"
 
 
+def target_line(key: str, item: dict[str, Any]) -> str:
+    """One target of the evaluation as a list item: its value, how it was judged, met or
+    missed."""
+    mark = "met" if item["met"] else "**missed**"
+    extra = (
+        f" (without Events: {item['value_without_events']})"
+        if "value_without_events" in item
+        else ""
+    )
+    if "yardstick" in item:
+        quiet = item["over_quiet_patch"]
+        extra += f" (against the {item['yardstick']}; {quiet}x the quiet one)"
+    value = item["value"]
+    if "at_least" in item:  # by size: the fewest samples of each
+        value = ", ".join(f"{v} at {int(k):,}" for k, v in value.items())
+        extra += f" (at least {item['at_least']})"
+    return f"- {key.replace('_', ' ')}: {value}{extra} — {mark}"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     runs = doc["runs"]
     head = ["Metric", *[f"{r['nodes']:,} nodes" for r in runs]]
@@ -351,24 +370,9 @@ def markdown(doc: dict[str, Any]) -> str:
     if ev:
         when = f", the run of {ev['run_at']}" if ev.get("run_at") else ""
         lines += [f"## Targets (at {ev['at_nodes']:,} nodes{when})", ""]
-        for key, item in ev.items():
-            if key in ("at_nodes", "run_at"):
-                continue
-            mark = "met" if item["met"] else "**missed**"
-            extra = (
-                f" (without Events: {item['value_without_events']})"
-                if "value_without_events" in item
-                else ""
-            )
-            if "yardstick" in item:
-                quiet = item["over_quiet_patch"]
-                extra += f" (against the {item['yardstick']}; {quiet}x the quiet one)"
-            value = item["value"]
-            if isinstance(value, dict):  # by size: the fewest samples of each
-                value = ", ".join(f"{v} at {int(k):,}" for k, v in value.items())
-            if "at_least" in item:
-                extra += f" (at least {item['at_least']})"
-            lines.append(f"- {key.replace('_', ' ')}: {value}{extra} — {mark}")
+        lines += [
+            target_line(key, item) for key, item in ev.items() if key not in ("at_nodes", "run_at")
+        ]
         lines.append("")
     lines += _fit_lines(runs)
     lines += [

@@ -114,3 +114,19 @@ def test_percentiles_are_nearest_rank() -> None:
         "p99": 99.0,
         "max": 100.0,
     }
+
+
+def test_each_target_renders_as_one_line() -> None:
+    samples = {"value": {"1000": 20, "5000": 100}, "at_least": 20, "met": True}
+    assert report.target_line("quarantine_samples_at_every_size", samples) == (
+        "- quarantine samples at every size: 20 at 1,000, 100 at 5,000 (at least 20) — met"
+    )
+    partial = {"value": {"before_probe_copy": 0, "other_nodes_before_pod_copy": 2}, "met": False}
+    line = report.target_line("restart_no_action_on_a_partial_copy", partial)
+    assert "'other_nodes_before_pod_copy': 2" in line and line.endswith("**missed**")
+    ratio = {"value": 3.1, "yardstick": "raw patch during the phase", "over_quiet_patch": 9.9}
+    line = report.target_line("p99_quarantine_under_10x", {**ratio, "met": True})
+    assert line == (
+        "- p99 quarantine under 10x: 3.1 (against the raw patch during the phase; 9.9x the"
+        " quiet one) — met"
+    )
