@@ -169,3 +169,46 @@ def test_a_mirror_waits_for_what_it_lists_after_and_a_stop_ends_the_wait() -> No
     stop.set()
     thread.join(2)
     assert not thread.is_alive(), "a stop ends the wait"
+
+
+class Pauses(threading.Event):
+    """A stop whose waits return at once and are recorded; set after ``count`` waits."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+        self.pauses: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.pauses.append(float(timeout or 0))
+        if len(self.pauses) >= self.count:
+            self.set()
+        return self.is_set()
+
+
+def test_a_request_cut_after_it_delivered_is_retried_after_the_first_pause() -> None:
+    """Refusals double the pause; a stream cut after some of its objects came was
+    being served, so its retry starts from the first pause again."""
+    mirror = _mirror([])
+    cut = [{"type": "ADDED", "object": _node("a", "5")}]  # no end bookmark: cut
+    answers: list[Any] = [
+        client.ApiException(status=500),
+        client.ApiException(status=503),
+        Events(cut),
+        client.ApiException(status=500),
+        Events(cut),
+        Events(cut),
+    ]
+
+    def request() -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    mirror._stream_request = request  # type: ignore[method-assign]
+    stop = Pauses(6)
+    mirror.run(stop)
+    assert stop.pauses == [0.5, 1.0, 0.5, 1.0, 0.5, 0.5]
+    assert mirror.stats.errors == 6 and not mirror.synced.is_set() and not answers
+    assert mirror.delivered() == 3  # the three cut streams' one object each
