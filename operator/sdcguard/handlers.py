@@ -37,6 +37,7 @@ from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.leader import LeaderElector
 from sdcguard.adapters.pass_state import FleetView, UrgentWork
+from sdcguard.adapters.policy_status import StatusSender
 from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import GROUP, VERSION, SDCBaseline, SDCPolicy
 from sdcguard.api.policy import NodeSelector
@@ -181,7 +182,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         dry_run=config.dry_run,
         leading=elector.leading if elector is not None else None,
     )
-    reconciler = Reconciler(writer=writer, settings=config, metrics=metrics)
+    # The policies' statuses are written in a thread of their own: no probe's end
+    # waits behind one (policy_status.StatusSender).
+    reconciler = Reconciler(
+        writer=writer, settings=config, metrics=metrics, status_sender=StatusSender(writer)
+    )
     heap: Heap | None = memo.get("heap")  # one a process, like the metrics (__main__'s
     if heap is None:  # with leader election, which settles it while standing by)
         heap = memo.heap = Heap(metrics)

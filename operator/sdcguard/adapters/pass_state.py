@@ -301,6 +301,9 @@ class ReconcilerState:
     """SDCTest name -> (resourceVersion before our status write, the test as written):
     until the watch brings the write back, a pass goes on from what we wrote."""
     last_counts: Counter[str] = field(default_factory=Counter)
+    status_sender: Any = None
+    """A ``policy_status.StatusSender``: policies' statuses are written in its thread
+    (the operator's); None writes them in the pass (tests that read them at once)."""
     workloads: WorkloadBook | None = None
     """Every node's workload record: a quarantine's ticket carries its blast radius."""
     test_nodes: dict[str, str] = field(default_factory=dict)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections import Counter
 from collections.abc import Mapping
+from typing import Any
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -37,6 +39,61 @@ from sdcguard.domain.lifecycle import (
 )
 
 log = structlog.get_logger("sdcguard.reconcile")
+
+
+class StatusSender:
+    """Writes policies' statuses in a thread of its own, so that no decision waits for
+    one: a status is a report of the fleet, and it is the largest object the operator
+    writes (its breaker keeps up to 500 samples; about 70 KB). Written in the pass's
+    thread, every probe end that came during it waited: in a 5,000-node qualification
+    one pass in 90 carried it, and its write took up to 0.42 s, the quarantine tail.
+
+    Each policy's newest status replaces one not yet sent (the last one computed is the
+    last one written). A write that fails is logged; the pass that finds the stored
+    status still differing, at most STATUS_EVERY later, sends it again. Writes go through
+    the pass's writer, so a replica that lost its Lease is refused as for any write."""
+
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._busy = False
+        self._cond = threading.Condition()
+        self.sent = 0
+        self.failed = 0
+        self._thread = threading.Thread(target=self._run, name="policy-status", daemon=True)
+        self._thread.start()
+
+    def send(self, policy: str, status: dict[str, Any]) -> None:
+        with self._cond:
+            self._pending[policy] = status
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every status handed over has been written (or failed)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending))
+                policy = next(iter(self._pending))
+                status = self._pending.pop(policy)
+                self._busy = True
+            try:
+                self._writer.patch_custom_status("sdcpolicies", policy, status)
+                self.sent += 1
+            except ApiException as exc:
+                if exc.status != 404:  # a policy deleted meanwhile needs no status
+                    self.failed += 1
+                    log.warning("policy status not written", policy=policy, status=exc.status)
+            except Exception as exc:  # the next due pass sends it again
+                self.failed += 1
+                log.warning("policy status not written", policy=policy, error=repr(exc)[:300])
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
 
 def selector_text(policy: SDCPolicy) -> str:
@@ -195,6 +252,9 @@ class PolicyReporter(ReconcilerState):
         )
         new = SDCPolicyStatus.model_validate(to_body(new))
         if to_body(new) == to_body(old):
+            return
+        if self.status_sender is not None:
+            self.status_sender.send(policy.metadata.name, to_body(new))
             return
         try:
             self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, to_body(new))
