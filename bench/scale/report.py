@@ -119,7 +119,11 @@ def markdown(doc: dict[str, Any]) -> str:
         "Operator peak RSS per node / per workload Pod",
         lambda r: (
             f"{r['operator']['peak_rss_bytes_per_node'] / 1024:.1f} KB / "
-            f"{r['operator']['peak_rss_bytes_per_pod'] / 1024:.1f} KB"
+            + (
+                f"{r['operator']['peak_rss_bytes_per_pod'] / 1024:.1f} KB"
+                if r["operator"].get("peak_rss_bytes_per_pod")
+                else "-"
+            )
         ),
     )
     row(

@@ -710,7 +710,10 @@ def run_size(n: int, qualify_timeout: float, workdir: Path) -> dict[str, Any]:
         }
         peak_bytes = sampler.peak_rss * 2**20
         result["operator"]["peak_rss_bytes_per_node"] = round(peak_bytes / n)
-        result["operator"]["peak_rss_bytes_per_pod"] = round(peak_bytes / max(1, total_pods))
+        # None without workload Pods (--pods-per-node 0): no such figure.
+        result["operator"]["peak_rss_bytes_per_pod"] = (
+            round(peak_bytes / total_pods) if total_pods else None
+        )
         result["control_plane_peak_rss_mb"] = {
             k: round(v, 1) for k, v in sampler.peak_others.items()
         }
@@ -1312,7 +1315,21 @@ def main(argv: list[str] | None = None) -> int:
                 "benchmark": "scale",
                 "command": "python -m bench.scale.run --sizes "
                 + ",".join(map(str, fits))
-                + ("" if RESTART_PHASES else " --no-restart"),
+                + ("" if RESTART_PHASES else " --no-restart")
+                + "".join(
+                    f" --{flag} {value:g}"
+                    for flag, value, default in (
+                        ("pods-per-node", PODS_PER_NODE, parser.get_default("pods_per_node")),
+                        ("gpu-pod-share", GPU_POD_SHARE, parser.get_default("gpu_pod_share")),
+                        (
+                            "churn-per-minute",
+                            CHURN_PER_MINUTE,
+                            parser.get_default("churn_per_minute"),
+                        ),
+                        ("restarts", RESTARTS, parser.get_default("restarts")),
+                    )
+                    if value != default and (flag != "restarts" or RESTART_PHASES)
+                ),
                 "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "machine": {
                     "cpus": os.cpu_count(),
