@@ -165,4 +165,21 @@ class Env:
             30,
             "the test's pods to be gone",
         )
+        # A claim keeps its devices allocated until the claim controller has removed its
+        # finalizer (after its Pod is gone): the next test's claims start from free
+        # devices, not from a scheduling retry that waits on that release.
+        wait_for(
+            lambda: all(self.get_claim(c) is None for c in self.claims),
+            30,
+            "the test's claims to be gone",
+        )
         self.rules, self.pods, self.claims = [], [], []
+
+    def get_claim(self, name: str) -> dict[str, Any] | None:
+        path = f"/apis/resource.k8s.io/v1/namespaces/{self.namespace}/resourceclaims/{name}"
+        try:
+            return self.kube.request("GET", path)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
