@@ -74,11 +74,11 @@ T = TypeVar("T")
 WATCH_TIMEOUT_SECONDS = 300
 RETRIED_STATUSES = (429, 500, 502, 503, 504)
 PAGE_SIZE = 1000
+"""Objects per list page (module docstring)."""
 FIRST_PAUSE = 0.5
 """Seconds before retrying a failed request; doubled by each failure that delivered
 nothing, up to MAX_PAUSE, and back to this after a request delivered anything."""
 MAX_PAUSE = 30.0
-"""Objects per list page (module docstring)."""
 
 
 def parse(raw: bytes | str) -> Any:
