@@ -484,7 +484,7 @@ FITTED = (
 )
 
 
-def _newest_by_size(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def newest_by_size(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The newest run of each fleet size, by size."""
     newest: dict[int, dict[str, Any]] = {}
     for run in runs:
@@ -514,7 +514,7 @@ def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float, float] 
 
 def _fit_lines(runs: list[dict[str, Any]]) -> list[str]:
     """Each figure against fleet size, one run a size (the newest), fitted as a line."""
-    newest = _newest_by_size(runs)
+    newest = newest_by_size(runs)
     out = []
     for what, value, unit in FITTED:
         points = [(float(n), float(v)) for n, r in newest.items() if (v := value(r)) is not None]
@@ -544,7 +544,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     # One line through the newest run of each size; the other runs as faint dots.
-    runs = list(_newest_by_size(doc["runs"]).values())
+    runs = list(newest_by_size(doc["runs"]).values())
     others = [r for r in doc["runs"] if all(r is not n for n in runs)]
     xs = [r["nodes"] for r in runs]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))

@@ -1172,19 +1172,13 @@ def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def quarantine_samples(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The fewest quarantine latency samples of either phase, in the newest run of each
     size of at least 1,000 nodes (a 100-node fleet has 20 SDC nodes at most)."""
-    newest: dict[int, dict[str, Any]] = {}
-    for r in runs:
-        if r["nodes"] >= 1000 and (
-            r["nodes"] not in newest
-            or (r.get("run_at") or "") >= (newest[r["nodes"]].get("run_at") or "")
-        ):
-            newest[r["nodes"]] = r
     fewest = {
         n: min(
             (r.get(key) or {}).get("n") or 0
             for key in ("quarantine_latency_s", "fresh_join_quarantine_latency_s")
         )
-        for n, r in sorted(newest.items())
+        for n, r in report.newest_by_size(runs).items()
+        if n >= 1000
     }
     return {
         "value": fewest,

@@ -251,14 +251,14 @@ class PolicyReporter(ReconcilerState):
                 ),
             }
         )
-        new = SDCPolicyStatus.model_validate(to_body(new))
-        if to_body(new) == to_body(old):
+        body = to_body(SDCPolicyStatus.model_validate(to_body(new)))
+        if body == to_body(old):
             return
         if self.status_sender is not None:
-            self.status_sender.send(policy.metadata.name, to_body(new))
+            self.status_sender.send(policy.metadata.name, body)
             return
         try:
-            self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, to_body(new))
+            self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, body)
         except ApiException as exc:
             if exc.status != 404:
                 raise
