@@ -154,3 +154,66 @@ def test_a_standby_settles_its_heap_only_while_standing_by(
     before = memo.heap.settles
     time.sleep(0.1)
     assert memo.heap.settles == before
+
+
+class _Leases:
+    """The Lease calls a release makes: each replace answers from ``answers`` (an
+    exception to raise, or None to apply it)."""
+
+    def __init__(self, holder: str, answers: list[Exception | None]) -> None:
+        self.holder: str | None = holder
+        self.answers = answers
+        self.replaced: list[str | None] = []
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+        return client.V1Lease(spec=client.V1LeaseSpec(holder_identity=self.holder))
+
+    def replace_namespaced_lease(self, name: str, namespace: str, lease: client.V1Lease) -> None:
+        answer = self.answers.pop(0)
+        if answer is not None:
+            raise answer
+        self.holder = lease.spec.holder_identity
+        self.replaced.append(self.holder)
+
+
+def _elected(leases: _Leases) -> LeaderElector:
+    elector = LeaderElector(
+        client.ApiClient(),
+        namespace="ns",
+        name="lease",
+        identity="me",
+        lease_duration=8,
+        renew_deadline=5,
+        retry_period=1,
+        on_lost=lambda: None,
+    )
+    elector._lock.api_instance = leases  # type: ignore[assignment]
+    elector.elected.set()
+    return elector
+
+
+def test_a_release_that_meets_a_renewal_reads_the_lease_again() -> None:
+    """A renewal sent before the release landed between its read and its replace (409):
+    the release reads the Lease again and hands it over."""
+    leases = _Leases("me", [client.ApiException(status=409), None])
+    _elected(leases).release()
+    assert leases.replaced == [None] and leases.holder is None and not leases.answers
+
+    # A replace applied before its connection dropped comes back 409 on its retry; the
+    # next read finds the Lease already handed over and writes nothing more.
+    class Applied(_Leases):
+        def replace_namespaced_lease(
+            self, name: str, namespace: str, lease: client.V1Lease
+        ) -> None:
+            self.holder = None
+            raise client.ApiException(status=409)
+
+    applied = Applied("me", [])
+    _elected(applied).release()
+    assert applied.holder is None
+
+    # Conflicts that do not end are given up after RELEASE_TRIES: the standby waits the
+    # Lease out.
+    stuck = _Leases("me", [client.ApiException(status=409)] * 3)
+    _elected(stuck).release()
+    assert stuck.holder == "me" and not stuck.answers

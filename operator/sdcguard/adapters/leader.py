@@ -48,12 +48,16 @@ from typing import Any
 
 import structlog
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from sdcguard.adapters.mirror import retrying_client
 
 log = structlog.get_logger(__name__)
+
+RELEASE_TRIES = 3
+"""Reads and replaces a release makes when the Lease moved under it (409)."""
 
 
 def lease_client(api: client.ApiClient, *, retries: int = 3) -> client.ApiClient:
@@ -215,15 +219,26 @@ class LeaderElector:
         self._released.set()
         lock = self._lock
         lock.released = True
-        try:
-            lease = lock.api_instance.read_namespaced_lease(lock.name, lock.namespace)
-            if lease.spec is not None and lease.spec.holder_identity == self.identity:
+        # A renewal already sent when ``released`` was set can land between the read and
+        # the replace (a 409), as can a replace whose first try was applied before its
+        # connection dropped: read again and look, a few times.
+        for attempt in range(RELEASE_TRIES):
+            try:
+                lease = lock.api_instance.read_namespaced_lease(lock.name, lock.namespace)
+                if lease.spec is None or lease.spec.holder_identity != self.identity:
+                    return
                 lease.spec.holder_identity = None
                 lease.spec.renew_time = dt.datetime.now(dt.UTC)
                 lock.api_instance.replace_namespaced_lease(lock.name, lock.namespace, lease)
                 log.info("lease released", identity=self.identity)
-        except Exception as exc:  # the standby waits the lease out instead
-            log.warning("lease release failed", error=repr(exc)[:200])
+                return
+            except ApiException as exc:
+                if exc.status == 409 and attempt < RELEASE_TRIES - 1:
+                    continue
+                log.warning("lease release failed", error=repr(exc)[:200])
+            except Exception as exc:
+                log.warning("lease release failed", error=repr(exc)[:200])
+            return  # the standby waits the lease out instead
 
     # The library's callbacks and the fence's watchdog --------------------------------
 
