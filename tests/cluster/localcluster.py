@@ -140,8 +140,36 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise ClusterError(f"openssl {args[0]} failed: {proc.stderr.strip()[-300:]}")
 
 
+def _issue(pki: Path, name: str, subject: str, extensions: str) -> None:
+    """A key and a certificate signed by the local CA: ``name.key``, ``name.crt``."""
+    _openssl("genrsa", "-out", f"{name}.key", "2048", cwd=pki)
+    (pki / f"{name}.cnf").write_text(f"[req]\ndistinguished_name=dn\n[dn]\n[ext]\n{extensions}")
+    _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=pki)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        f"{name}.cnf",
+        "-extensions",
+        "ext",
+        "-out",
+        f"{name}.crt",
+        cwd=pki,
+    )
+
+
 def make_pki(pki: Path) -> None:
-    """A throwaway CA, a serving certificate for 127.0.0.1 and the SA key pair."""
+    """A throwaway CA, a serving certificate for 127.0.0.1, the API server's client
+    certificate for kubelets (logs, exec) and the SA key pair."""
     if shutil.which("openssl") is None:
         raise ClusterError("openssl is not installed; install it (apt-get install openssl)")
     pki.mkdir(parents=True, exist_ok=True)
@@ -160,43 +188,22 @@ def make_pki(pki: Path) -> None:
         "ca.crt",
         cwd=pki,
     )
-    _openssl("genrsa", "-out", "server.key", "2048", cwd=pki)
-    (pki / "san.cnf").write_text(
-        "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
+    _issue(
+        pki,
+        "server",
+        "/CN=kube-apiserver",
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\n"
-        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
     )
-    _openssl(
-        "req",
-        "-new",
-        "-key",
-        "server.key",
-        "-subj",
-        "/CN=kube-apiserver",
-        "-out",
-        "server.csr",
-        cwd=pki,
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "30",
-        "-extfile",
-        "san.cnf",
-        "-extensions",
-        "ext",
-        "-out",
-        "server.crt",
-        cwd=pki,
+    # The kubelet authenticates the API server by this certificate (its clientCAFile
+    # is the local CA) when the API server proxies logs and exec to it; without one
+    # the kubelet answers 401 and `kubectl logs` on the real node fails.
+    _issue(
+        pki,
+        "kubelet-client",
+        "/O=system:masters/CN=kube-apiserver-kubelet-client",
+        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
     )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
@@ -355,6 +362,8 @@ class LocalCluster:
                 f"--tls-cert-file={pki / 'server.crt'}",
                 f"--tls-private-key-file={pki / 'server.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
                 f"--token-auth-file={self.state_dir / 'tokens.csv'}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
