@@ -196,6 +196,7 @@ def result(
         "injection": extra.pop("injection", {"enabled": False, "count": 0, "by_site": {}}),
         "duration_s": 12.5,
         "truncated": extra.pop("truncated", False),
+        **({"plan": extra.pop("plan")} if "plan" in extra else {}),
     }
 
 

@@ -147,6 +147,24 @@ def test_pass_without_digests_is_inconclusive() -> None:
     assert judge(doc).reason == "NoDigest"
 
 
+def test_a_probe_that_made_no_plan_says_why() -> None:
+    # What a probe writes when its budget does not fit the smallest plan: every
+    # device's every check has no result, and the plan carries the reason.
+    why = (
+        "budget 5s is too small: one round of every check (compute 322ms, collective "
+        "457ms, golden 259ms) and the minimum a baseline covers need 5.7s of work alone"
+    )
+    no_result = "device 0: no result; device 1: no result"
+    plan = {"budget_s": 5.0, "startup_s": 7.9, "planned_s": 7.9, "error": why}
+    checks = {c: check("inconclusive", reason=no_result, digest_value=None) for c in CHECKS}
+    j = judge(result("inconclusive", checks, reason=why, plan=plan))
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "NoPlan")
+    assert j.message == f"the probe ran no check: {why}"
+    # A plan that was made leaves the checks' own reasons in charge.
+    plan.pop("error")
+    assert judge(result("inconclusive", checks, plan=plan)).reason == "NoDigest"
+
+
 def test_missing_expected_check_is_inconclusive() -> None:
     doc = result("pass", {"compute": check(), "golden": check()}, truncated=True)
     j = judge(doc)

@@ -387,6 +387,12 @@ def judge_result(
             f"exit status {end.exit_code} contradicts the result's verdict {result.verdict!r}",
         )
     inconclusive = [c for c in checks if c.verdict == CheckVerdict.INCONCLUSIVE]
+    plan_error = result.plan.error if result.plan is not None else None
+    if plan_error and len(inconclusive) == len(checks):
+        # The probe refused to run: its budget did not fit the smallest plan at the
+        # round costs it measured (a loaded or slow node, or a budget set too low).
+        # Each check then says only "no result"; the plan says why.
+        return judged(Verdict.INCONCLUSIVE, "NoPlan", f"the probe ran no check: {plan_error}")
     if inconclusive:
         head = _headline(inconclusive)
         code = head.reason.split(":", 1)[0]
