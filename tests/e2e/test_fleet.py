@@ -53,7 +53,7 @@ def scaled_fleet(path: Path) -> Path:
     return path
 
 
-@pytest.mark.timeout(720)
+@pytest.mark.timeout(900)
 def test_only_faulty_nodes_are_quarantined_within_budgets(
     cluster: LocalCluster, names: RunNames, tmp_path: Path
 ) -> None:
@@ -78,7 +78,8 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
         namespace=names.namespace,
         settings=settings,
         repair_delay_seconds=10,
-        timeout_seconds=540,
+        # The run took 519 s on a machine about 1.9x slower than the one it was sized on.
+        timeout_seconds=720,
         allow_rescreening=True,
         # Then the customers' work ends: every used node returns at once, and the
         # re-screenings must be paced by maxConcurrentTests and maxUnavailable.
