@@ -78,7 +78,7 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
         namespace=names.namespace,
         settings=settings,
         repair_delay_seconds=10,
-        # The run took 519 s on a machine about 1.9x slower than the one it was sized on.
+        # The run took 519 s on a slower machine (its test groups 1.5-2.1x as long).
         timeout_seconds=720,
         allow_rescreening=True,
         # Then the customers' work ends: every used node returns at once, and the
