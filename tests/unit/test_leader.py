@@ -61,8 +61,9 @@ def test_a_replica_that_does_not_lead_sends_no_write() -> None:
     assert not writer.writes
 
 
-def test_an_elector_that_never_won_does_not_lead() -> None:
-    elector = LeaderElector(
+def _elector() -> LeaderElector:
+    """An elector of the Lease ``ns/lease`` as ``me``, with valid timings."""
+    return LeaderElector(
         client.ApiClient(),
         namespace="ns",
         name="lease",
@@ -72,6 +73,10 @@ def test_an_elector_that_never_won_does_not_lead() -> None:
         retry_period=1,
         on_lost=lambda: None,
     )
+
+
+def test_an_elector_that_never_won_does_not_lead() -> None:
+    elector = _elector()
     assert not elector.leading()
     elector.release()  # not elected: nothing to hand over, and no request
 
@@ -177,16 +182,7 @@ class _Leases:
 
 
 def _elected(leases: _Leases) -> LeaderElector:
-    elector = LeaderElector(
-        client.ApiClient(),
-        namespace="ns",
-        name="lease",
-        identity="me",
-        lease_duration=8,
-        renew_deadline=5,
-        retry_period=1,
-        on_lost=lambda: None,
-    )
+    elector = _elector()
     elector._lock.api_instance = leases  # type: ignore[assignment]
     elector.elected.set()
     return elector
