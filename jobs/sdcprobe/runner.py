@@ -350,14 +350,21 @@ class _Planner:
         available = self._end() - time.perf_counter()
         try:
             need_alone = sum(costs[c] * fixed.get(c, minimum[c]) for c in checks)
-            if need_alone > budget:
+            # The budget is what the plan aims for; the workers' hard limit (the Job's
+            # deadline less the time to report, or --timeout) is what it must end by.
+            # A node slow to start, or whose rounds cost more than the budget holds
+            # under its load, still runs the smallest complete plan, never less, and
+            # the result says it overran and why. Only a plan that cannot end before
+            # the hard limit is refused: the workers would be killed in it.
+            limit = self.opts.deadline_s() - (TAIL_S + TAIL_SHARE * self.opts.deadline_s())
+            if elapsed + need_alone > limit:
                 raise PlanError(
                     f"budget {budget:g}s is too small: one round of every check "
                     f"({', '.join(f'{c} {1000 * costs[c]:.0f}ms' for c in checks)}) and the "
-                    f"minimum a baseline covers need {need_alone:.1f}s of work alone"
+                    f"minimum a baseline covers need {need_alone:.1f}s of work alone, and "
+                    f"after a start-up of {elapsed:.1f}s that cannot end before the "
+                    f"workers' hard limit of {self.opts.deadline_s():g}s"
                 )
-            # A node slow to start still runs the smallest complete plan, never less;
-            # the plan then overruns its budget and says so.
             rounds = plan_rounds(costs, max(available, need_alone), minimum, fixed)
         except PlanError as exc:
             self.abort(f"plan: {exc}")
@@ -524,16 +531,18 @@ def run_probe(opts: RunOptions) -> ProbeRun:
 def _say_overrun(result: ProbeResult) -> ProbeResult:
     """A run that ended past its budget says why, in its plan and in its reason: how
     much of the budget the start-up took (and its largest part), and that the rounds
-    every plan runs (those a baseline covers) still ran."""
+    every plan runs (those a baseline covers) still ran, with the work they were
+    planned at (a loaded node's rounds can cost more than the budget holds)."""
     plan = result.plan
     if plan is None or plan.error or result.duration_s <= plan.budget_s:
         return result
     largest = max(plan.startup_parts.items(), key=lambda kv: kv[1], default=None)
     part = f"; largest part {largest[0]} {largest[1]:.1f}s" if largest else ""
+    work = max(plan.planned_s - plan.startup_s, 0.0)
     why = (
         f"over budget: {result.duration_s:.1f}s against {plan.budget_s:g}s; the start-up "
         f"took {plan.startup_s:.1f}s{part}, and the rounds every plan runs (those a "
-        "baseline covers) ran in full"
+        f"baseline covers; {work:.1f}s of work at the round costs measured) ran in full"
     )
     return result.model_copy(
         update={

@@ -60,10 +60,9 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
     fleet_path = scaled_fleet(tmp_path / "e2e-14.yaml")
     fleet = load_fleet(fleet_path)
     settings = PolicySettings(
-        # The probe refuses a budget its smallest plan does not fit at the round costs
-        # it measured (Inconclusive, NoPlan): at 5 s that ended 33 of 43 runs when the
-        # three test groups loaded a slower machine (probes took 17-36 s, 10 s idle).
-        # 10 s, the demo's budget, costs no time: the start-up already fills it.
+        # At 5 s the smallest plan did not fit at the round costs measured in 33 of 43
+        # runs when the three test groups loaded a slower machine (probes took 17-36 s,
+        # 10 s idle). 10 s, the demo's budget, costs no time: the start-up fills it.
         budget_seconds=10,
         max_concurrent_tests=2,
         max_unavailable="50%",

@@ -258,8 +258,30 @@ def test_bad_seeds_budgets_and_deadlines_are_inconclusive_with_a_reason(tmp_path
     assert tiny.rc == 2 and "too small" in tiny.doc["reason"]
     late = run_cli([*RUN, "--budget", "60", "--deadline", "30"], tmp_path)
     assert late.rc == 2 and "deadline" in late.doc["reason"]
-    # The smallest complete plan (here 400 pinned golden steps) does not fit: no partial plan.
-    short = run_cli(["run", "--device", "cpu", "--budget", "4", "--steps", "400"], tmp_path)
+    # The smallest complete plan (here 400 pinned golden steps) cannot end before the
+    # workers' hard limit: no partial plan, no check.
+    short = run_cli(
+        ["run", "--device", "cpu", "--budget", "4", "--steps", "400", "--timeout", "10"], tmp_path
+    )
     assert short.rc == 2, short.stderr[-3000:]
-    assert "too small" in short.doc["reason"] and short.doc["plan"]["error"]
+    assert "too small" in short.doc["reason"] and "hard limit of 10s" in short.doc["reason"]
+    assert short.doc["plan"]["error"]
     assert all(c["verdict"] == "inconclusive" for c in short.doc["checks"].values())
+
+
+def test_a_budget_that_does_not_hold_the_smallest_plan_runs_it_over_budget(
+    tmp_path: Path,
+) -> None:
+    """100 pinned golden steps are more work than a 4 s budget holds (a loaded node's
+    rounds are dear in the same way): the run still does them, passes, and says it
+    overran and why."""
+    over = run_cli(
+        ["run", "--device", "cpu", "--budget", "4", "--steps", "100", "--checks", "golden"],
+        tmp_path,
+    )
+    assert over.rc == 0, over.stderr[-3000:]
+    plan = over.doc["plan"]
+    assert plan["error"] is None and plan["run"]["golden"] == 100
+    assert over.doc["duration_s"] > 4 and plan["planned_s"] > 4
+    assert "over budget" in plan["overrun"] and "of work at the round costs" in plan["overrun"]
+    assert plan["overrun"] in over.doc["reason"]

@@ -178,6 +178,41 @@ def _planner(tmp_path: Path, budget: float) -> _Planner:
     return planner
 
 
+def _loaded_planner(tmp_path: Path, **limits: float) -> _Planner:
+    """A planner for an 8 s budget on a node whose rounds cost five times the measured
+    ones (two busy cores shared with other work): the smallest plan needs more than 8 s."""
+    import time
+
+    opts = RunOptions(device="cpu", budget=8.0, started=time.perf_counter(), **limits)
+    planner = _Planner(opts, plan_config(8.0, "cpu"), str(tmp_path), 2)
+    slow = {c: 5 * s for c, s in MEASURED.items()}
+    planner.decide([Calibration(rank=r, world=2, round_s=dict(slow)) for r in range(2)])
+    return planner
+
+
+def test_a_loaded_node_runs_its_smallest_plan_over_budget(tmp_path: Path) -> None:
+    planner = _loaded_planner(tmp_path)
+    assert planner.plan is not None and planner.plan.error is None
+    assert planner.answer is not None and planner.answer.abort is None
+    assert planner.rounds == BASELINE_ROUNDS
+    assert planner.plan.planned_s > 8.0  # the plan says it overruns
+
+
+@pytest.mark.parametrize("limits", [{"timeout": 9.0}, {"deadline": 18.0}])
+def test_a_smallest_plan_past_the_hard_limit_is_refused(
+    tmp_path: Path, limits: dict[str, float]
+) -> None:
+    """--timeout 9, or a Job deadline of 18 s (workers stop 10 s before it): the
+    smallest plan's 9.5 s of work cannot end in time, so no check starts."""
+    planner = _loaded_planner(tmp_path, **limits)
+    assert planner.plan is not None and planner.plan.error is not None
+    assert planner.answer is not None and planner.answer.abort is not None
+    error = planner.plan.error
+    assert "budget 8s is too small" in error and "of work alone" in error, error
+    assert "cannot end before the workers' hard limit of" in error, error
+    assert planner.plan.rounds == {}
+
+
 def _progress(check: str, wall_s: float, rounds: int) -> list[Progress]:
     return [Progress(rank=r, check=check, wall_s=wall_s, rounds=rounds) for r in range(2)]
 
@@ -266,6 +301,7 @@ def test_a_run_over_its_budget_says_why() -> None:
     for text in (said.reason, said.plan.overrun):
         assert "over budget: 20.7s against 15s" in text and "start-up took 14.3s" in text
         assert "largest part import 9.5s" in text
+        assert "4.9s of work at the round costs measured" in text
     assert said.reason.startswith(over.reason)
     within = judge(["compute"], reports, config, None, False, 14.9, plan=plan)
     assert _say_overrun(within) == within  # within its budget: nothing to say

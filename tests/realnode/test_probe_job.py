@@ -30,8 +30,7 @@ pytestmark = pytest.mark.cluster
 
 CHECKS = ("compute", "collective", "golden")
 #: The demo's real-node budget. At 10 s the probe exited non-zero once while the three
-#: test groups loaded a slow machine (the output was not kept then); a budget its
-#: smallest plan does not fit at the measured round costs ends Inconclusive (NoPlan).
+#: test groups loaded a slow machine (the output was not kept then).
 BUDGET = 20
 ROOT = Path(__file__).resolve().parents[2]
 

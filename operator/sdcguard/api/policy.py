@@ -329,7 +329,9 @@ class ProbeSpec(ApiModel):
     cpu_devices: int = Field(default=0, ge=0, le=64)
     """Simulated devices for the probe's cpu backend (nodes without accelerators, tests)."""
     budget_seconds: int = Field(default=900, ge=5, le=86400)
-    """Time the probe plans its checks for; it reports inconclusive rather than overrun."""
+    """Time the probe plans its checks for. A node too slow to start, or too loaded, for
+    the rounds every plan runs still runs them over budget (its result says why); only a
+    plan that cannot end before activeDeadlineSeconds is refused (Inconclusive, NoPlan)."""
     active_deadline_seconds: int = Field(default=1800, ge=60, le=172800)
     """Hard limit on the Job; when reached, the test's verdict is Timeout."""
     ttl_seconds_after_finished: int = Field(default=3600, ge=0, le=604800)
