@@ -93,13 +93,17 @@ class Executor(TestRunner):
         2. the node patch (labels, annotations, taints, cordon, ownership), one write;
         3. evictions (a drain), so evicted pods find the node tainted and cordoned; an
            eviction error is logged and retried by a later pass, it never undoes 1-2;
-        4. statuses: a new ticket's Open status;
+        4. statuses: a new ticket's workloads are told (a Warning Event to each owner),
+           then its Open status is written: a ticket with a status has told them;
         5. the hardware's history (the node patch names it: :meth:`restore_history`);
-        6. Events, which only tell what the objects already record;
+        6. Events about the node, which only tell what the objects already record;
         7. deleting the Node (replacement, retirement by deletion).
 
         A crash in between repeats the same decision, and deterministic names make the
-        repeat a no-op (an Event may be lost)."""
+        repeat a no-op (an Event about the node may be lost). A ticket the repeat finds
+        without a status was created by the interrupted attempt, which told no owner:
+        the repeat tells them and writes its status (so does the status restored late,
+        :meth:`_restore_ticket_status`); an owner may be told twice, never not at all."""
         node_name = decision.node
         body = view.nodes[node_name]
         node = NodeFacts.from_snapshot(
@@ -117,8 +121,18 @@ class Executor(TestRunner):
             counts["node-patches"] += 1
         if plan.stage(Stage.EVICTIONS):
             self._drain(node_name, patch, node, counts)
+        told = False
         for step in plan.stage(Stage.STATUSES):
             if isinstance(step, OpenTicketStatus) and step.name in opened:
+                radius = opened[step.name]
+                if radius is not None and not told:
+                    # One incident, one message to each owner (scope Device opens a
+                    # ticket per device, all with the node's blast radius): it names
+                    # the first.
+                    self._tell_owners(
+                        policy.metadata.name, node_name, step.name, radius, now, counts
+                    )
+                    told = True
                 self._open_ticket_status(
                     step.name, step.message, now, cycle=step.cycle, retired=step.retired
                 )
@@ -146,12 +160,6 @@ class Executor(TestRunner):
                     now=now,
                     warning=step.warning,
                 )
-        for ticket, radius in opened.items():
-            if radius is not None:
-                # One incident, one message to each owner (scope Device opens a ticket
-                # per device, all with the node's blast radius): it names the first.
-                self._tell_owners(policy, node_name, ticket, radius, now, counts)
-                break
         if decision.changed:
             counts[f"to-{decision.state.value.lower()}"] += 1
             if decision.state == NodeState.QUARANTINED:
@@ -178,7 +186,8 @@ class Executor(TestRunner):
         opened: dict[str, BlastRadius | None],
     ) -> None:
         """One step of the objects stage; ``opened`` gathers the tickets created, with
-        their blast radius."""
+        their blast radius, and those an interrupted attempt of this decision created
+        without a status (their owners were never told)."""
         node_name = body.name
         match step:
             case CreateTest():
@@ -189,6 +198,13 @@ class Executor(TestRunner):
                 created, radius = self._create_ticket(policy, body, step, view, now, counts)
                 if created:
                     opened[step.name] = radius
+                else:
+                    seen = next(
+                        (t for t in view.tickets.get(node_name, []) if t.name == step.name), None
+                    )
+                    if seen is not None and not seen.has_status and seen.ticket is not None:
+                        opened[step.name] = seen.ticket.spec.blast_radius
+                        counts["tickets-resumed"] += 1
             case SetTicketPhase(phase=phase, name=name, message=message):
                 self._ticket_status(view, node_name, name, phase, message, now)
             case CloseTicket(name=name, message=message):
@@ -445,7 +461,7 @@ class Executor(TestRunner):
 
     def _tell_owners(
         self,
-        policy: SDCPolicy,
+        policy: str,
         node: str,
         ticket: str,
         radius: BlastRadius,
@@ -454,9 +470,7 @@ class Executor(TestRunner):
     ) -> None:
         """A Warning Event to each affected workload, in its namespace (needs ``create
         events`` there: a refusal is logged, and the ticket records the workloads anyway)."""
-        self.metrics.blast_radius_workloads.labels(policy=policy.metadata.name).inc(
-            len(radius.workloads)
-        )
+        self.metrics.blast_radius_workloads.labels(policy=policy).inc(len(radius.workloads))
         for workload in radius.workloads:
             self.writer.event(
                 kind=workload.kind,
@@ -658,12 +672,20 @@ class Executor(TestRunner):
         """A ticket whose status never came (the operator died between creating it and
         writing its status, which follows the taint) gets it, dated at its creation, at
         the repair cycle it began (its hardware's earlier cycles plus one); ``retired``:
-        the node was retired by the same decision (a ticket born Retired)."""
+        the node was retired by the same decision (a ticket born Retired). Its owners
+        were never told (they are told before the status is written): they are told
+        now, once per incident (the tickets of one incident share its blast radius)."""
+        told: list[BlastRadius] = []
         for seen in tickets:
             created = seen.created
             if seen.has_status or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"
+            radius = seen.ticket.spec.blast_radius if seen.ticket else None
+            if radius is not None and radius not in told and seen.ticket is not None:
+                policy = seen.ticket.spec.policy_ref or ""
+                self._tell_owners(policy, seen.node_name, seen.name, radius, now, counts)
+                told.append(radius)
             before = seen.ticket.spec.hardware.cycles_before if seen.ticket else 0
             self._open_ticket_status(seen.name, message, created, cycle=before + 1, retired=retired)
             counts["ticket-status-restored"] += 1
