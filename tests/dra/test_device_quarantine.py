@@ -414,17 +414,29 @@ def test_two_failing_gpus_get_a_ticket_each_and_return_one_at_a_time(
         (rule,) = left.values()
         assert rule["spec"]["deviceSelector"]["device"] == "gpu-5"
         assert not taint_keys(dra_api, node) & {"sdcguard.dev/quarantined", TESTING}
-        hardware = {
-            h["spec"]["id"]: h
-            for h in client.CustomObjectsApi(dra_api).list_cluster_custom_object(
-                SDC_GROUP, VERSION, "sdchardwares"
-            )["items"]
-        }
-        five_failures = hardware[uuids[5]]["status"]["failures"]
-        assert [(f["kind"], f["ticket"]) for f in five_failures] == [
+
+        def history() -> dict[str, Any]:
+            return {
+                h["spec"]["id"]: h
+                for h in client.CustomObjectsApi(dra_api).list_cluster_custom_object(
+                    SDC_GROUP, VERSION, "sdchardwares"
+                )["items"]
+            }
+
+        def five_failures() -> list[tuple[str, str]] | None:
+            """GPU 5's failures once there are two (None before)."""
+            status = history()[uuids[5]].get("status") or {}
+            found = [(f["kind"], f["ticket"]) for f in status.get("failures", [])]
+            return found if len(found) >= 2 else None
+
+        # The hardware's history follows the decision's node patch (its last stage but
+        # Events): the ticket's phases above can be seen before it is written.
+        failures = wait_for(five_failures, 30, "GPU 5's second failure in its history")
+        assert failures == [
             ("Quarantined", by_device["gpu-5"]),
             ("VerificationFailed", by_device["gpu-5"]),
         ], "GPU 5's history counts its own two cycles"
+        hardware = history()
         assert [f["ticket"] for f in hardware[uuids[2]]["status"]["failures"]] == [
             by_device["gpu-2"]
         ]

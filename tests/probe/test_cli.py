@@ -258,13 +258,13 @@ def test_bad_seeds_budgets_and_deadlines_are_inconclusive_with_a_reason(tmp_path
     assert tiny.rc == 2 and "too small" in tiny.doc["reason"]
     late = run_cli([*RUN, "--budget", "60", "--deadline", "30"], tmp_path)
     assert late.rc == 2 and "deadline" in late.doc["reason"]
-    # The smallest complete plan (here 400 pinned golden steps) cannot end before the
-    # workers' hard limit: no partial plan, no check.
-    short = run_cli(
-        ["run", "--device", "cpu", "--budget", "4", "--steps", "400", "--timeout", "10"], tmp_path
-    )
+    # The smallest complete plan (here 20,000 pinned golden steps, about 1,000 s of work
+    # on these CPUs) cannot end before the workers' hard limit: no partial plan, no check.
+    # The limit (120 s) leaves a loaded machine's start-up room to reach the plan.
+    steps = ["--steps", "20000", "--timeout", "120"]
+    short = run_cli(["run", "--device", "cpu", "--budget", "4", *steps], tmp_path)
     assert short.rc == 2, short.stderr[-3000:]
-    assert "too small" in short.doc["reason"] and "hard limit of 10s" in short.doc["reason"]
+    assert "too small" in short.doc["reason"] and "hard limit of 120s" in short.doc["reason"]
     assert short.doc["plan"]["error"]
     assert all(c["verdict"] == "inconclusive" for c in short.doc["checks"].values())
 
