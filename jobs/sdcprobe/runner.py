@@ -163,6 +163,12 @@ def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
+def _less_tail(seconds: float) -> float:
+    """Seconds from the start by which the checks must be done to end within
+    ``seconds``: the tail (results and exit) taken off."""
+    return seconds - (TAIL_S + TAIL_SHARE * seconds)
+
+
 class _Planner:
     """Waits for every worker's warm-up, then writes the plan of rounds they all run."""
 
@@ -230,8 +236,7 @@ class _Planner:
 
     def _end(self) -> float:
         """``perf_counter()`` by which every check must be done: the budget less the tail."""
-        budget = self.opts.budget
-        return self.started + budget - (TAIL_S + TAIL_SHARE * budget)
+        return self.started + _less_tail(self.opts.budget)
 
     def _deadlines(
         self, rest: list[str], rounds: dict[str, int], costs: dict[str, float]
@@ -356,14 +361,14 @@ class _Planner:
             # under its load, still runs the smallest complete plan, never less, and
             # the result says it overran and why. Only a plan that cannot end before
             # the hard limit is refused: the workers would be killed in it.
-            limit = self.opts.deadline_s() - (TAIL_S + TAIL_SHARE * self.opts.deadline_s())
-            if elapsed + need_alone > limit:
+            hard = self.opts.deadline_s()
+            if elapsed + need_alone > _less_tail(hard):
                 raise PlanError(
                     f"budget {budget:g}s is too small: one round of every check "
                     f"({', '.join(f'{c} {1000 * costs[c]:.0f}ms' for c in checks)}) and the "
                     f"minimum a baseline covers need {need_alone:.1f}s of work alone, and "
                     f"after a start-up of {elapsed:.1f}s that cannot end before the "
-                    f"workers' hard limit of {self.opts.deadline_s():g}s"
+                    f"workers' hard limit of {hard:g}s"
                 )
             rounds = plan_rounds(costs, max(available, need_alone), minimum, fixed)
         except PlanError as exc:

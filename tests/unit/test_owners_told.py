@@ -98,11 +98,11 @@ def _reconciler() -> tuple[Reconciler, _Writer]:
 
 
 def _owners(writer: _Writer) -> list[tuple[str, str]]:
+    """(namespace, name) of each workload told, in order."""
     return [
-        (ns, name)
+        (what[1], what[2])
         for kind, what in writer.calls
         if kind == "event" and what[0] == "SDCBlastRadius"
-        for _, ns, name in [what]
     ]
 
 

@@ -199,9 +199,7 @@ class Executor(TestRunner):
                 if created:
                     opened[step.name] = radius
                 else:
-                    seen = next(
-                        (t for t in view.tickets.get(node_name, []) if t.name == step.name), None
-                    )
+                    seen = self._seen_ticket(view, node_name, step.name)
                     if seen is not None and not seen.has_status and seen.ticket is not None:
                         opened[step.name] = seen.ticket.spec.blast_radius
                         counts["tickets-resumed"] += 1
@@ -681,20 +679,25 @@ class Executor(TestRunner):
             if seen.has_status or created is None or now - created < TICKET_STATUS_GRACE:
                 continue
             message = "opened (status written after an interruption)"
-            radius = seen.ticket.spec.blast_radius if seen.ticket else None
-            if radius is not None and radius not in told and seen.ticket is not None:
-                policy = seen.ticket.spec.policy_ref or ""
+            spec = seen.ticket.spec if seen.ticket else None
+            radius = spec.blast_radius if spec else None
+            if spec is not None and radius is not None and radius not in told:
+                policy = spec.policy_ref or ""
                 self._tell_owners(policy, seen.node_name, seen.name, radius, now, counts)
                 told.append(radius)
-            before = seen.ticket.spec.hardware.cycles_before if seen.ticket else 0
+            before = spec.hardware.cycles_before if spec else 0
             self._open_ticket_status(seen.name, message, created, cycle=before + 1, retired=retired)
             counts["ticket-status-restored"] += 1
 
-    def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:
+    def _seen_ticket(self, view: FleetView, node: str, name: str) -> TicketSnapshot | None:
         for seen in view.tickets.get(node, []):
             if seen.name == name:
-                return seen.ticket
+                return seen
         return None
+
+    def _ticket(self, view: FleetView, node: str, name: str) -> RepairTicket | None:
+        seen = self._seen_ticket(view, node, name)
+        return seen.ticket if seen is not None else None
 
     def _ticket_status(
         self,
