@@ -611,18 +611,29 @@ def test_node_pool_without_the_gate_is_screened_or_named(
     _gpu_pod(w, f"n-0-{w.case}", label, run_seconds=600)
     pod = _running(w, f"n-0-{w.case}")
     node = pod.spec.node_name
-    passed = [
-        t
-        for t in list_custom(w.api, "sdctests", node)
-        if (t.get("status") or {}).get("phase") == "Passed"
-    ]
-    events = [
-        e
-        for e in core.list_event_for_all_namespaces(
-            field_selector=f"involvedObject.name={node},reason=Admitted"
-        ).items
-        if "joined without the gate taint" in (e.message or "")
-    ]
+
+    def seen() -> tuple[list[dict[str, Any]], list[client.CoreV1Event]] | None:
+        passed = [
+            t
+            for t in list_custom(w.api, "sdctests", node)
+            if (t.get("status") or {}).get("phase") == "Passed"
+        ]
+        events = [
+            e
+            for e in core.list_event_for_all_namespaces(
+                field_selector=f"involvedObject.name={node},reason=Admitted"
+            ).items
+            if "joined without the gate taint" in (e.message or "")
+        ]
+        return (passed, events) if passed or events else None
+
+    # The Admitted Event follows the node's write, which a conflict can send round again
+    # (a 409 with Karpenter's own writes to the new node): wait for one outcome or the other.
+    passed, events = wait_for(
+        seen,
+        30,
+        f"a passed test or an Admitted Event naming the gate on {node}",
+    )
     scheduled = _scheduled_at(pod)
     assert scheduled is not None
     if passed:
