@@ -174,7 +174,12 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
             for f in ticket["spec"]["findings"]
         )
         assert ticket["spec"]["policyRef"] == policy
-        assert {"Quarantined", "SDCSuspected"} <= set(_events(api_client, node))
+        # The node's Events are the quarantine's last writes, after the ticket's status.
+        wait_for(
+            lambda: {"Quarantined", "SDCSuspected"} <= set(_events(api_client, node)),
+            30,
+            "the Quarantined and SDCSuspected Events",
+        )
 
         # The repair side fixes the node and says so on the ticket.
         outcomes[node] = "pass"

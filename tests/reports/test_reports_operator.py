@@ -151,7 +151,12 @@ def test_report_marks_the_node_suspect_and_the_probe_confirms(
             assert status["conditions"][0]["status"] == "False"
             notes = read_node(api_client, healthy).metadata.annotations or {}
             assert "sdcguard.dev/suspect" not in notes
-            # The job's owner is told, in the job's namespace.
+            # The job's owner is told, in the job's namespace (the Event follows the status).
+            wait_for(
+                lambda: "SDCReportRefused" in report_events(api_client, ns, forged),
+                30,
+                "the Refused Event",
+            )
             told = report_events(api_client, ns, forged)
             assert f"refused (NodeMismatch): pod {ns}/train-1 runs on node {sick}" in told.get(
                 "SDCReportRefused", ""
