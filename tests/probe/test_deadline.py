@@ -148,13 +148,15 @@ def test_a_pinned_last_check_runs_what_was_asked(tmp_path: Path) -> None:
 
 
 def test_a_node_that_slows_down_mid_check_still_ends_within_its_budget(tmp_path: Path) -> None:
-    """Memory rounds become three times slower from round 8 on, after the plan was made
+    """Memory rounds become several times slower from round 8 on (0.3 s more each, rounds
+    of 0.09 s on an idle machine and 0.16 s on a loaded one), after the plan was made
     from fast warm-up rounds: the run still ends at or under its budget, and the memory
-    check pays for it with rounds (where start-up left it more than eight; fewer never
-    meet the slow-down and all run)."""
+    check pays for it with rounds where its plan reached three slow rounds or more. A
+    plan that stops before the onset never meets the slow-down and runs all its rounds.
+    One or two slow rounds may fit in what the plan keeps in hand, so either is right."""
     budget = 30.0
     onset = 8
-    slow = write_faults(tmp_path, {"site": "memory", "mode": "delay", "delay_s": 0.05,
+    slow = write_faults(tmp_path, {"site": "memory", "mode": "delay", "delay_s": 0.3,
                                    "onset_step": onset})  # fmt: skip
     run = run_cli(
         ["run", "--device", "cpu", "--budget", str(budget), "--faults", slow,
@@ -171,12 +173,13 @@ def test_a_node_that_slows_down_mid_check_still_ends_within_its_budget(tmp_path:
         plan
     )
     assert doc["duration_s"] >= 0.7 * budget
-    if plan["rounds"]["memory"] > onset:  # start-up left room for slowed rounds
-        # The slowed check gave up rounds: cut at its deadline, or re-planned after it.
-        assert "memory" in plan["cut"] or plan["run"]["memory"] < plan["run"]["compute"], (
-            json.dumps(plan)
-        )
-    else:  # start-up on a busy machine left no room for a round past the onset
+    if plan["rounds"]["memory"] >= onset + 3:  # start-up left room for slowed rounds
+        # Three slow rounds cost 0.9 s more than planned, past the margin and the slack
+        # a plan of this size keeps (a loaded 15-round plan kept about 0.4 s): the check
+        # is cut at its deadline and gives up rounds.
+        assert "memory" in plan["cut"], json.dumps(plan)
+        assert plan["run"]["memory"] < plan["rounds"]["memory"], json.dumps(plan)
+    elif plan["rounds"]["memory"] <= onset:  # no round past the onset was planned
         assert "memory" not in plan["cut"], json.dumps(plan)
         assert plan["run"]["memory"] == plan["rounds"]["memory"], json.dumps(plan)
     for check in plan["cut"]:
