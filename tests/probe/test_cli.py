@@ -8,10 +8,11 @@ lives in bench/probe.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from sdcprobe.result import parse_result
-from tests.probe.conftest import FAST, run_cli, write_faults
+from tests.probe.conftest import FAST, CliRun, run_cli, write_faults
 
 RUN = ["run", "--device", "cpu", *FAST]
 
@@ -258,10 +259,11 @@ def test_bad_seeds_budgets_and_deadlines_are_inconclusive_with_a_reason(tmp_path
     assert tiny.rc == 2 and "too small" in tiny.doc["reason"]
     late = run_cli([*RUN, "--budget", "60", "--deadline", "30"], tmp_path)
     assert late.rc == 2 and "deadline" in late.doc["reason"]
-    # The smallest complete plan (here 20,000 pinned golden steps, about 1,000 s of work
-    # on these CPUs) cannot end before the workers' hard limit: no partial plan, no check.
-    # The limit (120 s) leaves a loaded machine's start-up room to reach the plan.
-    steps = ["--steps", "20000", "--timeout", "120"]
+    # The smallest complete plan (here 100,000 pinned golden steps, 1,900-5,300 s of work
+    # at the 19-53 ms a step that idle CPUs measured) cannot end before the workers' hard
+    # limit: no partial plan, no check. The limit (120 s) leaves a loaded machine's
+    # start-up room to reach the plan.
+    steps = ["--steps", "100000", "--timeout", "120"]
     short = run_cli(["run", "--device", "cpu", "--budget", "4", *steps], tmp_path)
     assert short.rc == 2, short.stderr[-3000:]
     assert "too small" in short.doc["reason"] and "hard limit of 120s" in short.doc["reason"]
@@ -272,16 +274,26 @@ def test_bad_seeds_budgets_and_deadlines_are_inconclusive_with_a_reason(tmp_path
 def test_a_budget_that_does_not_hold_the_smallest_plan_runs_it_over_budget(
     tmp_path: Path,
 ) -> None:
-    """100 pinned golden steps are more work than a 4 s budget holds (a loaded node's
+    """Pinned golden steps that are more work than a 4 s budget holds (a loaded node's
     rounds are dear in the same way): the run still does them, passes, and says it
-    overran and why."""
-    over = run_cli(
-        ["run", "--device", "cpu", "--budget", "4", "--steps", "100", "--checks", "golden"],
-        tmp_path,
-    )
+    overran and why. 100 steps are that much work on a slow or loaded machine; where
+    the plan still fits them in the budget, the steps are raised to about twice the
+    budget's work at the round cost that run measured."""
+    budget = 4
+
+    def run(steps: int) -> CliRun:
+        argv = ["--budget", str(budget), "--steps", str(steps), "--checks", "golden"]
+        return run_cli(["run", "--device", "cpu", *argv], tmp_path)
+
+    steps = 100
+    over = run(steps)
     assert over.rc == 0, over.stderr[-3000:]
+    if over.doc["plan"]["planned_s"] <= budget:
+        steps = max(steps, math.ceil(2000 * budget / over.doc["plan"]["round_ms"]["golden"]))
+        over = run(steps)
+        assert over.rc == 0, over.stderr[-3000:]
     plan = over.doc["plan"]
-    assert plan["error"] is None and plan["run"]["golden"] == 100
-    assert over.doc["duration_s"] > 4 and plan["planned_s"] > 4
+    assert plan["error"] is None and plan["run"]["golden"] == steps
+    assert over.doc["duration_s"] > budget and plan["planned_s"] > budget, json.dumps(plan)
     assert "over budget" in plan["overrun"] and "of work at the round costs" in plan["overrun"]
     assert plan["overrun"] in over.doc["reason"]
