@@ -268,6 +268,9 @@ async def stop_inventory(memo: kopf.Memo, **_: Any) -> None:
     rt = _rt(memo)
     rt.stopping = True
     rt.announcer.stop()
+    sender = rt.reconciler.status_sender
+    if sender is not None:  # the term's pending policy statuses, then its thread ends
+        await asyncio.to_thread(sender.close)
     if memo.get("keep_inventory"):
         rt.inventory.detach()
     else:

@@ -72,6 +72,31 @@ def test_a_refused_write_is_counted_and_the_next_one_goes_out() -> None:
     assert writer.written == [("sdcpolicies", "fleet", {"n": 2})] and sender.sent == 1
 
 
+def test_close_writes_what_is_pending_then_ends_the_thread() -> None:
+    """Kopf stops (a process exit, or a lost Lease): the term's last statuses go out,
+    the thread ends, and a pass that outlived the term hands over nothing more."""
+    writer = _Held()
+    sender = StatusSender(writer)
+    sender.send("fleet", {"n": 1})
+    assert writer.started.wait(5)
+    sender.send("other", {"n": 1})
+    assert not sender.close(0.2), "a write still held keeps the thread"
+    sender.send("fleet", {"n": 2})  # after close: not taken
+    writer.go.set()
+    assert sender.close(5)
+    assert writer.written == [
+        ("sdcpolicies", "fleet", {"n": 1}),
+        ("sdcpolicies", "other", {"n": 1}),
+    ]
+    assert sender.sent == 2 and sender.flush(1)
+
+
+def test_an_idle_sender_closes_at_once() -> None:
+    sender = StatusSender(_Held())
+    assert sender.close(5)
+    assert sender.sent == 0 and sender.failed == 0
+
+
 class _HeldRecorder(_Recorder):
     """The recording writer of the apply-order tests, its policy status held."""
 

@@ -52,12 +52,17 @@ class StatusSender:
     Each policy's newest status replaces one not yet sent (the last one computed is the
     last one written). A write that fails is logged; the pass that finds the stored
     status still differing, at most STATUS_EVERY later, sends it again. Writes go through
-    the pass's writer, so a replica that lost its Lease is refused as for any write."""
+    the pass's writer, so a replica that lost its Lease is refused as for any write.
+
+    One sender serves one start of Kopf (a leadership term): ``close`` writes what is
+    pending and ends its thread when Kopf stops, so a replica that leads many times
+    keeps no idle thread per term."""
 
     def __init__(self, writer: Any) -> None:
         self._writer = writer
         self._pending: dict[str, dict[str, Any]] = {}
         self._busy = False
+        self._closed = False
         self._cond = threading.Condition()
         self.sent = 0
         self.failed = 0
@@ -66,8 +71,20 @@ class StatusSender:
 
     def send(self, policy: str, status: dict[str, Any]) -> None:
         with self._cond:
+            if self._closed:  # a pass that outlived its term: the next term reports
+                log.debug("policy status not sent: the sender is closed", policy=policy)
+                return
             self._pending[policy] = status
             self._cond.notify_all()
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Take no more statuses, write those pending, and end the thread; whether it
+        ended within ``timeout`` (a write held by the API server may outlast it)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every status handed over has been written (or failed)."""
@@ -77,7 +94,9 @@ class StatusSender:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._pending))
+                self._cond.wait_for(lambda: bool(self._pending) or self._closed)
+                if not self._pending:  # closed, and everything handed over written
+                    return
                 policy = next(iter(self._pending))
                 status = self._pending.pop(policy)
                 self._busy = True
