@@ -220,12 +220,20 @@ def _lists(audit_log: Path, user: str, resource: str) -> int:
 
 
 def _hold(api: client.ApiClient, holder: str | None) -> None:
-    """Write the Lease as ``holder`` (None: nobody), renewed now: an intruder's term."""
+    """Write the Lease as ``holder`` (None: nobody), renewed now: an intruder's term.
+    The replica renews the Lease every second, so a renewal can land between the read
+    and the replace (409): read it again and retry."""
     coordination = client.CoordinationV1Api(api)
-    lease: Any = coordination.read_namespaced_lease(LEASE, NS)
-    lease.spec.holder_identity = holder
-    lease.spec.renew_time = dt.datetime.now(dt.UTC)
-    coordination.replace_namespaced_lease(LEASE, NS, lease)
+    for attempt in range(10):
+        lease: Any = coordination.read_namespaced_lease(LEASE, NS)
+        lease.spec.holder_identity = holder
+        lease.spec.renew_time = dt.datetime.now(dt.UTC)
+        try:
+            coordination.replace_namespaced_lease(LEASE, NS, lease)
+            return
+        except client.ApiException as exc:
+            if exc.status != 409 or attempt == 9:
+                raise
 
 
 def test_a_leader_that_loses_its_lease_stands_by_with_its_copy_and_leads_again(
