@@ -14,7 +14,7 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv binaries karpenter checkov images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
+.PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - the operator as the chart's Pod on a real containerd node; a simulated"
@@ -24,9 +24,20 @@ help:
 	@echo "make images  - build the operator and probe images (buildah; cached by content)"
 	@echo "make cluster-up | cluster-down - local control plane with a real containerd node"
 	@echo "make crds    - regenerate crds/ and the chart's copy from the pydantic models"
+	@echo "make docs    - the docs site (MkDocs, strict) into site/; reference pages from the code"
 	@echo "make bench-detection | bench-scale | bench-probe | bench-training - benchmarks (results in bench/results)"
 
-venv: $(VENV)/.complete
+venv: hooks $(VENV)/.complete
+
+# Points git at the repository's hooks (.githooks/commit-msg checks subjects), for
+# developers: not in CI, not outside a git checkout, and never over a hooks path
+# someone already set.
+hooks:
+	@if [ -z "$${CI:-}" ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1 \
+		&& [ "$$(git rev-parse --show-toplevel)" = "$(CURDIR)" ] \
+		&& [ -z "$$(git config --get core.hooksPath)" ]; then \
+		git config core.hooksPath .githooks && echo "[hooks] git uses .githooks/ (commit-msg)"; \
+	fi
 
 # No file prerequisite: the path is keyed by the dependency list, so a change of
 # dependencies makes a new venv, and editing tool settings in pyproject.toml does not.
@@ -55,6 +66,19 @@ karpenter:
 checkov:
 	@PYTHON3=$(PYTHON3) bash tests/chart/install-checkov.sh >/dev/null
 
+# The docs site's builder (MkDocs and the Material theme), in a venv of its own
+# keyed by their versions: a docs tool only, it needs none of the project's pins.
+mkdocs:
+	@PYTHON3=$(PYTHON3) bash docs/tools/install-mkdocs.sh >/dev/null
+
+# Reference pages are written from the code first (the project's venv imports the
+# operator), then the site is built in strict mode: a broken link, a page missing
+# from the nav or a figure that names no benchmark result fails.
+DOCS_GENERATED ?= $(CURDIR)/.docs-generated
+docs: venv mkdocs
+	$(PY) docs/tools/gen_reference.py --out $(DOCS_GENERATED)
+	SDCGUARD_DOCS_GENERATED=$(DOCS_GENERATED) $$(PYTHON3=$(PYTHON3) bash docs/tools/install-mkdocs.sh) build --strict --site-dir $(CURDIR)/site
+
 # Operator, probe and the local node's pause image, as OCI archives under
 # $(CACHE)/images, tagged by content: a machine builds each content once.
 images: venv binaries
@@ -80,11 +104,11 @@ cluster: venv binaries karpenter
 e2e: venv binaries
 	$(PY) -m pytest -q -m e2e tests
 
-test: lint typecheck binaries karpenter checkov
+test: hooks lint typecheck binaries karpenter checkov mkdocs
 	@PY=$(PY) bash images/build.sh >/dev/null || echo "[images] not built (see above): the tests under tests/realnode will fail; the others run"
 	PY=$(PY) bash tests/run-suites.sh
 
-demo: venv binaries
+demo: hooks venv binaries
 	$(PY) -m sdcguard.sim.demo $(DEMO_ARGS)
 
 cluster-up: venv binaries images
