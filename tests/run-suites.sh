@@ -9,7 +9,7 @@ set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
 declare -A GROUPS_OF=(
-  [A]="tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training tests/chart"
+  [A]="tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training tests/chart tests/docs"
   [B]="tests/cluster tests/operator tests/dra tests/badinput tests/chaos tests/cli tests/notify tests/reports"
   [C]="tests/realnode tests/autoscaling"
 )
