@@ -123,17 +123,21 @@ def format_value(value: Any, fmt: str | None) -> str:
         return "none"
     if isinstance(value, dict) and {"k", "n"} <= value.keys():
         return f"{value['k']}/{value['n']}"
+    if isinstance(value, list) and all(not isinstance(v, (dict, list)) for v in value):
+        return ", ".join(format_value(v, None) for v in value) or "none"
     if isinstance(value, dict) and all(not isinstance(v, (dict, list)) for v in value.values()):
         return ", ".join(f"{key} {format_value(item, None)}" for key, item in value.items())
     return str(value)
 
 
 def _table_cell(value: Any) -> str:
-    if isinstance(value, list) and all(not isinstance(v, (dict, list)) for v in value):
-        return ", ".join(format_value(v, None) for v in value) or "none"
-    if isinstance(value, list) or (
-        isinstance(value, dict) and any(isinstance(v, (dict, list)) for v in value.values())
-    ):
+    nested = isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)
+    nested = nested or (
+        isinstance(value, dict)
+        and not {"k", "n"} <= value.keys()
+        and any(isinstance(v, (dict, list)) for v in value.values())
+    )
+    if nested:
         value = json.dumps(value)
     return format_value(value, None).replace("|", "\\|").replace("\n", " ")
 

@@ -19,6 +19,7 @@ operator. Only reads the code; writes only under ``--out``.
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import sys
 from collections.abc import Iterator
@@ -43,6 +44,17 @@ def _code(value: Any) -> str:
         return ""
     shown = json.dumps(value) if not isinstance(value, str) else value
     return "`" + shown.replace("\n", " ").replace("`", "'") + "`"
+
+
+def _field(path: str) -> str:
+    """A dotted path as code that may wrap after each dot, not inside a name."""
+    return "<code>" + ".<wbr>".join(html.escape(part) for part in path.split(".")) + "</code>"
+
+
+def _with_default(description: str, default: str) -> str:
+    if not default or "Default" in description:
+        return description
+    return f"{description} Default: {default}." if description else f"Default: {default}."
 
 
 def _schema_type(node: dict[str, Any]) -> str:
@@ -125,15 +137,15 @@ def crd_page() -> str:
             if not node:
                 continue
             out.append(f"### {resource.kind} `{part}`\n\n")
-            out.append("| field | type | default | description |\n|---|---|---|---|\n")
+            out.append("| field | type | description |\n|---|---|---|\n")
             for path, child in _walk(node, ""):
                 description = _cell(child.get("description", ""))
                 limits = _constraints(child)
                 if limits:
                     description = f"{description} ({limits})" if description else limits
+                description = _with_default(description, _code(child.get("default")))
                 out.append(
-                    f"| `{part}.{path}` | {_schema_type(child)} | {_code(child.get('default'))} "
-                    f"| {description} |\n"
+                    f"| {_field(f'{part}.{path}')} | {_schema_type(child)} | {description} |\n"
                 )
             out.append("\n")
     return "".join(out)
@@ -164,23 +176,32 @@ def helm_values_page() -> str:
         "Defaults are those of `values.yaml`; a map or list default is shown in full "
         "only when it is short.\n\n",
     ]
-    for top, node in schema.get("properties", {}).items():
-        out.append(f"## `{top}`\n\n")
-        if node.get("description"):
-            out.append(_cell(node["description"]) + "\n\n")
-        rows = [(top, node), *((f"{top}.{p}", c) for p, c in _walk(node, ""))]
-        out.append("| value | type | default | description |\n|---|---|---|---|\n")
+    properties = schema.get("properties", {})
+    # Values with no fields of their own share one table; each other gets a section.
+    sections: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
+        ("Top-level values", "", [(k, v) for k, v in properties.items() if not v.get("properties")])
+    ]
+    for top, node in properties.items():
+        if node.get("properties"):
+            rows = [(f"{top}.{p}", c) for p, c in _walk(node, "")]
+            sections.append((f"`{top}`", node.get("description", ""), rows))
+    for title, text, rows in sections:
+        out.append(f"## {title}\n\n")
+        if text:
+            out.append(_cell(text) + "\n\n")
+        out.append("| value | type | description |\n|---|---|---|\n")
         for path, child in rows:
             found, default = _lookup(defaults, path)
             shown = ""
             if found:
-                text = json.dumps(default)
-                shown = _code(default) if len(text) <= 60 else "(see values.yaml)"
+                text_default = json.dumps(default)
+                shown = _code(default) if len(text_default) <= 60 else "see `values.yaml`"
             description = _cell(child.get("description", ""))
             limits = _constraints(child)
             if limits:
                 description = f"{description} ({limits})" if description else limits
-            out.append(f"| `{path}` | {_schema_type(child)} | {shown} | {description} |\n")
+            description = _with_default(description, shown)
+            out.append(f"| {_field(path)} | {_schema_type(child)} | {description} |\n")
         out.append("\n")
     return "".join(out)
 

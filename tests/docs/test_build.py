@@ -30,9 +30,11 @@ def test_reference_pages_are_generated_from_the_code(tmp_path: Path) -> None:
     _generate(tmp_path)
     for name in REFERENCE_PAGES:
         assert (tmp_path / name).stat().st_size > 0, name
-    assert "`spec.budgets.maxUnavailable`" in (tmp_path / "crds.md").read_text()
+    assert (
+        "<code>spec.<wbr>budgets.<wbr>maxUnavailable</code>" in (tmp_path / "crds.md").read_text()
+    )
     assert "`sdcguard_quarantines_total`" in (tmp_path / "metrics.md").read_text()
-    assert "`policy.mode`" in (tmp_path / "helm-values.md").read_text()
+    assert "<code>policy.<wbr>mode</code>" in (tmp_path / "helm-values.md").read_text()
     assert "## `blast-radius`" in (tmp_path / "cli.md").read_text()
     assert "| Testing | TestFailed | Quarantined |" in (tmp_path / "lifecycle.md").read_text()
 
