@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,16 +207,36 @@ def helm_values_page() -> str:
     return "".join(out)
 
 
+def _chart_alerts() -> list[dict[str, Any]]:
+    """The alerts of the chart's PrometheusRule, read from its template: lines that are
+    only template logic are dropped, a chart value becomes its name in code."""
+    text = (REPO / "charts/sdcguard/templates/prometheusrule.yaml").read_text()
+    lines = [line for line in text.splitlines() if not re.fullmatch(r"\s*\{\{-?[^`]*\}\}\s*", line)]
+    text = "\n".join(lines)
+    # An alert's own template ({{ $labels.policy }}, kept by Helm) shows as ⟨policy⟩.
+    text = re.sub(r"\{\{`\{\{\s*\$(?:labels\.)?(\w+)[^`]*\}\}`\}\}", r"⟨\1⟩", text)
+    text = re.sub(r"\{\{[^}]*?\$r\.(\w+)[^}]*\}\}", r"`metrics.prometheusRule.\1`", text)
+    text = re.sub(r"\{\{[^}]*\}\}", "…", text)
+    document = yaml.safe_load(text)
+    alerts = [
+        rule for group in document["spec"]["groups"] for rule in group["rules"] if "alert" in rule
+    ]
+    if not alerts:
+        raise SystemExit("no alert found in charts/sdcguard/templates/prometheusrule.yaml")
+    return alerts
+
+
 def metrics_page() -> str:
     from sdcguard.metrics import Metrics
 
     metrics = Metrics()
     out = [
         GENERATED_NOTE.format(source="operator/sdcguard/metrics.py"),
-        "# Metrics\n\n",
+        "# Metrics and alerts\n\n",
         "The operator serves these series on `/metrics` (port 8080 by default; the "
         "chart's `metrics` values). Histograms also export `_bucket`, `_sum` and "
         "`_count`; counters end in `_total`.\n\n",
+        "## Series\n\n",
         "| series | type | labels | meaning |\n|---|---|---|---|\n",
     ]
     rows = []
@@ -227,6 +248,26 @@ def metrics_page() -> str:
         labels = ", ".join(f"`{label}`" for label in collector_labels)
         rows.append(f"| `{name}` | {family.type} | {labels} | {_cell(family.documentation)} |\n")
     out.extend(sorted(rows))
+    out.append(
+        "\n## Alerts\n\n"
+        "With `metrics.prometheusRule.enabled`, the chart installs these alerts "
+        "(from `charts/sdcguard/templates/prometheusrule.yaml`). ⟨policy⟩ and the like "
+        "are the alert's labels and value; a chart value that sets a threshold is named "
+        "in code.\n\n"
+        "| alert | severity | fires when | what to do |\n|---|---|---|---|\n"
+    )
+    for alert in _chart_alerts():
+        annotations = alert.get("annotations", {})
+        severity = alert.get("labels", {}).get("severity", "")
+        summary = html.escape(_cell(annotations.get("summary", "")), quote=False)
+        description = html.escape(_cell(annotations.get("description", "")), quote=False)
+        out.append(f"| `{alert['alert']}` | {severity} | {summary} | {description} |\n")
+    out.append(
+        "\n## Logs\n\nThe operator logs JSON lines (structlog) with node, test, ticket and "
+        "transition fields, and one summary line per reconcile pass. "
+        "`SDCGUARD_LOG_FORMAT=console` (the chart's `operator.logFormat`) prints them "
+        "for people instead.\n"
+    )
     return "".join(out)
 
 

@@ -33,7 +33,9 @@ def test_reference_pages_are_generated_from_the_code(tmp_path: Path) -> None:
     assert (
         "<code>spec.<wbr>budgets.<wbr>maxUnavailable</code>" in (tmp_path / "crds.md").read_text()
     )
-    assert "`sdcguard_quarantines_total`" in (tmp_path / "metrics.md").read_text()
+    metrics = (tmp_path / "metrics.md").read_text()
+    assert "`sdcguard_quarantines_total`" in metrics
+    assert "`SdcguardCircuitBreakerOpen`" in metrics
     assert "<code>policy.<wbr>mode</code>" in (tmp_path / "helm-values.md").read_text()
     assert "## `blast-radius`" in (tmp_path / "cli.md").read_text()
     assert "| Testing | TestFailed | Quarantined |" in (tmp_path / "lifecycle.md").read_text()
