@@ -30,3 +30,16 @@ def test_readme_shows_the_two_commands_and_an_install() -> None:
     text = README.read_text()
     for needed in ("make demo", "make test", "helm install", "kind: SDCPolicy"):
         assert needed in text, f"README.md no longer shows {needed!r}"
+
+
+def test_the_development_page_names_every_test_group_directory() -> None:
+    suites = (REPO / "tests" / "run-suites.sh").read_text()
+    groups = re.findall(r'\[([A-Z])\]="([^"]+)"', suites)
+    page = (REPO / "docs" / "development.md").read_text()
+    assert groups, "tests/run-suites.sh defines no group"
+    for group, directories in groups:
+        for directory in directories.split():
+            assert f"`{directory}`" in page, (
+                f"docs/development.md does not list {directory} (group {group} of "
+                "tests/run-suites.sh)"
+            )
