@@ -199,19 +199,23 @@ def test_memory_defaults_follow_the_measured_peak() -> None:
 # ---------------------------------------------------------------- helm test
 
 
+def _test_job(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (job,) = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    assert job["kind"] == "Job"
+    return job
+
+
 def _test_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (pod,) = [
-        d
-        for d in docs
-        if d["kind"] == "Pod" and d["metadata"]["annotations"].get("helm.sh/hook") == "test"
-    ]
-    return pod
+    template: dict[str, Any] = _test_job(docs)["spec"]["template"]
+    return template
 
 
 def test_helm_test_reads_metrics_through_the_service(docs: list[dict[str, Any]]) -> None:
+    job = _test_job(docs)
+    assert job["metadata"]["name"] == "sdcguard-test"
+    assert "before-hook-creation" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 120
     pod = _test_pod(docs)
-    assert pod["metadata"]["name"] == "sdcguard-test"
-    assert "before-hook-creation" in pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
     (container,) = spec["containers"]
@@ -239,7 +243,7 @@ def test_helm_test_on_the_host_network_reads_the_operators_node() -> None:
 def test_helm_test_without_a_way_to_reach_the_operator_is_refused() -> None:
     err = render_error({"metrics": {"service": {"enabled": False}}})
     assert "helmTest.enabled needs metrics.service.enabled" in err
-    assert not [d for d in render({"helmTest": {"enabled": False}}) if d["kind"] == "Pod"]
+    assert not [d for d in render({"helmTest": {"enabled": False}}) if d["kind"] == "Job"]
 
 
 def test_helm_tests_script_passes_on_an_answering_operator_and_fails_on_none(
