@@ -228,6 +228,16 @@ def test_helm_test_reads_metrics_through_the_service(docs: list[dict[str, Any]])
     assert url == f"http://{svc['metadata']['name']}.{NS}.svc:8080/metrics"
     # Not an endpoint of the Service, nor counted by a budget.
     assert not svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # Its NetworkPolicy lets it reach the operator's metrics port (and DNS), nothing else.
+    policy = find(docs, "NetworkPolicy", "sdcguard-test")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in policy
+    to_operator, dns = policy["egress"]
+    assert to_operator["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert to_operator["to"][0]["podSelector"]["matchLabels"].items() <= (
+        _operator_pod_labels(docs).items()
+    )
+    assert sorted(p["port"] for p in dns["ports"]) == [53, 53]
 
 
 def test_helm_test_on_the_host_network_reads_the_operators_node() -> None:
