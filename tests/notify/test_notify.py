@@ -328,6 +328,11 @@ def test_the_proxy_the_environment_names_carries_the_request(
     assert notify.deliver(payload, TicketSink(type="webhook", url=url), KEY).delivered
     (req,) = proxy.seen
     assert req.path == url  # the absolute form a proxy is sent
+    # NO_PROXY names the hosts reached directly: the proxy sees nothing more.
+    direct = receiver(ok)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert notify.deliver(payload, TicketSink(type="webhook", url=direct.url), KEY).delivered
+    assert len(proxy.seen) == 1 and len(direct.seen) == 1
 
 
 def test_client_error_is_permanent_and_not_retried(receiver: Callable[..., Receiver]) -> None:

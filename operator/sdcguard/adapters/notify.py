@@ -423,7 +423,7 @@ def _manager(url: str) -> urllib3.PoolManager:
     (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``, as the standard library reads them)."""
     parts = urllib.parse.urlsplit(url)
     proxy = urllib.request.getproxies().get(parts.scheme)
-    if proxy and not urllib.request.proxy_bypass(parts.netloc):
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
         return _proxy(proxy)
     return _DIRECT
 
