@@ -7,9 +7,9 @@ is the counter's rise from the oldest to the newest scrape (the window ``w`` is 
 to cover them all; a series missing from the oldest counts from 0, a drop is a reset).
 
 Supported: selectors with ``=``, ``!=``, ``=~``, ``!~`` matchers; ``sum``/``max``/
-``min``/``count`` with ``by (...)``; ``increase``, ``clamp_min``; ``+ - * /`` and the
-comparisons ``> < >= <= == !=`` (as filters) between vectors and scalars; ``and``,
-``unless``.
+``min``/``count`` with ``by (...)``; ``increase``, ``clamp_min``, ``vector``; ``+ - * /``
+and the comparisons ``> < >= <= == !=`` (as filters) between vectors and scalars;
+``and``, ``unless``, ``or``.
 Anything else raises :class:`PromQLError`, so an alert written in a form this does not
 know fails its test loudly instead of passing unread.
 """
@@ -95,8 +95,19 @@ class _Parser:
         self.pos += 1
         return token
 
-    # Precedence, lowest first: and, unless; comparisons; + -; * /.
+    # Precedence, lowest first: or; and, unless; comparisons; + -; * /.
     def expr(self) -> Vector | float:
+        left = self.intersection()
+        while self.peek() == "or":
+            self.take()
+            right = self.intersection()
+            if not isinstance(left, dict) or not isinstance(right, dict):
+                raise PromQLError("'or' needs two vectors")
+            # The right side's series whose label sets the left side lacks.
+            left = {**right, **left}
+        return left
+
+    def intersection(self) -> Vector | float:
         left = self.comparison()
         while self.peek() in ("and", "unless"):
             keep = self.take() == "and"
@@ -147,6 +158,13 @@ class _Parser:
             self.take("]")
             self.take(")")
             return _increase(self.history, name, matchers)
+        if token == "vector":
+            self.take("(")
+            scalar = self.expr()
+            self.take(")")
+            if not isinstance(scalar, float):
+                raise PromQLError("vector(scalar)")
+            return {frozenset(): scalar}
         if token == "clamp_min":
             self.take("(")
             vector = self.expr()

@@ -89,9 +89,13 @@ def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
     import structlog
 
     from sdcguard.logs import configure_logging
+    from sdcguard.metrics import Metrics
 
     configure_logging(settings.log_format, settings.log_level)
     log = structlog.get_logger("sdcguard")
+    memo.metrics = Metrics()  # served while standing by too: the standby is a live target
+    if settings.metrics_port:
+        memo.metrics.serve(settings.metrics_port)
     memo.inventory = _warm_inventory(settings)
     memo.keep_inventory = True  # the cleanup handler detaches it instead of stopping it
     standing_by = _settle_while_standing_by(memo)
@@ -99,6 +103,7 @@ def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
     while True:
         lost = LostLease(grace=settings.lease_duration_seconds - settings.renew_deadline_seconds)
         standing_by.set()
+        memo.metrics.stand_by()
         try:
             memo.elector = elector = _campaign(settings, liveness, lost)
         finally:

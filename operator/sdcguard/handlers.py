@@ -173,6 +173,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         metrics = memo.metrics = Metrics()
         if config.metrics_port:
             metrics.serve(config.metrics_port)
+    metrics.lead()  # Kopf runs only where this process acts (alone, or holding the Lease)
     # With leader election (__main__), the Lease's holder starts Kopf: its writes are
     # fenced by the Lease, and its inventory has been listing while it waited.
     elector: LeaderElector | None = memo.get("elector")

@@ -1,10 +1,26 @@
-"""Prometheus metrics. One registry per operator process (tests make their own)."""
+"""Prometheus metrics. One registry per operator process (tests make their own).
+
+Every replica serves /metrics, the standby too (with ``replicas: 2``): a scrape target
+that refused while standing by would be a target down for as long as the fleet is
+healthy. ``sdcguard_leader`` says which replica acts; the gauges that describe the fleet
+as the leader sees it are set by the leader only, and cleared when a replica stands by,
+so a sum over replicas counts each node once.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 
 SCREENING_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
@@ -18,6 +34,25 @@ class Metrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        # process_cpu_seconds_total, process_resident_memory_bytes, open fds, start time.
+        ProcessCollector(registry=r)
+        self.build_info = Gauge(
+            "sdcguard_build_info",
+            "Always 1; the labels say which sdcguard, Python and Kopf this process runs.",
+            ["version", "python", "kopf"],
+            registry=r,
+        )
+        self.build_info.labels(
+            version=_distribution_version("sdcguard"),
+            python=platform.python_version(),
+            kopf=_distribution_version("kopf"),
+        ).set(1)
+        self.leader = Gauge(
+            "sdcguard_leader",
+            "1 while this replica acts (it holds the leader Lease, or runs alone); 0 while "
+            "it stands by. Summed over replicas: 1 when healthy, 0 when nothing acts.",
+            registry=r,
+        )
         self.nodes = Gauge(
             "sdcguard_nodes",
             "Accelerator nodes by lifecycle state.",
@@ -171,6 +206,35 @@ class Metrics:
             registry=r,
         )
 
+    def lead(self) -> None:
+        """This replica acts from now on (its Kopf has started)."""
+        self.leader.set(1)
+
+    def stand_by(self) -> None:
+        """This replica stopped acting: it says so, and forgets the fleet gauges it set
+        as leader (they would go stale beside the new leader's, and alerts such as a
+        breaker left open would keep firing from the replica that no longer acts)."""
+        self.leader.set(0)
+        for gauge in (
+            self.nodes,
+            self.hardware_records,
+            self.tickets_open,
+            self.breaker_open,
+            self.breaker_fraction,
+            self.budget_in_use,
+        ):
+            gauge.clear()
+        self.oldest_ticket.set(0)
+        self.full_pass_interval.set(0)
+
     def serve(self, port: int) -> None:
         """Expose /metrics on ``port`` (a daemon thread)."""
         start_http_server(port, registry=self.registry)
+
+
+def _distribution_version(name: str) -> str:
+    """An installed distribution's version; "unknown" when run from a source checkout."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

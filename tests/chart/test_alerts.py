@@ -15,9 +15,21 @@ from tests.promql import Scrape, firing
 POLICY = "gpus"
 
 
+JOB = "sdcguard-metrics"
+"""The job of the chart's ServiceMonitor for release "sdcguard" (its metrics Service)."""
+NAMESPACE = "sdcguard-system"
+
+
+def _target(scrape: Scrape, pod: str = "sdcguard-0", job: str = JOB, ns: str = NAMESPACE) -> Scrape:
+    """``scrape`` with the target labels Prometheus adds to each series it scrapes."""
+    extra = {("job", job), ("namespace", ns), ("pod", pod)}
+    return {(name, labels | extra): value for (name, labels), value in scrape.items()}
+
+
 def _healthy() -> tuple[Metrics, Scrape]:
     """A fleet where everything is fine, and its first scrape."""
     metrics = Metrics(registry=CollectorRegistry())
+    metrics.lead()
     metrics.nodes.labels(policy=POLICY, state=NodeState.QUALIFIED.value).set(8)
     metrics.nodes.labels(policy=POLICY, state=NodeState.QUARANTINED.value).set(0)
     metrics.breaker_open.labels(policy=POLICY).set(0)
@@ -29,6 +41,7 @@ def _healthy() -> tuple[Metrics, Scrape]:
 
 def test_every_alert_is_evaluated_here() -> None:
     assert set(alert_rules()) == {
+        "SdcguardOperatorDown",
         "SdcguardCircuitBreakerOpen",
         "SdcguardNodesQuarantined",
         "SdcguardTestsInconclusive",
@@ -46,7 +59,7 @@ def test_every_alert_is_evaluated_here() -> None:
 def test_a_healthy_fleet_fires_nothing() -> None:
     metrics, first = _healthy()
     metrics.tests.labels(suite="acceptance", phase=SDCTestPhase.PASSED.value).inc(3)
-    history = [first, scrape_registry(metrics.registry)]
+    history = [_target(first), _target(scrape_registry(metrics.registry))]
     fired = {name: firing(rule["expr"], history) for name, rule in alert_rules().items()}
     assert fired == {name: [] for name in fired}
 
@@ -136,3 +149,36 @@ def test_retired_hardware_coming_back_fires_by_identifier_kind() -> None:
 
 def _scrape(metrics: Metrics) -> Scrape:
     return scrape_registry(metrics.registry)
+
+
+def _replicas(*leading: bool, job: str = JOB, ns: str = NAMESPACE) -> Scrape:
+    """One scrape of each replica (True: it acts), as Prometheus stores them together."""
+    scrape: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for number, leads in enumerate(leading):
+        metrics = Metrics(registry=CollectorRegistry())
+        if leads:
+            metrics.lead()
+        else:
+            metrics.stand_by()
+        scrape.update(_target(scrape_registry(metrics.registry), f"sdcguard-{number}", job, ns))
+    return scrape
+
+
+def test_the_operator_is_down_when_no_replica_acts() -> None:
+    expr = alert_expr("SdcguardOperatorDown")
+    assert 'job="sdcguard-metrics"' in expr and 'namespace="sdcguard-system"' in expr
+    # A leader and a standby, or one replica alone: up.
+    assert firing(expr, [_replicas(True, False)]) == []
+    assert firing(expr, [_replicas(True)]) == []
+    # Both standing by (the Lease held by nobody that serves), or nothing scraped at all
+    # (every replica gone: no series to sum): down.
+    assert firing(expr, [_replicas(False, False)]) == [{}]
+    assert firing(expr, [{}]) == [{}]
+    # Another release's leader does not stand in for this one.
+    assert firing(expr, [_replicas(True, ns="elsewhere")]) == [{}]
+
+
+def test_the_operator_selector_can_be_set() -> None:
+    expr = alert_expr("SdcguardOperatorDown", {"operatorSelector": 'job="sdc"'})
+    assert firing(expr, [_replicas(True, job="sdc", ns="any")]) == []
+    assert firing(expr, [_replicas(True)]) == [{}]

@@ -125,6 +125,7 @@ def test_notes_say_what_to_do_next(release: Release) -> None:
         "kubectl label node NODE sdcguard.dev/exclude=true",
         "--startup-taint=sdcguard.dev/unqualified",
         "https://github.com/sdcguard/sdcguard",
+        f"helm test {release.name} -n {release.namespace}",
     ):
         assert hint in notes, f"NOTES.txt lacks {hint!r}:\n{notes}"
 
@@ -250,6 +251,33 @@ def test_eviction_is_granted_only_while_a_policy_drains(release: Release) -> Non
     finally:
         _upgrade(release, release.values)
     assert not _can_i(release, "create", "pods/eviction", "team-a")
+
+
+def test_two_replicas_get_a_disruption_budget_the_api_server_accepts(
+    release: Release, api_client: client.ApiClient
+) -> None:
+    """replicas: 2 adds a PodDisruptionBudget (its fields as the API server keeps them)
+    and spreads the replicas; back to one replica, the budget goes, so it never blocks
+    a drain of a lone operator's node."""
+    policy = client.PolicyV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    assert not policy.list_namespaced_pod_disruption_budget(release.namespace).items
+    _upgrade(release, {**release.values, "replicas": 2})
+    try:
+        (pdb,) = policy.list_namespaced_pod_disruption_budget(release.namespace).items
+        assert pdb.spec.max_unavailable == 1
+        assert pdb.spec.unhealthy_pod_eviction_policy == "AlwaysAllow"
+        dep = apps.read_namespaced_deployment(release.name, release.namespace)
+        assert pdb.spec.selector.match_labels.items() <= dep.spec.template.metadata.labels.items()
+        spread = dep.spec.template.spec.topology_spread_constraints
+        assert [c.topology_key for c in spread] == [
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        ]
+        assert all(c.match_label_keys == ["pod-template-hash"] for c in spread)
+    finally:
+        _upgrade(release, release.values)
+    assert not policy.list_namespaced_pod_disruption_budget(release.namespace).items
 
 
 def test_operator_starts_under_the_chart_rbac(

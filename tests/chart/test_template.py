@@ -117,6 +117,183 @@ def test_two_replicas_elect_a_leader_on_a_lease() -> None:
     assert not [r for _, r in _rules(single, "Role") if "leases" in r["resources"]]
 
 
+def _operator_pod_labels(docs: list[dict[str, Any]]) -> dict[str, str]:
+    labels: dict[str, str] = find(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_two_replicas_get_a_disruption_budget_and_spread() -> None:
+    docs = render({"replicas": 2})
+    pdb = find(docs, "PodDisruptionBudget")["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["selector"]["matchLabels"].items() <= _operator_pod_labels(docs).items()
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    spread = pod["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in spread] == [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    ]
+    for constraint in spread:
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"  # a one-node cluster runs
+        assert constraint["labelSelector"]["matchLabels"].items() <= (
+            _operator_pod_labels(docs).items()
+        )
+        assert constraint["matchLabelKeys"] == ["pod-template-hash"]
+    strict = render(
+        {
+            "replicas": 3,
+            "podDisruptionBudget": {"maxUnavailable": "50%"},
+            "topologySpread": {
+                "whenUnsatisfiable": "DoNotSchedule",
+                "topologyKeys": ["topology.kubernetes.io/zone"],
+            },
+        }
+    )
+    assert find(strict, "PodDisruptionBudget")["spec"]["maxUnavailable"] == "50%"
+    (zone,) = find(strict, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert zone["whenUnsatisfiable"] == "DoNotSchedule"
+    off = render(
+        {
+            "replicas": 2,
+            "podDisruptionBudget": {"enabled": False},
+            "topologySpread": {"enabled": False},
+        }
+    )
+    assert not find_all(off, "PodDisruptionBudget")
+    assert "topologySpreadConstraints" not in find(off, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_one_replica_gets_no_budget_that_would_block_drains(docs: list[dict[str, Any]]) -> None:
+    assert not find_all(docs, "PodDisruptionBudget")
+    assert "topologySpreadConstraints" not in find(docs, "Deployment")["spec"]["template"]["spec"]
+
+
+_FORMULA = re.compile(r"peak RSS = (\d+) MB \+ (\d+) KB x nodes")
+
+
+def test_memory_defaults_follow_the_measured_peak() -> None:
+    """The formula in values.yaml predicts the scale benchmark's peaks, and the default
+    limit covers the largest fleet measured with headroom."""
+    from sdcguard.domain.quantity import parse_quantity
+
+    comments = (CHART / "values.yaml").read_text()
+    match = _FORMULA.search(comments)
+    assert match, "values.yaml lost the memory formula above resources"
+    base, per_node = int(match[1]) * 1e6, int(match[2]) * 1e3
+    runs = json.loads((ROOT / "bench" / "results" / "scale.json").read_text())["runs"]
+    for run in runs:
+        if run["nodes"] < 1000:
+            continue  # below that the interpreter and libraries are the peak
+        measured = run["operator"]["peak_rss_mb"] * 1e6
+        predicted = base + per_node * run["nodes"]
+        assert abs(predicted - measured) < 0.1 * measured, (run["nodes"], measured, predicted)
+    largest = max(runs, key=lambda r: r["nodes"])
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    limit = parse_quantity(values["resources"]["limits"]["memory"])
+    assert limit >= 1.5 * largest["operator"]["peak_rss_mb"] * 1e6
+    request = parse_quantity(values["resources"]["requests"]["memory"])
+    assert request >= base + per_node * 5000  # the fleet size values.yaml says it covers
+
+
+# ---------------------------------------------------------------- helm test
+
+
+def _test_job(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (job,) = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    assert job["kind"] == "Job"
+    return job
+
+
+def _test_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    template: dict[str, Any] = _test_job(docs)["spec"]["template"]
+    return template
+
+
+def test_helm_test_reads_metrics_through_the_service(docs: list[dict[str, Any]]) -> None:
+    job = _test_job(docs)
+    assert job["metadata"]["name"] == "sdcguard-test"
+    assert "before-hook-creation" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 120
+    pod = _test_pod(docs)
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+    (container,) = spec["containers"]
+    (operator,) = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == operator["image"]  # nothing new to pull
+    assert container["securityContext"] == operator["securityContext"]
+    assert container["command"][:2] == ["python3", "-c"]
+    url = container["command"][3]
+    svc = find(docs, "Service")
+    assert url == f"http://{svc['metadata']['name']}.{NS}.svc:8080/metrics"
+    # Not an endpoint of the Service, nor counted by a budget.
+    assert not svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # Its NetworkPolicy lets it reach the operator's metrics port (and DNS), nothing else.
+    policy = find(docs, "NetworkPolicy", "sdcguard-test")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in policy
+    to_operator, dns = policy["egress"]
+    assert to_operator["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert to_operator["to"][0]["podSelector"]["matchLabels"].items() <= (
+        _operator_pod_labels(docs).items()
+    )
+    assert sorted(p["port"] for p in dns["ports"]) == [53, 53]
+
+
+def test_helm_test_on_the_host_network_reads_the_operators_node() -> None:
+    docs = render({"hostNetwork": True, "operator": {"metricsPort": 18080}})
+    spec = _test_pod(docs)["spec"]
+    assert spec["hostNetwork"] is True
+    assert spec["containers"][0]["command"][3] == "http://127.0.0.1:18080/metrics"
+    (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= _operator_pod_labels(docs).items()
+
+
+def test_helm_test_without_a_way_to_reach_the_operator_is_refused() -> None:
+    err = render_error({"metrics": {"service": {"enabled": False}}})
+    assert "helmTest.enabled needs metrics.service.enabled" in err
+    assert not [d for d in render({"helmTest": {"enabled": False}}) if d["kind"] == "Job"]
+
+
+def test_helm_tests_script_passes_on_an_answering_operator_and_fails_on_none(
+    docs: list[dict[str, Any]],
+) -> None:
+    """The test Pod's script itself, run here against a real /metrics endpoint."""
+    import socket
+    import subprocess
+    import sys
+
+    command = _test_pod(docs)["spec"]["containers"][0]["command"]
+    script = command[2]
+
+    def port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            number: int = sock.getsockname()[1]
+            return number
+
+    def run(url: str, wait: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", script, url, wait],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    standby = port()
+    metrics = Metrics(registry=CollectorRegistry())
+    metrics.serve(standby)
+    metrics.stand_by()
+    answered = run(f"http://127.0.0.1:{standby}/metrics", "10")
+    assert answered.returncode == 0, answered.stderr
+    assert "sdcguard_leader 0.0" in answered.stdout
+    silent = run(f"http://127.0.0.1:{port()}/metrics", "0")
+    assert silent.returncode != 0
+    assert "the operator did not answer" in silent.stderr
+
+
 def test_operator_settings_accept_the_rendered_environment(docs: list[dict[str, Any]]) -> None:
     from sdcguard.settings import Settings
 
@@ -671,8 +848,12 @@ def test_dashboard_configmap(docs: list[dict[str, Any]]) -> None:
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
     used = _referenced(exprs)
     assert used <= _metric_names(), f"dashboard uses unknown metrics {used - _metric_names()}"
-    # Every family the operator exports is on the dashboard somewhere.
-    families = {f.name for f in _families()}
+    # Every family the operator exports is on the dashboard somewhere (the process's
+    # own, from prometheus_client: its memory and CPU).
+    families = {f.name for f in _families() if f.name.startswith("sdcguard_")}
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total"} <= set(
+        re.findall(r"\bprocess_[a-z_]+\b", exprs)
+    )
     assert all(any(u.startswith(f) for u in used) for f in families), families - {
         f for f in families if any(u.startswith(f) for u in used)
     }
@@ -759,6 +940,16 @@ def test_network_policy_values_narrow_it_or_turn_it_off() -> None:
         {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}
     ]
     assert spec["ingress"][0]["from"] == [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+        # `helm test`'s Pod reads /metrics too.
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "sdcguard",
+                    "app.kubernetes.io/instance": "sdcguard",
+                    "app.kubernetes.io/component": "helm-test",
+                }
+            }
+        },
     ]
     assert not find_all(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy")

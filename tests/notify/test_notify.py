@@ -229,7 +229,7 @@ def test_webhook_retries_a_500_with_the_same_key_and_body(
     outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
 
     assert outcome.delivered and outcome.attempts == 2 and outcome.last_error is None
-    assert sleep.calls == [1.0]
+    assert sleep.calls == []  # urllib3's Retry tries a first failure again at once
     first, second = rec.seen
     assert first.headers["idempotency-key"] == second.headers["idempotency-key"]
     assert first.body == second.body
@@ -249,15 +249,16 @@ def test_webhook_backoff_is_exponential_and_bounded(receiver: Callable[..., Rece
         payload,
         TicketSink(type="webhook", url=rec.url),
         KEY,
-        retry=notify.RetryPolicy(max_attempts=4),
+        retry=notify.RetryPolicy(max_attempts=7),
         previous_attempts=3,
         sleep=sleep,
     )
 
-    assert not outcome.delivered and outcome.attempts == 4 == len(rec.seen)
-    assert sleep.calls == [1.0, 2.0, 4.0]
+    assert not outcome.delivered and outcome.attempts == 7 == len(rec.seen)
+    # At once, then doubling from 1 s, capped at the call's longest pause.
+    assert sleep.calls == [1.0, 2.0, 4.0, 8.0, notify.MAX_DELAY_PER_CALL_SECONDS]
     assert outcome.last_error is not None and "HTTP 503: busy" in outcome.last_error
-    assert outcome.retry_after == notify.next_retry_delay(7) and not outcome.permanent
+    assert outcome.retry_after == notify.next_retry_delay(10) and not outcome.permanent
 
 
 def test_webhook_honours_retry_after(receiver: Callable[..., Receiver]) -> None:
@@ -279,6 +280,59 @@ def test_long_retry_after_is_handed_back_to_the_operator(
     outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
     assert not outcome.delivered and outcome.attempts == 1 and sleep.calls == []
     assert outcome.retry_after is not None and outcome.retry_after >= 600
+
+
+def test_retry_after_as_a_date_is_read_against_the_clock_passed_in(
+    receiver: Callable[..., Receiver],
+) -> None:
+    rec = receiver(
+        lambda seen: (
+            (503, {"Retry-After": "Sat, 01 Mar 2025 12:00:07 GMT"}, b"")
+            if len(rec.seen) == 1
+            else (200, {}, b"")
+        )
+    )
+    payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
+    sleep = FakeSleep()
+    outcome = notify.deliver(
+        payload,
+        TicketSink(type="webhook", url=rec.url),
+        KEY,
+        sleep=sleep,
+        clock=NOW.timestamp,
+    )
+    assert outcome.delivered and sleep.calls == [7.0]
+
+
+def test_an_unreadable_retry_after_leaves_the_backoff_to_decide(
+    receiver: Callable[..., Receiver],
+) -> None:
+    rec = receiver(lambda seen: (503, {"Retry-After": "soon"}, b""))
+    payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
+    sleep = FakeSleep()
+    outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
+    assert not outcome.delivered and outcome.attempts == 3 and sleep.calls == [1.0]
+
+
+def test_the_proxy_the_environment_names_carries_the_request(
+    receiver: Callable[..., Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY / HTTPS_PROXY (the chart's operator.extraEnv) reach the sinks, as
+    they did through the standard library."""
+    proxy = receiver(ok)
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
+    url = "http://hooks.example.invalid/sdc"
+    assert notify.deliver(payload, TicketSink(type="webhook", url=url), KEY).delivered
+    (req,) = proxy.seen
+    assert req.path == url  # the absolute form a proxy is sent
+    # NO_PROXY names the hosts reached directly: the proxy sees nothing more.
+    direct = receiver(ok)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert notify.deliver(payload, TicketSink(type="webhook", url=direct.url), KEY).delivered
+    assert len(proxy.seen) == 1 and len(direct.seen) == 1
 
 
 def test_client_error_is_permanent_and_not_retried(receiver: Callable[..., Receiver]) -> None:
@@ -326,7 +380,7 @@ def test_receiver_down_records_the_error_without_raising() -> None:
     assert "refused" in outcome.last_error.lower()
     assert "pw" not in outcome.last_error and "token" not in outcome.last_error
     assert outcome.retry_after is not None and outcome.retry_after > 0
-    assert sleep.calls == [1.0, 2.0]
+    assert sleep.calls == [1.0]  # three attempts: at once, then after 1 s
 
 
 def test_record_delivery_accumulates_attempts() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from tests.chart.alerts import scrape_url
 from tests.cluster.localcluster import LocalCluster, kubeconfig_text
 from tests.operator.harness import (
     NS,
@@ -168,6 +169,8 @@ def test_only_the_lease_holder_writes_and_the_standby_takes_over_when_it_dies(
                 standby = next(r for r in REPLICAS if r != leader)
                 wait_for(lambda: node_state(api, first) == "Qualified", 90, "the leader's work")
                 assert _holder(api) == leader
+                # Both serve /metrics (no dead scrape target); the gauge says who acts.
+                assert {r: _leading(replicas[r]) for r in REPLICAS} == {leader: 1, standby: 0}
                 replicas[leader].kill()
                 killed = time.time()
                 taken = wait_for(
@@ -179,6 +182,7 @@ def test_only_the_lease_holder_writes_and_the_standby_takes_over_when_it_dies(
                     wait_for(
                         lambda: node_state(api, second) == "Qualified", 90, "the new leader's work"
                     )
+                assert _leading(replicas[standby]) == 1
     finally:
         for proc in replicas.values():
             proc.stop()
@@ -199,6 +203,11 @@ def test_only_the_lease_holder_writes_and_the_standby_takes_over_when_it_dies(
     assert not late, f"the killed leader wrote after its death: {late[:5]}"
     acted = [w for w in mine[standby] if w.resource not in ("leases", "events")]
     assert acted and any(w.resource == "nodes" and w.name == second for w in acted)
+
+
+def _leading(replica: OperatorProcess) -> float:
+    """The replica's sdcguard_leader: 1 while it acts, 0 while it stands by."""
+    return scrape_url(replica.metrics_url)[("sdcguard_leader", frozenset())]
 
 
 def _lists(audit_log: Path, user: str, resource: str) -> int:
@@ -295,6 +304,10 @@ def test_a_leader_that_loses_its_lease_stands_by_with_its_copy_and_leads_again(
                 stood_by = time.time()
                 with gpu_nodes(api, [joined], case=case):
                     intrude(10)
+                    # Standing by, it says so and drops the fleet gauges it set as leader.
+                    scrape = scrape_url(proc.metrics_url)
+                    assert scrape[("sdcguard_leader", frozenset())] == 0
+                    assert not [name for name, _ in scrape if name == "sdcguard_nodes"]
                     assert node_state(api, joined) != "Qualified"
                     freed = time.time()
                     _hold(api, None)

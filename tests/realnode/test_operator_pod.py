@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.chart.helm import run_helm
 from tests.cluster.localcluster import LocalCluster
 from tests.cluster.operator_pod import (
     OperatorPod,
@@ -152,6 +153,26 @@ def test_metrics_through_the_charts_service(
 ) -> None:
     text = scrape_metrics(real_cluster, operator_pod)
     assert "# TYPE sdcguard_" in text, text[:500]
+    # One replica acts alone; its process and build are on the same endpoint.
+    assert "\nsdcguard_leader 1.0\n" in text
+    assert "process_resident_memory_bytes" in text and "sdcguard_build_info{" in text
+
+
+def test_helm_test_finds_the_operator_answering(
+    real_cluster: LocalCluster, operator_pod: OperatorPod
+) -> None:
+    """`helm test`: the chart's test Job (the operator image) reads /metrics on the
+    operator's node and succeeds."""
+    proc = run_helm(
+        "test",
+        operator_pod.release,
+        "--namespace",
+        operator_pod.namespace,
+        "--timeout",
+        "180s",
+        env=real_cluster.env(),
+    )
+    assert "Succeeded" in proc.stdout, proc.stdout
 
 
 def test_acceptance_on_the_real_node_ends_qualified(

@@ -11,14 +11,19 @@ in a worker thread and records the outcome in ``status.notification``):
   Atlassian Document Format, Basic auth ``email:token``), comment on updates,
   and transition it on close.
 
-Delivery is at-least-once: :func:`deliver` makes a bounded number of attempts
-with exponential backoff and returns a :class:`DeliveryOutcome` instead of
-raising; the operator stores it with :func:`record_delivery` and calls again
-after ``outcome.retry_after`` seconds until the sink accepts. Receivers
-de-duplicate on the idempotency key.
+Delivery is at-least-once, on two clocks. Within one :func:`deliver` call,
+urllib3's :class:`~urllib3.util.Retry` decides which failures are transient (a
+dropped connection, the statuses of :data:`RETRYABLE_STATUS`), how long to back off
+between attempts, and how long a ``Retry-After`` asks for; the call makes a bounded
+number of attempts and returns a :class:`DeliveryOutcome` instead of raising. Between calls
+the schedule lives in the ticket's ``status.notification`` (the operator calls
+again after ``outcome.retry_after`` seconds, across reconciles and restarts),
+which no HTTP library keeps. Receivers de-duplicate on the idempotency key.
 
-Time (``sleep``) and the network (``opener``) are passed in, so every branch is
-testable without waiting or a real endpoint.
+Each attempt is sent by this module rather than by urllib3's own retry loop, so
+that it carries its own ``X-Sdcguard-Delivery-Attempt`` number. Time (``sleep``,
+``clock``) and the network (``opener``) are passed in, so every branch is testable
+without waiting or a real endpoint.
 """
 
 from __future__ import annotations
@@ -26,17 +31,21 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import email.utils
+import functools
 import hashlib
 import hmac
 import json
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Literal, Protocol, TypedDict, cast
+from typing import Any, Literal, Protocol, Self, TypedDict, cast
+
+import urllib3
+from urllib3.exceptions import HTTPError as TransportError
+from urllib3.exceptions import InvalidHeader, MaxRetryError
 
 from sdcguard.api import (
     GROUP,
@@ -62,7 +71,8 @@ MAX_ERROR_CHARS = 1000  # status.notification.lastError is limited to 1024
 DEFAULT_TIMEOUT_SECONDS = 10.0
 # Bounded work per call: the operator, not this loop, is what retries for hours.
 DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_BASE_DELAY_SECONDS = 1.0
+# urllib3's backoff: the first retry at once, then 1 s, 2 s, 4 s, ... (factor x 2^n).
+DEFAULT_BACKOFF_FACTOR = 0.5
 MAX_DELAY_PER_CALL_SECONDS = 10.0
 # Between calls: 30s, 1m, 2m, ... capped at 1h.
 RETRY_AFTER_BASE_SECONDS = 30.0
@@ -385,51 +395,51 @@ class HttpRequest:
     timeout: float = DEFAULT_TIMEOUT_SECONDS
 
 
-@dataclass(frozen=True)
-class HttpResponse:
-    """A response of any status (an HTTP error status is a response, not an exception)."""
-
-    status: int
-    headers: Mapping[str, str] = field(default_factory=dict)
-    """Header names in lower case."""
-    body: bytes = b""
+HttpResponse = urllib3.BaseHTTPResponse
+"""A response of any status (an HTTP error status is a response, not an exception),
+its body read."""
 
 
 class HttpOpener(Protocol):
-    """Sends a request; raises OSError (URLError, timeouts) when no response arrives."""
+    """Sends one request, once: no retries, no redirects followed. Raises urllib3's
+    HTTPError (or OSError) when no response arrives."""
 
     def __call__(self, request: HttpRequest, /) -> HttpResponse: ...
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Redirects are answered, not followed: a signed POST must not be replayed elsewhere."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+_DIRECT = urllib3.PoolManager(maxsize=4)
+"""Connections kept for the sinks (the announcer's worker threads share them)."""
 
 
-_URLLIB = urllib.request.build_opener(_NoRedirect())
+@functools.cache
+def _proxy(url: str) -> urllib3.ProxyManager:
+    auth = urllib3.util.parse_url(url).auth
+    headers = urllib3.util.make_headers(proxy_basic_auth=auth) if auth else None
+    return urllib3.ProxyManager(url, maxsize=4, proxy_headers=headers)
 
 
-def urllib_opener(request: HttpRequest) -> HttpResponse:
-    """The default :class:`HttpOpener`: the standard library, no redirects followed."""
-    req = urllib.request.Request(
-        request.url, data=request.body, headers=dict(request.headers), method=request.method
+def _manager(url: str) -> urllib3.PoolManager:
+    """The direct pool, or the proxy's the environment names for ``url``
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``, as the standard library reads them)."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        return _proxy(proxy)
+    return _DIRECT
+
+
+def urllib3_opener(request: HttpRequest) -> HttpResponse:
+    """The default :class:`HttpOpener`: one attempt through urllib3's connection pool.
+    Redirects are answered, not followed: a signed POST must not be replayed elsewhere."""
+    return _manager(request.url).request(
+        request.method,
+        request.url,
+        body=request.body,
+        headers=dict(request.headers),
+        timeout=urllib3.Timeout(total=request.timeout),
+        retries=False,
+        redirect=False,
     )
-    try:
-        with _URLLIB.open(req, timeout=request.timeout) as resp:
-            return HttpResponse(
-                status=int(resp.status),
-                headers={k.lower(): v for k, v in resp.headers.items()},
-                body=resp.read(),
-            )
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return HttpResponse(
-                status=int(exc.code),
-                headers={k.lower(): v for k, v in (exc.headers or {}).items()},
-                body=exc.read() or b"",
-            )
 
 
 # --------------------------------------------------------------------------- outcome
@@ -448,8 +458,9 @@ class DeliveryOutcome:
     retry_after: float | None = None
     """Seconds to wait before calling again (None once delivered)."""
     permanent: bool = False
-    """The sink refused the request itself (4xx other than 408/425/429): retrying the same
-    request will fail the same way until its configuration or credentials change."""
+    """The sink refused the request itself (a status urllib3's Retry does not retry: a 4xx
+    other than 408/425/429, a redirect): retrying the same request will fail the same
+    way until its configuration or credentials change."""
     external: ExternalRef | None = None
     """The ticket in the external system, when the sink created or found one (jira)."""
 
@@ -474,28 +485,35 @@ def record_delivery(
     )
 
 
-def _retry_after_header(headers: Mapping[str, str], now: Callable[[], float]) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now())
-
-
 def _short(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
 def _describe(response: HttpResponse) -> str:
-    snippet = response.body[:200].decode("utf-8", "replace").strip()
+    snippet = response.data[:200].decode("utf-8", "replace").strip()
     return f"HTTP {response.status}" + (f": {snippet}" if snippet else "")
+
+
+class SinkRetry(urllib3.Retry):
+    """urllib3's Retry, reading an HTTP-date ``Retry-After`` against the clock passed
+    in (urllib3 reads the system's)."""
+
+    def __init__(self, *args: Any, clock: Callable[[], float] = time.time, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.clock = clock
+
+    def new(self, **kw: Any) -> Self:
+        renewed = super().new(**kw)
+        renewed.clock = self.clock
+        return renewed
+
+    def parse_retry_after(self, retry_after: str) -> float:
+        seconds = super().parse_retry_after(retry_after)  # refuses what it cannot read
+        date = email.utils.parsedate_tz(retry_after)
+        if retry_after.strip().isdigit() or date is None:
+            return seconds
+        seconds = max(0.0, email.utils.mktime_tz(date) - self.clock())
+        return float(min(seconds, self.retry_after_max))
 
 
 @dataclass(frozen=True)
@@ -503,13 +521,26 @@ class RetryPolicy:
     """How hard one :func:`deliver` call tries."""
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    base_delay: float = DEFAULT_BASE_DELAY_SECONDS
+    backoff_factor: float = DEFAULT_BACKOFF_FACTOR
     max_delay: float = MAX_DELAY_PER_CALL_SECONDS
+    """The longest pause within a call; a longer Retry-After is handed to the operator."""
     timeout: float = DEFAULT_TIMEOUT_SECONDS
 
-    def delay(self, attempt: int) -> float:
-        """Pause after failed attempt number ``attempt`` (1-based)."""
-        return float(min(self.base_delay * 2 ** (attempt - 1), self.max_delay))
+    def schedule(self, clock: Callable[[], float]) -> SinkRetry:
+        """urllib3's Retry for one call: any method (every request carries an
+        idempotency key, or is a search that finds what a lost answer created), the
+        transient statuses, Retry-After honoured."""
+        return SinkRetry(
+            total=self.max_attempts - 1,
+            backoff_factor=self.backoff_factor,
+            backoff_max=self.max_delay,
+            status_forcelist=RETRYABLE_STATUS,
+            allowed_methods=None,
+            respect_retry_after_header=True,
+            raise_on_redirect=False,
+            raise_on_status=False,
+            clock=clock,
+        )
 
 
 @dataclass(frozen=True)
@@ -523,6 +554,13 @@ class _Exchange:
     permanent: bool
 
 
+def _server_delay(schedule: SinkRetry, response: HttpResponse) -> float | None:
+    try:
+        return schedule.get_retry_after(response)
+    except InvalidHeader:
+        return None  # unreadable: the backoff decides
+
+
 def _send_with_retries(
     build: Callable[[int], HttpRequest],
     opener: HttpOpener,
@@ -531,33 +569,40 @@ def _send_with_retries(
     clock: Callable[[], float],
     ok: Callable[[HttpResponse], bool] = lambda r: 200 <= r.status < 300,
 ) -> _Exchange:
-    """Send ``build(attempt)`` until a 2xx, a permanent refusal, or the attempts run out."""
-    error: str | None = None
-    server_delay: float | None = None
-    for attempt in range(1, retry.max_attempts + 1):
+    """Send ``build(attempt)`` until a 2xx, a permanent refusal, or urllib3's Retry
+    says the attempts are spent."""
+    schedule = retry.schedule(clock)
+    attempt = 0
+    while True:
+        attempt += 1
         request = build(attempt)
+        response: HttpResponse | None = None
+        failure: Exception | None = None
+        server_delay: float | None = None
         try:
             response = opener(request)
-        except (OSError, ValueError) as exc:  # URLError, timeouts, refused connections
-            reason = getattr(exc, "reason", exc)
-            error = f"{request.method} {_redact(request.url)}: {reason}"
-            server_delay = None
+        except (TransportError, OSError) as exc:  # refused, reset, timed out, TLS
+            failure = exc
+            error = f"{request.method} {_redact(request.url)}: {getattr(exc, 'reason', exc)}"
         else:
             if ok(response):
                 return _Exchange(response, attempt, None, None, False)
             error = f"{request.method} {_redact(request.url)}: {_describe(response)}"
-            server_delay = _retry_after_header(response.headers, clock)
-            if response.status not in RETRYABLE_STATUS:
+            server_delay = _server_delay(schedule, response)
+            if not schedule.is_retry(request.method, response.status, server_delay is not None):
                 return _Exchange(response, attempt, error, None, True)
-        if attempt < retry.max_attempts:
-            pause = retry.delay(attempt)
-            if server_delay is not None:
-                pause = max(pause, server_delay)
-            if pause > retry.max_delay:
-                # The server asks for longer than one call may wait: hand it back.
-                return _Exchange(None, attempt, error, server_delay, False)
+        try:
+            schedule = schedule.increment(
+                request.method, _redact(request.url), response=response, error=failure
+            )
+        except MaxRetryError:
+            return _Exchange(None, attempt, error, server_delay, False)
+        pause = server_delay if server_delay is not None else schedule.get_backoff_time()
+        if pause > retry.max_delay:
+            # The server asks for longer than one call may wait: hand it back.
+            return _Exchange(None, attempt, error, server_delay, False)
+        if pause > 0:
             sleep(pause)
-    return _Exchange(None, retry.max_attempts, error, server_delay, False)
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:
@@ -614,7 +659,7 @@ def deliver_webhook(
     payload: WebhookPayload,
     sink: TicketSink,
     secret: bytes | None,
-    opener: HttpOpener = urllib_opener,
+    opener: HttpOpener = urllib3_opener,
     *,
     retry: RetryPolicy | None = None,
     previous_attempts: int = 0,
@@ -625,8 +670,9 @@ def deliver_webhook(
 
     ``secret`` is the HMAC key (the Secret's value); without one the request is sent
     unsigned. ``previous_attempts`` (from ``status.notification.attempts``) only
-    stretches ``retry_after``. Any 2xx is success; 408, 425, 429 and 5xx are retried
-    (honouring Retry-After); other statuses are permanent refusals.
+    stretches ``retry_after``. Any 2xx is success; the statuses of
+    :data:`RETRYABLE_STATUS` and dropped connections are retried (honouring
+    Retry-After); other statuses are permanent refusals.
     """
     retry = retry or RetryPolicy()
     body = encode_body(payload)
@@ -640,7 +686,8 @@ def deliver_webhook(
         headers[SIGNATURE_HEADER] = sign(body, secret)
     url, userinfo = _split_userinfo(sink.url)
     if userinfo:
-        # https://user:password@host/ receivers: the standard library does not do it.
+        # https://user:password@host/ receivers: urllib3 sends no URL credentials itself
+        # (and its make_headers encodes them as Latin-1; these are UTF-8).
         headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
 
     def build(attempt: int) -> HttpRequest:
@@ -855,10 +902,10 @@ def _ticket_label(payload: WebhookPayload) -> str:
 
 
 def _json(response: HttpResponse | None) -> Any:
-    if response is None or not response.body:
+    if response is None or not response.data:
         return None
     try:
-        return json.loads(response.body)
+        return json.loads(response.data)
     except ValueError:
         return None
 
@@ -867,7 +914,7 @@ def deliver_jira(
     payload: WebhookPayload,
     sink: JiraSink,
     secret: bytes,
-    opener: HttpOpener = urllib_opener,
+    opener: HttpOpener = urllib3_opener,
     *,
     retry: RetryPolicy | None = None,
     previous_attempts: int = 0,
@@ -997,7 +1044,7 @@ def deliver(
     payload: WebhookPayload,
     sink: TicketSink,
     secret: bytes | None,
-    opener: HttpOpener = urllib_opener,
+    opener: HttpOpener = urllib3_opener,
     *,
     retry: RetryPolicy | None = None,
     previous_attempts: int = 0,
@@ -1073,6 +1120,6 @@ __all__ = [
     "record_delivery",
     "sign",
     "ticket_url",
-    "urllib_opener",
+    "urllib3_opener",
     "verify_signature",
 ]
