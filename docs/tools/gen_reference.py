@@ -207,6 +207,17 @@ def helm_values_page() -> str:
     return "".join(out)
 
 
+def _as_code(value: Any) -> Any:
+    """Turns the ⟦…⟧ marks of chart values back into inline code, everywhere in ``value``."""
+    if isinstance(value, str):
+        return value.replace("⟦", "`").replace("⟧", "`")
+    if isinstance(value, dict):
+        return {key: _as_code(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_code(item) for item in value]
+    return value
+
+
 def _chart_alerts() -> list[dict[str, Any]]:
     """The alerts of the chart's PrometheusRule, read from its template: lines that are
     only template logic are dropped, a chart value becomes its name in code."""
@@ -215,9 +226,11 @@ def _chart_alerts() -> list[dict[str, Any]]:
     text = "\n".join(lines)
     # An alert's own template ({{ $labels.policy }}, kept by Helm) shows as ⟨policy⟩.
     text = re.sub(r"\{\{`\{\{\s*\$(?:labels\.)?(\w+)[^`]*\}\}`\}\}", r"⟨\1⟩", text)
-    text = re.sub(r"\{\{[^}]*?\$r\.(\w+)[^}]*\}\}", r"`metrics.prometheusRule.\1`", text)
+    # A chart value is marked ⟦…⟧ while the YAML is read (a backtick may not start a
+    # plain YAML scalar, as in `for: {{ $r.operatorDownFor }}`), then shown as code.
+    text = re.sub(r"\{\{[^}]*?\$r\.(\w+)[^}]*\}\}", r"⟦metrics.prometheusRule.\1⟧", text)
     text = re.sub(r"\{\{[^}]*\}\}", "…", text)
-    document = yaml.safe_load(text)
+    document = _as_code(yaml.safe_load(text))
     alerts = [
         rule for group in document["spec"]["groups"] for rule in group["rules"] if "alert" in rule
     ]
