@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from sdcguard.adapters.mirror import retrying_client
+from sdcguard.runtime.mirror import retrying_client
 
 log = structlog.get_logger(__name__)
 
