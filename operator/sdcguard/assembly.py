@@ -99,10 +99,6 @@ class Operator:
         """Delivers the tickets' events to their policies' sinks (not a Kopf timer)."""
         self.stopping = False
 
-    @property
-    def heap(self) -> Heap | None:
-        return self.scheduler.heap
-
     # Life ---------------------------------------------------------------------
 
     @classmethod
