@@ -1,8 +1,10 @@
 """The operator's copy of the fleet: Nodes, workload Pods, probe Pods and probe Jobs,
 and our own SDCTests, RepairTickets and SDCHardware records.
 
-Seven :class:`~sdcguard.runtime.mirror.Mirror` s (paginated list, then watch; see that
-module for why these kinds do not go through Kopf), each keeping slim snapshots:
+Seven :class:`~sdcguard.runtime.mirror.Mirror` s (list, then watch; see that module
+for why these kinds do not go through Kopf), each keeping slim snapshots. The mirrors
+are the runtime's (what they guarantee: ``runtime/README.md``); which kinds, slimmed
+into which of the domain's snapshots, is the operator's, here:
 
 - **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
 - **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
