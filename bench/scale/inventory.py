@@ -5,7 +5,7 @@
 In-process and without an API server: pages of 1,000 Node and Pod bodies shaped like a
 kubelet's and a controller's (labels, taints, images, conditions, managedFields;
 Pods with containers, env, volumes; a share requesting ``nvidia.com/gpu``, a few
-pending) are served to :class:`sdcguard.adapters.mirror.Mirror` as JSON bytes, as the
+pending) are served to :class:`sdcguard.runtime.mirror.Mirror` as JSON bytes, as the
 API server would send them, and the mirror parses, slims and stores them exactly as in
 the operator. Measured per size, one process for all sizes so they compare:
 
@@ -35,10 +35,10 @@ from typing import Any
 
 from kubernetes import client
 
-from sdcguard.adapters import mirror as mirror_module
 from sdcguard.adapters.inventory import _pod_entry, _pod_groups
-from sdcguard.adapters.mirror import INITIAL_EVENTS_END, NODES, PAGE_SIZE, PODS, Mirror, parse
 from sdcguard.domain.observed import NodeSnapshot
+from sdcguard.runtime import mirror as mirror_module
+from sdcguard.runtime.mirror import INITIAL_EVENTS_END, NODES, PAGE_SIZE, PODS, Mirror, parse
 
 PAGE = PAGE_SIZE
 GPU_SHARE = 0.3

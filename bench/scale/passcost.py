@@ -16,7 +16,7 @@ breaker's window holds N screenings, as after a fleet's qualification), and four
 training Pods on a quarter of the nodes. The policy is the scale benchmark's. Measured,
 as CPU seconds of one process per tree and size (the median of ``--repeats``):
 
-- **fleet copy**: the pass's copy of the fleet (``handlers._view``);
+- **fleet copy**: the pass's copy of the fleet (``adapters.pass_view.fleet_view``);
 - **full pass**: every node decided, in dry run (the safety net of every resync);
 - **probe end**: the pass that serves one node whose screening has just ended (a new
   finished SDCTest in its view, so a new sample for the breaker): what stands between
@@ -25,7 +25,7 @@ as CPU seconds of one process per tree and size (the median of ``--repeats``):
   for urgent work (a probe's end offered during the pass waits at most this long);
 - **collector in a pass**: the pauses of Python's full (generation 2) collections
   during a full pass, which stop every thread, the one that serves probe ends
-  included. The tree's heap keeper (``sdcguard.adapters.heap``, where it has one)
+  included. The tree's heap keeper (``sdcguard.runtime.heap``, where it has one)
   settles the heap after each full pass as the operator's policy loop does.
 
 Results go to ``passcost.json``, ``passcost.md`` and ``passcost.png`` in ``--out``.
@@ -34,6 +34,7 @@ Results go to ``passcost.json``, ``passcost.md`` and ``passcost.png`` in ``--out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -57,7 +58,6 @@ def measure(nodes: int, repeats: int) -> dict[str, float]:
 
     from bench.scale.fleet import node_body, pod_body
     from bench.scale.run import fleet_policy
-    from sdcguard import handlers
     from sdcguard.adapters.inventory import Inventory, _pod_entry
     from sdcguard.adapters.kube import KubeWriter
     from sdcguard.adapters.pass_state import TestSnapshot
@@ -144,12 +144,16 @@ def measure(nodes: int, repeats: int) -> dict[str, float]:
 
     import gc
 
-    try:  # the operator's heap keeper, in trees that have one
-        from sdcguard.adapters.heap import Heap
+    keeper: Any = None
+    try:  # the operator's heap keeper, in trees that have one (where each tree keeps it)
+        from sdcguard.runtime.heap import Heap
 
-        keeper: Any = Heap()
+        keeper = Heap()
     except ImportError:
-        keeper = None
+        with contextlib.suppress(ImportError):
+            from sdcguard.adapters.heap import Heap  # type: ignore[no-redef]
+
+            keeper = Heap()
     full_pauses: list[float] = []
     started: list[float] = []
 
@@ -172,15 +176,25 @@ def measure(nodes: int, repeats: int) -> dict[str, float]:
         serve()
 
     reconciler._serve_urgent = checked  # type: ignore[method-assign]
+    try:  # where each tree builds a pass's view
+        from sdcguard.adapters.pass_view import fleet_view
+
+        def view_of(rt: Any, indexes: Any, only: Any = None) -> Any:
+            return fleet_view(rt.inventory, indexes, rt.started, only)
+
+    except ImportError:
+        from sdcguard import handlers
+
+        view_of = handlers._view
     copies, fulls, ends, waits, collector = [], [], [], [], []
-    view = handlers._view(rt, indexes)
+    view = view_of(rt, indexes)
     reconciler.run_pass(policy, view, now)  # the first pass parses every node and test
     if keeper is not None:
         keeper.settle()
     gc.callbacks.append(on_collect)
     for _ in range(repeats):
-        copies.append(cpu(lambda: handlers._view(rt, indexes)))
-        full = handlers._view(rt, indexes)
+        copies.append(cpu(lambda: view_of(rt, indexes)))
+        full = view_of(rt, indexes)
         at = dt.datetime.now(dt.UTC)
         full_pauses.clear()
         last_check[0], longest[0] = time.process_time(), 0.0
@@ -197,7 +211,7 @@ def measure(nodes: int, repeats: int) -> dict[str, float]:
         ended = TestSnapshot.slim(test_body(i, 2 + k, dt.datetime.now(dt.UTC)))
         inv.tests._put(ended.name, ended)
         only = frozenset({name(i)})
-        urgent = handlers._view(rt, indexes, only=only)
+        urgent = view_of(rt, indexes, only=only)
         at = dt.datetime.now(dt.UTC)
         ends.append(
             cpu(lambda: reconciler._run_pass(policy, urgent, at, only, fill=False))  # noqa: B023

@@ -63,9 +63,9 @@ from tests.operator.harness import NS, REPO, apply_crds, ensure_namespace, polic
 from bench.scale.inventory import linear_fit
 from sdcguard.adapters import notify
 from sdcguard.adapters.inventory import Inventory
-from sdcguard.adapters.mirror import Mirror, cluster_custom, retrying_client
 from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.api import GROUP, VERSION, RepairTicket
+from sdcguard.runtime.mirror import Mirror, cluster_custom, retrying_client
 
 CHECKS = ("compute", "collective", "golden", "memory", "training")
 POLICY = "startup-bench"

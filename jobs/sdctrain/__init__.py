@@ -3,14 +3,8 @@ hand the suspect GPU's node to sdcguard. Needs only torch (no operator packages)
 
 __version__ = "0.1.0"
 
-from sdctrain.guard import (
-    Detection,
-    GuardConfig,
-    Outcome,
-    ReplicaSet,
-    Reporter,
-    TrainingGuard,
-)
+from sdctrain.detection import Detection, Reporter
+from sdctrain.guard import GuardConfig, Outcome, ReplicaSet, TrainingGuard
 from sdctrain.verdicts import Confirmation, Method
 
 __all__ = [

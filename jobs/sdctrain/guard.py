@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils import _pytree as pytree
 
+from sdctrain.detection import Detection, Reporter
 from sdctrain.digest import differing_rows, digest_all, tensor_digest
 from sdctrain.identity import RankInfo, local_info
 from sdctrain.verdicts import (
@@ -86,24 +87,6 @@ class GuardConfig:
     """Seed of the audit-target choice (identical on every rank)."""
 
 
-@dataclass(frozen=True)
-class Detection:
-    """One confirmed finding about one rank."""
-
-    method: Method
-    step: int
-    rank: int | None
-    """The accused rank (global rank in the job); None when nobody could be named."""
-    confirmation: Confirmation
-    detail: str
-    node: str | None = None
-    pod: str | None = None
-    namespace: str | None = None
-    job: str | None = None
-    gpu_uuid: str | None = None
-    evidence: tuple[tuple[str, str], ...] = ()
-
-
 @dataclass
 class Outcome:
     """What a step found and what the loop should do."""
@@ -132,13 +115,6 @@ class ReplicaSet:
     name: str
     group: dist.ProcessGroup | None
     tensors: TensorsFn
-
-
-class Reporter:
-    """Something that hands a detection to the fleet (see :mod:`sdctrain.report`)."""
-
-    def report(self, detection: Detection) -> str | None:  # pragma: no cover - interface
-        raise NotImplementedError
 
 
 def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ import re
 import socket
 from collections.abc import Mapping
 
-from sdctrain.guard import Detection
+from sdctrain.detection import Detection
 from sdctrain.identity import RankInfo
 from sdctrain.verdicts import Confirmation, Method
 

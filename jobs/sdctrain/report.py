@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sdctrain.guard import Detection, Reporter
+from sdctrain.detection import Detection, Reporter
 
 log = logging.getLogger("sdctrain")
 

@@ -59,7 +59,7 @@ class Settings(BaseSettings):
         default=False,
         description="Run as one of several replicas: only the holder of the leader Lease "
         "acts; the others keep their copy of Nodes and Pods warm and take over when it "
-        "stops renewing (adapters/leader.py).",
+        "stops renewing (runtime/leader.py).",
     )
     leader_lease_name: str = Field(
         default="sdcguard-leader", description="The Lease's name (in the namespace above)."

@@ -9,7 +9,7 @@ import uuid
 
 from kubernetes import client
 
-from sdcguard.adapters.leader import LeaderElector
+from sdcguard.runtime.leader import LeaderElector
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
 from tests.operator.harness import wait_for

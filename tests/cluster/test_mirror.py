@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client, config
 
 from sdcguard.adapters.inventory import Inventory
-from sdcguard.adapters.mirror import Change, Kind, Mirror, object_key, retrying_client
 from sdcguard.domain.observed import NodeSnapshot
+from sdcguard.runtime.mirror import Change, Kind, Mirror, object_key, retrying_client
 from tests.chaos.proxy import FaultProxy, FaultRates
 from tests.cluster.localcluster import LocalCluster
 from tests.operator.harness import apply_crds, gpu_pod, wait_for

@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 import torch
 
+from sdctrain.detection import Detection
 from sdctrain.digest import differing_rows, digest_all, tensor_digest
-from sdctrain.guard import Detection
 from sdctrain.report import KubeReporter, report_body, report_name
 from sdctrain.verdicts import (
     Confirmation,

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from sdcguard.adapters import heap as heap_module
-from sdcguard.adapters.heap import REFREEZE_AFTER, REFREEZE_GROWTH, REFREEZE_SLOW_GROWTH, Heap
 from sdcguard.metrics import Metrics
+from sdcguard.runtime import heap as heap_module
+from sdcguard.runtime.heap import REFREEZE_AFTER, REFREEZE_GROWTH, REFREEZE_SLOW_GROWTH, Heap
 
 
 class Cyclic:

@@ -10,8 +10,8 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from sdcguard.adapters.kube import KubeWriter, NotLeading
-from sdcguard.adapters.leader import LeaderElector
 from sdcguard.metrics import Metrics
+from sdcguard.runtime.leader import LeaderElector
 from sdcguard.settings import Settings
 
 
@@ -87,7 +87,7 @@ def test_a_lost_lease_stops_kopf_and_ends_the_process_only_if_kopf_does_not_stop
     time disarms it, and one that did not ends the process."""
     import threading
 
-    from sdcguard.__main__ import LostLease
+    from sdcguard.runtime.terms import LostLease
 
     exits: list[float] = []
     ended = threading.Event()
@@ -125,8 +125,7 @@ def test_a_standby_settles_its_heap_only_while_standing_by(
     import time
     import types
 
-    import sdcguard.__main__ as main_module
-    from sdcguard.adapters import heap as heap_module
+    from sdcguard.runtime import terms
 
     settled = threading.Semaphore(0)
 
@@ -142,11 +141,11 @@ def test_a_standby_settles_its_heap_only_while_standing_by(
             settled.release()
             return {}
 
-    monkeypatch.setattr(heap_module, "Heap", FakeHeap)
-    monkeypatch.setattr(main_module, "STANDBY_SETTLE_SECONDS", 0.01)
+    monkeypatch.setattr(terms, "Heap", FakeHeap)
+    monkeypatch.setattr(terms, "STANDBY_SETTLE_SECONDS", 0.01)
     synced = threading.Event()
-    memo = types.SimpleNamespace(inventory=types.SimpleNamespace(synced=synced.is_set))
-    standing_by = main_module._settle_while_standing_by(memo)
+    memo = types.SimpleNamespace()
+    standing_by = terms.settle_while_standing_by(memo, synced.is_set)
     assert isinstance(memo.heap, FakeHeap)
     standing_by.set()
     time.sleep(0.1)

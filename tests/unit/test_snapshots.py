@@ -197,7 +197,7 @@ def test_a_ticket_snapshot_names_its_node_even_when_unreadable() -> None:
 def test_a_policy_body_is_parsed_once_per_change() -> None:
     """The pass and every urgent pass share one typed SDCPolicy per resourceVersion;
     an unreadable body gives None (the loop waits for the next change)."""
-    from sdcguard.handlers import _ParsedPolicy
+    from sdcguard.adapters.pass_view import ParsedPolicy
 
     body: dict[str, object] = {
         "apiVersion": "sdcguard.dev/v1alpha1",
@@ -205,7 +205,7 @@ def test_a_policy_body_is_parsed_once_per_change() -> None:
         "metadata": {"name": "fleet", "resourceVersion": "7"},
         "spec": {"budgets": {"maxConcurrentTests": 3}},
     }
-    parsed = _ParsedPolicy()
+    parsed = ParsedPolicy()
     first = parsed.of(body)  # type: ignore[arg-type]
     assert first is not None and first.spec.budgets.max_concurrent_tests == 3
     assert parsed.of(body) is first, "same resourceVersion: not parsed again"

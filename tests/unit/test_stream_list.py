@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sdcguard.adapters.mirror import (
+from sdcguard.domain.observed import NodeSnapshot
+from sdcguard.runtime.mirror import (
     INITIAL_EVENTS_END,
     NODES,
     Change,
@@ -19,7 +20,6 @@ from sdcguard.adapters.mirror import (
     Mirror,
     StreamEnded,
 )
-from sdcguard.domain.observed import NodeSnapshot
 
 
 class Events:

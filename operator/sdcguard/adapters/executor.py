@@ -1,5 +1,5 @@
-"""Applying one node's decision: the objects, the node patch, evictions, statuses and
-Events, in that order (see :meth:`Executor.apply`)."""
+"""Applying one node's decision: its plan, stage by stage, in the order
+``domain/plan.py``'s docstring states (see :meth:`Executor.apply`)."""
 
 from __future__ import annotations
 
@@ -87,17 +87,12 @@ class Executor(TestRunner):
         now: dt.datetime,
         counts: Counter[str],
     ) -> None:
-        """Apply one decision's plan, stage by stage (``domain.plan``):
-
-        1. objects: SDCTests, RepairTickets and their phase changes;
-        2. the node patch (labels, annotations, taints, cordon, ownership), one write;
-        3. evictions (a drain), so evicted pods find the node tainted and cordoned; an
-           eviction error is logged and retried by a later pass, it never undoes 1-2;
-        4. statuses: a new ticket's workloads are told (a Warning Event to each owner),
-           then its Open status is written: a ticket with a status has told them;
-        5. the hardware's history (the node patch names it: :meth:`restore_history`);
-        6. Events about the node, which only tell what the objects already record;
-        7. deleting the Node (replacement, retirement by deletion).
+        """Apply one decision's plan, stage by stage, in the order ``domain.plan``
+        states (its module docstring). What this adds to each stage: an eviction error
+        is logged and retried by a later pass, it never undoes the objects or the node
+        patch; a new ticket's workloads are told (a Warning Event to each owner) before
+        its Open status is written, so a ticket with a status has told them; the
+        history is restored from the node patch's note (:meth:`restore_history`).
 
         A crash in between repeats the same decision, and deterministic names make the
         repeat a no-op (an Event about the node may be lost). A ticket the repeat finds

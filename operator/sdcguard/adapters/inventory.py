@@ -1,8 +1,10 @@
 """The operator's copy of the fleet: Nodes, workload Pods, probe Pods and probe Jobs,
 and our own SDCTests, RepairTickets and SDCHardware records.
 
-Seven :class:`~sdcguard.adapters.mirror.Mirror` s (paginated list, then watch; see that
-module for why these kinds do not go through Kopf), each keeping slim snapshots:
+Seven :class:`~sdcguard.runtime.mirror.Mirror` s (list, then watch; see that module
+for why these kinds do not go through Kopf), each keeping slim snapshots. The mirrors
+are the runtime's (what they guarantee: ``runtime/README.md``); which kinds, slimmed
+into which of the domain's snapshots, is the operator's, here:
 
 - **nodes**: a :class:`~sdcguard.domain.observed.NodeSnapshot` of every Node;
 - **pods**: every Pod that holds accelerators on a node (:class:`observe.PodUse`,
@@ -61,7 +63,14 @@ from kubernetes import client
 from sdcguard.adapters import observe
 from sdcguard.adapters.hardware import HardwareRecord, concerned, holder_keys, id_holders
 from sdcguard.adapters.kube import KubeWriter
-from sdcguard.adapters.mirror import (
+from sdcguard.adapters.observe import TicketSnapshot
+from sdcguard.adapters.owners import OwnerResolver
+from sdcguard.adapters.pass_state import TestSnapshot
+from sdcguard.adapters.workload_record import WorkloadBook
+from sdcguard.api import GROUP, VERSION
+from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
+from sdcguard.domain.observed import NodeSnapshot
+from sdcguard.runtime.mirror import (
     NODES,
     PAGE_SIZE,
     PODS,
@@ -71,13 +80,6 @@ from sdcguard.adapters.mirror import (
     cluster_custom,
     retrying_client,
 )
-from sdcguard.adapters.observe import TicketSnapshot
-from sdcguard.adapters.owners import OwnerResolver
-from sdcguard.adapters.pass_state import TestSnapshot
-from sdcguard.adapters.workload_record import WorkloadBook
-from sdcguard.api import GROUP, VERSION
-from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
-from sdcguard.domain.observed import NodeSnapshot
 
 log = structlog.get_logger("sdcguard.inventory")
 

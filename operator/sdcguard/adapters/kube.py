@@ -85,7 +85,7 @@ class KubeWriter:
     writes: Counter[str] = field(default_factory=Counter)
     leading: Callable[[], bool] | None = None
     """With leader election: whether this replica holds the Lease now. Every write is
-    refused (:class:`NotLeading`) while it does not (``adapters/leader.py``)."""
+    refused (:class:`NotLeading`) while it does not (``runtime/leader.py``)."""
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)

@@ -58,6 +58,25 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
 
 
+def parse_time(value: object) -> dt.datetime | None:
+    """An RFC 3339 time as Kubernetes writes them ("Z" or an offset, an optional
+    fraction), or a datetime, as some clients hand them over; in UTC if it names no
+    zone; None for a missing or unreadable value (never raises).
+
+    The one time parser of sdcguard: the domain (``keys.parse_time``), the adapters,
+    the CLI and the simulator read times through it."""
+    if not value:
+        return None
+    if isinstance(value, dt.datetime):
+        parsed = value
+    else:
+        try:
+            parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
 # Kubernetes object names (DNS subdomain) and label/annotation/taint keys.
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 NodeName = Annotated[str, StringConstraints(pattern=NAME_PATTERN, min_length=1, max_length=253)]

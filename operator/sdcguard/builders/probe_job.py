@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdcguard.api.common import API_VERSION
 from sdcguard.api.policy import DEFAULT_PROBE_REQUESTS
 
 TEST_LABEL = "sdcguard.dev/test"
@@ -203,7 +204,7 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             # Deleting the SDCTest garbage-collects its Job and Pod.
             "ownerReferences": [
                 {
-                    "apiVersion": "sdcguard.dev/v1alpha1",
+                    "apiVersion": API_VERSION,
                     "kind": "SDCTest",
                     "name": req.test_name,
                     "uid": req.test_uid,

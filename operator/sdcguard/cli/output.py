@@ -10,6 +10,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from sdcguard.api.common import parse_time as parse_time  # the one time parser
+
 FORMATS = ("table", "json", "yaml")
 
 
@@ -81,17 +83,6 @@ def emit(result: Result, fmt: str, out: TextIO) -> None:
         text = (text + "\n\n" if text else "") + "\n".join(result.lines)
     if text:
         out.write(text + "\n")
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    """A Kubernetes timestamp (RFC 3339, "Z" or offset, optional fraction) or None."""
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def format_time(value: dt.datetime | None) -> str | None:

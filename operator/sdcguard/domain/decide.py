@@ -25,9 +25,9 @@ and keeps labels, annotations, tests and Events, so the state machine still runs
 Observe mode a node that registered with the gate taint has it removed at first sight:
 the gate exists for sdcguard, and Observe must not keep a node out of work.
 
-Adapters apply the actions in order: objects first (tests, tickets), the node patch
-(see nodepatch) last, so a crash in between repeats the same decision, and names
-derived from the node's ``sdcguard.dev/seq`` make the repeat create nothing twice.
+The adapters apply the actions in the order the plan states (``domain/plan.py``'s
+docstring, the one place that says it); names derived from the node's
+``sdcguard.dev/seq`` make a repeat after a crash create nothing twice.
 """
 
 from __future__ import annotations

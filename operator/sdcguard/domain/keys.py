@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-PREFIX = "sdcguard.dev/"
+from sdcguard.api.common import GROUP
+from sdcguard.api.common import parse_time as parse_time  # the one time parser
+
+PREFIX = f"{GROUP}/"
 LABEL_STATE = PREFIX + "state"
 LABEL_EXCLUDE = PREFIX + "exclude"
 LABEL_NODE = PREFIX + "node"
@@ -75,22 +78,6 @@ AUTOSCALER_ANNOTATIONS = (CA_SCALE_DOWN_DISABLED, KARPENTER_DO_NOT_DISRUPT)
 def format_time(value: dt.datetime) -> str:
     """RFC 3339 in UTC with second precision, as Kubernetes writes times."""
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    """An RFC 3339 time (or a datetime, as some clients hand them over), in UTC if it
-    names no zone; None for a missing or unreadable value (never raises). The one time
-    parser of the operator."""
-    if not value:
-        return None
-    if isinstance(value, dt.datetime):
-        parsed = value
-    else:
-        try:
-            parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def split_list(value: str | None) -> tuple[str, ...]:

@@ -67,9 +67,8 @@ from typing import Any, Protocol
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.api.common import GROUP, VERSION
 from sdcguard.sim.demo_install import (
-    GROUP,
-    VERSION,
     ControlPlane,
     DemoError,
     Installation,

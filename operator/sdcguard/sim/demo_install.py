@@ -28,13 +28,13 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.api.common import GROUP, VERSION
 from sdcguard.sim.catalogue import INSTANCE_TYPE_LABEL
 from sdcguard.sim.fleet import FLEET_LABEL
 from sdcguard.sim.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "sdcguard"
-GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 PLURALS = ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines")
 #: What a running operator needs from the chart; the Deployment, Service,
 #: dashboard and monitoring objects are left out (nothing would run them).

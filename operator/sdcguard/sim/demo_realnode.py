@@ -35,11 +35,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.api.common import GROUP, VERSION
 from sdcguard.sim.demo_watch import RecorderView
 from sdcguard.sim.kube import JsonDict, Kube
 from sdcprobe.result import ResultError, parse_result
 
-GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 REAL_NODE_LABEL = "sdcguard.dev/real-node"
 STATE_LABEL = "sdcguard.dev/state"
 FAULTS = {"faults": [{"site": "matmul", "rate": 0.01, "bits": "exp", "device": 1}]}

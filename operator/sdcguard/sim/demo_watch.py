@@ -19,6 +19,7 @@ from typing import Any
 
 from kubernetes import client
 
+from sdcguard.api.common import GROUP, VERSION, parse_time
 from sdcguard.api.policy import allowed_unavailable
 from sdcguard.sim.fleet import FLEET_LABEL, Fleet
 from sdcguard.sim.kube import JsonDict, Kube, ListWatch
@@ -29,23 +30,13 @@ OWNED_TAINTS = "sdcguard.dev/owned-taints"
 QUALIFIED_AT = "sdcguard.dev/qualified-at"
 CURRENT_TEST = "sdcguard.dev/test"
 RETRY_AFTER = "sdcguard.dev/retry-after"
-API = "/apis/sdcguard.dev/v1alpha1"
+API = f"/apis/{GROUP}/{VERSION}"
 
 JOINING = "Joining"
 """A node the operator has not labelled yet."""
 FINISHED_PHASES = frozenset({"Passed", "Failed", "Inconclusive", "Cancelled"})
 HELD_FOR_REPAIR = frozenset({"Quarantined", "Repairing", "Verifying"})
 RESCREEN_REASONS = frozenset({"ReturnFromUse", "Expiry"})
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _split(value: object) -> frozenset[str]:

@@ -20,14 +20,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from sdcguard.api.common import GROUP, VERSION
+
 JsonDict = dict[str, Any]
 log = structlog.get_logger("sdcguard.sim")
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
-TICKET_GROUP = "sdcguard.dev"
-TICKET_VERSION = "v1alpha1"
+TICKET_GROUP = GROUP
+TICKET_VERSION = VERSION
 TICKET_PLURAL = "repairtickets"
 TICKETS_PATH = f"/apis/{TICKET_GROUP}/{TICKET_VERSION}/{TICKET_PLURAL}"
 LEASE_NAMESPACE = "kube-node-lease"

@@ -40,6 +40,7 @@ from typing import Literal
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.api.common import parse_time
 from sdcguard.sim.commands import command_env, gpu_uuids, local_argv, service_env
 from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
 from sdcguard.sim.kube import JsonDict, Kube, ListWatch, retry_call
@@ -94,15 +95,6 @@ def _die_with_parent() -> None:
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
 
 
 def _exit_code(returncode: int) -> int:
@@ -375,7 +367,7 @@ class SimKubelet:
             return
         now = self.clock()
         pod = task.pod
-        task.started = _parse_time(pod.status.start_time) or now
+        task.started = parse_time(pod.status.start_time) or now
         if pod.status.phase != "Running" and not self._write(
             task, running_status(pod, host_ip=self._host_ip(task), started=task.started)
         ):

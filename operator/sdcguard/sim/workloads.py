@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from sdcguard.api.common import parse_time
 from sdcguard.sim.catalogue import INSTANCE_TYPE_LABEL, InstanceType
 from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION, Fleet, WorkloadSettings
 from sdcguard.sim.kube import Kube
@@ -108,8 +109,8 @@ def _age_seconds(pod: dict[str, Any], now: datetime) -> float:
     stamps = [f for f in finished if f]
     if not stamps:
         return 0.0
-    t = datetime.strptime(max(stamps), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    return (now - t).total_seconds()
+    t = parse_time(max(stamps))
+    return (now - t).total_seconds() if t is not None else 0.0
 
 
 class CustomerWorkloads:

@@ -30,7 +30,7 @@ The election is the Kubernetes client's ``leaderelection`` with its ``LeaseLock`
   (``on_lost``), so a paused or partitioned leader stops writing before the standby
   may take over (``renew_deadline < lease_duration``). The process then stops Kopf
   and stands by again with its copy of the fleet still warm; a Kopf that has not
-  stopped within ``lease_duration - renew_deadline`` ends the process (``__main__``).
+  stopped within ``lease_duration - renew_deadline`` ends the process (``terms.py``).
 - **Release.** A leader that stops cleanly clears the holder, so the standby takes
   over at its next try instead of waiting out the lease.
 
@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from sdcguard.adapters.mirror import retrying_client
+from sdcguard.runtime.mirror import retrying_client
 
 log = structlog.get_logger(__name__)
 
