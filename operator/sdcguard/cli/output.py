@@ -83,17 +83,6 @@ def emit(result: Result, fmt: str, out: TextIO) -> None:
         out.write(text + "\n")
 
 
-def parse_time(value: Any) -> dt.datetime | None:
-    """A Kubernetes timestamp (RFC 3339, "Z" or offset, optional fraction) or None."""
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
 def format_time(value: dt.datetime | None) -> str | None:
     """RFC 3339 in UTC, seconds precision."""
     if value is None:
