@@ -109,6 +109,8 @@ def _table(radius: Radius) -> Table:
             _when(w.first_seen),
             _when(w.last_seen) if w.last_seen else "running",
             cell(w.note),
+            w.api_version,
+            cell(",".join(w.running)),
         ]
         for w in radius.workloads
     ]
@@ -116,8 +118,19 @@ def _table(radius: Radius) -> Table:
     end = _when(radius.window_end) if radius.window_end else "now (no failing screening)"
     ticket = f", ticket {radius.ticket}" if radius.ticket else ""
     return Table(
-        ["namespace", "workload", "accelerators", "pods", "first seen", "last seen", "note"],
+        [
+            "namespace",
+            "workload",
+            "accelerators",
+            "pods",
+            "first seen",
+            "last seen",
+            "note",
+            "api version",
+            "running pods",
+        ],
         rows,
+        wide=["api version", "running pods"],
         title=f"Node {radius.node}{ticket}: window {start} .. {end}",
         empty=f"Node {radius.node}{ticket}: no workload used it in the window {start} .. {end}.",
     )

@@ -261,7 +261,7 @@ def status(conn: Connection) -> Result:
     columns += sorted(s for s in summary.states if s not in columns)
     tables = [
         Table(
-            ["policy", "mode", "paused", "breaker", "window", "reason"],
+            ["policy", "mode", "paused", "breaker", "window", "reason", "tripped at"],
             [
                 [
                     p["name"],
@@ -270,9 +270,11 @@ def status(conn: Connection) -> Result:
                     p["breaker"]["state"],
                     f"{p['breaker']['windowFailures']}/{p['breaker']['windowSamples']} failed",
                     cell(p["breaker"]["reason"]),
+                    cell(p["breaker"]["trippedAt"]),
                 ]
                 for p in policy_rows
             ],
+            wide=["tripped at"],
             empty="No SDCPolicy: nothing is screened. Create one (kubectl explain sdcpolicy.spec) "
             "or install the chart with policy.create=true.",
         ),
@@ -290,7 +292,17 @@ def status(conn: Connection) -> Result:
             empty="No accelerator nodes found.",
         ),
         Table(
-            ["ticket", "node", "phase", "cycle", "age", "external", "notified"],
+            [
+                "ticket",
+                "node",
+                "phase",
+                "cycle",
+                "age",
+                "external",
+                "notified",
+                "resolution",
+                "opened at",
+            ],
             [
                 [
                     t["name"],
@@ -300,9 +312,12 @@ def status(conn: Connection) -> Result:
                     age(_opened_at(ticket), now),
                     cell(t["external"]),
                     cell(t["delivered"]),
+                    cell(t["resolution"]),
+                    cell(t["openedAt"]),
                 ]
                 for t, ticket in opened
             ],
+            wide=["resolution", "opened at"],
             title="Open repair tickets:",
             empty="No open repair tickets.",
         ),
@@ -329,11 +344,18 @@ def status(conn: Connection) -> Result:
             empty="No accelerator devices found.",
         ),
         Table(
-            ["node", "state", "for", "why"],
+            ["node", "state", "for", "why", "since"],
             [
-                [w["node"], cell(w["state"]), age(keys.parse_time(w["since"]), now), w["why"]]
+                [
+                    w["node"],
+                    cell(w["state"]),
+                    age(keys.parse_time(w["since"]), now),
+                    w["why"],
+                    cell(w["since"]),
+                ]
                 for w in waiting
             ],
+            wide=["since"],
             title="Waiting nodes:",
             empty="No node waits.",
         ),
@@ -998,8 +1020,12 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         f"{' '.join(str(x) for x in data_passed) or 'none'}"
     )
     table = Table(
-        ["time", "kind", "name", "detail"],
-        [[cell(e["time"]), e["kind"], e["name"], e["detail"]] for e in entries],
+        ["time", "kind", "name", "detail", "phase"],
+        [
+            [cell(e["time"]), e["kind"], e["name"], e["detail"], cell(e.get("phase"))]
+            for e in entries
+        ],
+        wide=["phase"],
         title=header,
         empty=header + "\nNo tests, tickets or events recorded.",
     )
@@ -1043,7 +1069,21 @@ def baselines(conn: Connection) -> Result:
         return f"{len(nodes)} ({shown})" if nodes else "0"
 
     table = Table(
-        ["name", "fingerprint", "device", "source", "trusted", "checks", "nodes", "age"],
+        [
+            "name",
+            "fingerprint",
+            "device",
+            "source",
+            "trusted",
+            "checks",
+            "nodes",
+            "age",
+            "backend",
+            "driver",
+            "disagreeing",
+            "candidates",
+            "hash",
+        ],
         [
             [
                 r["name"],
@@ -1054,9 +1094,15 @@ def baselines(conn: Connection) -> Result:
                 cell(",".join(r["checks"])),
                 nodes_cell(r),
                 age(item.metadata.creation_timestamp, now),
+                cell(r["backend"]),
+                cell(r["driver"]),
+                str(len(r["disagreeingNodes"])),
+                str(r["candidates"]),
+                r["hash"],
             ]
             for r, item in zip(rows, items, strict=True)
         ],
+        wide=["backend", "driver", "disagreeing", "candidates", "hash"],
         empty="No SDCBaselines yet: they appear when the first nodes of a fingerprint are tested.",
     )
     return Result(data=rows, tables=[table], lines=listed.warnings)
@@ -1127,7 +1173,7 @@ def hardware(conn: Connection, wanted: str | None) -> Result:
             )
     rows = [_hardware_row(i) for i in items]
     summary = Table(
-        ["name", "kind", "id", "failures", "last node", "seen as", "retired", "age"],
+        ["name", "kind", "id", "failures", "last node", "seen as", "retired", "age", "untrusted"],
         [
             [
                 r["name"],
@@ -1142,9 +1188,11 @@ def hardware(conn: Connection, wanted: str | None) -> Result:
                     else None
                 ),
                 age(item.metadata.creation_timestamp, now),
+                str(len(r["untrusted"])),
             ]
             for r, item in zip(rows, items, strict=True)
         ],
+        wide=["untrusted"],
         empty="No hardware history: no hardware has failed a screening yet.",
     )
     tables = [summary]

@@ -248,6 +248,11 @@ def _items(body: Any) -> list[dict[str, Any]]:
     return _ItemList.model_validate(body).items or []
 
 
+def item_names(body: Any) -> list[str]:
+    """The names of the items of a list response (full objects or metadata only)."""
+    return [_Named.model_validate(item).metadata.name for item in _items(body)]
+
+
 def _name_of(body: Mapping[str, Any]) -> str:
     try:
         return _Named.model_validate(body).metadata.name
