@@ -195,7 +195,7 @@ def cluster_lookup(
     try:
         conn = connect(kubeconfig, context)
         return [name for plural in plurals for name in _names(conn, plural)]
-    except (CliError, ValidationError):
+    except (CliError, ValidationError, TypeError):  # TypeError: a client without _headers
         return []
 
 
