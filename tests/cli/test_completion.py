@@ -15,7 +15,12 @@ import pytest
 import yaml
 
 from sdcguard.cli import main
-from sdcguard.cli.completion import DIRECTIVE_DEFAULT, DIRECTIVE_NO_FILE, complete
+from sdcguard.cli.completion import (
+    DIRECTIVE_DEFAULT,
+    DIRECTIVE_NO_FILE,
+    complete,
+    kubectl_complete,
+)
 from sdcguard.cli.main import build_parser
 from sdcguard.cli.output import Result, Table, emit, render_table
 from tests.cli.tmuxshell import BASH_COMPLETION, need, plugin_bin, shell
@@ -105,6 +110,10 @@ def test_complete_answers_in_kubectls_format() -> None:
     out = io.StringIO()
     assert main(["__complete", "status", "-o", "j"], stdout=out) == 0
     assert out.getvalue() == "json\n:4\n"
+    # the entry point a kubectl_complete-sdc console script would name
+    out = io.StringIO()
+    assert kubectl_complete(["st"], out) == 0
+    assert out.getvalue() == "status\n:4\n"
 
 
 @pytest.mark.parametrize("shell_name", ["bash", "zsh"])
@@ -134,12 +143,22 @@ def test_bash_completes_kubectl_sdc(tmp_path: Path) -> None:
         sh.complete("kubectl-sdc history gpu-1 --no-h", "kubectl-sdc history gpu-1 --no-headers")
 
 
-def test_zsh_completes_kubectl_sdc(tmp_path: Path) -> None:
+@pytest.mark.parametrize("install", ["source", "fpath"])
+def test_zsh_completes_kubectl_sdc(tmp_path: Path, install: str) -> None:
+    """Sourced, or installed as the completion function _kubectl-sdc on $fpath."""
     need("zsh")
-    (tmp_path / ".zshrc").write_text(
-        "PS1='sdc-zsh> '\nautoload -U compinit && compinit -u\n"
-        "source <(kubectl-sdc completion zsh)\n"
-    )
+    functions = tmp_path / "functions"
+    functions.mkdir()
+    out = io.StringIO()
+    main(["completion", "zsh"], stdout=out)
+    (functions / "_kubectl-sdc").write_text(out.getvalue())
+    rc = ["PS1='sdc-zsh> '"]
+    if install == "fpath":
+        rc.append(f"fpath=({functions} $fpath)")
+    rc.append("autoload -U compinit && compinit -u")
+    if install == "source":
+        rc.append("source <(kubectl-sdc completion zsh)")
+    (tmp_path / ".zshrc").write_text("\n".join(rc) + "\n")
     env = {**_env(tmp_path), "ZDOTDIR": str(tmp_path)}
     with shell(["zsh", "-i"], env, tmp_path, "sdc-zsh>") as sh:
         sh.complete("kubectl-sdc st", "sdc-zsh> kubectl-sdc status")

@@ -229,7 +229,8 @@ complete -F _kubectl_sdc kubectl-sdc
 
 ZSH = r"""#compdef kubectl-sdc
 # zsh completion for kubectl-sdc (kubectl sdc), from `kubectl sdc completion zsh`.
-# Load it with: source <(kubectl-sdc completion zsh)   (after compinit)
+# Load it with: source <(kubectl-sdc completion zsh)   (after compinit), or install it
+# as a completion function: kubectl-sdc completion zsh > "${fpath[1]}/_kubectl-sdc"
 _kubectl_sdc() {
     local -a out candidates
     local directive
@@ -243,7 +244,7 @@ _kubectl_sdc() {
         _files
     fi
 }
-if [[ "${funcstack[1]}" == "_kubectl_sdc" ]]; then
+if [[ "${funcstack[1]}" == "_kubectl-sdc" ]]; then
     _kubectl_sdc "$@"
 else
     compdef _kubectl_sdc kubectl-sdc
