@@ -472,3 +472,24 @@ def test_an_object_that_does_not_decode_is_left_out_with_a_warning(monkeypatch) 
     assert "spec.resolution" in warning
     with pytest.raises(CliError, match=r"repairticket k2 does not match .*spec\.resolution"):
         kube.decode(RepairTicket, bad, "repairtickets")
+
+
+def test_a_ticket_row_says_notified_only_once_a_delivery_is_recorded() -> None:
+    import datetime as dt
+
+    now = dt.datetime(2025, 1, 10, tzinfo=dt.UTC)
+
+    def row(status: dict[str, Any]) -> dict[str, Any]:
+        ticket = RepairTicket.model_validate(
+            {"metadata": {"name": "k"}, "spec": {"nodeName": "n"}, "status": status}
+        )
+        return commands._ticket_row(ticket, now)
+
+    assert row({"phase": "InRepair"})["delivered"] is None  # shown as "-"
+    assert row({"notification": {"delivered": True}})["delivered"] is True
+    opened = row({"openedAt": "2025-01-09T00:00:00Z", "cycle": 2})
+    assert (opened["openedAt"], opened["ageSeconds"], opened["cycle"]) == (
+        "2025-01-09T00:00:00Z",
+        86400,
+        2,
+    )

@@ -27,6 +27,7 @@ from sdcguard.api import (
     VERSION,
     CheckStatus,
     RepairTicket,
+    RepairTicketStatus,
     Resolution,
     ScreeningReason,
     SDCBaseline,
@@ -212,7 +213,7 @@ def _ticket_row(ticket: RepairTicket, now: dt.datetime) -> dict[str, Any]:
         "openedAt": format_time(opened),
         "ageSeconds": int((now - opened).total_seconds()) if opened else None,
         "external": f"{external.system}:{external.id}" if external else None,
-        "delivered": status.notification.delivered if status else None,
+        "delivered": _delivered(status),
     }
 
 
@@ -361,6 +362,13 @@ def status(conn: Connection) -> Result:
         ),
     ]
     return Result(data=data, tables=tables, lines=listed.warnings)
+
+
+def _delivered(status: RepairTicketStatus | None) -> bool | None:
+    """Whether the sinks accepted the ticket; None ("-") while no delivery is recorded."""
+    if status is None or "notification" not in status.model_fields_set:
+        return None
+    return status.notification.delivered
 
 
 def _opened_at(ticket: RepairTicket) -> dt.datetime | None:
