@@ -18,12 +18,12 @@ EPILOG = """\
 Manual requests are node annotations the operator acts on; every request is also
 recorded as an Event on the Node (kubectl describe node NODE).
 
-Install as a kubectl plugin: put the kubectl-sdc command (pip install sdcguard) on PATH,
-or from a checkout: kubectl krew install --manifest=charts/krew/sdc.yaml
---archive=sdc.tar.gz (see charts/krew/README.md for the archive and a symlink instead).
-Shell completion: source <(kubectl-sdc completion bash) (or zsh); for `kubectl sdc`
-itself (kubectl 1.26+), put an executable kubectl_complete-sdc on PATH that runs
-`kubectl-sdc __complete "$@"`.
+Install as a kubectl plugin: pip install sdcguard puts kubectl-sdc on PATH. From a
+checkout: python3 charts/krew/archive.py sdc.zip, then kubectl krew install
+--manifest=charts/krew/sdc.yaml --archive=sdc.zip; or symlink charts/krew/kubectl-sdc
+onto PATH (charts/krew/README.md).
+Shell completion: source <(kubectl-sdc completion bash) (or zsh). For `kubectl sdc`
+itself (kubectl 1.26+), put charts/krew/kubectl_complete-sdc on PATH as well.
 Docs: https://github.com/sdcguard/sdcguard/tree/main/charts/sdcguard#kubectl-plugin
 """
 
