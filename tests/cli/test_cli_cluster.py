@@ -594,6 +594,16 @@ def test_baselines(fleet: Fleet) -> None:
     assert code == 0
     line = next(t for t in out.splitlines() if t.startswith(fleet.baseline))
     assert "NVIDIA H100" in line and "true" in line and "4 (" in line
+    assert "ab" * 32 not in out  # the full hash is a wide column
+
+
+def test_baselines_wide_and_without_headers(fleet: Fleet) -> None:
+    code, out, _ = fleet.sdc("baselines", "-o", "wide")
+    assert code == 0 and out.splitlines()[0].split()[-1] == "HASH"
+    line = next(t for t in out.splitlines() if t.startswith(fleet.baseline))
+    assert line.endswith("ab" * 32)
+    code, out, _ = fleet.sdc("baselines", "--no-headers")
+    assert code == 0 and "NAME" not in out and fleet.baseline in out
 
 
 # ---------------------------------------------------------------- as a kubectl plugin
@@ -620,6 +630,42 @@ def test_runs_as_a_kubectl_plugin(fleet: Fleet, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert any(b["name"] == fleet.baseline for b in json.loads(proc.stdout))
+
+
+def test_completion_names_the_clusters_nodes(fleet: Fleet) -> None:
+    """Node and ticket names come from the cluster the line's --kubeconfig names."""
+
+    def complete(*words: str) -> list[str]:
+        out = io.StringIO()
+        assert main(["__complete", "--kubeconfig", fleet.kubeconfig, *words], stdout=out) == 0
+        return out.getvalue().splitlines()
+
+    assert complete("history", f"cli-{fleet.suffix}-gpu-") == [fleet.healthy, fleet.sick, ":4"]
+    assert complete("repaired", f"cli-{fleet.suffix}-gpu-2-") == [fleet.ticket, ":4"]
+
+
+def test_kubectl_completes_the_plugin_in_a_real_shell(fleet: Fleet, tmp_path: Path) -> None:
+    """`kubectl sdc <TAB>` in bash: kubectl (1.26+) runs kubectl_complete-sdc from PATH,
+    which asks the plugin; node names come from the cluster."""
+    from tests.cli.tmuxshell import BASH_COMPLETION, need, plugin_bin, shell
+
+    need("bash")
+    if not BASH_COMPLETION.is_file():
+        pytest.skip(
+            "bash-completion is not installed, which kubectl's bash completion needs "
+            "(apt-get install -y bash-completion)"
+        )
+    rc = tmp_path / "bashrc"
+    rc.write_text(
+        f"PS1='sdc-bash> '\nsource {BASH_COMPLETION}\nsource <(kubectl completion bash)\n"
+    )
+    env = {k: v for k, v in fleet.env.items() if not k.startswith("TMUX")}
+    env["PATH"] = os.pathsep.join([str(plugin_bin(tmp_path / "bin")), env["PATH"]])
+    argv = ["bash", "--noprofile", "--rcfile", str(rc), "-i"]
+    with shell(argv, env, tmp_path, "sdc-bash>") as sh:
+        sh.complete("kubectl sdc st", "sdc-bash> kubectl sdc status")
+        sh.complete(f"kubectl sdc history {fleet.sick[:-1]}", fleet.healthy, tabs=2)
+        sh.complete(f"kubectl sdc repaired {fleet.sick}", f"repaired {fleet.ticket}")
 
 
 def test_blast_radius_of_a_node_before_any_failure_and_of_an_unknown_name(fleet: Fleet) -> None:

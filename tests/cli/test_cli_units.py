@@ -8,26 +8,42 @@ import json
 import tomllib
 from importlib import import_module
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.api import SDCPolicy
+from sdcguard.api import RepairTicket, SDCHardware, SDCPolicy, SDCTest
 from sdcguard.cli import commands, main
-from sdcguard.cli.kube import CRDS_MISSING, CliError, explain
+from sdcguard.cli.kube import CRDS_MISSING, CliError, Listing, explain
+from sdcguard.cli.objects import Event, Node
 from sdcguard.cli.output import Result, Table, age, emit, render_table
 from sdcguard.domain import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def node(name: str, labels: dict[str, str] | None = None, gpus: int = 8) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": labels or {}},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if gpus else {}},
-    }
+def node(name: str, labels: dict[str, str] | None = None, gpus: int = 8, **spec: Any) -> Node:
+    return Node.from_body(
+        {
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": spec,
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if gpus else {}},
+        }
+    )
+
+
+def sdctest(name: str, spec: dict[str, Any], **rest: Any) -> SDCTest:
+    """An SDCTest as the API server would return it (nodeName and policyRef filled in)."""
+    return SDCTest.model_validate(
+        {
+            "metadata": {"name": name, **rest.pop("metadata", {})},
+            "spec": {"nodeName": "n1", "policyRef": "p", **spec},
+            **rest,
+        }
+    )
 
 
 def policy(name: str, match: dict[str, str] | None = None, pool: str | None = None) -> SDCPolicy:
@@ -66,7 +82,7 @@ def test_fleet_summary_by_policy_pool_and_state() -> None:
         node("e", {keys.LABEL_STATE: "Retired"}),  # labelled, no policy any more
         node("f", {}),  # not part of the fleet
         # registered gated, waiting for its acceptance test (which labels it)
-        {**node("g", labels), "spec": {"taints": [{"key": "sdcguard.dev/unqualified"}]}},
+        node("g", labels, taints=[{"key": "sdcguard.dev/unqualified", "effect": "NoSchedule"}]),
     ]
     summary = commands.summarize_fleet(nodes, policies)
     assert summary.nodes == 6
@@ -104,43 +120,49 @@ def test_request_annotations_follow_the_contract() -> None:
 
 def test_history_is_time_ordered_across_kinds() -> None:
     tests = [
-        {
-            "metadata": {"name": "t2", "creationTimestamp": "2025-01-02T00:00:00Z"},
-            "spec": {"suite": "requalification", "reason": "Manual"},
-            "status": {
+        sdctest(
+            "t2",
+            {"suite": "requalification", "reason": "Manual"},
+            metadata={"creationTimestamp": "2025-01-02T00:00:00Z"},
+            status={
                 "phase": "Failed",
                 "verdict": "SDC",
                 "completionTime": "2025-01-02T00:10:00Z",
                 "checks": [{"name": "golden", "verdict": "SDC", "oddDevice": 3}],
             },
-        },
-        {
-            "metadata": {"name": "t1", "creationTimestamp": "2025-01-01T00:00:00Z"},
-            "spec": {"suite": "acceptance", "reason": "Join"},
-        },
+        ),
+        sdctest(
+            "t1",
+            {"suite": "acceptance", "reason": "Join"},
+            metadata={"creationTimestamp": "2025-01-01T00:00:00Z"},
+        ),
     ]
     tickets = [
-        {
-            "metadata": {"name": "k1"},
-            "spec": {"nodeName": "n"},
-            "status": {
-                "cycle": 1,
-                "history": [
-                    {"time": "2025-01-02T00:11:00Z", "phase": "Open", "message": "quarantined"},
-                    {"time": "2025-01-03T00:00:00Z", "phase": "InRepair"},
-                ],
-            },
-        }
+        RepairTicket.model_validate(
+            {
+                "metadata": {"name": "k1"},
+                "spec": {"nodeName": "n"},
+                "status": {
+                    "cycle": 1,
+                    "history": [
+                        {"time": "2025-01-02T00:11:00Z", "phase": "Open", "message": "quarantined"},
+                        {"time": "2025-01-03T00:00:00Z", "phase": "InRepair"},
+                    ],
+                },
+            }
+        )
     ]
     events = [
-        {
-            "metadata": {"creationTimestamp": "2025-01-02T00:05:00Z"},
-            "involvedObject": {"kind": "Node", "name": "n"},
-            "reason": "ManualQuarantineRequested",
-            "message": "alice asked",
-            "type": "Warning",
-            "lastTimestamp": "2025-01-02T00:05:00Z",
-        }
+        Event.model_validate(
+            {
+                "metadata": {"creationTimestamp": "2025-01-02T00:05:00Z"},
+                "involvedObject": {"kind": "Node", "name": "n"},
+                "reason": "ManualQuarantineRequested",
+                "message": "alice asked",
+                "type": "Warning",
+                "lastTimestamp": "2025-01-02T00:05:00Z",
+            }
+        )
     ]
     entries = commands.history_entries(tests, tickets, events)
     assert [(e["kind"], e["name"]) for e in entries] == [
@@ -264,8 +286,8 @@ def test_age_like_kubectl() -> None:
     assert age(None, now) == "<unknown>"
 
 
-def _with(meta: dict[str, Any], name: str = "n1") -> dict[str, Any]:
-    return {"metadata": {"name": name, **meta}}
+def _with(meta: dict[str, Any], name: str = "n1") -> Node:
+    return Node.from_body({"metadata": {"name": name, **meta}})
 
 
 def test_default_suite_follows_the_nodes_record() -> None:
@@ -285,22 +307,10 @@ def test_default_suite_follows_the_nodes_record() -> None:
 def test_running_test_prefers_the_one_the_node_names() -> None:
     node = _with({"annotations": {keys.CURRENT_TEST: "n1-rq-2"}})
     tests = [
-        {
-            "metadata": {"name": "n1-acc-1"},
-            "spec": {"nodeName": "n1"},
-            "status": {"phase": "Passed"},
-        },
-        {"metadata": {"name": "n1-manual-a"}, "spec": {"nodeName": "n1"}},
-        {
-            "metadata": {"name": "n1-rq-2"},
-            "spec": {"nodeName": "n1"},
-            "status": {"phase": "Running"},
-        },
-        {
-            "metadata": {"name": "n2-rq-1"},
-            "spec": {"nodeName": "n2"},
-            "status": {"phase": "Running"},
-        },
+        sdctest("n1-acc-1", {}, status={"phase": "Passed"}),
+        sdctest("n1-manual-a", {}),
+        sdctest("n1-rq-2", {}, status={"phase": "Running"}),
+        sdctest("n2-rq-1", {"nodeName": "n2"}, status={"phase": "Running"}),
     ]
     assert commands.running_test(node, tests) == ("n1-rq-2", "Running")
     assert commands.running_test(_with({}), tests[:2]) == ("n1-manual-a", "Pending")
@@ -331,15 +341,13 @@ def test_release_is_refused_where_it_would_be_undone(
 
 def test_history_names_the_suite_that_ran_for_a_test_that_named_none() -> None:
     tests = [
-        {
-            "metadata": {"name": "t1", "creationTimestamp": "2025-01-01T00:00:00Z"},
-            "spec": {"reason": "Manual"},
-            "status": {"phase": "Running", "suite": "acceptance"},
-        },
-        {
-            "metadata": {"name": "t2", "creationTimestamp": "2025-01-02T00:00:00Z"},
-            "spec": {"reason": "Manual"},
-        },
+        sdctest(
+            "t1",
+            {"reason": "Manual"},
+            metadata={"creationTimestamp": "2025-01-01T00:00:00Z"},
+            status={"phase": "Running", "suite": "acceptance"},
+        ),
+        sdctest("t2", {"reason": "Manual"}, metadata={"creationTimestamp": "2025-01-02T00:00:00Z"}),
     ]
     entries = commands.history_entries(tests, [], [])
     assert entries[0]["suite"] == "acceptance"
@@ -377,24 +385,28 @@ def test_hardware_lists_records_and_finds_one_by_node_id_or_past_name(monkeypatc
                 },
             ],
             "totalFailures": 2,
-            "nodes": [{"node": "old-1"}, {"node": "new-1"}],
+            "nodes": [
+                {"node": n, "firstSeen": t, "lastSeen": t}
+                for n, t in (("old-1", "2025-06-01T10:00:00Z"), ("new-1", "2025-06-02T10:00:00Z"))
+            ],
             "lastNode": "new-1",
             "retired": {"time": "2025-06-02T10:00:00Z", "node": "new-1", "message": "done"},
             "untrusted": [{"kind": "SystemUUID", "value": "", "reason": "empty"}],
         },
     }
-    node_body = {"metadata": {"name": "new-1"}, "spec": {"providerID": provider}}
-    monkeypatch.setattr(commands, "list_custom", lambda conn, plural: [record])
+    node_body = Node.from_body({"metadata": {"name": "new-1"}, "spec": {"providerID": provider}})
+    listed = Listing([SDCHardware.model_validate(record)])
+    monkeypatch.setattr(commands, "list_typed", lambda conn, model, plural: listed)
 
-    def get_node(conn: Any, name: str) -> dict[str, Any]:
+    def get_node(conn: Any, name: str) -> Node:
         if name == "new-1":
             return node_body
         raise CliError(f"node {name} not found")
 
     monkeypatch.setattr(commands, "get_node", get_node)
-    listed = commands.hardware(None, None)  # type: ignore[arg-type]
-    assert [r["totalFailures"] for r in listed.data] == [2]
-    table = render_table(listed.tables[0])
+    everything = commands.hardware(None, None)  # type: ignore[arg-type]
+    assert [r["totalFailures"] for r in everything.data] == [2]
+    table = render_table(everything.tables[0])
     assert "ProviderID" in table and "old-1,new-1" in table
     for wanted in ("new-1", provider.upper(), "old-1", record["metadata"]["name"]):
         found = commands.hardware(None, wanted)  # type: ignore[arg-type]
@@ -404,3 +416,80 @@ def test_hardware_lists_records_and_finds_one_by_node_id_or_past_name(monkeypatc
     assert "Retired" in text and "empty" in text and "kubectl delete sdchardware" in detail.lines[0]
     with pytest.raises(CliError, match="no hardware history for 'gpu-9'"):
         commands.hardware(None, "gpu-9")  # type: ignore[arg-type]
+
+
+def _two_contexts(tmp_path: Path) -> Path:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "prod", "context": {"cluster": "c", "user": "u"}},
+                    {"name": "lab", "context": {"cluster": "c", "user": "u"}},
+                ],
+                "current-context": "prod",
+            }
+        )
+    )
+    return kubeconfig
+
+
+def test_an_unknown_context_lists_the_contexts_there_are(tmp_path: Path) -> None:
+    kubeconfig = _two_contexts(tmp_path)
+    err = io.StringIO()
+    code = main(["status", "--kubeconfig", str(kubeconfig), "--context", "staging"], stderr=err)
+    assert code == 1
+    assert err.getvalue() == (
+        f"error: context 'staging' is not in kubeconfig {kubeconfig}; its contexts: lab, "
+        "prod (current). Pick one with --context (kubectl config get-contexts lists them)\n"
+    )
+
+
+def test_a_known_context_is_used(tmp_path: Path) -> None:
+    from sdcguard.cli import kube
+
+    conn = kube.connect(str(_two_contexts(tmp_path)), "lab")
+    assert conn.kubeconfig_user == "u" and conn.server == "http://127.0.0.1:1"
+
+
+def test_an_object_that_does_not_decode_is_left_out_with_a_warning(monkeypatch) -> None:
+    """The CLI reads through the API models: one malformed object does not hide the rest,
+    and the warning names it and its bad field."""
+    from sdcguard.cli import kube
+
+    good = {"metadata": {"name": "k1"}, "spec": {"nodeName": "n1"}}
+    bad = {"metadata": {"name": "k2"}, "spec": {"nodeName": "n1", "resolution": "Fixed"}}
+    monkeypatch.setattr(kube, "call", lambda *args, **kwargs: {"items": [good, bad]})
+    conn = SimpleNamespace(custom=SimpleNamespace(list_cluster_custom_object=None))
+    listed = kube.list_typed(conn, RepairTicket, "repairtickets")  # type: ignore[arg-type]
+    assert [t.metadata.name for t in listed.items] == ["k1"]
+    (warning,) = listed.warnings
+    assert warning.startswith("warning: left out: repairticket k2 does not match")
+    assert "spec.resolution" in warning
+    with pytest.raises(CliError, match=r"repairticket k2 does not match .*spec\.resolution"):
+        kube.decode(RepairTicket, bad, "repairtickets")
+
+
+def test_a_ticket_row_says_notified_only_once_a_delivery_is_recorded() -> None:
+    import datetime as dt
+
+    now = dt.datetime(2025, 1, 10, tzinfo=dt.UTC)
+
+    def row(status: dict[str, Any]) -> dict[str, Any]:
+        ticket = RepairTicket.model_validate(
+            {"metadata": {"name": "k"}, "spec": {"nodeName": "n"}, "status": status}
+        )
+        return commands._ticket_row(ticket, now)
+
+    assert row({"phase": "InRepair"})["delivered"] is None  # shown as "-"
+    assert row({"notification": {"delivered": True}})["delivered"] is True
+    opened = row({"openedAt": "2025-01-09T00:00:00Z", "cycle": 2})
+    assert (opened["openedAt"], opened["ageSeconds"], opened["cycle"]) == (
+        "2025-01-09T00:00:00Z",
+        86400,
+        2,
+    )

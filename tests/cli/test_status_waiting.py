@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from sdcguard.cli.commands import _waiting_rows
+from sdcguard.cli.objects import Node
 
 
-def _node(name: str, **annotations: str) -> dict[str, object]:
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {"sdcguard.dev/state": "Repairing"},
-            "annotations": annotations,
+def _node(name: str, **annotations: str) -> Node:
+    return Node.from_body(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"sdcguard.dev/state": "Repairing"},
+                "annotations": annotations,
+            }
         }
-    }
+    )
 
 
 def test_waiting_nodes_are_listed_longest_first_with_the_reason() -> None:
@@ -52,9 +55,11 @@ def test_a_tied_node_is_counted_under_the_policy_the_operator_picks() -> None:
             {"metadata": {"name": name}, "spec": {"nodeSelector": {"matchLabels": {"t": "x"}}}}
         )
 
-    node = {
-        "metadata": {"name": "n", "labels": {"t": "x", "sdcguard.dev/state": "Qualified"}},
-        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
-    }
+    node = Node.from_body(
+        {
+            "metadata": {"name": "n", "labels": {"t": "x", "sdcguard.dev/state": "Qualified"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
+    )
     summary = summarize_fleet([node], [policy("zeta"), policy("alpha")])
     assert [row["policy"] for row in summary.pools] == ["alpha"]

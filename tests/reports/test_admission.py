@@ -147,13 +147,13 @@ def test_history_lists_reports_about_the_node_with_gpu_and_verdict() -> None:
         },
         "status": {"phase": "Accepted", "reason": "Accepted"},
     }
-    (entry,) = history_entries([], [], [], [report_obj])
+    (entry,) = history_entries([], [], [], [SDCReport.model_validate(report_obj)])
     assert entry["kind"] == "SDCReport" and entry["name"] == "team-a/llm-s7-r1"
     assert entry["detail"] == (
         "ShadowAudit at step 7 (Persistent) on GPU GPU-9, job llm: Accepted [Accepted]"
     )
     report_obj["status"] = {"phase": "Accepted", "reason": "Accepted", "outcome": "Confirmed"}
-    (entry,) = history_entries([], [], [], [report_obj])
+    (entry,) = history_entries([], [], [], [SDCReport.model_validate(report_obj)])
     assert entry["detail"].endswith("job llm: Accepted [Accepted], Confirmed")
     assert entry["outcome"] == "Confirmed"
 

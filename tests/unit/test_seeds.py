@@ -73,9 +73,18 @@ def _test(name: str, verdict: str | None, seed: int | None, done: str) -> dict[s
         status["seed"] = seed
     return {
         "metadata": {"name": name, "creationTimestamp": done},
-        "spec": {"nodeName": "n1", "suite": "requalification", "reason": "Expiry"},
+        "spec": {
+            "nodeName": "n1",
+            "policyRef": "p",
+            "suite": "requalification",
+            "reason": "Expiry",
+        },
         "status": status,
     }
+
+
+def _decoded(tests: list[dict[str, object]]) -> list[SDCTest]:
+    return [SDCTest.model_validate(t) for t in tests]  # as the CLI decodes what it reads
 
 
 def test_history_shows_seeds_and_the_seeds_passed() -> None:
@@ -86,8 +95,8 @@ def test_history_shows_seeds_and_the_seeds_passed() -> None:
         _test("n1-4", "Pass", 10, "2026-03-07T00:00:00Z"),
         _test("n1-5", "Pass", None, "2026-03-08T00:00:00Z"),
     ]
-    assert seeds_passed(tests) == [10, 30]
-    entries = history_entries(tests, [], [])
+    assert seeds_passed(_decoded(tests)) == [10, 30]
+    entries = history_entries(_decoded(tests), [], [])
     assert [e["seed"] for e in entries] == [10, 20, 30, 10, None]
     assert "seed 20" in entries[1]["detail"]
 
@@ -217,8 +226,8 @@ def test_history_lists_the_data_seeds_passed() -> None:
              _test("n1-2", "Pass", 10, "2026-03-05T00:00:00Z")]  # fmt: skip
     tests[0]["status"]["dataSeed"] = 501  # type: ignore[index]
     tests[1]["status"]["dataSeed"] = 502  # type: ignore[index]
-    assert seeds_passed(tests) == [10]
-    assert seeds_passed(tests, "dataSeed") == [501, 502]
-    entries = history_entries(tests, [], [])
+    assert seeds_passed(_decoded(tests)) == [10]
+    assert seeds_passed(_decoded(tests), "dataSeed") == [501, 502]
+    entries = history_entries(_decoded(tests), [], [])
     assert [e["dataSeed"] for e in entries] == [501, 502]
     assert "seed 10, data seed 501" in entries[0]["detail"]

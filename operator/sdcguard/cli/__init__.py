@@ -13,6 +13,12 @@
     kubectl sdc history NODE                 tests (with seeds), tickets and events of a node,
                                              by time, and the seeds it has passed
     kubectl sdc baselines                    golden-value baselines per fingerprint
+    kubectl sdc hardware [ID]                failure history by hardware identity
+    kubectl sdc blast-radius NODE|TICKET     workloads a failing node served
+    kubectl sdc completion bash|zsh          shell completion script
+
+Global flags, before or after the command: --kubeconfig, --context, -o table|wide|json|yaml,
+--no-headers. Installing it as a krew plugin: charts/krew/README.md.
 """
 
 from sdcguard.cli.main import main

@@ -1,6 +1,7 @@
 """The plugin's subcommands. Each reads or writes through :mod:`sdcguard.cli.kube` and returns
 an :class:`~sdcguard.cli.output.Result`; deciding what to show is kept apart from the I/O
-(``summarize_fleet``, ``history_entries``, ``select_policy``) so it is testable on plain dicts."""
+(``summarize_fleet``, ``history_entries``, ``select_policy``) so it is testable on decoded
+models without a cluster."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from sdcguard.api import (
     GROUP,
@@ -24,34 +25,47 @@ from sdcguard.api import (
     PLURAL_TESTS,
     PLURAL_TICKETS,
     VERSION,
+    CheckStatus,
+    RepairTicket,
+    RepairTicketStatus,
     Resolution,
     ScreeningReason,
+    SDCBaseline,
+    SDCHardware,
     SDCPolicy,
     SDCTest,
     SDCTestPhase,
     SDCTestSpec,
     Suite,
     TicketPhase,
+    Verdict,
     to_body,
     unnamed_suite,
 )
+from sdcguard.api.report import SDCReport
+from sdcguard.api.resources import REPORT
 from sdcguard.cli.kube import (
     CliError,
     Connection,
+    Listing,
     call,
-    get_custom,
+    decode,
     get_node,
-    list_custom,
+    get_typed,
+    list_events,
     list_nodes,
+    list_typed,
     patch_custom,
     whoami,
 )
-from sdcguard.cli.output import Result, Table, age, cell, format_time, parse_time
+from sdcguard.cli.objects import Event, Node, wire, wire_time
+from sdcguard.cli.output import Result, Table, age, cell, format_time
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage, add_member, allowed_devices
 from sdcguard.domain.devicetaints import SliceDevice
 from sdcguard.domain.hardware import candidates, record_name
-from sdcguard.domain.lifecycle import TABLE, Event, NodeState
+from sdcguard.domain.lifecycle import TABLE, NodeState
+from sdcguard.domain.lifecycle import Event as LifecycleEvent
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
 from sdcguard.domain.selection import most_specific, selects
 
@@ -74,8 +88,7 @@ TEST_NODE_LABEL = keys.PREFIX + "node"
 REQUESTED_BY = keys.PREFIX + "requested-by"
 RESOLVED_BY = keys.PREFIX + "resolved-by"
 STATE_ORDER = [s.value for s in NodeState]
-CLOSED_PHASES = {TicketPhase.CLOSED.value, TicketPhase.RETIRED.value}
-FINISHED_PHASES = {p.value for p in SDCTestPhase if p.finished}
+CLOSED_PHASES = {TicketPhase.CLOSED, TicketPhase.RETIRED}
 NO_POOL = "-"
 NO_POLICY = "-"
 
@@ -84,43 +97,40 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta: Mapping[str, Any] = obj.get("metadata") or {}
-    return meta
+def _ticket_phase(ticket: RepairTicket) -> TicketPhase:
+    return ticket.status.phase if ticket.status else TicketPhase.OPEN
 
 
-def _name(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("name", ""))
+def _test_phase(test: SDCTest) -> SDCTestPhase:
+    return test.status.phase if test.status else SDCTestPhase.PENDING
+
+
+def _value(member: StrEnum | None) -> str | None:
+    """An enum member as the plain string the API writes (None stays None)."""
+    return None if member is None else member.value
 
 
 # --------------------------------------------------------------------------- policies
 
 
-def _policies(items: Iterable[Mapping[str, Any]]) -> list[SDCPolicy]:
-    """Parsed policies; one that does not parse is skipped (the operator reports it)."""
-    parsed = []
-    for item in items:
-        try:
-            parsed.append(SDCPolicy.model_validate(item))
-        except ValidationError:
-            continue
-    return parsed
+def _policies(conn: Connection) -> list[SDCPolicy]:
+    """The policies that decode; one that does not is skipped (the operator reports it)."""
+    return list_typed(conn, SDCPolicy, PLURAL_POLICIES).items
 
 
-def _facts(node: Mapping[str, Any], policy: SDCPolicy) -> NodeFacts:
-    return NodeFacts.from_body(node, policy.spec.accelerators, policy.spec.budgets.pool_label)
+def _facts(node: Node, policy: SDCPolicy) -> NodeFacts:
+    return NodeFacts.from_body(node.body, policy.spec.accelerators, policy.spec.budgets.pool_label)
 
 
-def policy_selects(policy: SDCPolicy, node: Mapping[str, Any]) -> bool:
+def policy_selects(policy: SDCPolicy, node: Node) -> bool:
     """Whether ``policy`` covers ``node``: its whole nodeSelector (matchLabels and
     matchExpressions), and an accelerator (or the policy simulates devices on the CPU)."""
-    labels = _meta(node).get("labels") or {}
-    if not selects(policy.spec.node_selector, labels):
+    if not selects(policy.spec.node_selector, node.labels):
         return False
     return _facts(node, policy).accelerators > 0 or policy.spec.probe.cpu_devices > 0
 
 
-def select_policy(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDCPolicy | None:
+def select_policy(policies: Sequence[SDCPolicy], node: Node) -> SDCPolicy | None:
     """The policy that covers ``node``: the most specific selector wins (most matchLabels
     and matchExpressions),
     by the operator's own rule (:func:`sdcguard.domain.selection.most_specific`).
@@ -129,13 +139,12 @@ def select_policy(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDC
     picks the first name), so that people fix the tie.
     """
     matching = [p for p in policies if policy_selects(p, node)]
-    labels = _meta(node).get("labels") or {}
-    top = most_specific(labels, {p.metadata.name: p.spec.node_selector for p in matching})
+    top = most_specific(node.labels, {p.metadata.name: p.spec.node_selector for p in matching})
     if not top:
         return None
     if len(top) > 1:
         raise CliError(
-            f"node {_name(node)} is covered by policies {', '.join(top)}; choose one with --policy"
+            f"node {node.name} is covered by policies {', '.join(top)}; choose one with --policy"
         )
     return next(p for p in matching if p.metadata.name == top[0])
 
@@ -156,9 +165,7 @@ def _state_sort_key(state: str) -> tuple[int, str]:
     return (STATE_ORDER.index(state) if state in STATE_ORDER else len(STATE_ORDER), state)
 
 
-def summarize_fleet(
-    nodes: Iterable[Mapping[str, Any]], policies: Sequence[SDCPolicy]
-) -> FleetSummary:
+def summarize_fleet(nodes: Iterable[Node], policies: Sequence[SDCPolicy]) -> FleetSummary:
     """Count nodes per (policy, pool, state). Nodes without a state label that no policy covers
     are not part of the fleet; a covered node without a label is "Unqualified" when it
     carries the policy's gate taint (it waits for its acceptance test, which labels it)
@@ -166,19 +173,17 @@ def summarize_fleet(
     counts: dict[tuple[str, str], Counter[str]] = {}
     totals: Counter[str] = Counter()
     for node in nodes:
-        labels = _meta(node).get("labels") or {}
-        state = labels.get(keys.LABEL_STATE)
+        state = node.state
         policy = _owner(policies, node)  # a tie: counted where the operator puts it
         if state is None and policy is None:
             continue
         if state is None and policy is not None:
-            gate = policy.spec.taints.gate
-            gated = any(t.get("key") == gate for t in (node.get("spec") or {}).get("taints") or [])
+            gated = policy.spec.taints.gate in node.taint_keys
             state = "Unqualified" if gated else None
         state = state or "New"
         pool = NO_POOL
         if policy is not None and policy.spec.budgets.pool_label:
-            pool = labels.get(policy.spec.budgets.pool_label) or NO_POOL
+            pool = node.labels.get(policy.spec.budgets.pool_label) or NO_POOL
         key = (policy.metadata.name if policy else NO_POLICY, pool)
         counts.setdefault(key, Counter())[state] += 1
         totals[state] += 1
@@ -195,43 +200,36 @@ def summarize_fleet(
     return FleetSummary(pools=pools, states=ordered, nodes=sum(totals.values()))
 
 
-def _ticket_row(ticket: Mapping[str, Any], now: dt.datetime) -> dict[str, Any]:
-    spec = ticket.get("spec") or {}
-    status = ticket.get("status") or {}
-    opened = parse_time(status.get("openedAt")) or parse_time(
-        _meta(ticket).get("creationTimestamp")
-    )
-    external = spec.get("external") or {}
+def _ticket_row(ticket: RepairTicket, now: dt.datetime) -> dict[str, Any]:
+    spec, status = ticket.spec, ticket.status
+    opened = _opened_at(ticket)
+    external = spec.external
     return {
-        "name": _name(ticket),
-        "node": spec.get("nodeName"),
-        "phase": status.get("phase", TicketPhase.OPEN.value),
-        "cycle": status.get("cycle", 1),
-        "resolution": spec.get("resolution"),
+        "name": ticket.metadata.name,
+        "node": spec.node_name,
+        "phase": _ticket_phase(ticket).value,
+        "cycle": status.cycle if status else 1,
+        "resolution": _value(spec.resolution),
         "openedAt": format_time(opened),
         "ageSeconds": int((now - opened).total_seconds()) if opened else None,
-        "external": (f"{external.get('system')}:{external.get('id')}" if external else None),
-        "delivered": (status.get("notification") or {}).get("delivered"),
+        "external": f"{external.system}:{external.id}" if external else None,
+        "delivered": _delivered(status),
     }
 
 
 def status(conn: Connection) -> Result:
     """Fleet by state and pool, each policy's mode and breaker, and the open tickets."""
     now = _now()
-    raw_policies = list_custom(conn, PLURAL_POLICIES)
-    policies = _policies(raw_policies)
+    policies = _policies(conn)
     nodes = list_nodes(conn)
     summary = summarize_fleet(nodes, policies)
     waiting = _waiting_rows(nodes)
-    open_tickets = [
-        t
-        for t in list_custom(conn, PLURAL_TICKETS)
-        if (t.get("status") or {}).get("phase", TicketPhase.OPEN.value) not in CLOSED_PHASES
-    ]
-    tickets = [_ticket_row(t, now) for t in open_tickets]
+    listed = list_typed(conn, RepairTicket, PLURAL_TICKETS)
+    open_tickets = [t for t in listed.items if _ticket_phase(t) not in CLOSED_PHASES]
+    opened = sorted(((_ticket_row(t, now), t) for t in open_tickets), key=_opened_first)
+    tickets = [row for row, _ in opened]
     devices = _device_rows(open_tickets)
     device_budget = _device_budget_rows(nodes, policies, devices, open_tickets)
-    tickets.sort(key=lambda t: t["openedAt"] or "")
     policy_rows: list[dict[str, Any]] = []
     for p in sorted(policies, key=lambda p: p.metadata.name):
         breaker = p.status.breaker if p.status else None
@@ -264,7 +262,7 @@ def status(conn: Connection) -> Result:
     columns += sorted(s for s in summary.states if s not in columns)
     tables = [
         Table(
-            ["policy", "mode", "paused", "breaker", "window", "reason"],
+            ["policy", "mode", "paused", "breaker", "window", "reason", "tripped at"],
             [
                 [
                     p["name"],
@@ -273,9 +271,11 @@ def status(conn: Connection) -> Result:
                     p["breaker"]["state"],
                     f"{p['breaker']['windowFailures']}/{p['breaker']['windowSamples']} failed",
                     cell(p["breaker"]["reason"]),
+                    cell(p["breaker"]["trippedAt"]),
                 ]
                 for p in policy_rows
             ],
+            wide=["tripped at"],
             empty="No SDCPolicy: nothing is screened. Create one (kubectl explain sdcpolicy.spec) "
             "or install the chart with policy.create=true.",
         ),
@@ -293,19 +293,32 @@ def status(conn: Connection) -> Result:
             empty="No accelerator nodes found.",
         ),
         Table(
-            ["ticket", "node", "phase", "cycle", "age", "external", "notified"],
+            [
+                "ticket",
+                "node",
+                "phase",
+                "cycle",
+                "age",
+                "external",
+                "notified",
+                "resolution",
+                "opened at",
+            ],
             [
                 [
                     t["name"],
                     cell(t["node"]),
                     t["phase"],
                     str(t["cycle"]),
-                    age(parse_time(t["openedAt"]), now),
+                    age(_opened_at(ticket), now),
                     cell(t["external"]),
                     cell(t["delivered"]),
+                    cell(t["resolution"]),
+                    cell(t["openedAt"]),
                 ]
-                for t in tickets
+                for t, ticket in opened
             ],
+            wide=["resolution", "opened at"],
             title="Open repair tickets:",
             empty="No open repair tickets.",
         ),
@@ -332,23 +345,47 @@ def status(conn: Connection) -> Result:
             empty="No accelerator devices found.",
         ),
         Table(
-            ["node", "state", "for", "why"],
+            ["node", "state", "for", "why", "since"],
             [
-                [w["node"], cell(w["state"]), age(parse_time(w["since"]), now), w["why"]]
+                [
+                    w["node"],
+                    cell(w["state"]),
+                    age(keys.parse_time(w["since"]), now),
+                    w["why"],
+                    cell(w["since"]),
+                ]
                 for w in waiting
             ],
+            wide=["since"],
             title="Waiting nodes:",
             empty="No node waits.",
         ),
     ]
-    return Result(data=data, tables=tables)
+    return Result(data=data, tables=tables, lines=listed.warnings)
+
+
+def _delivered(status: RepairTicketStatus | None) -> bool | None:
+    """Whether the sinks accepted the ticket; None ("-") while no delivery is recorded."""
+    if status is None or "notification" not in status.model_fields_set:
+        return None
+    return status.notification.delivered
+
+
+def _opened_at(ticket: RepairTicket) -> dt.datetime | None:
+    """When the ticket's node was quarantined (its creation, for a ticket without status)."""
+    opened = ticket.status.opened_at if ticket.status else None
+    return opened or ticket.metadata.creation_timestamp
+
+
+def _opened_first(pair: tuple[dict[str, Any], RepairTicket]) -> str:
+    return str(pair[0]["openedAt"] or "")
 
 
 def _device_budget_rows(
-    nodes: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Node],
     policies: Sequence[SDCPolicy],
     devices: list[dict[str, Any]],
-    tickets: list[dict[str, Any]],
+    tickets: list[RepairTicket],
 ) -> list[dict[str, Any]]:
     """Per policy and pool: its devices, those out of service as the operator counts them
     (``Observed.pool_member``: all devices of a held node, the tainted ones of a node of
@@ -360,7 +397,7 @@ def _device_budget_rows(
         tainted.setdefault(row["node"], []).append(
             SliceDevice(driver, pool, name, row["uuid"] or "")
         )
-    ticketed = {(t.get("spec") or {}).get("nodeName") for t in tickets}
+    ticketed = {t.spec.node_name for t in tickets}
     usage: dict[tuple[str, str], dict[str, PoolUsage]] = {}
     by_name = {p.metadata.name: p for p in policies}
     for node in nodes:
@@ -393,54 +430,49 @@ def _device_budget_rows(
     return rows
 
 
-def _owner(policies: Sequence[SDCPolicy], node: Mapping[str, Any]) -> SDCPolicy | None:
+def _owner(policies: Sequence[SDCPolicy], node: Node) -> SDCPolicy | None:
     """The policy that owns ``node`` (on a tie, the one the operator picks), or None."""
     try:
         return select_policy(policies, node)
     except CliError:
-        labels = _meta(node).get("labels") or {}
-        top = most_specific(labels, {p.metadata.name: p.spec.node_selector for p in policies})
+        top = most_specific(node.labels, {p.metadata.name: p.spec.node_selector for p in policies})
         return next(p for p in policies if p.metadata.name == top[0])
 
 
-def _device_rows(tickets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _device_rows(tickets: list[RepairTicket]) -> list[dict[str, Any]]:
     """The devices that open tickets of quarantine scope Device took out of service."""
     rows = []
     for ticket in tickets:
-        spec = ticket.get("spec") or {}
-        record = spec.get("quarantine") or {}
-        if record.get("scope") != "Device":
+        record = ticket.spec.quarantine
+        if record is None or record.scope != "Device":
             continue
-        for device in record.get("devices") or []:
+        for device in record.devices:
             rows.append(
                 {
-                    "node": spec.get("nodeName", ""),
-                    "device": f"{device.get('driver', '')}/{device.get('pool', '')}/"
-                    f"{device.get('device', '')}",
-                    "uuid": device.get("uuid"),
-                    "ticket": _meta(ticket).get("name", ""),
-                    "rule": device.get("rule", ""),
+                    "node": ticket.spec.node_name,
+                    "device": f"{device.driver}/{device.pool}/{device.device}",
+                    "uuid": device.uuid,
+                    "ticket": ticket.metadata.name,
+                    "rule": device.rule,
                 }
             )
     rows.sort(key=lambda r: (r["node"], r["device"]))
     return rows
 
 
-def _waiting_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _waiting_rows(nodes: list[Node]) -> list[dict[str, Any]]:
     """Nodes whose next step sdcguard holds back, and why (sdcguard.dev/waiting), longest
     first."""
     rows = []
     for node in nodes:
-        meta = _meta(node)
-        annotations = meta.get("annotations") or {}
-        why = annotations.get(keys.WAITING)
+        why = node.annotations.get(keys.WAITING)
         if not why:
             continue
         rows.append(
             {
-                "node": meta.get("name", ""),
-                "state": (meta.get("labels") or {}).get(keys.LABEL_STATE),
-                "since": annotations.get(keys.WAITING_SINCE),
+                "node": node.name,
+                "state": node.state,
+                "since": node.annotations.get(keys.WAITING_SINCE),
                 "why": why,
             }
         )
@@ -451,32 +483,26 @@ def _waiting_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- test
 
 
-def default_suite(node: Mapping[str, Any]) -> tuple[Suite, str]:
+def default_suite(node: Node) -> tuple[Suite, str]:
     """The suite a manual test runs when none is named, and why: a node that never
     qualified gets the acceptance suite (as the operator's own gate would), any other
     the requalification suite."""
-    meta = _meta(node)
-    state = (meta.get("labels") or {}).get(keys.LABEL_STATE)
-    never = not (meta.get("annotations") or {}).get(keys.QUALIFIED_AT)
-    suite = unnamed_suite(not (never and state in (None, NodeState.UNQUALIFIED.value)))
+    never = not node.annotations.get(keys.QUALIFIED_AT)
+    suite = unnamed_suite(not (never and node.state in (None, NodeState.UNQUALIFIED.value)))
     if suite == Suite.ACCEPTANCE:
         return suite, "the node never qualified"
     return suite, "the node qualified before"
 
 
-def running_test(
-    node: Mapping[str, Any], tests: Iterable[Mapping[str, Any]]
-) -> tuple[str, str] | None:
+def running_test(node: Node, tests: Iterable[SDCTest]) -> tuple[str, str] | None:
     """The name and phase of a test that has not ended on ``node``, if any: the one the
     node's annotation names, else any unfinished SDCTest for it."""
-    name = _name(node)
     unfinished = {
-        _name(t): str((t.get("status") or {}).get("phase") or SDCTestPhase.PENDING.value)
+        t.metadata.name: _test_phase(t).value
         for t in tests
-        if (t.get("spec") or {}).get("nodeName") == name
-        and (t.get("status") or {}).get("phase") not in FINISHED_PHASES
+        if t.spec.node_name == node.name and not _test_phase(t).finished
     }
-    current = ((_meta(node).get("annotations") or {}).get(keys.CURRENT_TEST)) or ""
+    current = node.annotations.get(keys.CURRENT_TEST, "")
     if current in unfinished:
         return current, unfinished[current]
     if unfinished:
@@ -498,27 +524,27 @@ def start_test(
     others."""
     node = get_node(conn, node_name)
     if policy_name:
-        policy = SDCPolicy.model_validate(get_custom(conn, PLURAL_POLICIES, policy_name))
+        policy = get_typed(conn, SDCPolicy, PLURAL_POLICIES, policy_name)
         if not policy_selects(policy, node):
             raise CliError(
                 f"policy {policy_name} does not cover node {node_name} (its nodeSelector or "
                 "accelerators do not match); pick another with --policy"
             )
     else:
-        chosen = select_policy(_policies(list_custom(conn, PLURAL_POLICIES)), node)
+        chosen = select_policy(_policies(conn), node)
         if chosen is None:
             raise CliError(
                 f"no SDCPolicy covers node {node_name}; pass --policy NAME, or label the node to "
                 "match a policy's nodeSelector (kubectl get sdcpolicies -o yaml)"
             )
         policy = chosen
-    labels = _meta(node).get("labels") or {}
-    if labels.get(keys.LABEL_EXCLUDE) == "true":
+    if node.labels.get(keys.LABEL_EXCLUDE) == "true":
         raise CliError(
             f"node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); remove the label first: "
             f"kubectl label node {node_name} {keys.LABEL_EXCLUDE}-"
         )
-    tests = list_custom(conn, PLURAL_TESTS)
+    listed = list_typed(conn, SDCTest, PLURAL_TESTS)
+    tests = listed.items
     running = running_test(node, tests)
     if running is not None:
         test_name, phase = running
@@ -555,6 +581,7 @@ def start_test(
     return Result(
         data=created,
         lines=[
+            *listed.warnings,
             f"sdctest/{name} created: {suite.value} suite ({why}) on node {node_name} "
             f"(policy {policy.metadata.name}, reason Manual).",
             f"Follow it: kubectl get sdctest {name} -w",
@@ -566,14 +593,15 @@ class _NameTaken(Exception):
     """The API server answered 409: an SDCTest of that name exists already."""
 
 
-def manual_test_name(node_name: str, tests: Iterable[Mapping[str, Any]]) -> str:
+def manual_test_name(node_name: str, tests: Iterable[SDCTest]) -> str:
     """``<node>-manual-<n>``: one more than the highest n of the node's manual tests (a
     long node name is cut and given a digest of the whole, so names stay apart)."""
     stem = node_name
     if len(stem) > 200:
         stem = f"{stem[:191].rstrip('-.')}-{hashlib.sha256(node_name.encode()).hexdigest()[:8]}"
     prefix = f"{stem}-manual-"
-    taken = [_name(t)[len(prefix) :] for t in tests if _name(t).startswith(prefix)]
+    names = [t.metadata.name for t in tests]
+    taken = [n[len(prefix) :] for n in names if n.startswith(prefix)]
     return f"{prefix}{max((int(n) for n in taken if n.isdecimal()), default=0) + 1}"
 
 
@@ -625,11 +653,11 @@ def request_annotations(
 
 
 def _audit_event(
-    node: Mapping[str, Any], action: str, message: str, request_id: str, now: dt.datetime
+    node: Node, action: str, message: str, request_id: str, now: dt.datetime
 ) -> dict[str, Any]:
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     micro = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    name = _name(node)
+    name = node.name
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -638,7 +666,7 @@ def _audit_event(
             "apiVersion": "v1",
             "kind": "Node",
             "name": name,
-            "uid": _meta(node).get("uid"),
+            "uid": node.metadata.uid,
         },
         "reason": EVENT_REASONS[action],
         "message": message,
@@ -654,16 +682,14 @@ def _audit_event(
     }
 
 
-def release_refusal(node: Mapping[str, Any]) -> str | None:
+def release_refusal(node: Node) -> str | None:
     """Why a release request for ``node`` would be refused, or None when the operator can act
     on it. Releasing returns a node held out of service (quarantined, under repair, suspect,
     retired, or gated before acceptance) to Qualified; a node that is merely being tested,
     or already qualified, has nothing to release, and the operator would undo it at once."""
-    meta = _meta(node)
-    name = _name(node)
-    state = (meta.get("labels") or {}).get(keys.LABEL_STATE)
+    name, state = node.name, node.state
     if state == NodeState.TESTING.value:
-        test = (meta.get("annotations") or {}).get(keys.CURRENT_TEST)
+        test = node.annotations.get(keys.CURRENT_TEST)
         running = f" (sdctest/{test})" if test else ""
         stop = f"; to stop the test: kubectl delete sdctest {test}" if test else ""
         return (
@@ -676,7 +702,7 @@ def release_refusal(node: Mapping[str, Any]) -> str | None:
         known = NodeState(state)
     except ValueError:
         return None  # a mangled label: the operator recovers the state from its records
-    if (known, Event.MANUAL_RELEASE) not in TABLE:
+    if (known, LifecycleEvent.MANUAL_RELEASE) not in TABLE:
         return (
             f"node {name} is {state}: there is nothing to release (a release returns a node "
             "held out of service, e.g. Quarantined or Repairing, to Qualified)"
@@ -690,13 +716,12 @@ def request_action(conn: Connection, action: str, node_name: str, reason: str) -
     if not reason:
         raise CliError(f"--reason must say why the node should be {action}d, for the audit trail")
     node = get_node(conn, node_name)
-    labels = _meta(node).get("labels") or {}
     if action == "release":
         refusal = release_refusal(node)
         if refusal:
             raise CliError(refusal)
     warnings = []
-    if labels.get(keys.LABEL_EXCLUDE) == "true":
+    if node.labels.get(keys.LABEL_EXCLUDE) == "true":
         warnings.append(
             f"warning: node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); the operator "
             "ignores the request until the label is removed"
@@ -724,12 +749,12 @@ def request_action(conn: Connection, action: str, node_name: str, reason: str) -
             _audit_event(node, action, message, request_id, now),
             plural="events",
         )
-        event_name = _name(created)
+        event_name = Event.model_validate(created).metadata.name
     except CliError as exc:
         warnings.append(
             f"warning: the request is recorded on the node, but the Event was not: {exc}"
         )
-    state = labels.get(keys.LABEL_STATE)
+    state = node.state
     data = {
         "node": node_name,
         "request": action,
@@ -758,10 +783,10 @@ def resolve_ticket(conn: Connection, ticket_name: str, resolution: Resolution, n
     note = note.strip()
     if not note:
         raise CliError("--note must say what was done (it goes into the ticket's history)")
-    ticket = get_custom(conn, PLURAL_TICKETS, ticket_name)
-    phase = (ticket.get("status") or {}).get("phase", TicketPhase.OPEN.value)
+    ticket = get_typed(conn, RepairTicket, PLURAL_TICKETS, ticket_name)
+    phase = _ticket_phase(ticket)
     if phase in CLOSED_PHASES:
-        raise CliError(f"repairticket {ticket_name} is already {phase}; nothing to resolve")
+        raise CliError(f"repairticket {ticket_name} is already {phase.value}; nothing to resolve")
     who = whoami(conn)
     patched = patch_custom(
         conn,
@@ -772,7 +797,7 @@ def resolve_ticket(conn: Connection, ticket_name: str, resolution: Resolution, n
             "spec": {"resolution": resolution.value, "resolutionNote": note},
         },
     )
-    node = (patched.get("spec") or {}).get("nodeName")
+    node = decode(RepairTicket, patched, PLURAL_TICKETS).spec.node_name
     next_step = (
         "the node will be retired."
         if resolution == Resolution.RETIRE
@@ -790,215 +815,195 @@ def resolve_ticket(conn: Connection, ticket_name: str, resolution: Resolution, n
 # --------------------------------------------------------------------------- history
 
 
-def _checks_summary(checks: Sequence[Mapping[str, Any]]) -> str:
+def _checks_summary(checks: Sequence[CheckStatus]) -> str:
     parts = []
     for check in checks:
-        text = f"{check.get('name')}={check.get('verdict')}"
+        text = f"{check.name}={check.verdict.value}"
         extra = []
-        if check.get("oddDevice") is not None:
-            extra.append(f"device {check['oddDevice']}")
-        if check.get("firstDivergentStep") is not None:
-            extra.append(f"step {check['firstDivergentStep']}")
+        if check.odd_device is not None:
+            extra.append(f"device {check.odd_device}")
+        if check.first_divergent_step is not None:
+            extra.append(f"step {check.first_divergent_step}")
         if extra:
             text += f"({', '.join(extra)})"
         parts.append(text)
     return " ".join(parts)
 
 
+def _report_entry(report: SDCReport) -> dict[str, Any]:
+    spec, st = report.spec, report.status
+    phase = _value(st.phase if st else None)
+    detail = f"{spec.method.value} at step {spec.step} ({spec.confirmation.value})"
+    if spec.gpu_uuid:
+        detail += f" on GPU {spec.gpu_uuid}"
+    detail += f", job {spec.job_name or spec.pod_name}: {phase or 'Pending'}"
+    if st and st.reason:
+        detail += f" [{st.reason}]"
+    if st and st.outcome:
+        detail += f", {st.outcome.value}"
+    namespace = getattr(report.metadata, "namespace", None)  # kept as an extra field
+    return {
+        "time": format_time(spec.observed_at or report.metadata.creation_timestamp),
+        "kind": "SDCReport",
+        "name": f"{namespace}/{report.metadata.name}",
+        "detail": detail,
+        "phase": phase,
+        "outcome": _value(st.outcome if st else None),
+        "gpuUUID": spec.gpu_uuid,
+        "method": spec.method.value,
+    }
+
+
+def _test_entry(test: SDCTest) -> dict[str, Any]:
+    spec, st = test.spec, test.status
+    phase = _test_phase(test).value
+    # The suite that ran (the operator's pick for a test that named none).
+    suite = _value((st.suite if st else None) or spec.suite)
+    detail = f"{suite or 'suite not chosen yet'} ({spec.reason.value}): {phase}"
+    if st and st.verdict:
+        detail += f", verdict {st.verdict.value}"
+    if st and st.reason:
+        detail += f" [{st.reason}]"
+    seed = st.seed if st and st.seed is not None else spec.seed
+    data = st.data_seed if st and st.data_seed is not None else spec.data_seed
+    if seed is not None:
+        detail += f", seed {seed}"
+    if data is not None and data != seed:
+        detail += f", data seed {data}"
+    checks = _checks_summary(st.checks if st else [])
+    if checks:
+        detail += f"; {checks}"
+    started = st.start_time if st else None
+    finished = st.completion_time if st else None
+    return {
+        "time": format_time(finished or started or test.metadata.creation_timestamp),
+        "kind": "SDCTest",
+        "name": test.metadata.name,
+        "detail": detail,
+        "phase": phase,
+        "verdict": _value(st.verdict if st else None),
+        "suite": suite,
+        "reason": spec.reason.value,
+        "startTime": wire_time(started),
+        "completionTime": wire_time(finished),
+        "seed": seed,
+        "dataSeed": data,
+    }
+
+
+def _ticket_entries(ticket: RepairTicket) -> list[dict[str, Any]]:
+    st = ticket.status
+    steps: list[tuple[dt.datetime | None, str, str]] = [
+        (step.time, step.phase.value, step.message) for step in (st.history if st else [])
+    ]
+    if not steps:
+        steps = [(_opened_at(ticket), _ticket_phase(ticket).value, "opened")]
+    cycle = st.cycle if st else 1
+    entries = []
+    for time, phase, message in steps:
+        detail = f"{phase} (cycle {cycle})"
+        if message:
+            detail += f": {message}"
+        entries.append(
+            {
+                "time": format_time(time),
+                "kind": "RepairTicket",
+                "name": ticket.metadata.name,
+                "detail": detail,
+                "phase": phase,
+                "resolution": _value(ticket.spec.resolution),
+            }
+        )
+    return entries
+
+
+def _event_entry(event: Event) -> dict[str, Any]:
+    kind, name = event.about
+    count = event.count or 1
+    return {
+        "time": format_time(event.time),
+        "kind": "Event",
+        "name": f"{kind}/{name}",
+        "detail": f"{event.type or 'Normal'} {event.reason}: {event.message or ''}"
+        + (f" (x{count})" if count > 1 else ""),
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message,
+    }
+
+
 def history_entries(
-    tests: Iterable[Mapping[str, Any]],
-    tickets: Iterable[Mapping[str, Any]],
-    events: Iterable[Mapping[str, Any]],
-    reports: Iterable[Mapping[str, Any]] = (),
+    tests: Iterable[SDCTest],
+    tickets: Iterable[RepairTicket],
+    events: Iterable[Event],
+    reports: Iterable[SDCReport] = (),
 ) -> list[dict[str, Any]]:
     """One time-ordered list of what happened to a node (oldest first)."""
-    entries: list[dict[str, Any]] = []
-    for report in reports:
-        spec, st = report.get("spec") or {}, report.get("status") or {}
-        meta = _meta(report)
-        detail = (
-            f"{spec.get('method')} at step {spec.get('step')} "
-            f"({spec.get('confirmation', 'Unconfirmed')})"
-        )
-        if spec.get("gpuUUID"):
-            detail += f" on GPU {spec['gpuUUID']}"
-        detail += f", job {spec.get('jobName') or spec.get('podName')}: "
-        detail += f"{st.get('phase', 'Pending')}"
-        if st.get("reason"):
-            detail += f" [{st['reason']}]"
-        if st.get("outcome"):
-            detail += f", {st['outcome']}"
-        entries.append(
-            {
-                "time": format_time(
-                    parse_time(spec.get("observedAt")) or parse_time(meta.get("creationTimestamp"))
-                ),
-                "kind": "SDCReport",
-                "name": f"{meta.get('namespace')}/{meta.get('name')}",
-                "detail": detail,
-                "phase": st.get("phase"),
-                "outcome": st.get("outcome"),
-                "gpuUUID": spec.get("gpuUUID"),
-                "method": spec.get("method"),
-            }
-        )
-    for test in tests:
-        spec, st = test.get("spec") or {}, test.get("status") or {}
-        created = parse_time(_meta(test).get("creationTimestamp"))
-        finished = parse_time(st.get("completionTime"))
-        # The suite that ran (the operator's pick for a test that named none).
-        suite = st.get("suite") or spec.get("suite") or "suite not chosen yet"
-        detail = f"{suite} ({spec.get('reason')}): {st.get('phase', 'Pending')}"
-        if st.get("verdict"):
-            detail += f", verdict {st['verdict']}"
-        if st.get("reason"):
-            detail += f" [{st['reason']}]"
-        seed = st.get("seed", spec.get("seed"))
-        if seed is not None:
-            detail += f", seed {seed}"
-        data = st.get("dataSeed", spec.get("dataSeed"))
-        if data is not None and data != seed:
-            detail += f", data seed {data}"
-        checks = _checks_summary(st.get("checks") or [])
-        if checks:
-            detail += f"; {checks}"
-        entries.append(
-            {
-                "time": format_time(finished or parse_time(st.get("startTime")) or created),
-                "kind": "SDCTest",
-                "name": _name(test),
-                "detail": detail,
-                "phase": st.get("phase", "Pending"),
-                "verdict": st.get("verdict"),
-                "suite": st.get("suite") or spec.get("suite"),
-                "reason": spec.get("reason"),
-                "startTime": st.get("startTime"),
-                "completionTime": st.get("completionTime"),
-                "seed": seed,
-                "dataSeed": data,
-            }
-        )
+    entries: list[dict[str, Any]] = [_report_entry(r) for r in reports]
+    entries += [_test_entry(t) for t in tests]
     for ticket in tickets:
-        spec, st = ticket.get("spec") or {}, ticket.get("status") or {}
-        history = st.get("history") or []
-        if not history:
-            history = [
-                {
-                    "time": st.get("openedAt") or _meta(ticket).get("creationTimestamp"),
-                    "phase": st.get("phase", TicketPhase.OPEN.value),
-                    "message": "opened",
-                }
-            ]
-        for step in history:
-            detail = f"{step.get('phase')} (cycle {st.get('cycle', 1)})"
-            if step.get("message"):
-                detail += f": {step['message']}"
-            entries.append(
-                {
-                    "time": format_time(parse_time(step.get("time"))),
-                    "kind": "RepairTicket",
-                    "name": _name(ticket),
-                    "detail": detail,
-                    "phase": step.get("phase"),
-                    "resolution": spec.get("resolution"),
-                }
-            )
-    for event in events:
-        when = (
-            parse_time(event.get("eventTime"))
-            or parse_time(event.get("lastTimestamp"))
-            or parse_time(event.get("firstTimestamp"))
-            or parse_time(_meta(event).get("creationTimestamp"))
-        )
-        involved = event.get("involvedObject") or {}
-        count = event.get("count") or 1
-        entries.append(
-            {
-                "time": format_time(when),
-                "kind": "Event",
-                "name": f"{involved.get('kind')}/{involved.get('name')}",
-                "detail": f"{event.get('type', 'Normal')} {event.get('reason')}: "
-                f"{event.get('message', '')}" + (f" (x{count})" if count > 1 else ""),
-                "type": event.get("type"),
-                "reason": event.get("reason"),
-                "message": event.get("message"),
-            }
-        )
+        entries += _ticket_entries(ticket)
+    entries += [_event_entry(e) for e in events]
     entries.sort(key=lambda e: (e["time"] or "", e["kind"], e["name"]))
     return entries
 
 
-def seeds_passed(tests: Iterable[Mapping[str, Any]], field: str = "seed") -> list[int]:
+def seeds_passed(tests: Iterable[SDCTest], field: str = "seed") -> list[int]:
     """The distinct seeds (``field``: ``seed``, or ``dataSeed`` for the screenings' own
     data) of a node's passed screenings, in the order first passed."""
+    if field not in ("seed", "dataSeed"):
+        raise ValueError(f"field must be seed or dataSeed, not {field!r}")
     done: list[tuple[str, int]] = []
     for test in tests:
-        st = test.get("status") or {}
-        seed = st.get(field)
-        if st.get("verdict") == "Pass" and isinstance(seed, int):
-            done.append((str(st.get("completionTime") or ""), seed))
+        st = test.status
+        if st is None or st.verdict != Verdict.PASS:
+            continue
+        seed = st.seed if field == "seed" else st.data_seed
+        if seed is not None:
+            done.append((wire_time(st.completion_time) or "", seed))
     return list(dict.fromkeys(seed for _, seed in sorted(done)))
 
 
 def history(conn: Connection, node_name: str, limit: int | None) -> Result:
     """SDCTests, RepairTickets and Events of one node, oldest first."""
-    node: Mapping[str, Any] | None
+    node: Node | None
     try:
         node = get_node(conn, node_name)
     except CliError as exc:
         if "not found" not in str(exc):
             raise
         node = None
-    tests = [
-        t
-        for t in list_custom(conn, PLURAL_TESTS)
-        if (t.get("spec") or {}).get("nodeName") == node_name
-    ]
-    tickets = [
-        t
-        for t in list_custom(conn, PLURAL_TICKETS)
-        if (t.get("spec") or {}).get("nodeName") == node_name
-    ]
+    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS)
+    listed_tickets = list_typed(conn, RepairTicket, PLURAL_TICKETS)
+    tests = [t for t in listed_tests.items if t.spec.node_name == node_name]
+    tickets = [t for t in listed_tickets.items if t.spec.node_name == node_name]
+    warnings = [*listed_tests.warnings, *listed_tickets.warnings]
     # Training jobs' reports live in their namespaces; they outlive the Events.
     try:
-        all_reports = list_custom(conn, "sdcreports")
+        listed_reports = list_typed(conn, SDCReport, REPORT.plural)
     except CliError:  # no SDCReport CRD yet, or no right to list reports: history without
-        all_reports = []
-    reports = [r for r in all_reports if (r.get("spec") or {}).get("nodeName") == node_name]
+        listed_reports = Listing([])
+    reports = [r for r in listed_reports.items if r.spec.node_name == node_name]
+    warnings += listed_reports.warnings
     if node is None and not tests and not tickets and not reports:
         raise CliError(f"node {node_name} not found; list nodes with kubectl get nodes")
-    names = {("Node", node_name)}
-    names |= {("SDCTest", _name(t)) for t in tests}
-    names |= {("RepairTicket", _name(t)) for t in tickets}
-    node_events = (
-        call(
-            conn,
-            conn.core.list_event_for_all_namespaces,
-            field_selector=f"involvedObject.kind=Node,involvedObject.name={node_name}",
-            plural="events",
-        ).get("items")
-        or []
+    names = {("SDCTest", t.metadata.name) for t in tests}
+    names |= {("RepairTicket", t.metadata.name) for t in tickets}
+    node_events = list_events(
+        conn,
+        conn.core.list_event_for_all_namespaces,
+        field_selector=f"involvedObject.kind=Node,involvedObject.name={node_name}",
     )
     # Events about cluster-scoped sdcguard objects are kept in the default namespace.
     object_events = [
-        e
-        for e in call(conn, conn.core.list_namespaced_event, "default", plural="events").get(
-            "items"
-        )
-        or []
-        if (
-            (e.get("involvedObject") or {}).get("kind"),
-            (e.get("involvedObject") or {}).get("name"),
-        )
-        in names - {("Node", node_name)}
+        e for e in list_events(conn, conn.core.list_namespaced_event, "default") if e.about in names
     ]
     entries = history_entries(tests, tickets, [*node_events, *object_events], reports)
     if limit is not None:
         if limit < 1:
             raise CliError(f"--limit {limit}: give 1 or more, or leave it out to see everything")
         entries = entries[-limit:]
-    meta = _meta(node) if node else {}
-    annotations = meta.get("annotations") or {}
+    annotations = node.annotations if node else {}
     passed = seeds_passed(tests)
     data_passed = seeds_passed(tests, "dataSeed")
     data = {
@@ -1006,7 +1011,7 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         "seedsPassed": passed,
         "dataSeedsPassed": data_passed,
         "exists": node is not None,
-        "state": (meta.get("labels") or {}).get(keys.LABEL_STATE),
+        "state": node.state if node else None,
         "qualifiedAt": annotations.get(keys.QUALIFIED_AT),
         "fingerprint": annotations.get(keys.FINGERPRINT),
         "entries": entries,
@@ -1023,43 +1028,48 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         f"{' '.join(str(x) for x in data_passed) or 'none'}"
     )
     table = Table(
-        ["time", "kind", "name", "detail"],
-        [[cell(e["time"]), e["kind"], e["name"], e["detail"]] for e in entries],
+        ["time", "kind", "name", "detail", "phase"],
+        [
+            [cell(e["time"]), e["kind"], e["name"], e["detail"], cell(e.get("phase"))]
+            for e in entries
+        ],
+        wide=["phase"],
         title=header,
         empty=header + "\nNo tests, tickets or events recorded.",
     )
-    return Result(data=data, tables=[table])
+    return Result(data=data, tables=[table], lines=warnings)
 
 
 # --------------------------------------------------------------------------- baselines
 
 
+def _baseline_row(item: SDCBaseline) -> dict[str, Any]:
+    spec, st = item.spec, item.status
+    fp = spec.fingerprint
+    return {
+        "name": item.metadata.name,
+        "fingerprint": fp.short_hash or fp.hash[:12],
+        "hash": fp.hash,
+        "deviceModel": fp.device_model,
+        "backend": fp.backend,
+        "driver": fp.driver,
+        "source": spec.source.value,
+        "trusted": spec.trusted,
+        "checks": sorted(spec.digests),
+        "nodes": list(st.agreeing_nodes) if st else [],
+        "recordedFrom": list(spec.recorded_from),
+        "disagreeingNodes": list(st.disagreeing_nodes) if st else [],
+        "candidates": len(st.candidates) if st else 0,
+        "createdAt": wire_time(item.metadata.creation_timestamp),
+    }
+
+
 def baselines(conn: Connection) -> Result:
     """Golden-value baselines: fingerprint, source, trust, and the nodes behind them."""
     now = _now()
-    rows: list[dict[str, Any]] = []
-    for item in sorted(list_custom(conn, PLURAL_BASELINES), key=_name):
-        spec, st = item.get("spec") or {}, item.get("status") or {}
-        fp = spec.get("fingerprint") or {}
-        agreeing = list(st.get("agreeingNodes") or [])
-        rows.append(
-            {
-                "name": _name(item),
-                "fingerprint": fp.get("shortHash") or str(fp.get("hash", ""))[:12],
-                "hash": fp.get("hash"),
-                "deviceModel": fp.get("deviceModel"),
-                "backend": fp.get("backend"),
-                "driver": fp.get("driver"),
-                "source": spec.get("source"),
-                "trusted": bool(spec.get("trusted", False)),
-                "checks": sorted((spec.get("digests") or {}).keys()),
-                "nodes": agreeing,
-                "recordedFrom": list(spec.get("recordedFrom") or []),
-                "disagreeingNodes": list(st.get("disagreeingNodes") or []),
-                "candidates": len(st.get("candidates") or []),
-                "createdAt": _meta(item).get("creationTimestamp"),
-            }
-        )
+    listed = list_typed(conn, SDCBaseline, PLURAL_BASELINES)
+    items = sorted(listed.items, key=lambda b: b.metadata.name)
+    rows = [_baseline_row(item) for item in items]
 
     def nodes_cell(row: Mapping[str, Any]) -> str:
         nodes = row["nodes"] or row["recordedFrom"]
@@ -1067,7 +1077,21 @@ def baselines(conn: Connection) -> Result:
         return f"{len(nodes)} ({shown})" if nodes else "0"
 
     table = Table(
-        ["name", "fingerprint", "device", "source", "trusted", "checks", "nodes", "age"],
+        [
+            "name",
+            "fingerprint",
+            "device",
+            "source",
+            "trusted",
+            "checks",
+            "nodes",
+            "age",
+            "backend",
+            "driver",
+            "disagreeing",
+            "candidates",
+            "hash",
+        ],
         [
             [
                 r["name"],
@@ -1077,64 +1101,76 @@ def baselines(conn: Connection) -> Result:
                 cell(r["trusted"]),
                 cell(",".join(r["checks"])),
                 nodes_cell(r),
-                age(parse_time(r["createdAt"]), now),
+                age(item.metadata.creation_timestamp, now),
+                cell(r["backend"]),
+                cell(r["driver"]),
+                str(len(r["disagreeingNodes"])),
+                str(r["candidates"]),
+                r["hash"],
             ]
-            for r in rows
+            for r, item in zip(rows, items, strict=True)
         ],
+        wide=["backend", "driver", "disagreeing", "candidates", "hash"],
         empty="No SDCBaselines yet: they appear when the first nodes of a fingerprint are tested.",
     )
-    return Result(data=rows, tables=[table])
+    return Result(data=rows, tables=[table], lines=listed.warnings)
 
 
-def _hardware_row(item: Mapping[str, Any]) -> dict[str, Any]:
-    spec, st = item.get("spec") or {}, item.get("status") or {}
-    retired = st.get("retired") or None
+def _hardware_row(item: SDCHardware) -> dict[str, Any]:
+    spec, st = item.spec, item.status
+    failures = st.failures if st else []
     return {
-        "name": _name(item),
-        "kind": spec.get("kind"),
-        "id": spec.get("id"),
-        "totalFailures": int(st.get("totalFailures") or len(st.get("failures") or [])),
-        "failures": list(st.get("failures") or []),
-        "nodes": list(st.get("nodes") or []),
-        "lastNode": st.get("lastNode"),
-        "retired": retired,
-        "untrusted": list(st.get("untrusted") or []),
-        "createdAt": _meta(item).get("creationTimestamp"),
+        "name": item.metadata.name,
+        "kind": spec.kind.value,
+        "id": spec.id,
+        "totalFailures": (st.total_failures if st else 0) or len(failures),
+        "failures": [wire(f) for f in failures],
+        "nodes": [wire(n) for n in (st.nodes if st else [])],
+        "lastNode": st.last_node if st else None,
+        "retired": wire(st.retired) if st and st.retired else None,
+        "untrusted": [wire(u) for u in (st.untrusted if st else [])],
+        "createdAt": wire_time(item.metadata.creation_timestamp),
     }
 
 
-def _hardware_matches(conn: Connection, items: list[dict[str, Any]], wanted: str) -> list[Any]:
+def _hardware_matches(conn: Connection, items: list[SDCHardware], wanted: str) -> list[SDCHardware]:
     """Records named ``wanted``, or keyed by it (a providerID, UUID or serial), or those
     of the Node of that name (by its trusted identifiers)."""
-    by_name = [i for i in items if _name(i) == wanted]
+    by_name = [i for i in items if i.metadata.name == wanted]
     if by_name:
         return by_name
     value = wanted.strip().lower()
-    by_id = [i for i in items if str((i.get("spec") or {}).get("id", "")).lower() == value]
+    by_id = [i for i in items if i.spec.id.lower() == value]
     if by_id:
         return by_id
     try:
-        body = get_node(conn, wanted)
+        node: Node | None = get_node(conn, wanted)
     except CliError:
-        body = None
+        node = None
     names: set[str] = set()
-    if body is not None:
-        snap = NodeSnapshot.from_body(body)
+    if node is not None:
+        snap = NodeSnapshot.from_body(node.body)
         ids = candidates(snap.provider_id, snap.system_uuid, snap.machine_id)
         names = {record_name(kind, v) for kind, v in ids if v.strip()}
     return [
         i
         for i in items
-        if _name(i) in names
-        or any(n.get("node") == wanted for n in (i.get("status") or {}).get("nodes") or [])
+        if i.metadata.name in names
+        or any(seen.node == wanted for seen in (i.status.nodes if i.status else []))
     ]
+
+
+def _seen_as(item: SDCHardware) -> str:
+    names = list(dict.fromkeys(seen.node for seen in (item.status.nodes if item.status else [])))
+    return ",".join(names[:3]) + (f",+{len(names) - 3}" if len(names) > 3 else "") or "-"
 
 
 def hardware(conn: Connection, wanted: str | None) -> Result:
     """SDCHardware records: the failure history of failing hardware across tickets and Node
     names. ``wanted``: a record's name, a hardware identifier, or a Node name."""
     now = _now()
-    items = sorted(list_custom(conn, PLURAL_HARDWARE), key=_name)
+    listed = list_typed(conn, SDCHardware, PLURAL_HARDWARE)
+    items = sorted(listed.items, key=lambda i: i.metadata.name)
     if wanted is not None:
         items = _hardware_matches(conn, items, wanted)
         if not items:
@@ -1144,13 +1180,8 @@ def hardware(conn: Connection, wanted: str | None) -> Result:
                 "kubectl sdc hardware"
             )
     rows = [_hardware_row(i) for i in items]
-
-    def seen(row: Mapping[str, Any]) -> str:
-        names = list(dict.fromkeys(n.get("node", "") for n in row["nodes"]))
-        return ",".join(names[:3]) + (f",+{len(names) - 3}" if len(names) > 3 else "") or "-"
-
     summary = Table(
-        ["name", "kind", "id", "failures", "last node", "seen as", "retired", "age"],
+        ["name", "kind", "id", "failures", "last node", "seen as", "retired", "age", "untrusted"],
         [
             [
                 r["name"],
@@ -1158,45 +1189,49 @@ def hardware(conn: Connection, wanted: str | None) -> Result:
                 cell(r["id"]),
                 str(r["totalFailures"]),
                 cell(r["lastNode"]),
-                seen(r),
-                cell((r["retired"] or {}).get("time")),
-                age(parse_time(r["createdAt"]), now),
+                _seen_as(item),
+                cell(
+                    format_time(item.status.retired.time)
+                    if item.status and item.status.retired
+                    else None
+                ),
+                age(item.metadata.creation_timestamp, now),
+                str(len(r["untrusted"])),
             ]
-            for r in rows
+            for r, item in zip(rows, items, strict=True)
         ],
+        wide=["untrusted"],
         empty="No hardware history: no hardware has failed a screening yet.",
     )
     tables = [summary]
     if wanted is not None:
-        for r in rows:
+        for r, item in zip(rows, items, strict=True):
+            st = item.status
             tables.append(
                 Table(
                     ["time", "kind", "node", "ticket", "test"],
                     [
                         [
-                            cell(f.get("time")),
-                            cell(f.get("kind")),
-                            cell(f.get("node")),
-                            cell(f.get("ticket")),
-                            cell(f.get("test")),
+                            cell(format_time(f.time)),
+                            cell(f.kind.value),
+                            cell(f.node),
+                            cell(f.ticket),
+                            cell(f.test),
                         ]
-                        for f in r["failures"]
+                        for f in (st.failures if st else [])
                     ],
                     title=f"Failures of {r['name']} ({r['totalFailures']} in all)",
                 )
             )
-            if r["untrusted"]:
+            if st and st.untrusted:
                 tables.append(
                     Table(
                         ["kind", "value", "why not trusted"],
-                        [
-                            [cell(u.get("kind")), cell(u.get("value")), cell(u.get("reason"))]
-                            for u in r["untrusted"]
-                        ],
+                        [[cell(u.kind.value), cell(u.value), cell(u.reason)] for u in st.untrusted],
                         title=f"Identifiers of {cell(r['lastNode'])} not used to recognise it",
                     )
                 )
-    lines = []
+    lines = list(listed.warnings)
     if any(r["retired"] for r in rows):
         lines.append(
             "Retired hardware is retired again whenever a Node comes back with it; delete its "

@@ -7,15 +7,19 @@ import getpass
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, Field, ValidationError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from sdcguard.api import GROUP, VERSION
+from sdcguard.api import GROUP, VERSION, ApiModel, ObjectMeta
+from sdcguard.cli.objects import Event, Node
+
+M = TypeVar("M", bound=ApiModel)
 
 CRDS_MISSING = (
     "sdcguard CRDs are not installed in this cluster; install them with "
@@ -60,6 +64,39 @@ class Connection:
         return client.CustomObjectsApi(self.api)
 
 
+class _ContextTarget(BaseModel):
+    cluster: str | None = None
+    user: str | None = None
+
+
+class _KubeContext(BaseModel):
+    """One entry of a kubeconfig's ``contexts`` list."""
+
+    name: str = ""
+    context: _ContextTarget = Field(default_factory=_ContextTarget)
+
+
+def unknown_context(
+    context: str, path: str, known: list[_KubeContext], active: Mapping[str, Any] | None
+) -> str:
+    """Why ``--context`` cannot be used, naming the contexts that can (as kubectl config
+    get-contexts would), so the fix is one copy away."""
+    current = _KubeContext.model_validate(active).name if active else None
+    if not known:
+        return (
+            f"context {context!r} is not in kubeconfig {path}: it has no contexts; "
+            "add one with kubectl config set-context"
+        )
+    names = ", ".join(
+        f"{c.name} (current)" if c.name == current else c.name
+        for c in sorted(known, key=lambda c: c.name)
+    )
+    return (
+        f"context {context!r} is not in kubeconfig {path}; its contexts: {names}. "
+        "Pick one with --context (kubectl config get-contexts lists them)"
+    )
+
+
 def connect(kubeconfig: str | None, context: str | None) -> Connection:
     """Connect like kubectl: --kubeconfig, then $KUBECONFIG, then ~/.kube/config, then the
     in-cluster ServiceAccount."""
@@ -74,16 +111,23 @@ def connect(kubeconfig: str | None, context: str | None) -> Connection:
         if kubeconfig and not Path(first).is_file():
             raise CliError(f"kubeconfig {first} does not exist; check --kubeconfig")
         try:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, context=context, client_configuration=configuration
-            )
             contexts, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
                 config_file=path
             )
         except config.ConfigException as exc:
             raise CliError(f"cannot use kubeconfig {path}: {exc}") from None
-        chosen = next((c for c in contexts if c.get("name") == context), active)
-        user = (chosen or {}).get("context", {}).get("user")
+        known = [_KubeContext.model_validate(c) for c in contexts or []]
+        if context is not None and context not in {c.name for c in known}:
+            raise CliError(unknown_context(context, path, known, active))
+        try:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=configuration
+            )
+        except config.ConfigException as exc:
+            raise CliError(f"cannot use kubeconfig {path}: {exc}") from None
+        current = _KubeContext.model_validate(active).name if active else None
+        wanted = context if context is not None else current
+        user = next((c.context.user for c in known if c.name == wanted), None)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(  # type: ignore[no-untyped-call]
             client_configuration=configuration
@@ -117,21 +161,36 @@ def whoami(conn: Connection) -> str:
         return "unknown"
 
 
-def _status_body(exc: ApiException) -> dict[str, Any]:
+class _Cause(BaseModel):
+    message: str = ""
+
+
+class _Details(BaseModel):
+    name: str | None = None
+    causes: list[_Cause] | None = None
+
+
+class _Status(BaseModel):
+    """The metav1.Status body of a refused request, as far as the messages use it."""
+
+    message: str | None = None
+    details: _Details | None = None
+
+
+def _status_body(exc: ApiException) -> _Status:
     try:
-        body = json.loads(exc.body or "{}")
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
+        return _Status.model_validate_json(exc.body or "{}")
+    except ValidationError:
+        return _Status()
 
 
 def explain(exc: ApiException, plural: str, name: str | None, server: str) -> CliError:
     """An ApiException as a sentence that says what to do."""
     body = _status_body(exc)
-    message = str(body.get("message") or exc.reason or "").strip()
+    details = body.details or _Details()
+    message = str(body.message or exc.reason or "").strip()
     if exc.status == 404:
-        details = body.get("details") or {}
-        if plural in NOT_FOUND_HINTS and name and details.get("name") == name:
+        if plural in NOT_FOUND_HINTS and name and details.name == name:
             return CliError(f"{SINGULAR[plural]} {name} not found; {NOT_FOUND_HINTS[plural]}")
         if plural in SINGULAR and plural != "nodes":
             return CliError(CRDS_MISSING)
@@ -147,7 +206,7 @@ def explain(exc: ApiException, plural: str, name: str | None, server: str) -> Cl
             "(see the sdcguard chart README, 'Who may do what')"
         )
     if exc.status == 422:
-        causes = [c.get("message", "") for c in (body.get("details") or {}).get("causes") or []]
+        causes = [c.message for c in details.causes or []]
         return CliError(f"the API server refused the change: {'; '.join(causes) or message}")
     if exc.status == 409:
         return CliError(f"conflict: {message}; run the command again")
@@ -176,9 +235,61 @@ def call(
     return json.loads(data) if data else None
 
 
-def get_custom(conn: Connection, plural: str, name: str) -> dict[str, Any]:
-    """One cluster-scoped sdcguard object."""
-    obj: dict[str, Any] = call(
+class _Named(ApiModel):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+class _ItemList(BaseModel):
+    items: list[dict[str, Any]] | None = None
+
+
+def _items(body: Any) -> list[dict[str, Any]]:
+    """The ``items`` of a list response."""
+    return _ItemList.model_validate(body).items or []
+
+
+def item_names(body: Any) -> list[str]:
+    """The names of the items of a list response (full objects or metadata only)."""
+    return [_Named.model_validate(item).metadata.name for item in _items(body)]
+
+
+def _name_of(body: Mapping[str, Any]) -> str:
+    try:
+        return _Named.model_validate(body).metadata.name
+    except ValidationError:
+        return "(unnamed)"
+
+
+def undecodable(plural: str, body: Mapping[str, Any], exc: ValidationError) -> str:
+    """Why an object does not fit the plugin's API models, naming the first bad field."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the object"
+    return (
+        f"{SINGULAR.get(plural, plural)} {_name_of(body)} does not match this plugin's "
+        f"{VERSION} API ({where}: {first['msg']}); use a plugin of the operator's version"
+    )
+
+
+def decode(model: type[M], body: Mapping[str, Any], plural: str) -> M:
+    """``body`` as ``model``; a body that does not fit is a CliError that names the field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise CliError(undecodable(plural, body, exc)) from None
+
+
+@dataclass
+class Listing(Generic[M]):
+    """The objects of one resource that decoded, and a warning for each one that did not
+    (shown on stderr; the command goes on with the rest)."""
+
+    items: list[M]
+    warnings: list[str] = field(default_factory=list)
+
+
+def get_typed(conn: Connection, model: type[M], plural: str, name: str) -> M:
+    """One cluster-scoped sdcguard object, decoded into its API model."""
+    body = call(
         conn,
         conn.custom.get_cluster_custom_object,
         GROUP,
@@ -188,20 +299,26 @@ def get_custom(conn: Connection, plural: str, name: str) -> dict[str, Any]:
         plural=plural,
         name=name,
     )
-    return obj
+    return decode(model, body, plural)
 
 
-def list_custom(conn: Connection, plural: str) -> list[dict[str, Any]]:
-    """All objects of one sdcguard resource."""
+def list_typed(conn: Connection, model: type[M], plural: str) -> Listing[M]:
+    """All objects of one sdcguard resource (every namespace for a namespaced one),
+    decoded into its API model."""
     body = call(conn, conn.custom.list_cluster_custom_object, GROUP, VERSION, plural, plural=plural)
-    items: list[dict[str, Any]] = body.get("items") or []
-    return items
+    listing: Listing[M] = Listing([])
+    for item in _items(body):
+        try:
+            listing.items.append(model.model_validate(item))
+        except ValidationError as exc:
+            listing.warnings.append(f"warning: left out: {undecodable(plural, item, exc)}")
+    return listing
 
 
 def patch_custom(
     conn: Connection, plural: str, name: str, patch: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Merge-patch a cluster-scoped sdcguard object."""
+    """Merge-patch a cluster-scoped sdcguard object; returns the server's copy."""
     obj: dict[str, Any] = call(
         conn,
         conn.custom.patch_cluster_custom_object,
@@ -216,11 +333,19 @@ def patch_custom(
     return obj
 
 
-def get_node(conn: Connection, name: str) -> dict[str, Any]:
-    node: dict[str, Any] = call(conn, conn.core.read_node, name, plural="nodes", name=name)
-    return node
+def get_node(conn: Connection, name: str) -> Node:
+    return Node.from_body(call(conn, conn.core.read_node, name, plural="nodes", name=name))
 
 
-def list_nodes(conn: Connection) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = call(conn, conn.core.list_node, plural="nodes").get("items") or []
-    return items
+def list_nodes(conn: Connection) -> list[Node]:
+    return [
+        Node.from_body(item) for item in _items(call(conn, conn.core.list_node, plural="nodes"))
+    ]
+
+
+def list_events(conn: Connection, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Event]:
+    """Events from ``fn`` (a core list call), decoded."""
+    return [
+        Event.model_validate(item)
+        for item in _items(call(conn, fn, *args, plural="events", **kwargs))
+    ]

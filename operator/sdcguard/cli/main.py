@@ -8,13 +8,22 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from sdcguard.api import Resolution, Suite
-from sdcguard.cli import blast, commands
-from sdcguard.cli.kube import CliError, connect
+from sdcguard.cli import completion
 from sdcguard.cli.output import FORMATS, Result, emit
+
+# The commands (and the kubernetes client under them) are imported once the command line
+# is parsed: a completion, which starts a process per TAB, needs only the parser.
 
 EPILOG = """\
 Manual requests are node annotations the operator acts on; every request is also
 recorded as an Event on the Node (kubectl describe node NODE).
+
+Install as a kubectl plugin: pip install sdcguard puts kubectl-sdc on PATH. From a
+checkout: python3 charts/krew/archive.py sdc.zip, then kubectl krew install
+--manifest=charts/krew/sdc.yaml --archive=sdc.zip; or symlink charts/krew/kubectl-sdc
+onto PATH (charts/krew/README.md).
+Shell completion: source <(kubectl-sdc completion bash) (or zsh). For `kubectl sdc`
+itself (kubectl 1.26+), put charts/krew/kubectl_complete-sdc on PATH as well.
 Docs: https://github.com/sdcguard/sdcguard/tree/main/charts/sdcguard#kubectl-plugin
 """
 
@@ -40,7 +49,13 @@ def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         "--output",
         choices=FORMATS,
         default=default("table"),
-        help="output format (default: table)",
+        help="output format: table, wide (more columns), json or yaml (default: table)",
+    )
+    parser.add_argument(
+        "--no-headers",
+        action="store_true",
+        default=False if defaults else argparse.SUPPRESS,
+        help="tables without titles and column headers, for scripts (as kubectl's)",
     )
 
 
@@ -156,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="workloads that used a node since its last passing screening (a ticket's window)",
     )
     blast.add_argument("name", metavar="NODE|TICKET")
+    shell = sub.add_parser(
+        "completion",
+        help="print the shell completion script (source <(kubectl-sdc completion bash))",
+    )
+    shell.add_argument("shell", metavar="SHELL", choices=completion.SHELLS, help="bash or zsh")
     return parser
 
 
@@ -173,6 +193,9 @@ def _seed(text: str) -> int:
 
 def run(args: argparse.Namespace) -> Result:
     """Execute the parsed command."""
+    from sdcguard.cli import blast, commands
+    from sdcguard.cli.kube import CliError, connect
+
     conn = connect(args.kubeconfig, args.context)
     if args.command == "status":
         return commands.status(conn)
@@ -200,7 +223,17 @@ def main(
     """Entry point of ``kubectl-sdc``; returns the exit status (0 ok, 1 failed, 2 usage)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if words[:1] == ["__complete"]:  # the completion scripts and kubectl_complete-sdc
+        completion.answer(parser, words[1:], out)
+        return 0
+    args = parser.parse_args(words)
+    if args.command == "completion":
+        out.write(completion.SCRIPTS[args.shell])
+        return 0
+    from sdcguard.cli.kube import CliError
+
     try:
         result = run(args)
     except CliError as exc:
@@ -209,7 +242,7 @@ def main(
     except KeyboardInterrupt:
         err.write("interrupted\n")
         return 130
-    if args.output == "table":
+    if args.output in ("table", "wide"):
         warnings = [line for line in result.lines if line.startswith("warning:")]
         for line in warnings:
             err.write(line + "\n")
@@ -218,5 +251,5 @@ def main(
         for line in result.lines:
             if line.startswith("warning:"):
                 err.write(line + "\n")
-    emit(result, args.output, out)
+    emit(result, args.output, out, headers=not args.no_headers)
     return 0

@@ -10,9 +10,9 @@ from typing import Any, TextIO
 
 import yaml
 
-from sdcguard.api.common import parse_time as parse_time  # the one time parser
-
-FORMATS = ("table", "json", "yaml")
+FORMATS = ("table", "wide", "json", "yaml")
+"""-o choices: table (the default), wide (the table with its extra columns, as kubectl get -o
+wide), json and yaml (the data, for programs)."""
 
 
 @dataclass
@@ -24,6 +24,8 @@ class Table:
     title: str = ""
     empty: str = ""
     """Printed instead of the table when it has no rows (nothing when empty)."""
+    wide: Sequence[str] = ()
+    """Headers of the columns shown only with -o wide (every row carries their cells)."""
 
 
 @dataclass
@@ -36,20 +38,23 @@ class Result:
     """Text printed after the tables (hints, next steps)."""
 
 
-def render_table(table: Table) -> str:
-    """Columns padded to their widest cell, three spaces apart, like kubectl get."""
+def render_table(table: Table, *, wide: bool = False, headers: bool = True) -> str:
+    """Columns padded to their widest cell, three spaces apart, like kubectl get.
+
+    ``wide`` adds the table's wide columns; ``headers=False`` (--no-headers) leaves out the
+    title, the header row and the text of an empty table, so only rows remain for scripts.
+    """
     if not table.rows:
-        return table.empty
-    headers = [h.upper() for h in table.headers]
-    widths = [len(h) for h in headers]
-    for row in table.rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lines = []
-    for cells in [headers, *table.rows]:
-        padded = [str(c).ljust(widths[i]) for i, c in enumerate(cells)]
-        lines.append("   ".join(padded).rstrip())
-    return "\n".join(([table.title] if table.title else []) + lines)
+        return table.empty if headers else ""
+    unknown = set(table.wide) - set(table.headers)
+    if unknown:
+        raise ValueError(f"wide columns {sorted(unknown)} are not headers of the table")
+    shown = [i for i, h in enumerate(table.headers) if wide or h not in table.wide]
+    grid = [[table.headers[i].upper() for i in shown]] if headers else []
+    grid += [[str(row[i]) for i in shown] for row in table.rows]
+    widths = [max(len(cells[col]) for cells in grid) for col in range(len(shown))]
+    lines = ["   ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip() for cells in grid]
+    return "\n".join(([table.title] if table.title and headers else []) + lines)
 
 
 def without_managed_fields(data: Any) -> Any:
@@ -66,8 +71,9 @@ def without_managed_fields(data: Any) -> Any:
     return out
 
 
-def emit(result: Result, fmt: str, out: TextIO) -> None:
-    """Write ``result`` in ``fmt`` (table, json or yaml)."""
+def emit(result: Result, fmt: str, out: TextIO, *, headers: bool = True) -> None:
+    """Write ``result`` in ``fmt`` (table, wide, json or yaml); ``headers=False`` is
+    --no-headers, which only tables heed (as in kubectl)."""
     if fmt == "json":
         data = without_managed_fields(result.data)
         out.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
@@ -76,7 +82,7 @@ def emit(result: Result, fmt: str, out: TextIO) -> None:
         data = without_managed_fields(result.data)
         out.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
         return
-    blocks = [render_table(t) for t in result.tables]
+    blocks = [render_table(t, wide=fmt == "wide", headers=headers) for t in result.tables]
     blocks = [b for b in blocks if b]
     text = "\n\n".join(blocks)
     if result.lines:

@@ -3,7 +3,8 @@
 # packages: containerd + runc (the container runtime), the CNI plugins (pod
 # network), iptables (the CNI bridge's masquerade rule and kube-proxy), buildah
 # (daemonless OCI image builds) and mmdebstrap (a base image from Debian
-# packages, since no container registry is needed). Idempotent: installs only
+# packages, since no container registry is needed), and tmux, zsh and
+# bash-completion (the CLI's completion tests drive real shells). Idempotent: installs only
 # what is missing, and runs `apt-get update` once when it installs anything.
 set -euo pipefail
 
@@ -17,6 +18,8 @@ declare -A NEED=(
   [iptables]=iptables
   [buildah]=buildah
   [mmdebstrap]=mmdebstrap
+  [tmux]=tmux
+  [zsh]=zsh
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -24,6 +27,7 @@ for cmd in "${!NEED[@]}"; do
 done
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] \
   || missing+=(containernetworking-plugins)
+[ -f /usr/share/bash-completion/bash_completion ] || missing+=(bash-completion)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
