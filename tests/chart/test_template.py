@@ -349,7 +349,7 @@ def test_checks_map_becomes_a_list_and_one_override_keeps_the_rest() -> None:
                     "acceptance": {
                         "checks": {
                             "golden": {"enabled": False},
-                            "memory": {"enabled": True, "params": {"passes": 2}},
+                            "memory": {"enabled": True, "params": {"memory-mib": 256}},
                             "compute": {"timeoutSeconds": 900},
                         }
                     }
@@ -360,7 +360,7 @@ def test_checks_map_becomes_a_list_and_one_override_keeps_the_rest() -> None:
     assert spec["suites"]["acceptance"] == [
         {"name": "compute", "timeoutSeconds": 900},
         {"name": "collective", "timeoutSeconds": 600},
-        {"name": "memory", "params": {"passes": 2}, "timeoutSeconds": 600},
+        {"name": "memory", "params": {"memory-mib": 256}, "timeoutSeconds": 600},
     ]
     assert [c["name"] for c in spec["suites"]["requalification"]] == [
         "compute",
