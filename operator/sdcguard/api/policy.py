@@ -242,7 +242,7 @@ class CheckSpec(ApiModel):
                 f"(known: {_PARAMS_HINT}; run-wide probe flags go in spec.probe.args)",
                 message_expression=(
                     "'spec.suites[].params: check ' + self.name + ' takes no parameter ' + "
-                    f"self.params.filter(k, !(k in {_PARAMS_CEL_MAP}[self.name])).join(', ') + "
+                    f"self.params.filter(k, !(k in {_PARAMS_CEL_MAP}[self.name]))[0] + "
                     f"' (known: {_PARAMS_HINT}; run-wide probe flags go in spec.probe.args)'"
                 ),
             )
