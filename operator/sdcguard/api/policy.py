@@ -254,11 +254,11 @@ class CheckSpec(ApiModel):
     params: dict[Annotated[str, StringConstraints(max_length=63)], int | ShortText] = Field(
         default_factory=dict, max_length=32
     )
-    """Check parameters passed to the probe as its flags (--NAME VALUE), as numbers or
-    strings. Each check takes only its own: golden: steps (training steps); memory:
-    memory-fraction (share of free device memory, up to 0.95) and memory-mib (MiB per
-    device instead); compute and collective: none. Any other name is refused when the
-    policy is applied."""
+    """Check parameters passed to the probe as its flags (--NAME VALUE), as integers or
+    strings (quote fractions: "0.9"). Each check takes only its own: golden: steps
+    (training steps); memory: memory-fraction (share of free device memory, up to 0.95)
+    and memory-mib (MiB per device instead); compute and collective: none. Any other
+    name is refused when the policy is applied."""
 
     @model_validator(mode="after")
     def _known_params(self) -> CheckSpec:
@@ -458,8 +458,8 @@ class ProbeSpec(ApiModel):
     args: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=64
     )
-    """Extra arguments, added after the ones sdcguard passes (checks, budget, timeout,
-    check parameters)."""
+    """Extra arguments, added after the ones sdcguard passes (checks, budget, deadline,
+    seeds, catch target, check parameters): flags of the whole run, e.g. --threads 4."""
     resources: ResourceList = Field(default_factory=ResourceList)
     """CPU and memory for the probe container."""
     cpu_devices: int = Field(default=0, ge=0, le=64)
