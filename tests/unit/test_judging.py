@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -453,3 +454,14 @@ def test_a_target_the_policy_refuses_to_miss_ends_inconclusive_with_the_reason()
     assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "CatchShortfall")
     assert j.message == f"the probe ran no check: refused: {said}"
     assert record_catch(SDCTestStatus(), j, NOW).catch_target_met is False
+
+
+def test_a_shortfall_is_in_the_words_of_the_nodes_event() -> None:
+    """The node's transition Event repeats the test's message, so a screening that
+    passed short of its target never qualifies a node silently."""
+    said = "catch target 0.99 at 5% not reached by compute (0.951, 59 rounds)"
+    plan = _catch_plan({"compute": 0.951}, target_met=False, shortfall=said)
+    j = judge(result("pass", plan=plan))
+    facts = replace(sdctest("t1", verdict=Verdict.PASS), message=j.message)
+    found = assess(facts, frozenset(), ONE_RERUN)
+    assert found.outcome == Outcome.CLEARED and said in found.message
