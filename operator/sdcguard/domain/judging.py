@@ -11,8 +11,14 @@ Verdicts (one per test):
   kubelet could not start (reason: the kubelet's own, e.g. ErrImageNeverPull), no
   result, a result cut short or of an unknown schema version, a "pass" without digests,
   a fingerprint other than the baseline's, no trusted baseline yet, an expected check
-  missing, a result that contradicts the exit status.
+  missing, a result that contradicts the exit status, a probe that stopped with its
+  own error (ProbeError: its result's reason, or the error line of the log tail the
+  kubelet kept), a catch target the policy refuses to run short of (CatchShortfall).
 - **Pass**: every expected check ran and matched its trusted baseline.
+
+A catch target missed under onShortfall Flag does not change the verdict: it is added
+to the message and recorded beside it (:func:`record_catch`: status.catchTargetMet,
+status.catchShortfall, the condition CatchTargetMet).
 
 Precedence: SDC evidence from any check wins over everything (a Pod that computed
 wrong answers and then crashed still computed wrong answers); then Timeout, Crash,
