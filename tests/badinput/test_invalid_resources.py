@@ -544,4 +544,50 @@ def test_screening_knobs_are_accepted_and_defaulted(
     )
 
 
+def test_the_screening_status_the_operator_writes_is_accepted(
+    api_client: client.ApiClient, crds: None
+) -> None:
+    """What judging and the start of a screening write (catch outcome and condition,
+    budget, expected end) fits the SDCTest's status schema on the real API server."""
+    import datetime as dt
+
+    from sdcguard.api import CheckStatus, CheckVerdict, SDCTestStatus, Verdict, to_body
+    from sdcguard.domain.judging import CatchOutcome, Judgement, record_catch
+    from sdcguard.domain.screening_time import running_fields
+
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    shortfall = "catch target 0.99 at 5% not reached by compute (0.951, 59 rounds)"
+    judgement = Judgement(
+        Verdict.PASS,
+        "Passed",
+        "compute matched its baseline",
+        catch=CatchOutcome(0.99, 0.05, False, shortfall),
+    )
+    status = SDCTestStatus.model_validate(
+        running_fields(SDCPolicy().spec, Suite.REPAIR_VERIFICATION, now)
+    )
+    status = record_catch(status, judgement, now).model_copy(
+        update={
+            "checks": [CheckStatus(name="compute", verdict=CheckVerdict.PASS, catch_chance=0.951)]
+        }
+    )
+    custom = client.CustomObjectsApi(api_client)
+    name = f"status-{uuid.uuid4().hex[:8]}"
+    custom.create_cluster_custom_object(GROUP, VERSION, "sdctests", valid("sdctests", name))
+    try:
+        written = custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "sdctests", name, {"status": to_body(status)}
+        )
+        back = SDCTest.model_validate(written).status
+        assert back is not None and back.catch_target_met is False
+        assert back.catch_shortfall == shortfall and back.checks[0].catch_chance == 0.951
+        assert back.budget_seconds == 1350 and back.expected_end == now + dt.timedelta(seconds=1470)
+        assert [(c.type, c.status, c.reason) for c in back.conditions] == [
+            ("CatchTargetMet", "False", "CatchShortfall")
+        ]
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "sdctests", name)
+
+
 pytestmark = pytest.mark.cluster
