@@ -183,6 +183,38 @@ class RunPlan(_Closed):
         default_factory=dict,
         description="Per check, 1 - (1 - p)^rounds for each p in catch_p (rounds run).",
     )
+    catch_target: float | None = Field(
+        default=None,
+        description="The catch chance the screening aims for, per check, for a fault active "
+        "in catch_fraction of rounds (e.g. 0.99).",
+    )
+    catch_fraction: float | None = Field(
+        default=None, description="The share of rounds the target's fault is active in."
+    )
+    rounds_needed: int | None = Field(
+        default=None,
+        description="Rounds every check needs to reach catch_target: the least n with "
+        "1 - (1 - catch_fraction)^n >= catch_target.",
+    )
+    planned_target_met: bool | None = Field(
+        default=None,
+        description="What the plan said before any check ran: whether its rounds reach the "
+        "target in every check.",
+    )
+    catch_chance: dict[CheckName, float] = Field(
+        default_factory=dict,
+        description="Per check, the chance reached: 1 - (1 - catch_fraction)^rounds run.",
+    )
+    target_met: bool | None = Field(
+        default=None,
+        description="Whether every check reached catch_target with the rounds it ran; null "
+        "when no target was set or no plan ran.",
+    )
+    shortfall: str | None = Field(
+        default=None,
+        description="Which checks fell short of the target and what budget would reach it; "
+        "null when the target was met.",
+    )
     error: str | None = Field(default=None, description="Why no plan fitted, if none did.")
     overrun: str | None = Field(
         default=None,
@@ -377,9 +409,11 @@ def encode_for_termination(result: ProbeResult, limit: int = TERMINATION_LIMIT) 
         check["metrics"] = {}
     if (out := reduced()) is not None:
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
-    if doc.get("plan"):  # keep the budget, rounds and any plan error; drop the detail
+    if doc.get("plan"):  # keep the budget, rounds, the target's outcome and any error
         doc["plan"]["round_ms"], doc["plan"]["catch"] = {}, {}
         doc["plan"]["startup_parts"] = {}
+        if doc["plan"].get("shortfall"):
+            doc["plan"]["shortfall"] = _clip(doc["plan"]["shortfall"], 200)
         if (out := reduced()) is not None:
             return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     for chars in (160, 64, 24, 0):

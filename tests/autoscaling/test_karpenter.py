@@ -41,7 +41,7 @@ FINISHED = {"Passed", "Failed", "Inconclusive", "Cancelled"}
 def _policy(
     w: World, name: str, label: str, probe: dict[str, Any] | None = None, **spec: Any
 ) -> None:
-    suite = [{"name": c, "timeoutSeconds": 60} for c in ("compute", "collective", "golden")]
+    suite = [{"name": c} for c in ("compute", "collective", "golden")]
     body = policy_body(
         name,
         match_labels={CASE_LABEL: label},

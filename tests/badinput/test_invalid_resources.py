@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from tests.operator.harness import GROUP, VERSION, policy_body
 
-from sdcguard.api import RepairTicket, SDCBaseline, SDCPolicy, SDCTest
+from sdcguard.api import RepairTicket, SDCBaseline, SDCPolicy, SDCTest, Suite
 
 HASH = "ab" * 32
 DIGEST = "cd" * 32
@@ -181,11 +181,68 @@ CASES = [
         {"suites": {"requalification": [{"name": "golden"}, {"name": "golden"}]}},
         ("spec.suites.requalification", "unique"),
     ),
+    # timeoutSeconds was removed (the probe has no per-check limit): kubectl's strict
+    # validation names it; a client that does not ask for it gets it pruned.
     Case(
-        "policy-check-timeout-too-short",
+        "policy-check-timeout-removed",
         "sdcpolicies",
-        {"suites": {"acceptance": [{"name": "golden", "timeoutSeconds": 1}]}},
-        ("spec.suites.acceptance[0].timeoutSeconds",),
+        {"suites": {"acceptance": [{"name": "golden", "timeoutSeconds": 600}]}},
+        ('unknown field "spec.suites.acceptance[0].timeoutSeconds"',),
+        strict=True,
+    ),
+    Case(
+        "policy-unknown-param",
+        "sdcpolicies",
+        {"suites": {"acceptance": [{"name": "compute", "params": {"sizee": 5}}]}},
+        ("spec.suites.acceptance[0]", "check compute takes no parameter sizee", "golden: steps"),
+    ),
+    Case(
+        "policy-param-of-another-check",
+        "sdcpolicies",
+        {"suites": {"requalification": [{"name": "golden", "params": {"memory-mib": 64}}]}},
+        ("spec.suites.requalification[0]", "check golden takes no parameter memory-mib"),
+    ),
+    Case(
+        "policy-suite-budget-past-deadline",
+        "sdcpolicies",
+        {"suites": {"budgetSeconds": {"repairVerification": 600}}},
+        ("spec.suites.budgetSeconds", "at most spec.probe.activeDeadlineSeconds"),
+    ),
+    Case(
+        "policy-suite-budget-too-short",
+        "sdcpolicies",
+        {"suites": {"budgetSeconds": {"acceptance": 1}}},
+        ("spec.suites.budgetSeconds.acceptance",),
+    ),
+    Case(
+        "policy-catch-chance-of-one",
+        "sdcpolicies",
+        {"probe": {"catchTarget": {"chance": 1}}},
+        ("spec.probe.catchTarget.chance", "above 0 and below 1"),
+    ),
+    Case(
+        "policy-catch-fraction-zero",
+        "sdcpolicies",
+        {"probe": {"catchTarget": {"activeFraction": 0}}},
+        ("spec.probe.catchTarget.activeFraction", "above 0 and at most 1"),
+    ),
+    Case(
+        "policy-catch-fraction-above-1",
+        "sdcpolicies",
+        {"probe": {"catchTarget": {"activeFraction": 1.5}}},
+        ("spec.probe.catchTarget.activeFraction",),
+    ),
+    Case(
+        "policy-catch-shortfall-unknown",
+        "sdcpolicies",
+        {"probe": {"catchTarget": {"onShortfall": "Ignore"}}},
+        ("spec.probe.catchTarget.onShortfall", "Unsupported value"),
+    ),
+    Case(
+        "policy-negative-memory-dwell",
+        "sdcpolicies",
+        {"probe": {"memoryDwellSeconds": -1}},
+        ("spec.probe.memoryDwellSeconds",),
     ),
     Case(
         "policy-negative-idleFor",
@@ -457,6 +514,80 @@ def test_selectors_with_match_expressions_are_accepted(
         GROUP, VERSION, "sdcpolicies", base, dry_run="All"
     )
     assert SDCPolicy.model_validate(created).spec.node_selector.match_expressions[1].values == ()
+
+
+def test_screening_knobs_are_accepted_and_defaulted(
+    api_client: client.ApiClient, crds: None
+) -> None:
+    """The params each check takes, suite budgets within the deadline and the memory
+    dwell pass the API server; an omitted catch target is the model's default."""
+    base = valid("sdcpolicies", f"knobs-{uuid.uuid4().hex[:8]}")
+    base["spec"]["suites"] = {
+        "acceptance": [
+            {"name": "golden", "params": {"steps": 40}},
+            {"name": "memory", "params": {"memory-mib": 256, "memory-fraction": "0.5"}},
+        ],
+        "budgetSeconds": {"acceptance": 60, "repairVerification": 120},
+    }
+    base["spec"]["probe"]["memoryDwellSeconds"] = 0.5
+    custom = client.CustomObjectsApi(api_client)
+    created = custom.create_cluster_custom_object(
+        GROUP, VERSION, "sdcpolicies", base, dry_run="All"
+    )
+    spec = SDCPolicy.model_validate(created).spec
+    assert spec.suites.acceptance[1].params == {"memory-mib": 256, "memory-fraction": "0.5"}
+    assert [spec.suite_budget(s) for s in Suite] == [60, 30, 120]
+    assert spec.probe.memory_dwell_seconds == 0.5
+    assert (spec.probe.catch_target.chance, spec.probe.catch_target.active_fraction) == (
+        0.99,
+        0.05,
+    )
+
+
+def test_the_screening_status_the_operator_writes_is_accepted(
+    api_client: client.ApiClient, crds: None
+) -> None:
+    """What judging and the start of a screening write (catch outcome and condition,
+    budget, expected end) fits the SDCTest's status schema on the real API server."""
+    import datetime as dt
+
+    from sdcguard.api import CheckStatus, CheckVerdict, SDCTestStatus, Verdict, to_body
+    from sdcguard.domain.judging import CatchOutcome, Judgement, record_catch
+    from sdcguard.domain.screening_time import running_fields
+
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    shortfall = "catch target 0.99 at 5% not reached by compute (0.951, 59 rounds)"
+    judgement = Judgement(
+        Verdict.PASS,
+        "Passed",
+        "compute matched its baseline",
+        catch=CatchOutcome(0.99, 0.05, False, shortfall),
+    )
+    status = SDCTestStatus.model_validate(
+        running_fields(SDCPolicy().spec, Suite.REPAIR_VERIFICATION, now)
+    )
+    status = record_catch(status, judgement, now).model_copy(
+        update={
+            "checks": [CheckStatus(name="compute", verdict=CheckVerdict.PASS, catch_chance=0.951)]
+        }
+    )
+    custom = client.CustomObjectsApi(api_client)
+    name = f"status-{uuid.uuid4().hex[:8]}"
+    custom.create_cluster_custom_object(GROUP, VERSION, "sdctests", valid("sdctests", name))
+    try:
+        written = custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "sdctests", name, {"status": to_body(status)}
+        )
+        back = SDCTest.model_validate(written).status
+        assert back is not None and back.catch_target_met is False
+        assert back.catch_shortfall == shortfall and back.checks[0].catch_chance == 0.951
+        assert back.budget_seconds == 1350 and back.expected_end == now + dt.timedelta(seconds=1470)
+        assert [(c.type, c.status, c.reason) for c in back.conditions] == [
+            ("CatchTargetMet", "False", "CatchShortfall")
+        ]
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "sdctests", name)
 
 
 pytestmark = pytest.mark.cluster

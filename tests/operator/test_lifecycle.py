@@ -6,6 +6,7 @@ the probe's own models; the e2e tests run the real probe through the simulator.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from typing import Any
 
@@ -62,6 +63,16 @@ def test_join_acceptance_qualifies_and_removes_gate(api_client, operator) -> Non
             assert [t["spec"]["reason"] for t in tests] == ["Join"]
             assert tests[0]["status"]["phase"] == "Passed"
             assert tests[0]["status"]["verdict"] == "Pass"
+            # The screening said when it would end: its budget plus the start allowance,
+            # within the Job's deadline (30 s budget, 120 s deadline in this policy).
+            status = tests[0]["status"]
+            assert status["budgetSeconds"] == 30
+            started = dt.datetime.fromisoformat(status["startTime"])
+            ends = dt.datetime.fromisoformat(status["expectedEnd"])
+            assert ends - started == dt.timedelta(seconds=120)
+            # A result that says nothing of a catch target records none, and no condition.
+            assert status.get("catchTargetMet") is None
+            assert "CatchTargetMet" not in {c["type"] for c in status["conditions"]}
             # A clean screening posts no Event by default (routineEvents off): the
             # SDCTest records it.
             assert not {"TestStarted", "Qualified"} & set(_events(api_client, n))

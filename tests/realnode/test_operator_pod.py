@@ -46,9 +46,9 @@ STATE_LABEL = "sdcguard.dev/state"
 
 def policy_values(name: str) -> dict[str, Any]:
     checks = {
-        "compute": {"timeoutSeconds": 120},
-        "collective": {"timeoutSeconds": 120},
-        "golden": {"timeoutSeconds": 120},
+        "compute": {},
+        "collective": {},
+        "golden": {},
         "memory": {"enabled": False},
     }
     return {

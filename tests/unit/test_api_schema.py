@@ -151,7 +151,16 @@ def test_short_names_and_columns_tell_the_story() -> None:
     def visible(kind: str) -> list[str]:
         return [c.name for c in by_kind[kind].columns if c.priority == 0]
 
-    assert visible("SDCTest") == ["Node", "Suite", "Reason", "Phase", "Verdict", "Age"]
+    assert visible("SDCTest") == [
+        "Node",
+        "Suite",
+        "Reason",
+        "Phase",
+        "Verdict",
+        "Budget",
+        "Ends",
+        "Age",
+    ]
     assert visible("RepairTicket") == ["Node", "Phase", "Cycle", "Resolution", "External", "Age"]
     assert visible("SDCPolicy") == ["Mode", "Breaker", "Nodes", "Qualified", "Quarantined", "Age"]
     assert visible("SDCBaseline") == ["Fingerprint", "Source", "Trusted", "Nodes", "Age"]

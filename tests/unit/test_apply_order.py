@@ -297,10 +297,10 @@ def test_idle_and_pending_demand_use_the_policys_accelerators() -> None:
     assert tests_started(other) == 2, "another device makes no node busy"
 
 
-def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
-    """spec.probe.command and args and suites[].timeoutSeconds are not accepted and
-    ignored: the Job runs the command, passes the extra arguments after sdcguard's, and
-    gives the probe the suite's time (within the Job's deadline)."""
+def test_probe_command_args_suite_budget_and_catch_target_reach_the_job() -> None:
+    """spec.probe.command and args, the suite's own budget and the catch target are not
+    accepted and ignored: the Job runs the command, passes the extra arguments after
+    sdcguard's, plans the suite's budget and asks for the policy's catch target."""
     from sdcguard.api import SDCPolicy, SDCTest
     from sdcguard.builders.probe_job import build_probe_job
     from sdcguard.domain.observed import NodeFacts
@@ -313,22 +313,25 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
                 "args": ["--threads", "4"],
                 "activeDeadlineSeconds": 1800,
                 "budgetSeconds": 300,
+                "catchTarget": {"chance": 0.999, "activeFraction": 0.1, "onShortfall": "Refuse"},
+                "memoryDwellSeconds": 2.5,
             },
             "suites": {
-                "requalification": [
-                    {"name": "compute", "timeoutSeconds": 300},
-                    {"name": "golden", "timeoutSeconds": 200},
-                ]
+                "requalification": [{"name": "compute"}, {"name": "golden"}],
+                "budgetSeconds": {"requalification": 600},
             },
         },
     }
     policy = SDCPolicy.model_validate(policy_doc)
-    test = SDCTest.model_validate(
-        {
-            "metadata": {"name": "gpu-1-0a1b2-3", "uid": "u"},
-            "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "suite": "requalification"},
-        }
-    )
+
+    def test_of(suite: str) -> SDCTest:
+        return SDCTest.model_validate(
+            {
+                "metadata": {"name": f"gpu-1-{suite.lower()}-3", "uid": "u"},
+                "spec": {"nodeName": "gpu-1", "policyRef": "fleet", "suite": suite},
+            }
+        )
+
     metrics = Metrics()
     rec = Reconciler(
         writer=_Recorder(api=client.ApiClient(), metrics=metrics),
@@ -337,32 +340,31 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
     )
     body = _snapshot(_body())
     facts = NodeFacts.from_snapshot(body, policy.spec.accelerators)
-    job = build_probe_job(rec.probe_request(policy, test, facts, body))
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["/opt/probe/bin/sdcprobe"]
-    args = container["args"]
-    assert args[:3] == ["run", "--checks", "compute,golden"] and args[-2:] == ["--threads", "4"]
-    assert args[args.index("--timeout") + 1] == "500"
-    short = SDCPolicy.model_validate(
-        {
-            **policy_doc,
-            "spec": {
-                **policy_doc["spec"],
-                "probe": {"activeDeadlineSeconds": 300, "budgetSeconds": 120},
-            },
-        }
-    )
-    job = build_probe_job(rec.probe_request(short, test, facts, body))
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["python", "-m", "sdcprobe"]
-    assert container["args"][container["args"].index("--timeout") + 1] == "270"
-    # Never below the budget the probe plans for, nor past the Job's deadline.
-    from sdcguard.adapters.pass_state import probe_timeout
-    from sdcguard.api import CheckSpec
 
-    few = [CheckSpec(name="compute", timeout_seconds=60)]
-    assert probe_timeout(few, budget=900, active_deadline=1800) == 900
-    assert probe_timeout(few * 40, budget=60, active_deadline=60) == 60
+    def args_of(policy: SDCPolicy, suite: str) -> tuple[list[str], list[str]]:
+        job = build_probe_job(rec.probe_request(policy, test_of(suite), facts, body))
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        return container["command"], container["args"]
+
+    command, args = args_of(policy, "requalification")
+    assert command == ["/opt/probe/bin/sdcprobe"]
+    assert args[:3] == ["run", "--checks", "compute,golden"] and args[-2:] == ["--threads", "4"]
+    assert args[args.index("--budget") + 1] == "600"
+    assert "--timeout" not in args  # the Job's deadline (--deadline) is the hard limit
+    assert args[args.index("--catch-target") + 1] == "0.999"
+    assert args[args.index("--catch-fraction") + 1] == "0.1"
+    assert args[args.index("--catch-shortfall") + 1] == "refuse"
+    assert args[args.index("--memory-dwell") + 1] == "2.5"
+    # A suite without its own budget: the probe's, and repair verification 1.5 times it.
+    assert args_of(policy, "acceptance")[1][args.index("--budget") + 1] == "300"
+    _, verify = args_of(policy, "repairVerification")
+    assert verify[verify.index("--budget") + 1] == "450"
+    plain = SDCPolicy.model_validate({"metadata": {"name": "fleet"}})
+    command, args = args_of(plain, "requalification")
+    assert command == ["python", "-m", "sdcprobe"]
+    assert args[args.index("--catch-target") + 1] == "0.99"
+    assert args[args.index("--catch-shortfall") + 1] == "flag"
+    assert "--memory-dwell" not in args  # the probe's default for the device
 
 
 def test_the_new_tickets_status_is_built_from_the_model_and_sets_only_its_fields() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,9 +17,12 @@ from sdcguard.api import (
     ScreeningReason,
     SDCBaselineSpec,
     SDCTestPhase,
+    SDCTestStatus,
     Verdict,
+    find_condition,
 )
 from sdcguard.domain.judging import (
+    CATCH_CONDITION,
     Outcome,
     PodEnd,
     assess,
@@ -25,10 +30,13 @@ from sdcguard.domain.judging import (
     clears,
     depth,
     judge_result,
+    probe_error_line,
+    record_catch,
 )
 from tests.unit.factories import CHECKS, check, digest, fingerprint, result, sdctest, text
 
 FP = fingerprint()
+NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 
 
 def trusted(**digests: str) -> dict[str, SDCBaselineSpec]:
@@ -126,7 +134,6 @@ def test_deeper_failure_wins_over_lighter_passes() -> None:
         ("   \n", "ResultMissing"),
         ('{"schema_version":1,"kind":"sdcprobe.result","verdict":"pa', "ResultTruncated"),
         (text({**result("pass"), "schema_version": 2}), "UnknownSchema"),
-        ("not json at all", "InvalidResult"),
         ("[1, 2, 3]", "InvalidResult"),
         (text({**result("pass"), "kind": "something.else"}), "InvalidResult"),
         ("1" * 5000, "ResultOversized"),
@@ -137,6 +144,54 @@ def test_unusable_results_are_inconclusive(message: str | None, reason: str) -> 
     for exit_code in (None, 0, 1, 2):
         j = judge(message, exit_code)
         assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, reason), exit_code
+
+
+def test_text_that_is_no_result_is_the_probes_own_error_when_it_exited_with_one() -> None:
+    # An exit status of 1 or 2 with text that is no result: the kubelet kept the log's
+    # tail (FallbackToLogsOnError), and its error line is what the user needs to see.
+    for exit_code in (None, 0):
+        j = judge("not json at all", exit_code)
+        assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "InvalidResult")
+    for exit_code in (1, 2):
+        j = judge("not json at all", exit_code)
+        assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "ProbeError")
+        assert j.message == "the probe stopped with an error: not json at all"
+
+
+ARGPARSE_TAIL = (
+    "usage: sdcprobe run [-h] [--device {auto,cpu,cuda,xla}] [--budget BUDGET]\n"
+    "sdcprobe run: error: unrecognized arguments: --sizee 5\n"
+)
+
+
+def test_an_unknown_param_reaches_the_message_from_the_log_tail() -> None:
+    """#45: a probe that refuses a flag (a suite param the API did not catch, or a probe
+    image older than the operator) names it on the SDCTest, not "no result for compute"."""
+    j = judge(ARGPARSE_TAIL, 2)
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "ProbeError")
+    assert "unrecognized arguments: --sizee 5" in j.message
+    assert "usage:" not in j.message
+
+
+def test_an_unknown_param_reaches_the_message_from_the_result() -> None:
+    # What the probe writes itself for bad arguments: an inconclusive result, no check,
+    # its reason the parser's words. Terminal escapes and newlines do not reach status.
+    said = "bad arguments: sdcprobe run: unrecognized arguments: --sizee 5\x1b[31m\n\x00"
+    doc = result("inconclusive", {}, reason=said, fingerprint=None)
+    j = judge(doc, 2)
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "ProbeError")
+    assert j.message == (
+        "the probe ran no check: bad arguments: sdcprobe run: unrecognized arguments: "
+        "--sizee 5 [31m"
+    )
+
+
+def test_a_long_probe_error_is_bounded_and_on_one_line() -> None:
+    j = judge("Traceback\n" + "ValueError: " + "x" * 3000 + "\n", 1)
+    assert j.reason == "ProbeError" and len(j.message) <= 400 and "\n" not in j.message
+    assert "cut" in j.message
+    assert probe_error_line("") == ""
+    assert probe_error_line("first\n\nlast line\n") == "last line"
 
 
 def test_pass_without_digests_is_inconclusive() -> None:
@@ -295,3 +350,118 @@ def test_rerun_outcomes() -> None:
 
 def test_backoff_doubles_up_to_sixteen_times() -> None:
     assert [backoff_seconds(600, n) for n in (1, 2, 3, 5, 9)] == [600, 1200, 2400, 9600, 9600]
+
+
+# Catch target (#38 item 6) --------------------------------------------------------
+
+
+def _catch_plan(chances: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "budget_s": 900.0,
+        "startup_s": 9.0,
+        "planned_s": 880.0,
+        "catch_target": 0.99,
+        "catch_fraction": 0.05,
+        "rounds_needed": 90,
+        "planned_target_met": True,
+        "catch_chance": chances,
+        "target_met": True,
+        "shortfall": None,
+        **extra,
+    }
+
+
+def test_the_catch_chance_each_check_reached_is_recorded() -> None:
+    chances = {"compute": 0.9952, "collective": 0.9913, "golden": 0.9999}
+    j = judge(result("pass", plan=_catch_plan(chances)))
+    assert j.verdict == Verdict.PASS and "catch target" not in j.message
+    assert (j.catch.target, j.catch.fraction, j.catch.met) == (0.99, 0.05, True)
+    assert {c.name: c.catch_chance for c in j.check_statuses()} == chances
+    status = record_catch(SDCTestStatus(), j, NOW)
+    assert (status.catch_target, status.catch_target_met, status.catch_shortfall) == (
+        0.99,
+        True,
+        "",
+    )
+    met = find_condition(status.conditions, CATCH_CONDITION)
+    assert met is not None and (met.status, met.reason) == ("True", "CatchTargetMet")
+    assert met.message == "every check reached 0.99 for a fault in 5% of rounds"
+
+
+def test_a_screening_that_fell_short_says_so_and_is_flagged() -> None:
+    said = "catch target 0.99 at 5% not reached by compute (0.951, 59 rounds)"
+    chances = {"compute": 0.951, "collective": 0.9913, "golden": 0.9999}
+    plan = _catch_plan(chances, target_met=False, shortfall=said, planned_target_met=False)
+    j = judge(result("pass", plan=plan))
+    # Flag: the verdict stands (the digests matched), and the shortfall is in its words.
+    assert j.verdict == Verdict.PASS
+    assert j.message.endswith(f"; catch target missed: {said}")
+    status = record_catch(SDCTestStatus(), j, NOW)
+    assert status.catch_target_met is False and status.catch_shortfall == said
+    short = find_condition(status.conditions, CATCH_CONDITION)
+    assert short is not None and (short.status, short.reason) == ("False", "CatchShortfall")
+    assert short.message == said
+
+
+def test_a_probe_that_claims_the_target_is_checked_against_its_own_chances() -> None:
+    # target_met True but compute's chance is below the target, golden has no figure.
+    chances = {"compute": 0.9, "collective": 0.9913}
+    j = judge(result("pass", plan=_catch_plan(chances)))
+    assert j.catch.met is False
+    assert j.catch.shortfall == "catch target 0.99 not reached by compute 0.900; golden no figure"
+
+
+@pytest.mark.parametrize(
+    "chances",
+    [
+        {"compute": 1.5, "collective": 0.999, "golden": 0.999},
+        {"compute": -0.1, "collective": 0.999, "golden": 0.999},
+    ],
+)
+def test_malformed_catch_figures_are_no_figures(chances: dict[str, Any]) -> None:
+    j = judge(result("pass", plan=_catch_plan(chances)))
+    assert j.catch.met is False
+    statuses = {c.name: c.catch_chance for c in j.check_statuses()}
+    assert statuses["compute"] is None  # never out of the schema's range
+    nan = text(result("pass", plan=_catch_plan({})))
+    nan = nan.replace('"catch_target":0.99', '"catch_target":NaN')
+    j = judge(nan)
+    assert j.verdict == Verdict.PASS and j.catch.target is None and j.catch.met is None
+
+
+def test_results_of_older_probes_record_no_catch_outcome() -> None:
+    plan = {"budget_s": 900.0, "startup_s": 9.0, "planned_s": 880.0}
+    for doc in (result("pass"), result("pass", plan=plan)):
+        j = judge(doc)
+        assert j.verdict == Verdict.PASS
+        assert (j.catch.target, j.catch.met, j.catch.shortfall) == (None, None, "")
+        assert all(c.catch_chance is None for c in j.check_statuses())
+        status = record_catch(SDCTestStatus(), j, NOW)
+        assert status.catch_target_met is None
+        assert find_condition(status.conditions, CATCH_CONDITION) is None
+
+
+def test_a_target_the_policy_refuses_to_miss_ends_inconclusive_with_the_reason() -> None:
+    said = (
+        "catch target 0.99 for a fault in 5% of rounds needs 90 rounds per check; budget "
+        "120s plans compute 40 (reaching 0.871); a budget of about 260s would reach it"
+    )
+    no_result = "device 0: no result"
+    checks = {c: check("inconclusive", reason=no_result, digest_value=None) for c in CHECKS}
+    plan = _catch_plan({}, error=f"refused: {said}", target_met=None, planned_target_met=False)
+    plan["shortfall"] = said
+    j = judge(result("inconclusive", checks, reason=said, plan=plan))
+    assert (j.verdict, j.reason) == (Verdict.INCONCLUSIVE, "CatchShortfall")
+    assert j.message == f"the probe ran no check: refused: {said}"
+    assert record_catch(SDCTestStatus(), j, NOW).catch_target_met is False
+
+
+def test_a_shortfall_is_in_the_words_of_the_nodes_event() -> None:
+    """The node's transition Event repeats the test's message, so a screening that
+    passed short of its target never qualifies a node silently."""
+    said = "catch target 0.99 at 5% not reached by compute (0.951, 59 rounds)"
+    plan = _catch_plan({"compute": 0.951}, target_met=False, shortfall=said)
+    j = judge(result("pass", plan=plan))
+    facts = replace(sdctest("t1", verdict=Verdict.PASS), message=j.message)
+    found = assess(facts, frozenset(), ONE_RERUN)
+    assert found.outcome == Outcome.CLEARED and said in found.message

@@ -47,3 +47,12 @@ def test_home_is_on_the_writable_tmp_volume_and_policy_env_still_applies() -> No
         {"name": "HOME", "value": "/scratch"},
         {"name": "X", "value": "1"},
     ]
+
+
+def test_a_probe_that_dies_before_its_result_leaves_its_log_tail() -> None:
+    """#45: the kubelet keeps the log's tail as the termination message when the probe
+    exits with an error and wrote no result, so its own error line reaches the SDCTest
+    after the Job is deleted."""
+    container = _job()["spec"]["template"]["spec"]["containers"][0]
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"

@@ -119,7 +119,6 @@ memory). Arguments: (list checksMap suiteName).
 {{- $c := get $checks $name | default dict -}}
 {{- if ne (toString (get $c "enabled")) "false" -}}
 {{- $item := dict "name" $name -}}
-{{- if hasKey $c "timeoutSeconds" -}}{{- $_ := set $item "timeoutSeconds" $c.timeoutSeconds -}}{{- end -}}
 {{- if $c.params -}}{{- $_ := set $item "params" $c.params -}}{{- end -}}
 {{- $out = append $out $item -}}
 {{- end -}}

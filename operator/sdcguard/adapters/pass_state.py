@@ -21,7 +21,6 @@ from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
-    CheckSpec,
     SDCBaseline,
     SDCPolicy,
     SDCTest,
@@ -47,15 +46,6 @@ HISTORY_GRACE = dt.timedelta(seconds=30)
 """A decision's hardware history, written just after its node patch, is in the records
 well within this; after it, one is missing (the operator stopped in between)."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def probe_timeout(checks: Iterable[CheckSpec], budget: int, active_deadline: int) -> int:
-    """The probe's hard limit for its workers: the suite's per-check timeouts added up
-    (never below the budget the probe plans for), within the Job's deadline, less a
-    margin to report the result when the deadline leaves room for one."""
-    wanted = max(sum(c.timeout_seconds for c in checks), budget)
-    limit = active_deadline - 30 if active_deadline - 30 >= budget else active_deadline
-    return min(wanted, limit)
 
 
 def _has_outcome(observed: Observed) -> bool:

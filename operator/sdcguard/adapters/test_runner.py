@@ -13,7 +13,6 @@ from sdcguard.adapters.pass_state import (
     PROBE_VANISHED_GRACE,
     FleetView,
     ReconcilerState,
-    probe_timeout,
 )
 from sdcguard.api import (
     Condition,
@@ -34,13 +33,14 @@ from sdcguard.api import (
     to_body,
     unnamed_suite,
 )
-from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job, job_name
+from sdcguard.builders.probe_job import ProbeJobRequest, ProbeTuning, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
 from sdcguard.domain.echo import bounded
-from sdcguard.domain.judging import Judgement, PodEnd, judge_result
+from sdcguard.domain.judging import Judgement, PodEnd, judge_result, record_catch
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.plan import Plan
+from sdcguard.domain.screening_time import running_fields
 from sdcguard.domain.seeds import data_seed, screening_seed
 from sdcguard.domain.testphase import (
     CreateJob,
@@ -121,7 +121,7 @@ class TestRunner(ReconcilerState):
         capacity = node_body.allocatable
         resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
         count = int(str(capacity.get(resource, "0"))) if resource else 0
-        budget = spec.probe.budget_seconds
+        budget = spec.suite_budget(suite_of(test))
         params: list[tuple[str, str]] = []
         for check in checks:
             for key, value in sorted(check.params.items()):
@@ -148,9 +148,7 @@ class TestRunner(ReconcilerState):
             check_params=tuple(dict.fromkeys(params)),
             command=tuple(spec.probe.command or ()),
             extra_args=tuple(spec.probe.args or ()),
-            timeout_seconds=probe_timeout(
-                checks, spec.probe.budget_seconds, spec.probe.active_deadline_seconds
-            ),
+            tuning=ProbeTuning.of(spec.probe),
             seed=_seed_of(test),
             data_seed=data,
         )
@@ -397,6 +395,9 @@ class TestRunner(ReconcilerState):
                     self._write_test_status(test, status)
                 case WriteStatus() if row.target == SDCTestPhase.RUNNING:
                     status = self._running_status(test, status, now, _data_seed_of(test, view))
+                    status = status.model_copy(
+                        update=running_fields(policy.spec, suite_of(test), now)
+                    )
                     self._write_test_status(test, status)
                 case WriteStatus():
                     if judgement is not None:
@@ -410,6 +411,7 @@ class TestRunner(ReconcilerState):
                                 "device_ids": list(judgement.devices),
                             }
                         )
+                        status = record_catch(status, judgement, now)
                     finished = self._finish(test, status, verdict, reason, message, now, counts)
                 case _:
                     raise ValueError(f"{type(step).__name__} is not an SDCTest step")

@@ -113,15 +113,25 @@ ShortText = Annotated[str, StringConstraints(max_length=256)]
 Text = Annotated[str, StringConstraints(max_length=4096)]
 
 
-def cel(rule: str, message: str, *, field_path: str | None = None) -> JsonDict:
+def cel(
+    rule: str,
+    message: str,
+    *,
+    field_path: str | None = None,
+    message_expression: str | None = None,
+) -> JsonDict:
     """One ``x-kubernetes-validations`` entry.
 
     The message names the field and the fix, because it is all a person sees when
     ``kubectl apply`` is refused. Every rule has a Python twin in a model validator
     (or, for rules on ``oldSelf``, in a ``check_update`` function) so tests and the
-    operator reject the same objects the API server rejects.
+    operator reject the same objects the API server rejects. ``message_expression``
+    (CEL returning a string) names the offending value; ``message`` stays as the
+    fallback the API server shows when the expression fails.
     """
     entry: JsonDict = {"rule": rule, "message": message}
+    if message_expression is not None:
+        entry["messageExpression"] = message_expression
     if field_path is not None:
         entry["fieldPath"] = field_path
     return entry

@@ -198,19 +198,74 @@ def _unique_checks_rule(path: str) -> JsonDict:
     }
 
 
+CHECK_PARAMS: dict[CheckName, tuple[str, ...]] = {
+    CheckName.COMPUTE: (),
+    CheckName.COLLECTIVE: (),
+    CheckName.GOLDEN: ("steps",),
+    CheckName.MEMORY: ("memory-fraction", "memory-mib"),
+}
+"""The probe flags (``sdcprobe run --NAME VALUE``) each check's ``params`` may set: the
+ones that shape that check alone. Flags of the whole run (threads, stress) go in
+spec.probe.args; the memory dwell is spec.probe.memoryDwellSeconds. A test holds this
+table to the probe's own parser."""
+
+_PARAMS_CEL_MAP = (
+    "{"
+    + ", ".join(
+        f"'{check.value}': [{', '.join(repr(p) for p in names)}]"
+        for check, names in CHECK_PARAMS.items()
+    )
+    + "}"
+)
+_PARAMS_HINT = "; ".join(
+    f"{check.value}: {', '.join(names) or 'none'}" for check, names in CHECK_PARAMS.items()
+)
+
+
+def unknown_params_message(check: str, unknown: list[str]) -> str:
+    """The refusal of params that ``check`` does not take, naming them (the same words
+    as the CEL rule's messageExpression)."""
+    return (
+        f"spec.suites[].params: check {check} takes no parameter {', '.join(unknown)} "
+        f"(known: {_PARAMS_HINT}; run-wide probe flags go in spec.probe.args)"
+    )
+
+
 class CheckSpec(ApiModel):
     """One check of a suite."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                f"!has(self.params) || self.params.all(k, k in {_PARAMS_CEL_MAP}[self.name])",
+                "spec.suites[].params: a parameter this check does not take "
+                f"(known: {_PARAMS_HINT}; run-wide probe flags go in spec.probe.args)",
+                message_expression=(
+                    "'spec.suites[].params: check ' + self.name + ' takes no parameter ' + "
+                    f"self.params.filter(k, !(k in {_PARAMS_CEL_MAP}[self.name]))[0] + "
+                    f"' (known: {_PARAMS_HINT}; run-wide probe flags go in spec.probe.args)'"
+                ),
+            )
+        )
+    )
+
     name: CheckName
     """The check: compute, collective, golden or memory."""
-    timeout_seconds: int = Field(default=600, ge=10, le=86400)
-    """Time this check may take. The probe's hard limit for its workers (--timeout) is
-    the sum over the suite's checks (at least probe.budgetSeconds), within
-    activeDeadlineSeconds; past it the test is inconclusive (Timeout), never a pass."""
     params: dict[Annotated[str, StringConstraints(max_length=63)], int | ShortText] = Field(
         default_factory=dict, max_length=32
     )
-    """Check parameters passed to the probe (e.g. steps, sizes), as numbers or strings."""
+    """Check parameters passed to the probe as its flags (--NAME VALUE), as integers or
+    strings (quote fractions: "0.9"). Each check takes only its own: golden: steps
+    (training steps); memory: memory-fraction (share of free device memory, up to 0.95)
+    and memory-mib (MiB per device instead); compute and collective: none. Any other
+    name is refused when the policy is applied."""
+
+    @model_validator(mode="after")
+    def _known_params(self) -> CheckSpec:
+        unknown = sorted(k for k in self.params if k not in CHECK_PARAMS[self.name])
+        if unknown:
+            raise ValueError(unknown_params_message(self.name.value, unknown))
+        return self
 
 
 def _checks(*names: CheckName) -> list[CheckSpec]:
@@ -228,7 +283,32 @@ def _requalification() -> list[CheckSpec]:
 
 
 def _repair_verification() -> list[CheckSpec]:
-    return [CheckSpec(name=n, timeout_seconds=1800) for n in CheckName]
+    return [CheckSpec(name=n) for n in CheckName]
+
+
+REPAIR_VERIFICATION_BUDGET_FACTOR = 1.5
+"""repairVerification's default budget, as a multiple of spec.probe.budgetSeconds.
+
+The probe fills its budget with rounds, so a fault active in a share f of rounds is
+missed with chance (1 - f)^rounds: 1.5 times the rounds turns a miss chance m into
+m^1.5 (0.01 becomes 0.001). A repaired node is exactly the one most likely to still
+be bad, and verification runs once per repair (a few in a thousand devices a year),
+so the extra node-time is small fleet-wide. 1.5 rather than 2 keeps the default 900 s
+budget's verification (1350 s) inside the default 1800 s activeDeadlineSeconds with
+room for the Pod's start; a larger budget is capped at that deadline."""
+
+
+class SuiteBudgets(ApiModel):
+    """Seconds the probe plans each suite for. Unset: spec.probe.budgetSeconds, except
+    repairVerification: 1.5 times it (within activeDeadlineSeconds), so a repaired node
+    is screened harder than a new one."""
+
+    acceptance: int | None = Field(default=None, ge=5, le=86400)
+    """Budget of the acceptance suite (new nodes)."""
+    requalification: int | None = Field(default=None, ge=5, le=86400)
+    """Budget of the requalification suite (return from use, expiry, suspicion)."""
+    repair_verification: int | None = Field(default=None, ge=5, le=86400)
+    """Budget of the repairVerification suite (repaired nodes)."""
 
 
 class Suites(ApiModel):
@@ -248,6 +328,8 @@ class Suites(ApiModel):
         json_schema_extra=_unique_checks_rule("spec.suites.repairVerification"),
     )
     """Run on repaired nodes before they return; make it the strictest suite."""
+    budget_seconds: SuiteBudgets = Field(default_factory=SuiteBudgets)
+    """Each suite's own budget; each must fit in spec.probe.activeDeadlineSeconds."""
 
     @model_validator(mode="after")
     def _unique_and_present(self) -> Suites:
@@ -297,6 +379,60 @@ class ResourceList(ApiModel):
     """Maximum resources. The node's accelerators are always requested in full."""
 
 
+class ShortfallAction(StrEnum):
+    """What a screening does when its budget cannot reach the catch target."""
+
+    FLAG = "Flag"
+    REFUSE = "Refuse"
+
+
+CATCH_CHANCE_RANGE = (
+    "spec.probe.catchTarget.chance: must be above 0 and below 1, e.g. 0.99 (a chance of 1 "
+    "would need endless rounds)"
+)
+CATCH_FRACTION_RANGE = (
+    "spec.probe.catchTarget.activeFraction: must be above 0 and at most 1, e.g. 0.05 for "
+    "a fault active in one round in twenty"
+)
+
+
+class CatchTarget(ApiModel):
+    """The chance every check of a screening must reach of catching a fault that is
+    active in a given share of its rounds. The probe sizes each check's rounds for it
+    and says before any check runs whether the budget reaches it; the SDCTest records
+    the chance each check reached (status.checks[].catchChance, status.catchTargetMet)."""
+
+    chance: float = Field(
+        default=0.99,
+        ge=0.0,
+        le=1.0,
+        json_schema_extra=cel_rules(cel("self > 0.0 && self < 1.0", CATCH_CHANCE_RANGE)),
+    )
+    """Catch chance per check, strictly between 0 and 1, e.g. 0.99."""
+    active_fraction: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        json_schema_extra=cel_rules(cel("self > 0.0", CATCH_FRACTION_RANGE)),
+    )
+    """Share of rounds the fault is active in, above 0 and at most 1, e.g. 0.05 for a
+    fault that corrupts one round in twenty. Smaller shares need more rounds: 0.99 at
+    0.05 needs 90 rounds of every check."""
+    on_shortfall: ShortfallAction = ShortfallAction.FLAG
+    """Flag: run anyway; the test records the shortfall (condition CatchTargetMet False,
+    reason CatchShortfall) and says what budget would reach the target. Refuse: run no
+    check; the test ends Inconclusive (CatchShortfall) with the budget that would."""
+
+    @model_validator(mode="after")
+    def _in_range(self) -> CatchTarget:
+        # OpenAPI v3.0 has no exclusive numeric bounds: CEL says these in the cluster.
+        if not 0.0 < self.chance < 1.0:
+            raise ValueError(CATCH_CHANCE_RANGE)
+        if not 0.0 < self.active_fraction <= 1.0:
+            raise ValueError(CATCH_FRACTION_RANGE)
+        return self
+
+
 class ProbeSpec(ApiModel):
     """The probe Job that runs the checks on a node."""
 
@@ -322,8 +458,8 @@ class ProbeSpec(ApiModel):
     args: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=64
     )
-    """Extra arguments, added after the ones sdcguard passes (checks, budget, timeout,
-    check parameters)."""
+    """Extra arguments, added after the ones sdcguard passes (checks, budget, deadline,
+    seeds, catch target, check parameters): flags of the whole run, e.g. --threads 4."""
     resources: ResourceList = Field(default_factory=ResourceList)
     """CPU and memory for the probe container."""
     cpu_devices: int = Field(default=0, ge=0, le=64)
@@ -336,6 +472,13 @@ class ProbeSpec(ApiModel):
     """Hard limit on the Job; when reached, the test's verdict is Timeout."""
     ttl_seconds_after_finished: int = Field(default=3600, ge=0, le=604800)
     """Seconds a finished probe Job is kept for its logs."""
+    catch_target: CatchTarget = Field(default_factory=CatchTarget)
+    """What every check of a screening must reach (probe flags --catch-target,
+    --catch-fraction, --catch-shortfall)."""
+    memory_dwell_seconds: float | None = Field(default=None, ge=0.0, le=600.0)
+    """Seconds each memory pattern sits unread before it is read back, for retention
+    faults (probe flag --memory-dwell). Unset: the probe's default for the device
+    (see the probe's README)."""
 
     @model_validator(mode="after")
     def _deadline_covers_budget(self) -> ProbeSpec:
@@ -651,8 +794,37 @@ ExtendedResourceName = Annotated[
 ]
 
 
+_SUITE_FIELDS = {
+    Suite.ACCEPTANCE: "acceptance",
+    Suite.REQUALIFICATION: "requalification",
+    Suite.REPAIR_VERIFICATION: "repair_verification",
+}
+SUITE_BUDGET_DEADLINE = (
+    "spec.suites.budgetSeconds: each suite's budget must be at most "
+    "spec.probe.activeDeadlineSeconds (default 1800), or the Job is killed before the "
+    "probe's own budget runs out; lower the budget or raise the deadline"
+)
+_DEADLINE_CEL = "(has(self.probe) ? self.probe.activeDeadlineSeconds : 1800)"
+_SUITE_BUDGET_CEL = " && ".join(
+    f"(!has(self.suites.budgetSeconds.{name}) "
+    f"|| self.suites.budgetSeconds.{name} <= {_DEADLINE_CEL})"
+    for name in ("acceptance", "requalification", "repairVerification")
+)
+
+
 class SDCPolicySpec(ApiModel):
     """Which nodes sdcguard screens for silent data corruption, when, and what it does."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "!has(self.suites) || !has(self.suites.budgetSeconds) || ("
+                + _SUITE_BUDGET_CEL
+                + ")",
+                SUITE_BUDGET_DEADLINE,
+            )
+        )
+    )
 
     node_selector: NodeSelector = Field(default_factory=NodeSelector)
     """Nodes covered by this policy."""
@@ -693,6 +865,29 @@ class SDCPolicySpec(ApiModel):
         if len(set(value)) != len(value):
             raise ValueError("spec.accelerators: list each resource name once")
         return value
+
+    @model_validator(mode="after")
+    def _suite_budgets_fit_deadline(self) -> SDCPolicySpec:
+        deadline = self.probe.active_deadline_seconds
+        budgets = self.suites.budget_seconds
+        for suite in Suite:
+            value = getattr(budgets, _SUITE_FIELDS[suite])
+            if value is not None and value > deadline:
+                raise ValueError(SUITE_BUDGET_DEADLINE)
+        return self
+
+    def suite_budget(self, suite: Suite) -> int:
+        """Seconds the probe plans ``suite`` for: the suite's own budget, else
+        spec.probe.budgetSeconds, and for repairVerification 1.5 times that (within
+        activeDeadlineSeconds, never below the probe's budget)."""
+        own: int | None = getattr(self.suites.budget_seconds, _SUITE_FIELDS[suite])
+        if own is not None:
+            return own
+        base = self.probe.budget_seconds
+        if suite != Suite.REPAIR_VERIFICATION:
+            return base
+        scaled = math.ceil(base * REPAIR_VERIFICATION_BUDGET_FACTOR)
+        return max(base, min(scaled, self.probe.active_deadline_seconds))
 
 
 class BreakerSample(ApiModel):

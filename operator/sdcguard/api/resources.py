@@ -88,6 +88,10 @@ TEST = Resource(
         PrinterColumn("Phase", ".status.phase"),
         PrinterColumn("Verdict", ".status.verdict"),
         PrinterColumn("Why", ".status.reason", priority=1),
+        PrinterColumn("Budget", ".status.budgetSeconds", "integer", "Seconds planned"),
+        # A string, not a date: kubectl shows a future date as "<invalid>".
+        PrinterColumn("Ends", ".status.expectedEnd", description="Expected end (UTC)"),
+        PrinterColumn("Catch", ".status.catchTargetMet", "boolean", "Catch target met", priority=1),
         AGE,
     ),
 )

@@ -103,6 +103,10 @@ class CheckStatus(ApiModel):
     """golden: the first submodule whose outputs differ at that step."""
     baseline: BaselineComparison | None = None
     """Comparison with the trusted baseline: match, mismatch, absent or fingerprint-mismatch."""
+    catch_chance: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The chance this check's rounds had of catching a fault active in
+    status.catchFraction of them (1 - (1 - fraction)^rounds run). Null: the probe did not
+    say (an older probe, or no plan ran)."""
 
 
 class SDCTestSpec(ApiModel):
@@ -192,6 +196,23 @@ class SDCTestStatus(ApiModel):
     """The data seed the probe Job was given (the rounds a baseline does not cover)."""
     start_time: dt.datetime | None = None
     """When the probe started."""
+    budget_seconds: int | None = Field(default=None, ge=0)
+    """Seconds the probe plans this screening for: the suite's budget
+    (spec.suites.budgetSeconds, else spec.probe.budgetSeconds)."""
+    expected_end: dt.datetime | None = None
+    """When the screening should end: the Job's start, plus the budget, plus an
+    allowance for the Pod's start and the result (never past the Job's deadline)."""
+    catch_target: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The catch chance every check was to reach (spec.probe.catchTarget.chance, as the
+    probe reported it). Null: the probe did not say."""
+    catch_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The share of rounds the target's fault is active in."""
+    catch_target_met: bool | None = None
+    """Whether every check reached catchTarget with the rounds it ran (see
+    checks[].catchChance). Null: the probe did not say (an older probe, or no plan ran);
+    False also sets the condition CatchTargetMet False (reason CatchShortfall)."""
+    catch_shortfall: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """Which checks fell short of the target and the budget that would reach it."""
     completion_time: dt.datetime | None = None
     """When the test finished."""
 

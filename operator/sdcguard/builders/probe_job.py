@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdcguard.api.common import API_VERSION
-from sdcguard.api.policy import DEFAULT_PROBE_REQUESTS
+from sdcguard.api.policy import DEFAULT_PROBE_REQUESTS, ProbeSpec
 
 TEST_LABEL = "sdcguard.dev/test"
 #: The SDCTest's full name; the label holds it only when it fits a label value (63).
@@ -17,6 +17,46 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "sdcprobe"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+@dataclass(frozen=True)
+class ProbeTuning:
+    """What the policy asks of every screening beyond its checks and budget: the catch
+    chance to reach and the memory check's dwell (spec.probe)."""
+
+    catch_target: float
+    """--catch-target: the chance every check must reach."""
+    catch_fraction: float
+    """--catch-fraction: the share of rounds the target's fault is active in."""
+    catch_shortfall: str
+    """--catch-shortfall: flag (run and report) or refuse (run no check)."""
+    memory_dwell_seconds: float | None = None
+    """--memory-dwell; None: the probe's default for the device."""
+
+    @classmethod
+    def of(cls, probe: ProbeSpec) -> ProbeTuning:
+        """The tuning spec.probe states."""
+        target = probe.catch_target
+        return cls(
+            catch_target=target.chance,
+            catch_fraction=target.active_fraction,
+            catch_shortfall=target.on_shortfall.value.lower(),
+            memory_dwell_seconds=probe.memory_dwell_seconds,
+        )
+
+    def args(self) -> list[str]:
+        """The probe flags for this tuning."""
+        args = [
+            "--catch-target",
+            f"{self.catch_target:g}",
+            "--catch-fraction",
+            f"{self.catch_fraction:g}",
+            "--catch-shortfall",
+            self.catch_shortfall,
+        ]
+        if self.memory_dwell_seconds is not None:
+            args += ["--memory-dwell", f"{self.memory_dwell_seconds:g}"]
+        return args
 
 
 @dataclass(frozen=True)
@@ -47,8 +87,8 @@ class ProbeJobRequest:
     """The container's command (empty: ``python -m sdcprobe``)."""
     extra_args: tuple[str, ...] = ()
     """Added after the arguments sdcguard passes (spec.probe.args)."""
-    timeout_seconds: int | None = None
-    """The probe's hard limit for its workers (``--timeout``)."""
+    tuning: ProbeTuning | None = None
+    """Catch target and memory dwell (None: the probe's defaults)."""
 
 
 def label_value(text: str) -> str:
@@ -88,8 +128,8 @@ def probe_args(req: ProbeJobRequest) -> list[str]:
         args += ["--seed", str(req.seed)]
     if req.data_seed is not None:
         args += ["--data-seed", str(req.data_seed)]
-    if req.timeout_seconds is not None:
-        args += ["--timeout", str(req.timeout_seconds)]
+    if req.tuning is not None:
+        args += req.tuning.args()
     for key, value in req.check_params:
         args += [f"--{key}", value]
     return [*args, *req.extra_args]
@@ -171,7 +211,10 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                 + [{"name": k, "value": v} for k, v in req.env],
                 "resources": {"limits": limits, "requests": requests},
                 "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File",
+                # A probe that dies before it writes its result (a bad flag, a failed
+                # import) leaves the kubelet its log's tail instead, so the error that
+                # stopped it reaches the SDCTest after the Job is gone.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "readOnlyRootFilesystem": True,

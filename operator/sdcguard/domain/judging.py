@@ -11,8 +11,14 @@ Verdicts (one per test):
   kubelet could not start (reason: the kubelet's own, e.g. ErrImageNeverPull), no
   result, a result cut short or of an unknown schema version, a "pass" without digests,
   a fingerprint other than the baseline's, no trusted baseline yet, an expected check
-  missing, a result that contradicts the exit status.
+  missing, a result that contradicts the exit status, a probe that stopped with its
+  own error (ProbeError: its result's reason, or the error line of the log tail the
+  kubelet kept), a catch target the policy refuses to run short of (CatchShortfall).
 - **Pass**: every expected check ran and matched its trusted baseline.
+
+A catch target missed under onShortfall Flag does not change the verdict: it is added
+to the message and recorded beside it (:func:`record_catch`: status.catchTargetMet,
+status.catchShortfall, the condition CatchTargetMet).
 
 Precedence: SDC evidence from any check wins over everything (a Pod that computed
 wrong answers and then crashed still computed wrong answers); then Timeout, Crash,
@@ -38,6 +44,7 @@ inconclusive back-off; a pass then clears it, another failure confirms.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -49,10 +56,13 @@ from sdcguard.api import (
     ScreeningReason,
     SDCBaselineSpec,
     SDCTestPhase,
+    SDCTestStatus,
     Verdict,
+    set_condition,
 )
+from sdcguard.domain.echo import bounded
 from sdcguard.domain.observed import TestFacts
-from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, parse_result
+from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, RunPlan, parse_result
 
 CHECK_DEPTH: Mapping[str, int] = {"compute": 1, "collective": 2, "memory": 3, "golden": 4}
 """Depth of each check (see module docstring); unknown checks are lightest."""
@@ -60,6 +70,10 @@ VALID_EXIT_CODES = (0, 1, 2)
 TERMINATION_LIMIT = 4096
 """Bytes the kubelet keeps of a termination message."""
 MAX_REASON = 1024
+PROBE_ERROR_LIMIT = 300
+"""Characters kept of the probe's own error line in a test's message."""
+CATCH_CONDITION = "CatchTargetMet"
+"""The SDCTest condition that says whether the screening reached its catch target."""
 
 
 def depth(check: str) -> int:
@@ -77,7 +91,9 @@ class PodEnd:
     """How the probe Pod ended, as the adapter read it from the Pod status."""
 
     message: str | None
-    """The container's termination message (the probe's result document)."""
+    """The container's termination message: the probe's result document, or, when the
+    probe died before writing one, the tail of its log (the Job's container uses
+    terminationMessagePolicy FallbackToLogsOnError)."""
     exit_code: int | None
     timed_out: bool = False
     """The Job's activeDeadlineSeconds passed."""
@@ -131,6 +147,9 @@ class CheckJudgement:
     first_divergent_step: int | None = None
     first_divergent_submodule: str | None = None
     baseline: str = "absent"
+    catch_chance: float | None = None
+    """The chance this check's rounds had of catching the target's fault (None: the
+    probe did not say)."""
 
     def to_status(self) -> CheckStatus:
         """The SDCTest status entry."""
@@ -146,8 +165,26 @@ class CheckJudgement:
                 "first_divergent_submodule": (self.first_divergent_submodule or None)
                 and self.first_divergent_submodule[:256],
                 "baseline": self.baseline,
+                "catch_chance": self.catch_chance,
             }
         )
+
+
+@dataclass(frozen=True)
+class CatchOutcome:
+    """What the screening aimed for and reached, as the probe's plan reported it; every
+    field None for a probe that says nothing about a catch target (an older one)."""
+
+    target: float | None = None
+    fraction: float | None = None
+    met: bool | None = None
+    """Every check reached the target (False if the probe or the chances say not)."""
+    shortfall: str = ""
+    """Which checks fell short and the budget that would reach it."""
+
+    def note(self) -> str:
+        """A clause for the test's message when the target was missed, else ""."""
+        return f"; catch target missed: {self.shortfall}" if self.met is False else ""
 
 
 @dataclass(frozen=True)
@@ -164,6 +201,8 @@ class Judgement:
     """The probe ran with fault injection (a test or benchmark, not a real screening)."""
     devices: tuple[str, ...] = ()
     """Each device's UUID or serial by index, as the probe named them ("" unknown)."""
+    catch: CatchOutcome = CatchOutcome()
+    """The catch target and whether the screening reached it."""
 
     @property
     def phase(self) -> SDCTestPhase:
@@ -202,6 +241,72 @@ def _metric(value: object) -> str:
     return str(value)
 
 
+def clean_text(text: str, limit: int = PROBE_ERROR_LIMIT) -> str:
+    """``text`` on one line for a status message: control characters (terminal escapes
+    included) become spaces, runs of spaces one, and at most ``limit`` characters."""
+    printable = "".join(" " if (ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0) else ch for ch in text)
+    return bounded(" ".join(printable.split()), limit)
+
+
+def probe_error_line(log_tail: str) -> str:
+    """The line of a probe log's tail that says why it stopped: the last one naming an
+    error (argparse's "... error: unrecognized arguments: --sizee 5", a Python
+    exception), else the last non-empty line; cleaned and bounded."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    marked = [line for line in lines if "error" in line.lower() or "exception" in line.lower()]
+    return clean_text((marked or lines)[-1])
+
+
+def _probability(value: object, *, open_top: bool = False) -> float | None:
+    """``value`` if it is a finite number in [0, 1] (or (0, 1) with ``open_top``), else
+    None: a malformed figure is no figure."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    if not math.isfinite(number) or not 0.0 <= number <= 1.0:
+        return None
+    if open_top and not 0.0 < number < 1.0:
+        return None
+    return number
+
+
+def _catch_chances(plan: RunPlan | None) -> dict[str, float]:
+    if plan is None:
+        return {}
+    # Empty in results of probes older than the catch target (the field's default).
+    chances: Mapping[str, object] = plan.catch_chance
+    return {
+        str(name): chance
+        for name, value in chances.items()
+        if (chance := _probability(value)) is not None
+    }
+
+
+def _catch_outcome(plan: RunPlan | None, checks: Collection[CheckJudgement]) -> CatchOutcome:
+    """The catch target the plan reports and whether every judged check reached it.
+    The probe's own ``target_met`` is trusted only to say no: the chances it lists
+    must also reach the target, and a check without one did not."""
+    if plan is None:
+        return CatchOutcome()
+    target = _probability(plan.catch_target, open_top=True)
+    fraction = _probability(plan.catch_fraction)
+    if target is None:
+        return CatchOutcome(fraction=fraction)
+    short = [c for c in checks if c.catch_chance is None or c.catch_chance < target]
+    met = bool(checks) and not short and plan.target_met is not False
+    text = plan.shortfall
+    shortfall = clean_text(text, MAX_REASON) if text and not met else ""
+    if not met and not shortfall:
+        where = "; ".join(
+            f"{c.name} {'no figure' if c.catch_chance is None else f'{c.catch_chance:.3f}'}"
+            for c in short
+        )
+        shortfall = f"catch target {target:g} not reached" + (f" by {where}" if where else "")
+    return CatchOutcome(target, fraction, met, shortfall)
+
+
 def _classify(reason: str) -> str:
     text = reason.lower()
     if "empty termination message" in text:
@@ -234,7 +339,11 @@ def _read(message: str | None) -> tuple[ProbeResult | None, str, str]:
 
 
 def _judge_check(
-    name: str, check: CheckResult, fingerprint: Fingerprint | None, baseline: SDCBaselineSpec | None
+    name: str,
+    check: CheckResult,
+    fingerprint: Fingerprint | None,
+    baseline: SDCBaselineSpec | None,
+    catch_chance: float | None = None,
 ) -> CheckJudgement:
     base = CheckJudgement(
         name,
@@ -246,6 +355,7 @@ def _judge_check(
         first_divergent_step=check.first_divergent_step,
         first_divergent_submodule=check.first_divergent_submodule,
         baseline=check.baseline,
+        catch_chance=catch_chance,
     )
 
     def judged(
@@ -313,13 +423,29 @@ def judge_result(
     own fingerprint is used). Never raises for any input text.
     """
     result, problem, problem_message = _read(end.message)
+    if (
+        problem == "InvalidResult"
+        and end.message
+        and end.exit_code not in (None, 0)
+        and not end.message.lstrip().startswith(("{", "["))
+    ):
+        # Not a result at all, from a probe that exited with an error: the kubelet kept
+        # its log's tail (FallbackToLogsOnError). Its own error line says why it stopped.
+        line = probe_error_line(end.message)
+        if line:
+            problem, problem_message = "ProbeError", f"the probe stopped with an error: {line}"
     fingerprint = result.fingerprint if result else None
     baseline = (baselines or {}).get(fingerprint.hash) if fingerprint else None
+    chances = _catch_chances(result.plan if result else None)
     checks = (
-        [_judge_check(n, c, fingerprint, baseline) for n, c in sorted(result.checks.items())]
+        [
+            _judge_check(n, c, fingerprint, baseline, chances.get(n))
+            for n, c in sorted(result.checks.items())
+        ]
         if result
         else []
     )
+    catch = _catch_outcome(result.plan if result else None, checks)
     injected = bool(result and result.injection.enabled)
     note = (
         f" (fault injection on: {result.injection.count} corruptions)"
@@ -328,14 +454,16 @@ def judge_result(
     )
 
     def judged(verdict: Verdict, reason: str, message: str) -> Judgement:
+        told = catch.note() if reason != "CatchShortfall" else ""
         return Judgement(
             verdict,
             reason,
-            (message + note)[:MAX_REASON],
+            bounded(message + note + told, MAX_REASON),
             tuple(checks),
             fingerprint,
             injected,
             tuple(result.devices) if result else (),
+            catch,
         )
 
     sdc = [c for c in checks if c.verdict == CheckVerdict.SDC]
@@ -390,9 +518,15 @@ def judge_result(
     plan_error = result.plan.error if result.plan is not None else None
     if plan_error and len(inconclusive) == len(checks):
         # The probe refused to run: its budget did not fit the smallest plan at the
-        # round costs it measured (a loaded or slow node, or a budget set too low).
+        # round costs it measured (a loaded or slow node, or a budget set too low), or
+        # could not reach the catch target and the policy says Refuse.
         # Each check then says only "no result"; the plan says why.
-        return judged(Verdict.INCONCLUSIVE, "NoPlan", f"the probe ran no check: {plan_error}")
+        refused = plan_error.startswith("refused:") and catch.target is not None
+        return judged(
+            Verdict.INCONCLUSIVE,
+            "CatchShortfall" if refused else "NoPlan",
+            f"the probe ran no check: {clean_text(plan_error, MAX_REASON)}",
+        )
     if inconclusive:
         head = _headline(inconclusive)
         code = head.reason.split(":", 1)[0]
@@ -400,6 +534,13 @@ def judge_result(
     if result.verdict == "fail":
         return judged(
             Verdict.INCONCLUSIVE, "Inconsistent", "the probe reported 'fail' but no check failed"
+        )
+    if not checks and result.reason:
+        # The probe stopped before any check and said why (bad arguments, a signal).
+        return judged(
+            Verdict.INCONCLUSIVE,
+            "ProbeError",
+            f"the probe ran no check: {clean_text(result.reason)}",
         )
     missing = sorted(set(expected_checks) - {c.name for c in checks})
     if missing:
@@ -414,6 +555,41 @@ def judge_result(
     # that had no baseline to compare with does not take that away.
     names = ", ".join(c.name for c in checks)
     return judged(Verdict.PASS, "Passed", f"{names} matched their baseline")
+
+
+def record_catch(status: SDCTestStatus, judgement: Judgement, now: dt.datetime) -> SDCTestStatus:
+    """``status`` with the screening's catch target and outcome, and the condition
+    CatchTargetMet (True, or False with reason CatchShortfall and what fell short) when
+    the probe reported a target. A probe that reported none leaves the fields null and
+    no condition, so a shortfall is never hidden and never invented."""
+    catch = judgement.catch
+    status = status.model_copy(
+        update={
+            "catch_target": catch.target,
+            "catch_fraction": catch.fraction,
+            "catch_target_met": catch.met,
+            "catch_shortfall": bounded(catch.shortfall),
+        }
+    )
+    if catch.met is None:
+        return status
+    if catch.met:
+        met = f"every check reached {catch.target:g}"
+        if catch.fraction is not None:
+            met += f" for a fault in {100 * catch.fraction:g}% of rounds"
+        conditions = set_condition(
+            status.conditions, CATCH_CONDITION, "True", "CatchTargetMet", met, now
+        )
+    else:
+        conditions = set_condition(
+            status.conditions,
+            CATCH_CONDITION,
+            "False",
+            "CatchShortfall",
+            bounded(catch.shortfall),
+            now,
+        )
+    return status.model_copy(update={"conditions": conditions})
 
 
 class Outcome(StrEnum):

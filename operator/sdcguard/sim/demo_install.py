@@ -405,7 +405,7 @@ class PolicySettings:
 
 def policy_body(name: str, fleet_name: str, s: PolicySettings) -> dict[str, Any]:
     """An SDCPolicy for the simulated fleet's nodes, with pools by instance type."""
-    suite = [{"name": c, "timeoutSeconds": 60} for c in s.checks]
+    suite = [{"name": c} for c in s.checks]
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SDCPolicy",
