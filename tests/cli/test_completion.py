@@ -19,9 +19,8 @@ from sdcguard.cli.completion import (
     DIRECTIVE_DEFAULT,
     DIRECTIVE_NO_FILE,
     complete,
-    kubectl_complete,
 )
-from sdcguard.cli.main import build_parser
+from sdcguard.cli.main import build_parser, kubectl_complete
 from sdcguard.cli.output import Result, Table, emit, render_table
 from tests.cli.tmuxshell import BASH_COMPLETION, need, plugin_bin, shell
 

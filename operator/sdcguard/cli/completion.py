@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
@@ -252,12 +251,3 @@ fi
 """
 
 SCRIPTS = {"bash": BASH, "zsh": ZSH}
-
-
-def kubectl_complete(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Entry point of ``kubectl_complete-sdc``: kubectl passes the words after
-    ``kubectl sdc`` (the last being completed) and reads cobra's format back."""
-    from sdcguard.cli.main import build_parser
-
-    answer(build_parser(), list(sys.argv[1:] if argv is None else argv), out or sys.stdout)
-    return 0

@@ -253,3 +253,12 @@ def main(
                 err.write(line + "\n")
     emit(result, args.output, out, headers=not args.no_headers)
     return 0
+
+
+def kubectl_complete(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point of ``kubectl_complete-sdc``: kubectl passes the words after
+    ``kubectl sdc`` (the last being completed) and reads cobra's format back."""
+    completion.answer(
+        build_parser(), list(sys.argv[1:] if argv is None else argv), out or sys.stdout
+    )
+    return 0
