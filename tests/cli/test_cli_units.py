@@ -3,6 +3,7 @@ request contract, error messages and output formats."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import tomllib
@@ -493,3 +494,51 @@ def test_a_ticket_row_says_notified_only_once_a_delivery_is_recorded() -> None:
         86400,
         2,
     )
+
+
+def test_screenings_in_progress_show_budget_and_when_they_end() -> None:
+    """`kubectl sdc status` lists running screenings with their budget and expected end,
+    soonest first; finished tests are left out."""
+    from sdcguard.cli.commands import _ends_in, _screening_rows
+
+    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+    running = sdctest(
+        "t-run",
+        {"reason": "Join"},
+        status={
+            "phase": "Running",
+            "budgetSeconds": 900,
+            "expectedEnd": "2026-01-01T12:20:00Z",
+            "startTime": "2026-01-01T11:58:00Z",
+        },
+    )
+    late = sdctest(
+        "t-late",
+        {"nodeName": "n2", "reason": "Expiry"},
+        status={"phase": "Running", "budgetSeconds": 60, "expectedEnd": "2026-01-01T11:50:00Z"},
+    )
+    done = sdctest("t-done", {"reason": "Join"}, status={"phase": "Passed"})
+    rows = _screening_rows([running, late, done], now)
+    assert [r["name"] for r in rows] == ["t-late", "t-run"]
+    assert rows[1]["budgetSeconds"] == 900
+    assert _ends_in(rows[1]["expectedEnd"], now) == "in 20m"
+    assert _ends_in(rows[0]["expectedEnd"], now) == "overdue 10m"
+    assert _ends_in(None, now) == "-"
+
+
+def test_history_names_a_missed_catch_target() -> None:
+    from sdcguard.cli.commands import _test_entry
+
+    test = sdctest(
+        "t1",
+        {"reason": "Expiry"},
+        status={
+            "phase": "Passed",
+            "verdict": "Pass",
+            "catchTargetMet": False,
+            "catchShortfall": "compute reached 0.90 of 0.99; a budget of 1400s would reach it",
+        },
+    )
+    entry = _test_entry(test)
+    assert entry["catchTargetMet"] is False
+    assert "catch target missed: compute reached 0.90" in entry["detail"]

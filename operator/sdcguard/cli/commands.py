@@ -217,11 +217,49 @@ def _ticket_row(ticket: RepairTicket, now: dt.datetime) -> dict[str, Any]:
     }
 
 
+def _screening_rows(tests: Iterable[SDCTest], now: dt.datetime) -> list[dict[str, Any]]:
+    """Screenings not yet ended, with their budget and when they are expected to end
+    (the operator's estimate: Job start + the suite's budget + start-up allowance)."""
+    rows = []
+    for test in tests:
+        st = test.status
+        phase = _test_phase(test)
+        if phase.finished:
+            continue
+        rows.append(
+            {
+                "name": test.metadata.name,
+                "node": test.spec.node_name,
+                "reason": test.spec.reason.value,
+                "suite": _value((st.suite if st else None) or test.spec.suite),
+                "phase": phase.value,
+                "budgetSeconds": st.budget_seconds if st else None,
+                "expectedEnd": format_time(st.expected_end) if st and st.expected_end else None,
+                "startTime": format_time(st.start_time) if st and st.start_time else None,
+            }
+        )
+    return sorted(rows, key=lambda r: (r["expectedEnd"] or "~", r["node"]))
+
+
+def _ends_in(expected_end: str | None, now: dt.datetime) -> str:
+    if not expected_end:
+        return "-"
+    end = keys.parse_time(expected_end)
+    if end is None:
+        return "-"
+    if end <= now:
+        return f"overdue {age(end, now)}"
+    return f"in {age(now, end)}"
+
+
 def status(conn: Connection) -> Result:
-    """Fleet by state and pool, each policy's mode and breaker, and the open tickets."""
+    """Fleet by state and pool, each policy's mode and breaker, the screenings running
+    (budget and expected end), and the open tickets."""
     now = _now()
     policies = _policies(conn)
     nodes = list_nodes(conn)
+    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS)
+    screenings = _screening_rows(listed_tests.items, now)
     summary = summarize_fleet(nodes, policies)
     waiting = _waiting_rows(nodes)
     listed = list_typed(conn, RepairTicket, PLURAL_TICKETS)
@@ -257,6 +295,7 @@ def status(conn: Connection) -> Result:
         "devicesOutOfService": devices,
         "deviceBudget": device_budget,
         "waiting": waiting,
+        "screenings": screenings,
     }
     columns = [s for s in [*STATE_ORDER, "New"] if s in summary.states]
     columns += sorted(s for s in summary.states if s not in columns)
@@ -360,8 +399,26 @@ def status(conn: Connection) -> Result:
             title="Waiting nodes:",
             empty="No node waits.",
         ),
+        Table(
+            ["test", "node", "reason", "phase", "budget", "ends", "expected end"],
+            [
+                [
+                    r["name"],
+                    r["node"],
+                    r["reason"],
+                    r["phase"],
+                    f"{r['budgetSeconds']}s" if r["budgetSeconds"] is not None else "-",
+                    _ends_in(r["expectedEnd"], now),
+                    cell(r["expectedEnd"]),
+                ]
+                for r in screenings
+            ],
+            wide=["expected end"],
+            title="Screenings in progress:",
+            empty="No screening in progress.",
+        ),
     ]
-    return Result(data=data, tables=tables, lines=listed.warnings)
+    return Result(data=data, tables=tables, lines=[*listed.warnings, *listed_tests.warnings])
 
 
 def _delivered(status: RepairTicketStatus | None) -> bool | None:
@@ -873,6 +930,8 @@ def _test_entry(test: SDCTest) -> dict[str, Any]:
     checks = _checks_summary(st.checks if st else [])
     if checks:
         detail += f"; {checks}"
+    if st and st.catch_target_met is False:
+        detail += f"; catch target missed: {st.catch_shortfall or 'no detail'}"
     started = st.start_time if st else None
     finished = st.completion_time if st else None
     return {
@@ -888,6 +947,7 @@ def _test_entry(test: SDCTest) -> dict[str, Any]:
         "completionTime": wire_time(finished),
         "seed": seed,
         "dataSeed": data,
+        "catchTargetMet": st.catch_target_met if st else None,
     }
 
 
