@@ -600,7 +600,7 @@ class Reconciler(Executor, PolicyReporter):
             memory.states[node_name] = decision.state.value
             if observed.ticket is not None:
                 for name in _ticket_names(observed.ticket):
-                    self._ticket_waiting(view, node_name, name, decision.waiting, now)
+                    self._ticket_waiting(view, node_name, name, decision.wait, now)
             for known in tests_by_node.get(node_name, []):
                 if known.running is not None:
                     self._test_waiting(known.running, decision, now)

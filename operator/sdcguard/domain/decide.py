@@ -106,6 +106,9 @@ from sdcguard.domain.lifecycle import (
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts, TicketFacts
 from sdcguard.domain.plan import Plan
 from sdcguard.domain.reports import report_reference
+from sdcguard.domain.waits import Wait, WaitReason, publish
+
+W = WaitReason
 
 PROBE_TOLERATED_CORDON = "node.kubernetes.io/unschedulable"
 """The cordon taint: probe Pods tolerate it so cordoned (quarantined) nodes can be verified."""
@@ -113,8 +116,6 @@ REQUEUE_AFTER_TRANSITION = 10.0
 REQUEUE_TEST_RUNNING = 60.0
 REQUEUE_WAITING = 120.0
 REQUEUE_MAX = 3600.0
-WAIT_EVENT_AFTER = 60.0
-"""Seconds a wait lasts before an Event says why the node waits."""
 
 S = NodeState
 E = Event
@@ -146,10 +147,16 @@ class Decision:
     """The event chosen has no row in this state (a bug): nothing is done for the node."""
     held: bool = False
     """The node's confirmed failure is held by the open circuit breaker."""
-    waiting: str | None = None
-    """Why sdcguard holds back the node's next step (None: it does not)."""
+    wait: Wait | None = None
+    """Why sdcguard holds back the node's next step (None: it does not); its reason is
+    the Waiting condition's."""
     waiting_test: str | None = None
     """The SDCTest that waits (its Waiting condition says why), when the wait is a test's."""
+
+    @property
+    def waiting(self) -> str | None:
+        """The wait's message (None: no wait)."""
+        return self.wait.message if self.wait is not None else None
 
     @property
     def changed(self) -> bool:
@@ -178,7 +185,7 @@ class _Step:
     evidence: tuple[str, ...] = ()
     suspect_checks: frozenset[str] = frozenset()
     """The checks still suspect after the outcome (for KeepSuspicion)."""
-    waits: str | None = None
+    waits: Wait | None = None
     """Why the operator holds back the node's next step (published on the node, the
     ticket's Waiting condition, ``kubectl sdc status``, and an Event once it lasts)."""
     waiting_test: str | None = None
@@ -187,6 +194,14 @@ class _Step:
     """Scope Device: the device tickets whose devices passed verification (they close)."""
     refailed: tuple[str, ...] = ()
     """Scope Device: the device tickets whose devices failed verification again."""
+
+    @classmethod
+    def waiting(
+        cls, wait: Wait, requeue: float, test: str | None = None, *, note: str = ""
+    ) -> _Step:
+        """No event: the node's next step waits (``test``: the SDCTest the wait holds
+        back, when it is a test's); ``note``: the decision's note, if not the wait's."""
+        return cls(None, note or wait.message, requeue=requeue, waits=wait, waiting_test=test)
 
 
 def _taint_key(policy: SDCPolicySpec, role: TaintRole) -> str:
@@ -313,36 +328,37 @@ class _Reader:
         key = self.policy.taints.testing
         return key in self.node.owned_taints and self.node.has_taint(key)
 
-    def cannot_run(self) -> str | None:
+    def cannot_run(self) -> Wait | None:
         """Why a probe could not run on the node now (a test a person asked for waits only
         for these: budgets, back-off and the breaker give way to the request)."""
         node = self.node
         if not node.ready:
-            return "node not Ready"
+            return Wait(W.NODE_NOT_READY, "node not Ready")
         foreign = self.untolerated_taints()
         if foreign:
-            return f"taint {foreign[0]} keeps probes off the node too"
+            return Wait(W.FOREIGN_TAINT, f"taint {foreign[0]} keeps probes off the node too")
         if node.accelerators <= 0:
-            return "no allocatable accelerators yet"
+            return Wait(W.NO_ACCELERATORS, "no allocatable accelerators yet")
         return None
 
-    def blocked(self, *, takes_node: bool, routine: bool = False) -> str | None:
+    def blocked(self, *, takes_node: bool, routine: bool = False) -> Wait | None:
         """Why a test cannot start now, or None when it can."""
         node, obs = self.node, self.obs
         if self.policy.paused:
-            return "policy paused: no new tests"
+            return Wait(W.POLICY_PAUSED, "policy paused: no new tests")
         cannot = self.cannot_run()
         if cannot:
             return cannot
         if routine and obs.breaker_open:
-            return "circuit breaker open: routine screening stopped"
+            return Wait(W.BREAKER_OPEN, "circuit breaker open: routine screening stopped")
         retry = node.retry_after
         if retry is not None and retry > self.now:
-            return f"backing off after inconclusive results until {keys.format_time(retry)}"
+            until = keys.format_time(retry)
+            return Wait(W.BACK_OFF, f"backing off after inconclusive results until {until}")
         if obs.test is not None and not obs.test.finished:
-            return f"test {obs.test.name} still running"
+            return Wait(W.ANOTHER_TEST, f"test {obs.test.name} still running")
         if takes_node and obs.pending_pod_needs_node:
-            return "a pending pod needs this node"
+            return Wait(W.PENDING_POD, "a pending pod needs this node")
         check = can_reserve(
             obs.usage,
             self.policy.budgets,
@@ -351,7 +367,7 @@ class _Reader:
             own=obs.pool_member().devices_held,
         )
         self.budget_blocked = not check.allowed
-        return None if check.allowed else check.reason
+        return None if check.allowed else Wait(W.BUDGET, check.reason)
 
     def untolerated_taints(self) -> list[str]:
         """Taints of others that repel probe Pods (they tolerate only sdcguard's own taints
@@ -425,27 +441,23 @@ class _Reader:
             return self._inconclusive(f"SDCTest {current} is gone")
         if not test.finished:
             if test.awaiting_baseline:
-                why = (
+                wait = Wait(
+                    W.AWAITING_BASELINE,
                     f"test {test.name} waits for a baseline: its digests are recorded, and "
-                    f"{self.policy.baseline.quorum} nodes must agree"
+                    f"{self.policy.baseline.quorum} nodes must agree",
                 )
-                return _Step(
-                    None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=test.name
-                )
+                return _Step.waiting(wait, REQUEUE_TEST_RUNNING, test.name)
             if self.obs.probe_unschedulable:
-                why = bounded(
-                    f"test {test.name} waits: its probe Pod cannot be scheduled: "
-                    f"{self.obs.probe_unschedulable}",
-                    256,
-                )
-                return _Step(
-                    None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=test.name
-                )
+                wait = Wait(
+                    W.PROBE_UNSCHEDULABLE,
+                    f"its probe Pod cannot be scheduled: {self.obs.probe_unschedulable}",
+                ).about(f"test {test.name} waits")
+                return _Step.waiting(wait.bounded(), REQUEUE_TEST_RUNNING, test.name)
             if self.obs.queued:
                 queued = self.obs.queued[0]
-                why = f"test {queued} waits: test {test.name} still running"
-                return _Step(
-                    None, why, requeue=REQUEUE_TEST_RUNNING, waits=why, waiting_test=queued
+                wait = Wait(W.ANOTHER_TEST, f"test {test.name} still running")
+                return _Step.waiting(
+                    wait.about(f"test {queued} waits"), REQUEUE_TEST_RUNNING, queued
                 )
             return _Step(
                 None, f"waiting for {test.name} ({test.phase})", requeue=REQUEUE_TEST_RUNNING
@@ -579,8 +591,8 @@ class _Reader:
         ):
             blocked = self.cannot_run()
             if blocked:
-                why = f"test {test.name} waits: {blocked}"
-                return _Step(None, why, requeue=REQUEUE_WAITING, waits=why, waiting_test=test.name)
+                wait = blocked.about(f"test {test.name} waits")
+                return _Step.waiting(wait, REQUEUE_WAITING, test.name)
             return _Step(E.TEST_STARTED, f"adopted {test.name}")
         return None
 
@@ -594,20 +606,15 @@ class _Reader:
             # Scope Device: the node serves with its other devices, and verifying takes it.
             blocked = self.blocked(takes_node=bool(ticket.devices) and not self.holding())
             if blocked:
-                return _Step(
-                    None,
-                    f"verification waits: {blocked}",
-                    requeue=self._wait_requeue(),
-                    waits=f"verification waits: {blocked}",
-                )
+                return _Step.waiting(blocked.about("verification waits"), self._wait_requeue())
             return _Step(
                 E.TICKET_RESOLVED, f"ticket {ticket.name} resolved {ticket.resolution}; verifying"
             )
         if self.state == S.QUARANTINED and ticket.acknowledged:
             if self.policy.repair.strategy == RepairStrategy.REPLACE:
                 if self.obs.breaker_open:
-                    why = "replacement waits: circuit breaker open"
-                    return _Step(None, why, requeue=REQUEUE_WAITING, waits=why)
+                    wait = Wait(W.BREAKER_OPEN, "circuit breaker open")
+                    return _Step.waiting(wait.about("replacement waits"), REQUEUE_WAITING)
                 return _Step(E.REPLACE_DUE, f"ticket {ticket.name} acknowledged")
             return _Step(E.REPAIR_STARTED, f"ticket {ticket.name} acknowledged")
         return None
@@ -688,8 +695,8 @@ class _Reader:
             )
         blocked = self.blocked(takes_node=False)
         if blocked:
-            why = f"acceptance waits: {blocked}"
-            return _Step(None, f"gated; {why}", requeue=self._wait_requeue(), waits=why)
+            wait = blocked.about("acceptance waits")
+            return _Step.waiting(wait, self._wait_requeue(), note=f"gated; {wait.message}")
         if hardware is not None and hardware.known:
             return self._start(
                 E.REJOINED, f"{hardware.describe()}; test started, gated until it passes"
@@ -723,7 +730,7 @@ class _Reader:
             return _Step(None, f"{why}; waiting for an idle window", requeue=REQUEUE_MAX)
         blocked = self.blocked(takes_node=True, routine=True)
         if blocked:
-            return _Step(None, f"{why}; waits: {blocked}", requeue=self._wait_requeue())
+            return _Step(None, f"{why}; waits: {blocked.message}", requeue=self._wait_requeue())
         return self._start(event, why)
 
     def _retest_suspect(self) -> _Step | None:
@@ -745,8 +752,8 @@ class _Reader:
             return _Step(None, f"suspect; {why}", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=not self.holding())
         if blocked:
-            why = f"re-test waits: {blocked}"
-            return _Step(None, f"suspect; {why}", requeue=self._wait_requeue(), waits=why)
+            wait = blocked.about("re-test waits")
+            return _Step.waiting(wait, self._wait_requeue(), note=f"suspect; {wait.message}")
         suite = _covering_suite(self.policy, self.node.suspect_checks)
         checks = ", ".join(sorted(self.node.suspect_checks)) or "reported by a workload"
         return self._start(E.RETEST_DUE, f"re-testing ({checks})", suite=suite)
@@ -756,8 +763,7 @@ class _Reader:
             return _Step(None, "verifying, but the ticket is gone", requeue=REQUEUE_WAITING)
         blocked = self.blocked(takes_node=False)
         if blocked:
-            why = f"verification waits: {blocked}"
-            return _Step(None, why, requeue=self._wait_requeue(), waits=why)
+            return _Step.waiting(blocked.about("verification waits"), self._wait_requeue())
         return self._start(E.RETEST_DUE, "verifying the repair again")
 
     def _wait_requeue(self) -> float:
@@ -1192,7 +1198,12 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         )
     if node.state != target and not any(isinstance(a, SetLabel) for a in bound):
         bound.insert(0, SetLabel(target))
-    requeue = _publish_wait(node, step, binder.changes, bound, requeue, now)
+    wait = step.waits.bounded() if step.waits and step.event is None else None
+    published = publish(wait, node.name, node.annotations, requeue, now)
+    binder.changes.update(published.changes)
+    requeue = published.requeue
+    if published.event_message is not None:
+        bound.append(EmitEvent("Waiting", published.event_message, warning=True))
     label = node.state_label
     if label is not None and label != state.value:
         # Someone wrote the label by hand (or mangled it): the records win, and say so.
@@ -1253,67 +1264,9 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         takes_node=takes_node,
         waits_for_budget=reader.budget_blocked and not starts_test,
         held=bool(held),
-        waiting=bounded(step.waits, 256) if step.waits and step.event is None else None,
-        waiting_test=step.waiting_test if step.waits and step.event is None else None,
+        wait=wait,
+        waiting_test=step.waiting_test if wait is not None else None,
     )
-
-
-WAIT_REASONS: tuple[tuple[str, str], ...] = (
-    ("cannot be scheduled", "ProbeUnschedulable"),  # first: it quotes the scheduler
-    ("node not Ready", "NodeNotReady"),
-    ("policy paused", "PolicyPaused"),
-    ("keeps probes off", "ForeignTaint"),
-    ("no allocatable accelerators", "NoAccelerators"),
-    ("circuit breaker open", "BreakerOpen"),
-    ("backing off", "BackOff"),
-    ("still running", "AnotherTest"),
-    ("a pending pod needs", "PendingPod"),
-    ("waits for a baseline", "AwaitingBaseline"),
-)
-"""The phrase of each wait and its one-word reason (conditions); budgets are the rest."""
-
-
-def wait_reason(waiting: str) -> str:
-    """The CamelCase reason of a wait's message (for the SDCTest's and ticket's Waiting
-    condition): the first phrase of WAIT_REASONS it names, else Budget."""
-    for phrase, reason in WAIT_REASONS:
-        if phrase in waiting:
-            return reason
-    return "Budget"
-
-
-def _publish_wait(
-    node: NodeFacts,
-    step: _Step,
-    changes: Changes,
-    bound: list[Action],
-    requeue: float | None,
-    now: dt.datetime,
-) -> float | None:
-    """Record why the node waits (``sdcguard.dev/waiting``, since when), and once the
-    wait has lasted WAIT_EVENT_AFTER seconds, say it in one Event; a node that moves on
-    clears the record. Returns the requeue, shortened so the Event is on time."""
-    waits = bounded(step.waits, 256) if step.waits and step.event is None else None
-    annotations = node.annotations
-    if waits is None:
-        for key in (keys.WAITING, keys.WAITING_SINCE, keys.WAITING_TOLD):
-            if key in annotations:
-                changes[key] = None
-        return requeue
-    since = keys.parse_time(annotations.get(keys.WAITING_SINCE)) or now
-    changes[keys.WAITING] = waits
-    changes[keys.WAITING_SINCE] = keys.format_time(since)
-    if annotations.get(keys.WAITING_TOLD) == waits:
-        return requeue
-    waited = (now - since).total_seconds()
-    if waited < WAIT_EVENT_AFTER:
-        left = max(1.0, WAIT_EVENT_AFTER - waited)
-        return left if requeue is None else min(requeue, left)
-    bound.append(
-        EmitEvent("Waiting", f"{node.name}: {waits} (waiting {int(waited)}s)", warning=True)
-    )
-    changes[keys.WAITING_TOLD] = waits
-    return requeue
 
 
 def _unseen_and_waiting(reader: _Reader, step: _Step, bound: list[Action]) -> bool:
