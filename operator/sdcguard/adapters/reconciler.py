@@ -53,11 +53,12 @@ from sdcguard.api import (
     SDCTest,
     TicketPhase,
 )
-from sdcguard.domain.decide import Decision, iter_decisions, member_after, priority
+from sdcguard.domain.decide import Decision
 from sdcguard.domain.devicetaints import NodeDevices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
+from sdcguard.domain.scheduling import iter_decisions, member_after, priority
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 
 log = structlog.get_logger("sdcguard.reconcile")
