@@ -173,8 +173,11 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.VERIFYING, E.TEST_INCONCLUSIVE): (S.VERIFYING, BACK_OFF),
     (S.VERIFYING, E.RETEST_DUE): (S.VERIFYING, VERIFY),
     (S.EXCLUDED, E.OPTED_IN): (S.UNQUALIFIED, {"RevokeQualification"}),
-    (S.QUARANTINED, E.DRAIN_DUE): (S.QUARANTINED, {"Drain if NodeScope+Drain"}),
-    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, {"EndDrain"}),
+    (S.QUARANTINED, E.DRAIN_DUE): (
+        S.QUARANTINED,
+        {"Drain if NodeScope+Drain", "-testing if DeviceScope"},
+    ),
+    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, {"EndDrain", "-testing if DeviceScope"}),
     (S.REPAIRING, E.DRAIN_DUE): (S.REPAIRING, {"Drain if NodeScope+Drain"}),
     (S.REPAIRING, E.DRAIN_TIMED_OUT): (S.REPAIRING, {"EndDrain"}),
 }

@@ -456,7 +456,14 @@ NODE_MUTATIONS: tuple[type, ...] = (
     UntaintDevices,
 )
 """Actions that change how the node is scheduled, or whether it exists."""
-TICKET_ACTIONS: tuple[type, ...] = (CreateTicket, SetTicketPhase, CloseTicket, RaiseCycle, Retire)
+TICKET_ACTIONS: tuple[type, ...] = (
+    CreateTicket,
+    OpenTicketStatus,
+    SetTicketPhase,
+    CloseTicket,
+    RaiseCycle,
+    Retire,
+)
 """Actions that open, move or close repair tickets (and so reach repair systems)."""
 OBSERVE_SUPPRESSED: tuple[type, ...] = NODE_MUTATIONS + TICKET_ACTIONS + (RecordHardware,)
 """What Observe mode does not do. It still labels, annotates, tests and emits Events (it
