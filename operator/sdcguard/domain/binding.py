@@ -50,6 +50,7 @@ from sdcguard.domain.devicetaints import (
 )
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
+    BOOKKEEPING,
     OBSERVE_SUPPRESSED,
     AcknowledgedIntoRepair,
     Action,
@@ -101,6 +102,7 @@ from sdcguard.domain.waits import publish
 
 S = NodeState
 E = Event
+_BOOKKEEPING = frozenset(BOOKKEEPING)
 
 
 def taint_key(policy: SDCPolicySpec, role: TaintRole) -> str:
@@ -146,6 +148,8 @@ class Binder:
         self.target = target
         self.requeue = requeue
         self.seq = reader.node.seq
+        self.labelled = reader.node.state
+        """The state the node's label names (None: none, or not a state)."""
         self.changes: Changes = dict(reading.changes)
         self._ticket_names: tuple[str, ...] | None = None
         self._choice: ScopeChoice | None = None
@@ -156,7 +160,12 @@ class Binder:
         """Every action of ``row`` bound, in the row's order, then the node's annotation
         changes (one Annotate action), then Observe mode's rule."""
         for action in row:
-            self._add(self.bind(action))
+            if type(action) in _BOOKKEEPING:  # the most frequent: every row ends with some
+                made = self._remember(action)
+                if made is not None:
+                    self._bound.append(made)
+            else:
+                self._add(self.bind(action))
         node = self.r.node
         changes = tuple(
             (k, v) for k, v in sorted(self.changes.items()) if node.annotations.get(k) != v
@@ -181,19 +190,24 @@ class Binder:
 
     def holds(self, guard: Guard) -> bool:
         """Whether ``guard`` holds for this node, its quarantine and the policy."""
-        policy, node = self.r.policy, self.r.node
-        return {
-            Guard.NODE_SCOPE: lambda: not self.quarantined_devices(),
-            Guard.DEVICE_SCOPE: lambda: bool(self.quarantined_devices()),
-            Guard.DEVICES_REFAILED: lambda: bool(self.reading.refailed),
-            Guard.GATED: lambda: policy.triggers.on_join and node.qualified_at is None,
-            Guard.HOLD_SUSPECTS: lambda: policy.triggers.hold_suspects,
-            Guard.CORDON: lambda: policy.quarantine.cordon,
-            Guard.DRAIN: lambda: policy.quarantine.drain and policy.mode != Mode.OBSERVE,
-            Guard.IN_PLACE: lambda: policy.repair.strategy == RepairStrategy.IN_PLACE,
-            Guard.RETIRE_BY_CORDON: lambda: policy.repair.retire_action == RetireAction.CORDON,
-            Guard.RETIRE_BY_DELETE: lambda: policy.repair.retire_action == RetireAction.DELETE,
-        }[guard]()
+        policy = self.r.policy
+        if guard in (Guard.NODE_SCOPE, Guard.DEVICE_SCOPE):
+            return bool(self.quarantined_devices()) == (guard == Guard.DEVICE_SCOPE)
+        if guard == Guard.DEVICES_REFAILED:
+            return bool(self.reading.refailed)
+        if guard == Guard.GATED:
+            return policy.triggers.on_join and self.r.node.qualified_at is None
+        if guard == Guard.HOLD_SUSPECTS:
+            return policy.triggers.hold_suspects
+        if guard == Guard.CORDON:
+            return policy.quarantine.cordon
+        if guard == Guard.DRAIN:
+            return policy.quarantine.drain and policy.mode != Mode.OBSERVE
+        if guard == Guard.IN_PLACE:
+            return policy.repair.strategy == RepairStrategy.IN_PLACE
+        if guard == Guard.RETIRE_BY_CORDON:
+            return policy.repair.retire_action == RetireAction.CORDON
+        return policy.repair.retire_action == RetireAction.DELETE  # RETIRE_BY_DELETE
 
     def _new_ticket_names(self) -> tuple[str, ...]:
         """The names of the tickets this decision opens (the same, however often asked):
@@ -352,71 +366,9 @@ class Binder:
                 return tuple(made)
             case SetLabel(state=state):
                 # Written when the state changes, or when the label does not say it.
-                return action if state != r.state or node.state != state else None
-            case ForgetTest():
-                self.changes.update(
-                    {keys.CURRENT_TEST: None, keys.INCONCLUSIVE: None, keys.RETRY_AFTER: None}
-                )
-                return None
-            case ForgetSuspicion():
-                self.changes.update(
-                    {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None, keys.HELD: None}
-                )
-                return None
-            case KeepSuspicion():
-                self.changes[keys.SUSPECT_CHECKS] = keys.join_list(reading.suspect_checks)
-                self.changes[keys.EVIDENCE] = keys.join_list(reading.evidence)
-                return None
-            case HoldQuarantine():
-                by = r.obs.test.name if r.obs.test else "its test"
-                self.changes[keys.HELD] = f"circuit breaker open; confirmed by {by}"
-                return None
-            case BackOff(count=count):
-                self.changes.update(r.back_off(node.inconclusive_count + (1 if count else 0)))
-                return None
-            case AdoptTest():
-                if r.obs.test is not None:
-                    self.changes[keys.CURRENT_TEST] = r.obs.test.name
-                return None
-            case EndDrain():
-                self.changes[keys.DRAIN_UNTIL] = None
-                return None
-            case DrainDeadline():
-                timeout = policy.quarantine.drain_timeout_seconds
-                if timeout > 0:
-                    until = r.now + dt.timedelta(seconds=timeout)
-                    self.changes[keys.DRAIN_UNTIL] = keys.format_time(until)
-                return None
-            case RecordWait():
-                return self._record_wait()
-            case CorrectLabel():
-                label = node.state_label
-                if label is None or label == r.state.value:
-                    return None
-                # Someone wrote the label by hand (or mangled it): the records win.
-                return EmitEvent(
-                    "StateLabelCorrected",
-                    f"{node.name}: label {keys.LABEL_STATE}={label} disagrees with the "
-                    f"records; the state is {r.state.value}, and the label says so again",
-                    warning=True,
-                )
-            case EnterState():
-                if node.state != self.target:
-                    self.changes[keys.STATE_SINCE] = keys.format_time(r.now)
-                return None
-            case LeaveTest():
-                # Leaving a test behind: its outcome no longer counts.
-                self.changes.setdefault(keys.CURRENT_TEST, None)
-                return None
-            case NoteHistory():
-                history = tuple(a for a in self._bound if isinstance(a, RecordHardware))
-                if history and policy.mode != Mode.OBSERVE:
-                    # Written after the node patch (plan.Stage.HISTORY): the patch says
-                    # what, so a pass after an interruption in between can still write it.
-                    self.changes[keys.HISTORY] = history_note(history, r.now)
-                elif node.state != self.target:
-                    self.changes[keys.HISTORY] = None  # it belongs to the state it came with
-                return None
+                return action if state != r.state or self.labelled != state else None
+            case _ if type(action) in _BOOKKEEPING:
+                return self._remember(action)
             case TaintDevices():
                 detail = bounded(reading.detail, 1024)
                 if ticket is not None:
@@ -541,6 +493,77 @@ class Binder:
                 return EmitEvent(reason, text, warning, routine)
             case _:
                 return action
+
+    def _remember(self, action: RowAction) -> EmitEvent | None:
+        """A bookkeeping action bound: annotation changes (``self.changes``), and for a
+        wait told or a corrected label an Event."""
+        r, node, policy, reading = self.r, self.r.node, self.r.policy, self.reading
+        match action:
+            case RecordWait():
+                return self._record_wait()
+            case CorrectLabel():
+                label = node.state_label
+                if label is None or label == r.state.value:
+                    return None
+                # Someone wrote the label by hand (or mangled it): the records win.
+                return EmitEvent(
+                    "StateLabelCorrected",
+                    f"{node.name}: label {keys.LABEL_STATE}={label} disagrees with the "
+                    f"records; the state is {r.state.value}, and the label says so again",
+                    warning=True,
+                )
+            case EnterState():
+                if self.labelled != self.target:
+                    self.changes[keys.STATE_SINCE] = keys.format_time(r.now)
+                return None
+            case EndDrain():
+                self.changes[keys.DRAIN_UNTIL] = None
+                return None
+            case LeaveTest():
+                # Leaving a test behind: its outcome no longer counts.
+                self.changes.setdefault(keys.CURRENT_TEST, None)
+                return None
+            case NoteHistory():
+                history = tuple(a for a in self._bound if isinstance(a, RecordHardware))
+                if history and policy.mode != Mode.OBSERVE:
+                    # Written after the node patch (plan.Stage.HISTORY): the patch says
+                    # what, so a pass after an interruption in between can still write it.
+                    self.changes[keys.HISTORY] = history_note(history, r.now)
+                elif self.labelled != self.target:
+                    self.changes[keys.HISTORY] = None  # it belongs to the state it came with
+                return None
+            case ForgetTest():
+                self.changes.update(
+                    {keys.CURRENT_TEST: None, keys.INCONCLUSIVE: None, keys.RETRY_AFTER: None}
+                )
+                return None
+            case ForgetSuspicion():
+                self.changes.update(
+                    {keys.SUSPECT_CHECKS: None, keys.EVIDENCE: None, keys.HELD: None}
+                )
+                return None
+            case KeepSuspicion():
+                self.changes[keys.SUSPECT_CHECKS] = keys.join_list(reading.suspect_checks)
+                self.changes[keys.EVIDENCE] = keys.join_list(reading.evidence)
+                return None
+            case HoldQuarantine():
+                by = r.obs.test.name if r.obs.test else "its test"
+                self.changes[keys.HELD] = f"circuit breaker open; confirmed by {by}"
+                return None
+            case BackOff(count=count):
+                self.changes.update(r.back_off(node.inconclusive_count + (1 if count else 0)))
+                return None
+            case AdoptTest():
+                if r.obs.test is not None:
+                    self.changes[keys.CURRENT_TEST] = r.obs.test.name
+                return None
+            case DrainDeadline():
+                timeout = policy.quarantine.drain_timeout_seconds
+                if timeout > 0:
+                    until = r.now + dt.timedelta(seconds=timeout)
+                    self.changes[keys.DRAIN_UNTIL] = keys.format_time(until)
+                return None
+        return None
 
     def _record_wait(self) -> EmitEvent | None:
         """Publish the reading's wait on the node (``domain.waits``); a transition ends it."""

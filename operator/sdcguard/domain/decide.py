@@ -143,16 +143,17 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         target, row = found.target, found.actions
         requeue = REQUEUE_AFTER_TRANSITION if reading.requeue is None else reading.requeue
     bound = Binder(reader, reading, target, requeue).bind_all(row)
-    starts_test = any(isinstance(a, CreateTest) for a in bound.actions)
-    verifies = any(
-        isinstance(a, CreateTest) and a.reason == ScreeningReason.REPAIR_VERIFICATION
-        for a in bound.actions
-    )
+    tests = [a for a in bound.actions if isinstance(a, CreateTest)]
+    starts_test = bool(tests)
     ticket = observed.ticket
     # Only a node that was serving counts against maxUnavailable when we reserve it: a
     # Qualified or Suspect node, or (in either mode) one whose quarantine of scope
     # Device left it serving and that a verification reserves.
-    in_service = verifies and ticket is not None and bool(ticket.devices)
+    in_service = (
+        ticket is not None
+        and bool(ticket.devices)
+        and any(t.reason == ScreeningReason.REPAIR_VERIFICATION for t in tests)
+    )
     takes_node = (in_service and _reserves(bound.actions + bound.suppressed)) or (
         state in (S.QUALIFIED, S.SUSPECT) and _reserves(bound.actions)
     )

@@ -97,17 +97,30 @@ def upkeep_row(reader: Reader) -> tuple[RowAction, ...]:
     """The upkeep row of the node's state: its label, what its state implies (Enforce
     only: Observe changes no scheduling), then the bookkeeping every decision keeps."""
     state = reader.state
-    implied = () if reader.policy.mode == Mode.OBSERVE else UPKEEP.get((state, scope_of(reader)))
+    observe = reader.policy.mode == Mode.OBSERVE
+    return _ROWS[(state, Scope.NODE if observe else scope_of(reader), observe)]
+
+
+def _upkeep_row(state: NodeState, scope: Scope, observe: bool) -> tuple[RowAction, ...]:
+    implied = () if observe else UPKEEP.get((state, scope), ())
     ends_drain = (EndDrain(),) if state not in DRAINED_STATES else ()
     return (
         SetLabel(state),
-        *(implied or ()),
+        *implied,
         RecordWait(),
         CorrectLabel(),
         EnterState(),
         *ends_drain,
         NoteHistory(),
     )
+
+
+_ROWS: Mapping[tuple[NodeState, Scope, bool], tuple[RowAction, ...]] = {
+    (state, scope, observe): _upkeep_row(state, scope, observe)
+    for state in NodeState
+    for scope in Scope
+    for observe in (False, True)
+}
 
 
 def stays_unwritten(reader: Reader, reading: Reading) -> bool:
