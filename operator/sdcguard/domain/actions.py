@@ -272,10 +272,13 @@ def parse_history_note(text: str | None) -> tuple[str, tuple[RecordHardware, ...
 
 @dataclass(frozen=True)
 class Retire:
-    """Mark the ticket Retired; delete the Node when the policy's retireAction is Delete."""
+    """Mark the ticket Retired. With retireAction Delete the row also deletes the Node
+    (a DeleteNode of its own, applied last)."""
 
     name: str = ""
     delete_node: bool = False
+    """The policy's retireAction is Delete (the row's DeleteNode does it; this says so
+    to whoever reads the ticket action alone)."""
 
 
 # Bookkeeping: what the node's sdcguard.dev/ annotations remember across passes. Each

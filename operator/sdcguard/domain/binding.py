@@ -568,8 +568,7 @@ class Binder:
     def _record_wait(self) -> EmitEvent | None:
         """Publish the reading's wait on the node (``domain.waits``); a transition ends it."""
         reading, node = self.reading, self.r.node
-        wait = reading.waits.bounded() if reading.waits and reading.event is None else None
-        published = publish(wait, node.name, node.annotations, self.requeue, self.r.now)
+        published = publish(reading.wait, node.name, node.annotations, self.requeue, self.r.now)
         self.changes.update(published.changes)
         self.requeue = published.requeue
         if published.event_message is None:

@@ -158,7 +158,7 @@ def decide(observed: Observed, policy: SDCPolicySpec, now: dt.datetime) -> Decis
         state in (S.QUALIFIED, S.SUSPECT) and _reserves(bound.actions)
     )
     held = target == S.SUSPECT and bound.changes.get(keys.HELD, node.annotations.get(keys.HELD))
-    wait = reading.waits.bounded() if reading.waits and reading.event is None else None
+    wait = reading.wait
     return Decision(
         node=node.name,
         previous=node.state,

@@ -83,6 +83,12 @@ class Reading:
     refailed: tuple[str, ...] = ()
     """Scope Device: the device tickets whose devices failed verification again."""
 
+    @property
+    def wait(self) -> Wait | None:
+        """The wait this reading publishes (None with an event: a transition ends any
+        wait), its message cut to what annotations and conditions keep."""
+        return self.waits.bounded() if self.waits is not None and self.event is None else None
+
     @classmethod
     def waiting(
         cls, wait: Wait, requeue: float, test: str | None = None, *, note: str = ""
