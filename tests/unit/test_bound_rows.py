@@ -22,6 +22,7 @@ from sdcguard.domain.lifecycle import (
     BOOKKEEPING,
     OBSERVE_SUPPRESSED,
     TRANSITIONS,
+    AddTaint,
     Annotate,
     EmitEvent,
     Event,
@@ -35,7 +36,7 @@ from sdcguard.domain.nodepatch import plan_node_patch
 from sdcguard.domain.observed import NodeFacts, Observed, Taint, TestFacts, TicketFacts
 from sdcguard.domain.plan import STAGE_OF, Plan, Stage
 from sdcguard.domain.reading import Reader, Reading
-from sdcguard.domain.upkeep import upkeep_row
+from sdcguard.domain.upkeep import UPKEEP, Scope, scope_of, upkeep_row
 from tests.unit.factories import HOUR, NOW, node, policy, sdctest
 
 S, E = NodeState, Event
@@ -191,6 +192,23 @@ class Seen:
     evicts: bool
 
 
+def seen(text: str) -> Seen:
+    """A Seen written as "label | taints | cordoned | annotations | objects | events |
+    evicts", lists space-separated, "-" for an empty one or a flag that is off."""
+    label, taints, cordoned, annotations, objects, events, evicts = (
+        [] if part.strip() == "-" else part.split() for part in text.split("|")
+    )
+    return Seen(
+        label=label[0],
+        taints=taints,
+        cordoned=cordoned == ["cordoned"],
+        annotations=annotations,
+        objects=objects,
+        events=events,
+        evicts=evicts == ["evicts"],
+    )
+
+
 def summary(before: NodeFacts, bound: Bound) -> Seen:
     """What a user sees of a bound transition."""
     patch = plan_node_patch(before, bound.actions)
@@ -220,1070 +238,366 @@ def summary(before: NodeFacts, bound: Bound) -> Seen:
 
 
 # Scope Node, Enforce, drain on: written out so that any change to what a row does is
-# a deliberate change here too.
-NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], Seen] = {
-    (S.UNQUALIFIED, E.JOINED): Seen(
-        label="Testing",
-        taints=["gate", "testing"],
-        cordoned=False,
-        annotations=["owned-taints=", "seq=", "state-since=", "test="],
-        objects=["CreateTest"],
-        events=["TestStarted"],
-        evicts=False,
+# a deliberate change here too. Each is "label | taints | cordoned | annotations |
+# objects | events | evicts" (see Seen; "-" for none).
+NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
+    (S.UNQUALIFIED, E.JOINED): (
+        "Testing | gate testing | - | owned-taints= seq= state-since= test= | CreateTest | "
+        "TestStarted | -"
     ),
-    (S.UNQUALIFIED, E.REJOINED): Seen(
-        label="Testing",
-        taints=["gate", "testing"],
-        cordoned=False,
-        annotations=["history=", "owned-taints=", "seq=", "state-since=", "test="],
-        objects=["CreateTest", "RecordHardware"],
-        events=["HardwareRecognised"],
-        evicts=False,
+    (S.UNQUALIFIED, E.REJOINED): (
+        "Testing | gate testing | - | history= owned-taints= seq= state-since= test= | "
+        "CreateTest RecordHardware | HardwareRecognised | -"
     ),
-    (S.UNQUALIFIED, E.HARDWARE_RETIRED): Seen(
-        label="Retired",
-        taints=["gate", "quarantine"],
-        cordoned=True,
-        annotations=["cordoned-by-us=", "history=", "owned-taints=", "state-since="],
-        objects=["Retire", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.UNQUALIFIED, E.HARDWARE_RETIRED): (
+        "Retired | gate quarantine | cordoned | cordoned-by-us= history= owned-taints= "
+        "state-since= | Retire RecordHardware | Retired | -"
     ),
-    (S.UNQUALIFIED, E.ADMITTED): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["owned-taints-", "state-since="],
-        objects=[],
-        events=["Admitted"],
-        evicts=False,
+    (S.UNQUALIFIED, E.ADMITTED): (
+        "Qualified | - | - | owned-taints- state-since= | - | Admitted | -"
     ),
-    (S.UNQUALIFIED, E.TEST_STARTED): Seen(
-        label="Testing",
-        taints=["gate", "testing"],
-        cordoned=False,
-        annotations=["owned-taints=", "state-since=", "test="],
-        objects=[],
-        events=[],
-        evicts=False,
+    (S.UNQUALIFIED, E.TEST_STARTED): (
+        "Testing | gate testing | - | owned-taints= state-since= test= | - | - | -"
     ),
-    (S.UNQUALIFIED, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["owned-taints-", "state-since="],
-        objects=[],
-        events=["Excluded"],
-        evicts=False,
+    (S.UNQUALIFIED, E.OPTED_OUT): (
+        "Excluded | - | - | owned-taints- state-since= | - | Excluded | -"
     ),
-    (S.UNQUALIFIED, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["gate", "quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "drain-until=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "seq=",
-            "state-since=",
-        ],
-        objects=["CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=True,
+    (S.UNQUALIFIED, E.MANUAL_QUARANTINE): (
+        "Quarantined | gate quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= drain-until= "
+        "karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= seq= state-since= | "
+        "CreateTicket OpenTicketStatus | Quarantined | evicts"
     ),
-    (S.UNQUALIFIED, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["owned-taints-", "state-since="],
-        objects=[],
-        events=["Released"],
-        evicts=False,
+    (S.UNQUALIFIED, E.MANUAL_RELEASE): (
+        "Qualified | - | - | owned-taints- state-since= | - | Released | -"
     ),
-    (S.TESTING, E.TEST_PASSED): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["fingerprint=", "owned-taints-", "qualified-at=", "state-since=", "test-"],
-        objects=[],
-        events=["Qualified"],
-        evicts=False,
+    (S.TESTING, E.TEST_PASSED): (
+        "Qualified | - | - | fingerprint= owned-taints- qualified-at= state-since= test- | - "
+        "| Qualified | -"
     ),
-    (S.TESTING, E.TEST_FAILED_UNCONFIRMED): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["evidence=", "seq=", "state-since=", "suspect-checks=", "test="],
-        objects=["CreateTest"],
-        events=["SDCSuspected"],
-        evicts=False,
+    (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (
+        "Suspect | testing | - | evidence= seq= state-since= suspect-checks= test= | "
+        "CreateTest | SDCSuspected | -"
     ),
-    (S.TESTING, E.TEST_FAILED): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "drain-until=",
-            "history=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "test-",
-        ],
-        objects=["CreateTicket", "OpenTicketStatus", "RecordHardware"],
-        events=["Quarantined"],
-        evicts=True,
+    (S.TESTING, E.TEST_FAILED): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= drain-until= "
+        "history= karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= qualified-at-"
+        " seq= state-since= test- | CreateTicket OpenTicketStatus RecordHardware | "
+        "Quarantined | evicts"
     ),
-    (S.TESTING, E.REPAIR_CYCLES_EXCEEDED): Seen(
-        label="Retired",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cordoned-by-us=",
-            "history=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "test-",
-        ],
-        objects=["CreateTicket", "Retire", "OpenTicketStatus", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.TESTING, E.REPAIR_CYCLES_EXCEEDED): (
+        "Retired | quarantine | cordoned | cordoned-by-us= history= owned-taints= "
+        "qualified-at- seq= state-since= test- | CreateTicket Retire OpenTicketStatus "
+        "RecordHardware | Retired | -"
     ),
-    (S.TESTING, E.QUARANTINE_HELD): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["evidence=", "held=", "state-since=", "suspect-checks=", "test-"],
-        objects=[],
-        events=["QuarantineHeld"],
-        evicts=False,
+    (S.TESTING, E.QUARANTINE_HELD): (
+        "Suspect | testing | - | evidence= held= state-since= suspect-checks= test- | - | "
+        "QuarantineHeld | -"
     ),
-    (S.TESTING, E.TEST_INCONCLUSIVE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["inconclusive=", "owned-taints-", "retry-after=", "state-since=", "test-"],
-        objects=[],
-        events=["Inconclusive"],
-        evicts=False,
+    (S.TESTING, E.TEST_INCONCLUSIVE): (
+        "Qualified | - | - | inconclusive= owned-taints- retry-after= state-since= test- | - "
+        "| Inconclusive | -"
     ),
-    (S.TESTING, E.ACCEPTANCE_INCONCLUSIVE): Seen(
-        label="Unqualified",
-        taints=[],
-        cordoned=False,
-        annotations=["inconclusive=", "owned-taints-", "retry-after=", "state-since=", "test-"],
-        objects=[],
-        events=["Inconclusive"],
-        evicts=False,
+    (S.TESTING, E.ACCEPTANCE_INCONCLUSIVE): (
+        "Unqualified | - | - | inconclusive= owned-taints- retry-after= state-since= test- | "
+        "- | Inconclusive | -"
     ),
-    (S.TESTING, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["owned-taints-", "state-since=", "test-"],
-        objects=["CancelTest"],
-        events=["Excluded"],
-        evicts=False,
+    (S.TESTING, E.OPTED_OUT): (
+        "Excluded | - | - | owned-taints- state-since= test- | CancelTest | Excluded | -"
     ),
-    (S.TESTING, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "drain-until=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "test-",
-        ],
-        objects=["CancelTest", "CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=True,
+    (S.TESTING, E.MANUAL_QUARANTINE): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= drain-until= "
+        "karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= qualified-at- seq= "
+        "state-since= test- | CancelTest CreateTicket OpenTicketStatus | Quarantined | evicts"
     ),
-    (S.TESTING, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["owned-taints-", "state-since=", "test-"],
-        objects=["CancelTest"],
-        events=["Released"],
-        evicts=False,
+    (S.TESTING, E.MANUAL_RELEASE): (
+        "Qualified | - | - | owned-taints- state-since= test- | CancelTest | Released | -"
     ),
-    (S.QUALIFIED, E.IDLE_DUE): Seen(
-        label="Testing",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["owned-taints=", "seq=", "state-since=", "test="],
-        objects=["CreateTest"],
-        events=["TestStarted"],
-        evicts=False,
+    (S.QUALIFIED, E.IDLE_DUE): (
+        "Testing | testing | - | owned-taints= seq= state-since= test= | CreateTest | "
+        "TestStarted | -"
     ),
-    (S.QUALIFIED, E.EXPIRY_DUE): Seen(
-        label="Testing",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["owned-taints=", "seq=", "state-since=", "test="],
-        objects=["CreateTest"],
-        events=["TestStarted"],
-        evicts=False,
+    (S.QUALIFIED, E.EXPIRY_DUE): (
+        "Testing | testing | - | owned-taints= seq= state-since= test= | CreateTest | "
+        "TestStarted | -"
     ),
-    (S.QUALIFIED, E.TEST_STARTED): Seen(
-        label="Testing",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["owned-taints=", "state-since=", "test="],
-        objects=[],
-        events=[],
-        evicts=False,
+    (S.QUALIFIED, E.TEST_STARTED): (
+        "Testing | testing | - | owned-taints= state-since= test= | - | - | -"
     ),
-    (S.QUALIFIED, E.SUSPECTED): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["owned-taints=", "state-since="],
-        objects=[],
-        events=["Suspected"],
-        evicts=False,
+    (S.QUALIFIED, E.SUSPECTED): (
+        "Suspect | testing | - | owned-taints= state-since= | - | Suspected | -"
     ),
-    (S.QUALIFIED, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["state-since="],
-        objects=[],
-        events=["Excluded"],
-        evicts=False,
+    (S.QUALIFIED, E.OPTED_OUT): "Excluded | - | - | state-since= | - | Excluded | -",
+    (S.QUALIFIED, E.MANUAL_QUARANTINE): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= drain-until= "
+        "karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= qualified-at- seq= "
+        "state-since= | CreateTicket OpenTicketStatus | Quarantined | evicts"
     ),
-    (S.QUALIFIED, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "drain-until=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-        ],
-        objects=["CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=True,
+    (S.SUSPECT, E.TEST_PASSED): (
+        "Qualified | - | - | evidence- fingerprint= owned-taints- qualified-at= state-since= "
+        "suspect-checks- test- | - | Cleared | -"
     ),
-    (S.SUSPECT, E.TEST_PASSED): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "evidence-",
-            "fingerprint=",
-            "owned-taints-",
-            "qualified-at=",
-            "state-since=",
-            "suspect-checks-",
-            "test-",
-        ],
-        objects=[],
-        events=["Cleared"],
-        evicts=False,
+    (S.SUSPECT, E.TEST_FAILED): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= drain-until= "
+        "evidence- history= karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= "
+        "qualified-at- seq= state-since= suspect-checks- test- | CreateTicket "
+        "OpenTicketStatus RecordHardware | Quarantined | evicts"
     ),
-    (S.SUSPECT, E.TEST_FAILED): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "drain-until=",
-            "evidence-",
-            "history=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "suspect-checks-",
-            "test-",
-        ],
-        objects=["CreateTicket", "OpenTicketStatus", "RecordHardware"],
-        events=["Quarantined"],
-        evicts=True,
+    (S.SUSPECT, E.REPAIR_CYCLES_EXCEEDED): (
+        "Retired | quarantine | cordoned | cordoned-by-us= evidence- history= owned-taints= "
+        "qualified-at- seq= state-since= suspect-checks- test- | CreateTicket Retire "
+        "OpenTicketStatus RecordHardware | Retired | -"
     ),
-    (S.SUSPECT, E.REPAIR_CYCLES_EXCEEDED): Seen(
-        label="Retired",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cordoned-by-us=",
-            "evidence-",
-            "history=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "suspect-checks-",
-            "test-",
-        ],
-        objects=["CreateTicket", "Retire", "OpenTicketStatus", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): (
+        "Suspect | testing | - | evidence= seq= test= | CreateTest | SDCSuspected | -"
     ),
-    (S.SUSPECT, E.TEST_FAILED_UNCONFIRMED): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["evidence=", "seq=", "test="],
-        objects=["CreateTest"],
-        events=["SDCSuspected"],
-        evicts=False,
+    (S.SUSPECT, E.CONFIRMATION_PASSED): (
+        "Suspect | testing | - | evidence= seq= test= | CreateTest | - | -"
     ),
-    (S.SUSPECT, E.CONFIRMATION_PASSED): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["evidence=", "seq=", "test="],
-        objects=["CreateTest"],
-        events=[],
-        evicts=False,
+    (S.SUSPECT, E.FLAKY): "Suspect | testing | - | evidence= retry-after= test- | - | Flaky | -",
+    (S.SUSPECT, E.QUARANTINE_HELD): (
+        "Suspect | testing | - | evidence= held= test- | - | QuarantineHeld | -"
     ),
-    (S.SUSPECT, E.FLAKY): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["evidence=", "retry-after=", "test-"],
-        objects=[],
-        events=["Flaky"],
-        evicts=False,
+    (S.SUSPECT, E.TEST_INCONCLUSIVE): (
+        "Suspect | testing | - | inconclusive= retry-after= test- | - | Inconclusive | -"
     ),
-    (S.SUSPECT, E.QUARANTINE_HELD): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["evidence=", "held=", "test-"],
-        objects=[],
-        events=["QuarantineHeld"],
-        evicts=False,
+    (S.SUSPECT, E.RETEST_DUE): "Suspect | testing | - | seq= test= | CreateTest | TestStarted | -",
+    (S.SUSPECT, E.TEST_STARTED): "Suspect | testing | - | test= | - | - | -",
+    (S.SUSPECT, E.OPTED_OUT): (
+        "Excluded | - | - | evidence- owned-taints- state-since= suspect-checks- test- | "
+        "CancelTest | Excluded | -"
     ),
-    (S.SUSPECT, E.TEST_INCONCLUSIVE): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["inconclusive=", "retry-after=", "test-"],
-        objects=[],
-        events=["Inconclusive"],
-        evicts=False,
+    (S.SUSPECT, E.MANUAL_QUARANTINE): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= drain-until= "
+        "evidence- karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= "
+        "qualified-at- seq= state-since= suspect-checks- test- | CancelTest CreateTicket "
+        "OpenTicketStatus | Quarantined | evicts"
     ),
-    (S.SUSPECT, E.RETEST_DUE): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["seq=", "test="],
-        objects=["CreateTest"],
-        events=["TestStarted"],
-        evicts=False,
+    (S.SUSPECT, E.MANUAL_RELEASE): (
+        "Qualified | - | - | evidence- owned-taints- state-since= suspect-checks- test- | "
+        "CancelTest | Released | -"
     ),
-    (S.SUSPECT, E.TEST_STARTED): Seen(
-        label="Suspect",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["test="],
-        objects=[],
-        events=[],
-        evicts=False,
+    (S.QUARANTINED, E.REPAIR_STARTED): (
+        "Repairing | quarantine | cordoned | state-since= | SetTicketPhase:InRepair | "
+        "RepairStarted | -"
     ),
-    (S.SUSPECT, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["evidence-", "owned-taints-", "state-since=", "suspect-checks-", "test-"],
-        objects=["CancelTest"],
-        events=["Excluded"],
-        evicts=False,
+    (S.QUARANTINED, E.REPLACE_DUE): (
+        "Repairing | quarantine | cordoned | state-since= | SetTicketPhase:InRepair "
+        "DeleteNode | Replacing | -"
     ),
-    (S.SUSPECT, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "drain-until=",
-            "evidence-",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "suspect-checks-",
-            "test-",
-        ],
-        objects=["CancelTest", "CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=True,
+    (S.QUARANTINED, E.TICKET_RESOLVED): (
+        "Verifying | quarantine | cordoned | drain-until- seq= state-since= test= | "
+        "SetTicketPhase:Verifying CreateTest | Verifying | -"
     ),
-    (S.SUSPECT, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["evidence-", "owned-taints-", "state-since=", "suspect-checks-", "test-"],
-        objects=["CancelTest"],
-        events=["Released"],
-        evicts=False,
+    (S.QUARANTINED, E.TICKET_RETIRE): (
+        "Retired | quarantine | cordoned | drain-until- history= state-since= | Retire "
+        "RecordHardware | Retired | -"
     ),
-    (S.QUARANTINED, E.REPAIR_STARTED): Seen(
-        label="Repairing",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["state-since="],
-        objects=["SetTicketPhase:InRepair"],
-        events=["RepairStarted"],
-        evicts=False,
+    (S.QUARANTINED, E.OPTED_OUT): (
+        "Excluded | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- drain-until- karpenter.sh/do-not-disrupt- owned-annotations- "
+        "owned-taints- state-since= | - | Excluded | -"
     ),
-    (S.QUARANTINED, E.REPLACE_DUE): Seen(
-        label="Repairing",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["state-since="],
-        objects=["SetTicketPhase:InRepair", "DeleteNode"],
-        events=["Replacing"],
-        evicts=False,
+    (S.QUARANTINED, E.MANUAL_RELEASE): (
+        "Qualified | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- drain-until- karpenter.sh/do-not-disrupt- owned-annotations- "
+        "owned-taints- state-since= | CloseTicket | Released | -"
     ),
-    (S.QUARANTINED, E.TICKET_RESOLVED): Seen(
-        label="Verifying",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["drain-until-", "seq=", "state-since=", "test="],
-        objects=["SetTicketPhase:Verifying", "CreateTest"],
-        events=["Verifying"],
-        evicts=False,
+    (S.QUARANTINED, E.DRAIN_DUE): "Quarantined | quarantine | cordoned | - | - | - | evicts",
+    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (
+        "Quarantined | quarantine | cordoned | drain-until- | - | DrainIncomplete | -"
     ),
-    (S.QUARANTINED, E.TICKET_RETIRE): Seen(
-        label="Retired",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["drain-until-", "history=", "state-since="],
-        objects=["Retire", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.REPAIRING, E.TICKET_RESOLVED): (
+        "Verifying | quarantine | cordoned | drain-until- seq= state-since= test= | "
+        "SetTicketPhase:Verifying CreateTest | Verifying | -"
     ),
-    (S.QUARANTINED, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "drain-until-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-        ],
-        objects=[],
-        events=["Excluded"],
-        evicts=False,
+    (S.REPAIRING, E.TICKET_RETIRE): (
+        "Retired | quarantine | cordoned | drain-until- history= state-since= | Retire "
+        "RecordHardware | Retired | -"
     ),
-    (S.QUARANTINED, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "drain-until-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-        ],
-        objects=["CloseTicket"],
-        events=["Released"],
-        evicts=False,
+    (S.REPAIRING, E.OPTED_OUT): (
+        "Excluded | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- drain-until- karpenter.sh/do-not-disrupt- owned-annotations- "
+        "owned-taints- state-since= | - | Excluded | -"
     ),
-    (S.QUARANTINED, E.DRAIN_DUE): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[],
-        objects=[],
-        events=[],
-        evicts=True,
+    (S.REPAIRING, E.MANUAL_RELEASE): (
+        "Qualified | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- drain-until- karpenter.sh/do-not-disrupt- owned-annotations- "
+        "owned-taints- state-since= | CloseTicket | Released | -"
     ),
-    (S.QUARANTINED, E.DRAIN_TIMED_OUT): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["drain-until-"],
-        objects=[],
-        events=["DrainIncomplete"],
-        evicts=False,
+    (S.REPAIRING, E.DRAIN_DUE): "Repairing | quarantine | cordoned | - | - | - | evicts",
+    (S.REPAIRING, E.DRAIN_TIMED_OUT): (
+        "Repairing | quarantine | cordoned | drain-until- | - | DrainIncomplete | -"
     ),
-    (S.REPAIRING, E.TICKET_RESOLVED): Seen(
-        label="Verifying",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["drain-until-", "seq=", "state-since=", "test="],
-        objects=["SetTicketPhase:Verifying", "CreateTest"],
-        events=["Verifying"],
-        evicts=False,
+    (S.VERIFYING, E.VERIFICATION_PASSED): (
+        "Qualified | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- fingerprint= karpenter.sh/do-not-disrupt- owned-annotations- "
+        "owned-taints- qualified-at= state-since= test- | CloseTicket | Qualified | -"
     ),
-    (S.REPAIRING, E.TICKET_RETIRE): Seen(
-        label="Retired",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["drain-until-", "history=", "state-since="],
-        objects=["Retire", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.VERIFYING, E.VERIFICATION_FAILED): (
+        "Quarantined | quarantine | cordoned | history= state-since= test- | RaiseCycle "
+        "RecordHardware | RepairFailed | -"
     ),
-    (S.REPAIRING, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "drain-until-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-        ],
-        objects=[],
-        events=["Excluded"],
-        evicts=False,
+    (S.VERIFYING, E.DEVICES_RETURNED): (
+        "Quarantined | quarantine | cordoned | history= state-since= test- | CloseTicket "
+        "RaiseCycle RecordHardware | DevicesReturned | -"
     ),
-    (S.REPAIRING, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "drain-until-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-        ],
-        objects=["CloseTicket"],
-        events=["Released"],
-        evicts=False,
+    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (
+        "Retired | quarantine | cordoned | history= state-since= test- | Retire "
+        "RecordHardware | Retired | -"
     ),
-    (S.REPAIRING, E.DRAIN_DUE): Seen(
-        label="Repairing",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[],
-        objects=[],
-        events=[],
-        evicts=True,
+    (S.VERIFYING, E.TEST_INCONCLUSIVE): (
+        "Verifying | quarantine | cordoned | inconclusive= retry-after= test- | - | "
+        "Inconclusive | -"
     ),
-    (S.REPAIRING, E.DRAIN_TIMED_OUT): Seen(
-        label="Repairing",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["drain-until-"],
-        objects=[],
-        events=["DrainIncomplete"],
-        evicts=False,
+    (S.VERIFYING, E.RETEST_DUE): (
+        "Verifying | quarantine | cordoned | seq= test= | CreateTest | - | -"
     ),
-    (S.VERIFYING, E.VERIFICATION_PASSED): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "fingerprint=",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "qualified-at=",
-            "state-since=",
-            "test-",
-        ],
-        objects=["CloseTicket"],
-        events=["Qualified"],
-        evicts=False,
+    (S.VERIFYING, E.OPTED_OUT): (
+        "Excluded | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- karpenter.sh/do-not-disrupt- owned-annotations- owned-taints- "
+        "state-since= test- | CancelTest | Excluded | -"
     ),
-    (S.VERIFYING, E.VERIFICATION_FAILED): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["history=", "state-since=", "test-"],
-        objects=["RaiseCycle", "RecordHardware"],
-        events=["RepairFailed"],
-        evicts=False,
+    (S.VERIFYING, E.MANUAL_RELEASE): (
+        "Qualified | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- karpenter.sh/do-not-disrupt- owned-annotations- owned-taints- "
+        "state-since= test- | CancelTest CloseTicket | Released | -"
     ),
-    (S.VERIFYING, E.DEVICES_RETURNED): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["history=", "state-since=", "test-"],
-        objects=["CloseTicket", "RaiseCycle", "RecordHardware"],
-        events=["DevicesReturned"],
-        evicts=False,
+    (S.RETIRED, E.OPTED_OUT): (
+        "Excluded | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- karpenter.sh/do-not-disrupt- owned-annotations- owned-taints- "
+        "state-since= | - | Excluded | -"
     ),
-    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): Seen(
-        label="Retired",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["history=", "state-since=", "test-"],
-        objects=["Retire", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.RETIRED, E.MANUAL_RELEASE): (
+        "Qualified | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
+        "cordoned-by-us- karpenter.sh/do-not-disrupt- owned-annotations- owned-taints- "
+        "state-since= | CloseTicket | Released | -"
     ),
-    (S.VERIFYING, E.TEST_INCONCLUSIVE): Seen(
-        label="Verifying",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["inconclusive=", "retry-after=", "test-"],
-        objects=[],
-        events=["Inconclusive"],
-        evicts=False,
-    ),
-    (S.VERIFYING, E.RETEST_DUE): Seen(
-        label="Verifying",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=["seq=", "test="],
-        objects=["CreateTest"],
-        events=[],
-        evicts=False,
-    ),
-    (S.VERIFYING, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-            "test-",
-        ],
-        objects=["CancelTest"],
-        events=["Excluded"],
-        evicts=False,
-    ),
-    (S.VERIFYING, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-            "test-",
-        ],
-        objects=["CancelTest", "CloseTicket"],
-        events=["Released"],
-        evicts=False,
-    ),
-    (S.RETIRED, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-        ],
-        objects=[],
-        events=["Excluded"],
-        evicts=False,
-    ),
-    (S.RETIRED, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled-",
-            "cordoned-by-us-",
-            "karpenter.sh/do-not-disrupt-",
-            "owned-annotations-",
-            "owned-taints-",
-            "state-since=",
-        ],
-        objects=["CloseTicket"],
-        events=["Released"],
-        evicts=False,
-    ),
-    (S.EXCLUDED, E.OPTED_IN): Seen(
-        label="Unqualified",
-        taints=[],
-        cordoned=False,
-        annotations=["qualified-at-", "state-since="],
-        objects=[],
-        events=["OptedIn"],
-        evicts=False,
-    ),
+    (S.EXCLUDED, E.OPTED_IN): "Unqualified | - | - | qualified-at- state-since= | - | OptedIn | -",
 }
 
 # Scope Device (drain off): the rows that differ from scope Node. A quarantine found on
 # one device (the test's finding) taints that device and leaves the node serving; an
 # open incident of two device tickets is verified, returned, released and retired
 # ticket by ticket; a person's quarantine (no finding) falls back to the whole node.
-DEVICE_SCOPE_ROWS: dict[tuple[NodeState, Event], Seen] = {
-    (S.UNQUALIFIED, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["gate", "quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "seq=",
-            "state-since=",
-        ],
-        objects=["CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=False,
+DEVICE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
+    (S.UNQUALIFIED, E.MANUAL_QUARANTINE): (
+        "Quarantined | gate quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= "
+        "karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= seq= state-since= | "
+        "CreateTicket OpenTicketStatus | Quarantined | -"
     ),
-    (S.TESTING, E.TEST_FAILED): Seen(
-        label="Quarantined",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "history=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints-",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "test-",
-        ],
-        objects=["TaintDevices", "CreateTicket", "OpenTicketStatus", "RecordHardware"],
-        events=["Quarantined"],
-        evicts=False,
+    (S.TESTING, E.TEST_FAILED): (
+        "Quarantined | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled= history="
+        " karpenter.sh/do-not-disrupt= owned-annotations= owned-taints- qualified-at- seq= "
+        "state-since= test- | TaintDevices CreateTicket OpenTicketStatus RecordHardware | "
+        "Quarantined | -"
     ),
-    (S.TESTING, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "test-",
-        ],
-        objects=["CancelTest", "CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=False,
+    (S.TESTING, E.MANUAL_QUARANTINE): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= "
+        "karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= qualified-at- seq= "
+        "state-since= test- | CancelTest CreateTicket OpenTicketStatus | Quarantined | -"
     ),
-    (S.QUALIFIED, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-        ],
-        objects=["CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=False,
+    (S.QUALIFIED, E.MANUAL_QUARANTINE): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= "
+        "karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= qualified-at- seq= "
+        "state-since= | CreateTicket OpenTicketStatus | Quarantined | -"
     ),
-    (S.SUSPECT, E.TEST_FAILED): Seen(
-        label="Quarantined",
-        taints=[],
-        cordoned=False,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "evidence-",
-            "history=",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints-",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "suspect-checks-",
-            "test-",
-        ],
-        objects=["TaintDevices", "CreateTicket", "OpenTicketStatus", "RecordHardware"],
-        events=["Quarantined"],
-        evicts=False,
+    (S.SUSPECT, E.TEST_FAILED): (
+        "Quarantined | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled= "
+        "evidence- history= karpenter.sh/do-not-disrupt= owned-annotations= owned-taints- "
+        "qualified-at- seq= state-since= suspect-checks- test- | TaintDevices CreateTicket "
+        "OpenTicketStatus RecordHardware | Quarantined | -"
     ),
-    (S.SUSPECT, E.MANUAL_QUARANTINE): Seen(
-        label="Quarantined",
-        taints=["quarantine"],
-        cordoned=True,
-        annotations=[
-            "cluster-autoscaler.kubernetes.io/scale-down-disabled=",
-            "cordoned-by-us=",
-            "evidence-",
-            "karpenter.sh/do-not-disrupt=",
-            "owned-annotations=",
-            "owned-taints=",
-            "qualified-at-",
-            "seq=",
-            "state-since=",
-            "suspect-checks-",
-            "test-",
-        ],
-        objects=["CancelTest", "CreateTicket", "OpenTicketStatus"],
-        events=["Quarantined"],
-        evicts=False,
+    (S.SUSPECT, E.MANUAL_QUARANTINE): (
+        "Quarantined | quarantine | cordoned | "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled= cordoned-by-us= evidence- "
+        "karpenter.sh/do-not-disrupt= owned-annotations= owned-taints= qualified-at- seq= "
+        "state-since= suspect-checks- test- | CancelTest CreateTicket OpenTicketStatus | "
+        "Quarantined | -"
     ),
-    (S.QUARANTINED, E.REPAIR_STARTED): Seen(
-        label="Repairing",
-        taints=[],
-        cordoned=False,
-        annotations=["state-since="],
-        objects=["SetTicketPhase:InRepair", "SetTicketPhase:InRepair"],
-        events=["RepairStarted"],
-        evicts=False,
+    (S.QUARANTINED, E.REPAIR_STARTED): (
+        "Repairing | - | - | state-since= | SetTicketPhase:InRepair SetTicketPhase:InRepair |"
+        " RepairStarted | -"
     ),
-    (S.QUARANTINED, E.REPLACE_DUE): Seen(
-        label="Repairing",
-        taints=[],
-        cordoned=False,
-        annotations=["state-since="],
-        objects=["SetTicketPhase:InRepair", "SetTicketPhase:InRepair", "DeleteNode"],
-        events=["Replacing"],
-        evicts=False,
+    (S.QUARANTINED, E.REPLACE_DUE): (
+        "Repairing | - | - | state-since= | SetTicketPhase:InRepair SetTicketPhase:InRepair "
+        "DeleteNode | Replacing | -"
     ),
-    (S.QUARANTINED, E.TICKET_RESOLVED): Seen(
-        label="Verifying",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["drain-until-", "owned-taints=", "seq=", "state-since=", "test="],
-        objects=["SetTicketPhase:Verifying", "SetTicketPhase:Verifying", "CreateTest"],
-        events=["Verifying"],
-        evicts=False,
+    (S.QUARANTINED, E.TICKET_RESOLVED): (
+        "Verifying | testing | - | drain-until- owned-taints= seq= state-since= test= | "
+        "SetTicketPhase:Verifying SetTicketPhase:Verifying CreateTest | Verifying | -"
     ),
-    (S.QUARANTINED, E.TICKET_RETIRE): Seen(
-        label="Retired",
-        taints=[],
-        cordoned=True,
-        annotations=["cordoned-by-us=", "drain-until-", "history=", "state-since="],
-        objects=["Retire", "SetTicketPhase:Retired", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.QUARANTINED, E.TICKET_RETIRE): (
+        "Retired | - | cordoned | cordoned-by-us= drain-until- history= state-since= | Retire"
+        " SetTicketPhase:Retired RecordHardware | Retired | -"
     ),
-    (S.QUARANTINED, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["drain-until-", "state-since="],
-        objects=["UntaintDevices"],
-        events=["Excluded"],
-        evicts=False,
+    (S.QUARANTINED, E.OPTED_OUT): (
+        "Excluded | - | - | drain-until- state-since= | UntaintDevices | Excluded | -"
     ),
-    (S.QUARANTINED, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["drain-until-", "state-since="],
-        objects=["UntaintDevices", "CloseTicket", "CloseTicket"],
-        events=["Released"],
-        evicts=False,
+    (S.QUARANTINED, E.MANUAL_RELEASE): (
+        "Qualified | - | - | drain-until- state-since= | UntaintDevices CloseTicket "
+        "CloseTicket | Released | -"
     ),
-    (S.QUARANTINED, E.DRAIN_DUE): Seen(
-        label="Quarantined",
-        taints=[],
-        cordoned=False,
-        annotations=[],
-        objects=[],
-        events=[],
-        evicts=False,
+    (S.QUARANTINED, E.DRAIN_DUE): "Quarantined | - | - | - | - | - | -",
+    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (
+        "Quarantined | - | - | drain-until- | - | DrainIncomplete | -"
     ),
-    (S.QUARANTINED, E.DRAIN_TIMED_OUT): Seen(
-        label="Quarantined",
-        taints=[],
-        cordoned=False,
-        annotations=["drain-until-"],
-        objects=[],
-        events=["DrainIncomplete"],
-        evicts=False,
+    (S.REPAIRING, E.TICKET_RESOLVED): (
+        "Verifying | testing | - | drain-until- owned-taints= seq= state-since= test= | "
+        "SetTicketPhase:Verifying SetTicketPhase:Verifying CreateTest | Verifying | -"
     ),
-    (S.REPAIRING, E.TICKET_RESOLVED): Seen(
-        label="Verifying",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["drain-until-", "owned-taints=", "seq=", "state-since=", "test="],
-        objects=["SetTicketPhase:Verifying", "SetTicketPhase:Verifying", "CreateTest"],
-        events=["Verifying"],
-        evicts=False,
+    (S.REPAIRING, E.TICKET_RETIRE): (
+        "Retired | - | cordoned | cordoned-by-us= drain-until- history= state-since= | Retire"
+        " SetTicketPhase:Retired RecordHardware | Retired | -"
     ),
-    (S.REPAIRING, E.TICKET_RETIRE): Seen(
-        label="Retired",
-        taints=[],
-        cordoned=True,
-        annotations=["cordoned-by-us=", "drain-until-", "history=", "state-since="],
-        objects=["Retire", "SetTicketPhase:Retired", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.REPAIRING, E.OPTED_OUT): (
+        "Excluded | - | - | drain-until- state-since= | UntaintDevices | Excluded | -"
     ),
-    (S.REPAIRING, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["drain-until-", "state-since="],
-        objects=["UntaintDevices"],
-        events=["Excluded"],
-        evicts=False,
+    (S.REPAIRING, E.MANUAL_RELEASE): (
+        "Qualified | - | - | drain-until- state-since= | UntaintDevices CloseTicket "
+        "CloseTicket | Released | -"
     ),
-    (S.REPAIRING, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["drain-until-", "state-since="],
-        objects=["UntaintDevices", "CloseTicket", "CloseTicket"],
-        events=["Released"],
-        evicts=False,
+    (S.REPAIRING, E.DRAIN_DUE): "Repairing | - | - | - | - | - | -",
+    (S.REPAIRING, E.DRAIN_TIMED_OUT): "Repairing | - | - | drain-until- | - | DrainIncomplete | -",
+    (S.VERIFYING, E.VERIFICATION_PASSED): (
+        "Qualified | - | - | fingerprint= owned-taints- qualified-at= state-since= test- | "
+        "UntaintDevices CloseTicket CloseTicket | Qualified | -"
     ),
-    (S.REPAIRING, E.DRAIN_DUE): Seen(
-        label="Repairing",
-        taints=[],
-        cordoned=False,
-        annotations=[],
-        objects=[],
-        events=[],
-        evicts=False,
+    (S.VERIFYING, E.VERIFICATION_FAILED): (
+        "Quarantined | - | - | history= owned-taints- state-since= test- | RaiseCycle "
+        "RecordHardware | RepairFailed | -"
     ),
-    (S.REPAIRING, E.DRAIN_TIMED_OUT): Seen(
-        label="Repairing",
-        taints=[],
-        cordoned=False,
-        annotations=["drain-until-"],
-        objects=[],
-        events=["DrainIncomplete"],
-        evicts=False,
+    (S.VERIFYING, E.DEVICES_RETURNED): (
+        "Quarantined | - | - | history= owned-taints- state-since= test- | CloseTicket "
+        "UntaintDevices RaiseCycle RecordHardware | DevicesReturned | -"
     ),
-    (S.VERIFYING, E.VERIFICATION_PASSED): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["fingerprint=", "owned-taints-", "qualified-at=", "state-since=", "test-"],
-        objects=["UntaintDevices", "CloseTicket", "CloseTicket"],
-        events=["Qualified"],
-        evicts=False,
+    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (
+        "Retired | testing | cordoned | cordoned-by-us= history= state-since= test- | Retire "
+        "SetTicketPhase:Retired RecordHardware | Retired | -"
     ),
-    (S.VERIFYING, E.VERIFICATION_FAILED): Seen(
-        label="Quarantined",
-        taints=[],
-        cordoned=False,
-        annotations=["history=", "owned-taints-", "state-since=", "test-"],
-        objects=["RaiseCycle", "RecordHardware"],
-        events=["RepairFailed"],
-        evicts=False,
+    (S.VERIFYING, E.TEST_INCONCLUSIVE): (
+        "Verifying | testing | - | inconclusive= retry-after= test- | - | Inconclusive | -"
     ),
-    (S.VERIFYING, E.DEVICES_RETURNED): Seen(
-        label="Quarantined",
-        taints=[],
-        cordoned=False,
-        annotations=["history=", "owned-taints-", "state-since=", "test-"],
-        objects=["CloseTicket", "UntaintDevices", "RaiseCycle", "RecordHardware"],
-        events=["DevicesReturned"],
-        evicts=False,
+    (S.VERIFYING, E.RETEST_DUE): "Verifying | testing | - | seq= test= | CreateTest | - | -",
+    (S.VERIFYING, E.OPTED_OUT): (
+        "Excluded | - | - | owned-taints- state-since= test- | CancelTest UntaintDevices | "
+        "Excluded | -"
     ),
-    (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): Seen(
-        label="Retired",
-        taints=["testing"],
-        cordoned=True,
-        annotations=["cordoned-by-us=", "history=", "state-since=", "test-"],
-        objects=["Retire", "SetTicketPhase:Retired", "RecordHardware"],
-        events=["Retired"],
-        evicts=False,
+    (S.VERIFYING, E.MANUAL_RELEASE): (
+        "Qualified | - | - | owned-taints- state-since= test- | CancelTest UntaintDevices "
+        "CloseTicket CloseTicket | Released | -"
     ),
-    (S.VERIFYING, E.TEST_INCONCLUSIVE): Seen(
-        label="Verifying",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["inconclusive=", "retry-after=", "test-"],
-        objects=[],
-        events=["Inconclusive"],
-        evicts=False,
-    ),
-    (S.VERIFYING, E.RETEST_DUE): Seen(
-        label="Verifying",
-        taints=["testing"],
-        cordoned=False,
-        annotations=["seq=", "test="],
-        objects=["CreateTest"],
-        events=[],
-        evicts=False,
-    ),
-    (S.VERIFYING, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["owned-taints-", "state-since=", "test-"],
-        objects=["CancelTest", "UntaintDevices"],
-        events=["Excluded"],
-        evicts=False,
-    ),
-    (S.VERIFYING, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["owned-taints-", "state-since=", "test-"],
-        objects=["CancelTest", "UntaintDevices", "CloseTicket", "CloseTicket"],
-        events=["Released"],
-        evicts=False,
-    ),
-    (S.RETIRED, E.OPTED_OUT): Seen(
-        label="Excluded",
-        taints=[],
-        cordoned=False,
-        annotations=["state-since="],
-        objects=["UntaintDevices"],
-        events=["Excluded"],
-        evicts=False,
-    ),
-    (S.RETIRED, E.MANUAL_RELEASE): Seen(
-        label="Qualified",
-        taints=[],
-        cordoned=False,
-        annotations=["state-since="],
-        objects=["UntaintDevices", "CloseTicket", "CloseTicket"],
-        events=["Released"],
-        evicts=False,
+    (S.RETIRED, E.OPTED_OUT): "Excluded | - | - | state-since= | UntaintDevices | Excluded | -",
+    (S.RETIRED, E.MANUAL_RELEASE): (
+        "Qualified | - | - | state-since= | UntaintDevices CloseTicket CloseTicket | Released | -"
     ),
 }
 
@@ -1300,16 +614,16 @@ def test_every_row_has_its_bound_transition_written_out() -> None:
 @pytest.mark.parametrize("row", TRANSITIONS, ids=_id)
 def test_a_row_bound_with_scope_node(row: Transition) -> None:
     before, bound = bind(row, NODE_SCOPE)
-    seen = summary(before, bound)
-    assert seen == NODE_SCOPE_ROWS[(row.source, row.event)]
-    assert seen.label == row.target.value
+    got = summary(before, bound)
+    assert got == seen(NODE_SCOPE_ROWS[(row.source, row.event)])
+    assert got.label == row.target.value
 
 
 @pytest.mark.parametrize("row", TRANSITIONS, ids=_id)
 def test_a_row_bound_with_scope_device(row: Transition) -> None:
     before, bound = bind(row, DEVICE_SCOPE, device=True)
     key = (row.source, row.event)
-    assert summary(before, bound) == DEVICE_SCOPE_ROWS.get(key, NODE_SCOPE_ROWS[key])
+    assert summary(before, bound) == seen(DEVICE_SCOPE_ROWS.get(key, NODE_SCOPE_ROWS[key]))
 
 
 @pytest.mark.parametrize("row", TRANSITIONS, ids=_id)
@@ -1321,12 +635,11 @@ def test_a_row_bound_in_observe_mode_changes_no_scheduling(row: Transition) -> N
     assert kept == (
         [RemoveTaint(TaintRole.GATE, GATE, registered=True)] if before.has_taint(GATE) else []
     )
-    seen = summary(before, bound)
-    assert seen.label == row.target.value and not seen.evicts
-    assert seen.cordoned == before.unschedulable
-    assert not {"CreateTicket", "Retire", "DeleteNode", "TaintDevices", "RecordHardware"} & set(
-        seen.objects
-    )
+    got = summary(before, bound)
+    assert got.label == row.target.value and not got.evicts
+    assert got.cordoned == before.unschedulable
+    repairs = {"CreateTicket", "Retire", "DeleteNode", "TaintDevices", "RecordHardware"}
+    assert not repairs & set(got.objects)
 
 
 @pytest.mark.parametrize(
@@ -1351,3 +664,58 @@ def test_a_node_as_sdcguard_leaves_it_needs_no_upkeep(state: NodeState) -> None:
     reading = Reading(None, "nothing to do")
     bound = Binder(reader, reading, state, None).bind_all(upkeep_row(reader))
     assert bound.actions == ()
+
+
+def _upkept(state: NodeState, scope: Scope) -> list[str]:
+    """The bound upkeep row of a node in ``state`` that lost everything its state
+    implies (taints, cordon; a Quarantined node its ticket too)."""
+    device = scope == Scope.DEVICE
+    ticket = _ticket(state, E.REPAIR_STARTED, device) if state in HELD_STATES else None
+    if device and ticket is None:
+        ticket = _ticket(S.QUARANTINED, E.REPAIR_STARTED, device=True)
+    if state == S.QUARANTINED and not device:
+        ticket = None
+    gated = state in (S.UNQUALIFIED, S.TESTING) and not device
+    qualified = None if gated else NOW - HOUR
+    n = node(state=state, qualified_at=qualified)
+    observed = Observed(node=n, ticket=ticket, devices=NodeDevices(served=True, devices=GPUS))
+    reader = Reader(observed, NODE_SCOPE, NOW)
+    assert reader.state == state and scope_of(reader) == scope
+    bound = Binder(reader, Reading(None, "kept"), state, None).bind_all(upkeep_row(reader))
+    return [
+        type(a).__name__ + (f":{a.role}" if isinstance(a, AddTaint) else "")
+        for a in bound.actions
+        if not isinstance(a, (Annotate, EmitEvent))
+    ]
+
+
+UPKEPT: dict[tuple[NodeState, Scope], list[str]] = {
+    (S.UNQUALIFIED, Scope.NODE): ["AddTaint:gate"],
+    (S.TESTING, Scope.NODE): ["AddTaint:gate", "AddTaint:testing"],
+    (S.QUARANTINED, Scope.NODE): [
+        "AddTaint:quarantine",
+        "Cordon",
+        "CreateTicket",
+        "OpenTicketStatus",
+    ],
+    (S.REPAIRING, Scope.NODE): ["AddTaint:quarantine", "Cordon"],
+    (S.VERIFYING, Scope.NODE): ["AddTaint:quarantine", "Cordon"],
+    (S.RETIRED, Scope.NODE): ["AddTaint:quarantine", "Cordon"],
+    (S.UNQUALIFIED, Scope.DEVICE): ["TaintDevices"],
+    (S.QUARANTINED, Scope.DEVICE): ["TaintDevices"],
+    (S.REPAIRING, Scope.DEVICE): ["TaintDevices"],
+    (S.VERIFYING, Scope.DEVICE): ["AddTaint:testing", "TaintDevices"],
+    (S.SUSPECT, Scope.DEVICE): ["TaintDevices"],
+    (S.EXCLUDED, Scope.DEVICE): ["TaintDevices"],
+}
+
+
+def test_every_upkeep_row_has_its_bound_actions_written_out() -> None:
+    assert set(UPKEPT) == set(UPKEEP)
+
+
+@pytest.mark.parametrize(("state", "scope"), sorted(UPKEEP), ids=lambda v: str(v))
+def test_an_upkeep_row_bound_restores_what_its_state_implies(
+    state: NodeState, scope: Scope
+) -> None:
+    assert _upkept(state, scope) == UPKEPT[(state, scope)]

@@ -73,12 +73,12 @@ UPKEEP: Mapping[tuple[NodeState, Scope], tuple[RowAction, ...]] = {
     (S.REPAIRING, Scope.DEVICE): (KeepDeviceRules(), AcknowledgedIntoRepair()),
     (S.VERIFYING, Scope.DEVICE): (AddTaint(TESTING), KeepDeviceRules()),
     (S.UNQUALIFIED, Scope.DEVICE): (KeepDeviceRules(),),
-    (S.QUALIFIED, Scope.DEVICE): (KeepDeviceRules(),),
     (S.SUSPECT, Scope.DEVICE): (KeepDeviceRules(),),
     (S.EXCLUDED, Scope.DEVICE): (KeepDeviceRules(),),
 }
 """What each state implies for the node (Enforce mode), by the scope of its quarantine.
-A pair not here implies nothing."""
+A pair not here implies nothing. (Qualified never has scope Device: a ticket
+contradicts the label, and the state is read from the ticket.)"""
 
 
 def scope_of(reader: Reader) -> Scope:
