@@ -20,10 +20,10 @@ from sdcguard.domain.budgets import (
     can_reserve,
     pool_usage,
 )
-from sdcguard.domain.decide import decide_all, member_after
 from sdcguard.domain.devicetaints import NodeDevices, SliceDevice
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import Observed, Taint, TicketFacts
+from sdcguard.domain.scheduling import decide_all, member_after
 from tests.unit.factories import HOUR, NOW, node, policy, sdctest
 
 

@@ -24,7 +24,6 @@ from sdcguard.domain.decide import (
     closes_as_replaced,
     decide,
     node_gone_closing,
-    wait_reason,
 )
 from sdcguard.domain.lifecycle import (
     NODE_MUTATIONS,
@@ -49,6 +48,7 @@ from sdcguard.domain.lifecycle import (
     Uncordon,
 )
 from sdcguard.domain.observed import NodeFacts, Observed, Taint, TestFacts
+from sdcguard.domain.waits import WaitReason
 from tests.unit.factories import HOUR, NOW, applied, node, policy, sdctest, ticket
 
 S, E = NodeState, Event
@@ -809,7 +809,7 @@ def test_a_manual_test_on_a_node_that_is_not_ready_waits_and_says_so_on_the_test
     assert (d.event, d.state) == (None, S.QUALIFIED)
     assert d.waiting == "test gpu-1-manual-1 waits: node not Ready"
     assert d.waiting_test == "gpu-1-manual-1"
-    assert wait_reason(d.waiting) == "NodeNotReady"
+    assert d.wait is not None and d.wait.reason == WaitReason.NODE_NOT_READY
     n = applied(n, d)
     assert n.annotations[keys.WAITING] == d.waiting
     later = decide(observe(n, test=manual), p, NOW + dt.timedelta(seconds=61))
@@ -835,7 +835,7 @@ def test_a_second_test_waits_for_the_running_one_and_the_node_says_so() -> None:
     d = decide(observe(n, test=sdctest("t1"), queued=("gpu-1-manual-1",)), policy(), NOW)
     assert d.event is None and d.waiting_test == "gpu-1-manual-1"
     assert d.waiting == "test gpu-1-manual-1 waits: test t1 still running"
-    assert wait_reason(d.waiting) == "AnotherTest"
+    assert d.wait is not None and d.wait.reason == WaitReason.ANOTHER_TEST
 
 
 def test_a_test_held_for_a_baseline_quorum_waits_and_says_so() -> None:
@@ -843,40 +843,8 @@ def test_a_test_held_for_a_baseline_quorum_waits_and_says_so() -> None:
     held = dataclasses.replace(sdctest("t1"), awaiting_baseline=True)
     d = decide(observe(n, test=held), policy(), NOW)
     assert d.event is None and d.waiting_test == "t1"
-    assert d.waiting is not None and wait_reason(d.waiting) == "AwaitingBaseline"
+    assert d.wait is not None and d.wait.reason == WaitReason.AWAITING_BASELINE
     assert applied(n, d).annotations[keys.WAITING] == d.waiting
-
-
-@pytest.mark.parametrize(
-    ("waiting", "reason"),
-    [
-        ("acceptance waits: policy paused: no new tests", "PolicyPaused"),
-        ("acceptance waits: node not Ready", "NodeNotReady"),
-        (
-            "re-test waits: taint example.com/x:NoSchedule keeps probes off the node too",
-            "ForeignTaint",
-        ),
-        ("acceptance waits: no allocatable accelerators yet", "NoAccelerators"),
-        ("replacement waits: circuit breaker open", "BreakerOpen"),
-        (
-            "re-test waits: backing off after inconclusive results until 2026-01-01T00:00:00Z",
-            "BackOff",
-        ),
-        ("test a waits: test b still running", "AnotherTest"),
-        ("re-test waits: a pending pod needs this node", "PendingPod"),
-        (
-            "test t1 waits for a baseline: its digests are recorded, and 3 nodes must agree",
-            "AwaitingBaseline",
-        ),
-        ("acceptance waits: pool a100 already runs 4 tests (maxConcurrentTests 4)", "Budget"),
-        (
-            "test t waits: its probe Pod cannot be scheduled: 0/3 nodes: node not Ready",
-            "ProbeUnschedulable",
-        ),
-    ],
-)
-def test_every_wait_has_a_reason(waiting: str, reason: str) -> None:
-    assert wait_reason(waiting) == reason
 
 
 def test_a_running_test_whose_probe_pod_cannot_be_scheduled_says_so() -> None:
@@ -885,7 +853,7 @@ def test_a_running_test_whose_probe_pod_cannot_be_scheduled_says_so() -> None:
     d = decide(observe(n, test=sdctest("t1"), probe_unschedulable=message), policy(), NOW)
     assert d.event is None and d.waiting_test == "t1"
     assert d.waiting == f"test t1 waits: its probe Pod cannot be scheduled: {message}"
-    assert wait_reason(d.waiting) == "ProbeUnschedulable"
+    assert d.wait is not None and d.wait.reason == WaitReason.PROBE_UNSCHEDULABLE
     n = applied(n, d)
     assert n.annotations[keys.WAITING] == d.waiting
     scheduled = decide(observe(n, test=sdctest("t1")), policy(), NOW + dt.timedelta(seconds=5))

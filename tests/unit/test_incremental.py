@@ -18,9 +18,10 @@ from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork, fail
 from sdcguard.api import SDCPolicy
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, pool_usage
-from sdcguard.domain.decide import decide, decide_all
+from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import AddTaint, EmitEvent, NodeState, SetLabel
 from sdcguard.domain.observed import NodeSnapshot, Observed, Taint
+from sdcguard.domain.scheduling import decide_all
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 from tests.unit.factories import NOW, node, policy

@@ -8,6 +8,8 @@ import pytest
 
 from sdcguard.api import ScreeningReason, Suite, TicketPhase
 from sdcguard.domain.lifecycle import (
+    DRAINED_STATES,
+    EVERY_TRANSITION,
     TABLE,
     TRANSITIONS,
     AddTaint,
@@ -20,6 +22,7 @@ from sdcguard.domain.lifecycle import (
     CreateTicket,
     DeleteNode,
     Drain,
+    DrainDeadline,
     EmitEvent,
     EndDrain,
     Event,
@@ -30,18 +33,23 @@ from sdcguard.domain.lifecycle import (
     KeepSuspicion,
     MarkQualified,
     NodeState,
+    Only,
+    OpenTicketStatus,
     RaiseCycle,
     RecordHardware,
     RemoveTaint,
     Retire,
     RevokeQualification,
+    RowAction,
     SetAutoscalerAnnotations,
     SetLabel,
     SetTicketPhase,
+    TaintDevices,
     TaintRole,
     Transition,
     Uncordon,
     UntaintDevices,
+    UntaintReturnedDevices,
     transition,
 )
 
@@ -51,27 +59,46 @@ GATE, TESTING, QUARANTINE = TaintRole.GATE, TaintRole.TESTING, TaintRole.QUARANT
 SETTLED = {"ForgetTest", "ForgetSuspicion"}
 KEEP_SUSPECT = {"ForgetTest", "KeepSuspicion"}
 BACK_OFF = {"ForgetTest", "BackOff:count"}
-QUARANTINE_EFFECTS = SETTLED | {
+QUARANTINE_TAINT = {"+quarantine if NodeScope", "TaintDevices if DeviceScope"}
+RETIRE = {"Retire", "DeleteNode if RetireByDelete"}
+QUARANTINE_EFFECTS = (
+    SETTLED
+    | QUARANTINE_TAINT
+    | {
+        "-testing",
+        "Cordon if NodeScope+Cordon",
+        "Drain if NodeScope+Drain",
+        "DrainDeadline if NodeScope+Drain",
+        "RevokeQualification",
+        "CreateTicket",
+        "OpenTicketStatus",
+        "Autoscaler:on if InPlace",
+    }
+)
+RELEASE_EFFECTS = SETTLED | {
+    "-gate",
     "-testing",
-    "+quarantine",
-    "Cordon",
-    "Drain",
-    "RevokeQualification",
-    "CreateTicket",
-    "Autoscaler:on",
+    "-quarantine if NodeScope",
+    "UntaintDevices if DeviceScope",
+    "Uncordon",
+    "Autoscaler:off",
 }
-RELEASE_EFFECTS = SETTLED | {"-gate", "-testing", "-quarantine", "Uncordon", "Autoscaler:off"}
 QUALIFY_EFFECTS = SETTLED | {"-gate", "-testing", "MarkQualified"}
-RETIRE_EFFECTS = SETTLED | {"Cordon", "Retire"}
-OUT_OF_CYCLES = SETTLED | {
-    "-testing",
-    "+quarantine",
-    "Cordon",
-    "RevokeQualification",
-    "CreateTicket:retired",
-    "Hardware:Retired+retire",
-    "Retire",
-}
+RETIRE_EFFECTS = SETTLED | RETIRE | {"Cordon if RetireByCordon"}
+OUT_OF_CYCLES = (
+    SETTLED
+    | QUARANTINE_TAINT
+    | RETIRE
+    | {
+        "-testing",
+        "Cordon if RetireByCordon",
+        "RevokeQualification",
+        "CreateTicket:retired",
+        "OpenTicketStatus",
+        "Hardware:Retired+retire",
+    }
+)
+VERIFY = {"Test:repairVerification/RepairVerification", "+testing if DeviceScope"}
 
 
 def _confirm() -> str:
@@ -89,7 +116,7 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     ),
     (S.UNQUALIFIED, E.HARDWARE_RETIRED): (
         S.RETIRED,
-        SETTLED | {"+quarantine", "Cordon", "Hardware:seen", "Retire"},
+        SETTLED | QUARANTINE_TAINT | RETIRE | {"Cordon if RetireByCordon", "Hardware:seen"},
     ),
     (S.UNQUALIFIED, E.ADMITTED): (S.QUALIFIED, {"-gate"}),
     (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+gate", "+testing"}),
@@ -103,7 +130,7 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.QUALIFIED, E.IDLE_DUE): (S.TESTING, {"+testing", "Test:requalification/ReturnFromUse"}),
     (S.QUALIFIED, E.EXPIRY_DUE): (S.TESTING, {"+testing", "Test:requalification/Expiry"}),
     (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+testing"}),
-    (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, {"+testing"}),
+    (S.QUALIFIED, E.SUSPECTED): (S.SUSPECT, {"+testing if HoldSuspects"}),
     (S.SUSPECT, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
     (S.SUSPECT, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS | {"Hardware:Quarantined"}),
     (S.SUSPECT, E.REPAIR_CYCLES_EXCEEDED): (S.RETIRED, OUT_OF_CYCLES),
@@ -116,15 +143,9 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.SUSPECT, E.TEST_STARTED): (S.SUSPECT, {"AdoptTest", "+testing"}),
     (S.QUARANTINED, E.REPAIR_STARTED): (S.REPAIRING, {"Ticket:InRepair"}),
     (S.QUARANTINED, E.REPLACE_DUE): (S.REPAIRING, {"Ticket:InRepair", "DeleteNode"}),
-    (S.QUARANTINED, E.TICKET_RESOLVED): (
-        S.VERIFYING,
-        {"Ticket:Verifying", "ForgetTest", "Test:repairVerification/RepairVerification"},
-    ),
+    (S.QUARANTINED, E.TICKET_RESOLVED): (S.VERIFYING, VERIFY | {"Ticket:Verifying", "ForgetTest"}),
     (S.QUARANTINED, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS | {"Hardware:seen+retire"}),
-    (S.REPAIRING, E.TICKET_RESOLVED): (
-        S.VERIFYING,
-        {"Ticket:Verifying", "ForgetTest", "Test:repairVerification/RepairVerification"},
-    ),
+    (S.REPAIRING, E.TICKET_RESOLVED): (S.VERIFYING, VERIFY | {"Ticket:Verifying", "ForgetTest"}),
     (S.REPAIRING, E.TICKET_RETIRE): (S.RETIRED, RETIRE_EFFECTS | {"Hardware:seen+retire"}),
     (S.VERIFYING, E.VERIFICATION_PASSED): (
         S.QUALIFIED,
@@ -132,25 +153,32 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     ),
     (S.VERIFYING, E.VERIFICATION_FAILED): (
         S.QUARANTINED,
-        SETTLED | {"RaiseCycle", "Hardware:VerificationFailed"},
+        SETTLED | {"-testing if DeviceScope", "RaiseCycle", "Hardware:VerificationFailed"},
     ),
     (S.VERIFYING, E.DEVICES_RETURNED): (
         S.QUARANTINED,
-        SETTLED | {"CloseTicket", "UntaintDevices", "RaiseCycle", "Hardware:VerificationFailed"},
+        SETTLED
+        | {
+            "-testing if DeviceScope",
+            "CloseTicket",
+            "UntaintReturnedDevices if DeviceScope",
+            "RaiseCycle",
+            "Hardware:VerificationFailed if DevicesRefailed",
+        },
     ),
     (S.VERIFYING, E.REPAIR_CYCLES_EXCEEDED): (
         S.RETIRED,
         RETIRE_EFFECTS | {"Hardware:Retired+retire"},
     ),
     (S.VERIFYING, E.TEST_INCONCLUSIVE): (S.VERIFYING, BACK_OFF),
-    (S.VERIFYING, E.RETEST_DUE): (
-        S.VERIFYING,
-        {"Test:repairVerification/RepairVerification"},
-    ),
+    (S.VERIFYING, E.RETEST_DUE): (S.VERIFYING, VERIFY),
     (S.EXCLUDED, E.OPTED_IN): (S.UNQUALIFIED, {"RevokeQualification"}),
-    (S.QUARANTINED, E.DRAIN_DUE): (S.QUARANTINED, {"Drain"}),
-    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, {"EndDrain"}),
-    (S.REPAIRING, E.DRAIN_DUE): (S.REPAIRING, {"Drain"}),
+    (S.QUARANTINED, E.DRAIN_DUE): (
+        S.QUARANTINED,
+        {"Drain if NodeScope+Drain", "-testing if DeviceScope"},
+    ),
+    (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, {"EndDrain", "-testing if DeviceScope"}),
+    (S.REPAIRING, E.DRAIN_DUE): (S.REPAIRING, {"Drain if NodeScope+Drain"}),
     (S.REPAIRING, E.DRAIN_TIMED_OUT): (S.REPAIRING, {"EndDrain"}),
 }
 for _state in (
@@ -179,6 +207,29 @@ for _state in (
         S.QUALIFIED,
         RELEASE_EFFECTS | {"CloseTicket", "CancelTest"},
     )
+
+
+def _effects(action: object) -> list[str]:
+    """What a row's action does, in words; guarded ones say under which guards."""
+    if isinstance(action, Only):
+        when = "+".join(g.value for g in action.when)
+        return [f"{e} if {when}" for inner in action.actions for e in _effects(inner)]
+    effect = _effect(action)
+    return [effect] if effect else []
+
+
+def _flat(actions: tuple[RowAction, ...]) -> list[RowAction]:
+    """A row's actions with guarded ones unwrapped."""
+    out: list[RowAction] = []
+    for action in actions:
+        out += _flat(action.actions) if isinstance(action, Only) else [action]
+    return out
+
+
+def _own(row: Transition) -> tuple[RowAction, ...]:
+    """A row's own actions: without its label (first) and what every row ends with."""
+    tail = len(EVERY_TRANSITION) + (0 if row.target in DRAINED_STATES else 1)
+    return row.actions[1:-tail]
 
 
 def _effect(action: object) -> str | None:
@@ -213,6 +264,10 @@ def _effect(action: object) -> str | None:
             | CloseTicket()
             | RaiseCycle()
             | UntaintDevices()
+            | UntaintReturnedDevices()
+            | TaintDevices()
+            | OpenTicketStatus()
+            | DrainDeadline()
             | Retire()
             | ForgetTest()
             | ForgetSuspicion()
@@ -235,9 +290,11 @@ def test_row(source: NodeState, event: Event) -> None:
     target, effects = EXPECTED[(source, event)]
     row = transition(source, event)
     assert row.target == target
-    assert {e for e in map(_effect, row.actions) if e} == effects
-    labels = [a for a in row.actions if isinstance(a, SetLabel)]
-    assert labels == ([SetLabel(target)] if target != source else [])
+    assert {e for a in _own(row) for e in _effects(a)} == effects
+    assert row.actions[0] == SetLabel(target), "the label first (bound only if it changes)"
+    ends_drain = () if target in DRAINED_STATES else (EndDrain(),)
+    tail = (*EVERY_TRANSITION[:3], *ends_drain, *EVERY_TRANSITION[3:])
+    assert row.actions[len(row.actions) - len(tail) :] == tail, "what every row ends with"
     events = [a for a in row.actions if isinstance(a, EmitEvent)]
     if target != source and source != S.EXCLUDED:
         assert events or event in (E.TEST_STARTED, E.CONFIRMATION_PASSED), "tell the user"
@@ -247,7 +304,7 @@ def test_row(source: NodeState, event: Event) -> None:
 def test_a_row_forgets_its_test_before_it_remembers_anything_new(row: Transition) -> None:
     """The binder applies a row's bookkeeping in order and the later write wins: the
     test is forgotten first, then a new test, a back-off or a suspicion is recorded."""
-    kinds = [type(a) for a in row.actions]
+    kinds = [type(a) for a in _flat(row.actions)]
     if ForgetTest in kinds:
         later = (CreateTest, BackOff, KeepSuspicion, HoldQuarantine, AdoptTest)
         assert all(kinds.index(ForgetTest) < i for i, k in enumerate(kinds) if k in later)
@@ -272,8 +329,8 @@ def test_everything_else_is_illegal(state: NodeState, event: Event) -> None:
 
 def test_quarantine_never_removes_the_quarantine_taint_and_release_never_adds_one() -> None:
     for row in TRANSITIONS:
-        adds = {a.role for a in row.actions if isinstance(a, AddTaint)}
-        removes = {a.role for a in row.actions if isinstance(a, RemoveTaint)}
+        adds = {a.role for a in _flat(row.actions) if isinstance(a, AddTaint)}
+        removes = {a.role for a in _flat(row.actions) if isinstance(a, RemoveTaint)}
         assert not adds & removes, row
         if row.target in (S.QUARANTINED, S.RETIRED) and row.source not in (
             S.QUARANTINED,

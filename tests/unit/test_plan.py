@@ -25,6 +25,7 @@ from sdcguard.domain.lifecycle import (
     SetLabel,
     SetTicketPhase,
     TaintRole,
+    Template,
 )
 from sdcguard.domain.plan import STAGE_OF, OpenTicketStatus, Plan, Stage
 from sdcguard.domain.testphase import TEST_TRANSITIONS, TestAction, TestTransition
@@ -35,6 +36,7 @@ def test_every_action_of_either_table_has_a_stage() -> None:
     assert all(t in STAGE_OF for t in bound), [t for t in bound if t not in STAGE_OF]
     assert {STAGE_OF[t] for t in get_args(TestAction)} == {Stage.OBJECTS}
     assert not set(BOOKKEEPING) & set(STAGE_OF), "bookkeeping is bound before planning"
+    assert not set(get_args(Template)) & set(STAGE_OF), "templates are bound before planning"
 
 
 def test_a_quarantine_plan_runs_objects_patch_evictions_statuses_events() -> None:
@@ -46,6 +48,7 @@ def test_a_quarantine_plan_runs_objects_patch_evictions_statuses_events() -> Non
         Cordon(),
         Drain(),
         ticket,
+        OpenTicketStatus("gpu-1-t-1", "confirmed"),
         event,
     ]
     plan = Plan.of(actions)
@@ -69,12 +72,19 @@ def test_row_order_holds_within_a_stage() -> None:
 
 
 def test_a_retirement_by_deletion_deletes_the_node_last() -> None:
-    plan = Plan.of([Retire("t", delete_node=True), EmitEvent("Retired", "gone")])
+    plan = Plan.of([Retire("t", delete_node=True), DeleteNode(), EmitEvent("Retired", "gone")])
     assert plan.steps[-1] == DeleteNode() and plan.deletes_node
     row = TABLE[(NodeState.QUARANTINED, Event.REPLACE_DUE)]
-    replace = Plan.of([a for a in row.actions if type(a) not in BOOKKEEPING])
+    replace = Plan.of(a for a in row.actions if isinstance(a, (SetTicketPhase, DeleteNode)))
     assert replace.stage(Stage.NODE_DELETE) == (DeleteNode(),)
     assert replace.steps[-1] == DeleteNode()
+
+
+def test_a_plan_decides_nothing() -> None:
+    """A plan only orders: a ticket's Open status and the Node's deletion come from the
+    bound row (see test_bound_rows), never from the plan."""
+    plan = Plan.of([Retire("t", delete_node=True), CreateTicket("t", ("x",), "why")])
+    assert plan.steps == (Retire("t", delete_node=True), CreateTicket("t", ("x",), "why"))
 
 
 def test_an_unbound_bookkeeping_action_is_refused() -> None:

@@ -46,7 +46,7 @@ from sdcguard.api import (
 from sdcguard.builders.probe_job import job_name
 from sdcguard.domain import keys
 from sdcguard.domain.blast import owner_message
-from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closing, wait_reason
+from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closing
 from sdcguard.domain.devicetaints import rule_name, wanted_rules
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
@@ -72,6 +72,7 @@ from sdcguard.domain.testphase import (
     TestEvent,
     phase_transition,
 )
+from sdcguard.domain.waits import Wait
 
 log = structlog.get_logger("sdcguard.reconcile")
 
@@ -726,7 +727,7 @@ class Executor(TestRunner):
         self.writer.patch_custom_status("repairtickets", name, to_patch(new, *fields))
 
     def _ticket_waiting(
-        self, view: FleetView, node: str, name: str, waiting: str | None, now: dt.datetime
+        self, view: FleetView, node: str, name: str, wait: Wait | None, now: dt.datetime
     ) -> None:
         """The ticket's Waiting condition says why the node's next step waits (node not
         Ready, breaker, back-off); written only when it changes."""
@@ -735,15 +736,19 @@ class Executor(TestRunner):
             return
         conditions = ticket.status.conditions if ticket.status else []
         previous = find_condition(conditions, "Waiting")
-        if waiting is None:
+        if wait is None:
             if previous is None or previous.status == "False":
                 return
             updated = set_condition(conditions, "Waiting", "False", "NotWaiting", "", now)
         else:
-            if previous is not None and previous.status == "True" and previous.message == waiting:
+            if (
+                previous is not None
+                and previous.status == "True"
+                and previous.message == wait.message
+            ):
                 return
             updated = set_condition(
-                conditions, "Waiting", "True", wait_reason(waiting), waiting, now
+                conditions, "Waiting", "True", wait.reason.value, wait.message, now
             )
         new = (ticket.status or RepairTicketStatus()).model_copy(update={"conditions": updated})
         try:
@@ -757,15 +762,15 @@ class Executor(TestRunner):
         Written only when it changes."""
         status = test.status or SDCTestStatus()
         previous = find_condition(status.conditions, "Waiting")
-        waiting = decision.waiting if decision.waiting_test == test.metadata.name else None
-        if waiting is None:
+        wait = decision.wait if decision.waiting_test == test.metadata.name else None
+        if wait is None:
             if previous is None or previous.status == "False":
                 return
             conditions = set_condition(
                 status.conditions, "Waiting", "False", "NotWaiting", "nothing holds it back", now
             )
         else:
-            reason = wait_reason(waiting)
+            reason, waiting = wait.reason.value, wait.message
             if previous is not None and (previous.status, previous.reason, previous.message) == (
                 "True",
                 reason,

@@ -53,11 +53,12 @@ from sdcguard.api import (
     SDCTest,
     TicketPhase,
 )
-from sdcguard.domain.decide import Decision, iter_decisions, member_after, priority
+from sdcguard.domain.decide import Decision
 from sdcguard.domain.devicetaints import NodeDevices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
+from sdcguard.domain.scheduling import iter_decisions, member_after, priority
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 
 log = structlog.get_logger("sdcguard.reconcile")
@@ -600,7 +601,7 @@ class Reconciler(Executor, PolicyReporter):
             memory.states[node_name] = decision.state.value
             if observed.ticket is not None:
                 for name in _ticket_names(observed.ticket):
-                    self._ticket_waiting(view, node_name, name, decision.waiting, now)
+                    self._ticket_waiting(view, node_name, name, decision.wait, now)
             for known in tests_by_node.get(node_name, []):
                 if known.running is not None:
                     self._test_waiting(known.running, decision, now)

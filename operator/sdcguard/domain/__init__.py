@@ -4,10 +4,11 @@ Nothing here performs I/O or reads the clock: observations and ``now`` come in,
 decisions and actions go out, and the adapters apply them.
 """
 
-from sdcguard.domain.decide import Decision, decide, decide_all
+from sdcguard.domain.decide import Decision, decide
 from sdcguard.domain.lifecycle import Event, IllegalTransition, NodeState, transition
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts, Observed, Taint, TestFacts, TicketFacts
+from sdcguard.domain.scheduling import decide_all
 
 __all__ = [
     "Decision",

@@ -18,479 +18,143 @@
     any state ──OptedOut──▶ Excluded ──OptedIn──▶ Unqualified
     (most states) ──ManualQuarantine──▶ Quarantined, ──ManualRelease──▶ Qualified
 
-Rows name taints by role (gate, testing, quarantine) and tests and tickets without
-names; ``decide`` binds them to the policy's keys, the node, and the objects
-involved. A row also says what the node remembers afterwards (its bookkeeping:
-forget the test, keep or settle the suspicion, back off, hold a quarantine; see
-``BOOKKEEPING``), so one row tells all a (state, event) pair does. A (state, event)
-pair that is not a row raises :class:`IllegalTransition`.
+A row is the whole transition. It names taints by role (gate, testing, quarantine) and
+tests and tickets without names; the binder (``domain.binding``) fills in the policy's
+keys, the node, and the objects involved, and nothing is added or changed after it.
+What depends on the quarantine's scope or on a setting is data in the row: actions
+under a :class:`Guard` (``Only``) happen only where it holds (scope Node or Device,
+``cordon``, ``drain``, ``holdSuspects``, the repair strategy, the retire action). A
+row also says what the node remembers afterwards (its bookkeeping: forget the test,
+keep or settle the suspicion, back off, hold a quarantine; see ``BOOKKEEPING``), and
+every row ends with what every transition does (``EVERY_TRANSITION``). A (state,
+event) pair that is not a row raises :class:`IllegalTransition`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
-from sdcguard.api import FailureKind, QuarantineRecord, ScreeningReason, Suite, TicketPhase
-from sdcguard.domain import keys
-from sdcguard.domain.devicetaints import SliceDevice
-
-
-class NodeState(StrEnum):
-    """A node's place in the lifecycle; the value is the ``sdcguard.dev/state`` label."""
-
-    UNQUALIFIED = "Unqualified"
-    TESTING = "Testing"
-    QUALIFIED = "Qualified"
-    SUSPECT = "Suspect"
-    QUARANTINED = "Quarantined"
-    REPAIRING = "Repairing"
-    VERIFYING = "Verifying"
-    RETIRED = "Retired"
-    EXCLUDED = "Excluded"
-
-
-class Event(StrEnum):
-    """What happened to a node, as ``decide`` reads it from the observations."""
-
-    JOINED = "Joined"
-    """A gated node can take its acceptance test now."""
-    REJOINED = "Rejoined"
-    """A gated node whose hardware failed before (under this or another Node name) can
-    take its test: the repair-verification suite, not plain acceptance."""
-    HARDWARE_RETIRED = "HardwareRetired"
-    """A node joined with hardware that was retired before: retired at once."""
-    ADMITTED = "Admitted"
-    """A node is admitted without acceptance: triggers.onJoin is off, or it already ran
-    workloads when sdcguard first saw it. It is screened in its first idle window."""
-    TEST_STARTED = "TestStarted"
-    """Someone else started a test on the node (kubectl sdc test): adopt it."""
-    TEST_PASSED = "TestPassed"
-    TEST_FAILED = "TestFailed"
-    """A confirmed SDC verdict (or the first one, when no re-runs are configured)."""
-    TEST_FAILED_UNCONFIRMED = "TestFailedUnconfirmed"
-    """An SDC verdict that a re-run must confirm before quarantine."""
-    CONFIRMATION_PASSED = "ConfirmationPassed"
-    """A confirmation re-run passed and more re-runs are configured."""
-    FLAKY = "Flaky"
-    """Every confirmation re-run passed after an SDC verdict: still suspect."""
-    QUARANTINE_HELD = "QuarantineHeld"
-    """A confirmed failure while the circuit breaker is open."""
-    TEST_INCONCLUSIVE = "TestInconclusive"
-    ACCEPTANCE_INCONCLUSIVE = "AcceptanceInconclusive"
-    """A never-qualified node's test was inconclusive: back to the gate."""
-    IDLE_DUE = "IdleDue"
-    EXPIRY_DUE = "ExpiryDue"
-    SUSPECTED = "Suspected"
-    RETEST_DUE = "RetestDue"
-    REPAIR_STARTED = "RepairStarted"
-    REPLACE_DUE = "ReplaceDue"
-    TICKET_RESOLVED = "TicketResolved"
-    """The ticket's resolution is Repaired, Replaced or FalseAlarm."""
-    TICKET_RETIRE = "TicketRetire"
-    """The ticket's resolution is Retire."""
-    VERIFICATION_PASSED = "VerificationPassed"
-    VERIFICATION_FAILED = "VerificationFailed"
-    DEVICES_RETURNED = "DevicesReturned"
-    """Scope Device: the verification returned some of the node's quarantined devices
-    (their tickets close, their rules go); others stay out (not yet repaired, or failed
-    again: their tickets' cycle is raised)."""
-    REPAIR_CYCLES_EXCEEDED = "RepairCyclesExceeded"
-    """A confirmed failure (of a test or a repair's verification) found the hardware's
-    repair cycles within the policy's window used up."""
-    OPTED_OUT = "OptedOut"
-    OPTED_IN = "OptedIn"
-    MANUAL_QUARANTINE = "ManualQuarantine"
-    MANUAL_RELEASE = "ManualRelease"
-    DRAIN_DUE = "DrainDue"
-    """A quarantine drain left pods that a PodDisruptionBudget kept: evict them again."""
-    DRAIN_TIMED_OUT = "DrainTimedOut"
-    """The drain's time (spec.quarantine.drainTimeoutSeconds) ran out with pods left."""
-
-
-class TaintRole(StrEnum):
-    """Which of the policy's three taint keys an action means."""
-
-    GATE = "gate"
-    TESTING = "testing"
-    QUARANTINE = "quarantine"
-
-
-# Actions: what the adapters apply. Fields left empty in the table are bound by decide().
-
-
-@dataclass(frozen=True)
-class AddTaint:
-    """Add a taint and record it as ours (``sdcguard.dev/owned-taints``).
-
-    A gate taint already on the node (put there at registration) is adopted: it
-    exists for sdcguard to remove.
-    """
-
-    role: TaintRole
-    key: str = ""
-    effect: str = "NoSchedule"
-
-
-@dataclass(frozen=True)
-class RemoveTaint:
-    """Remove a taint, only if it is recorded as ours (or, with ``registered``, the gate
-    taint a node registered with: it exists only for sdcguard to remove)."""
-
-    role: TaintRole
-    key: str = ""
-    registered: bool = False
-
-
-@dataclass(frozen=True)
-class Cordon:
-    """Mark the node unschedulable and record that we did (``sdcguard.dev/cordoned-by-us``)."""
-
-
-@dataclass(frozen=True)
-class Uncordon:
-    """Mark the node schedulable again; only ever emitted when we cordoned it."""
-
-
-@dataclass(frozen=True)
-class Drain:
-    """Evict the node's pods (respecting PodDisruptionBudgets); only when the policy says so.
-
-    Applied after the node patch (the quarantine taint and cordon are on before any pod
-    is asked to leave, so evicted pods cannot land on the node again). Evictions that a
-    PodDisruptionBudget refuses are retried (``DrainDue``) until
-    ``sdcguard.dev/drain-until``."""
-
-
-@dataclass(frozen=True)
-class SetLabel:
-    """Set the ``sdcguard.dev/state`` label."""
-
-    state: NodeState
-
-
-@dataclass(frozen=True)
-class Annotate:
-    """Set (or, with None, remove) sdcguard's bookkeeping annotations on the node."""
-
-    changes: tuple[tuple[str, str | None], ...]
-
-
-@dataclass(frozen=True)
-class MarkQualified:
-    """Record the qualification time and the fingerprint it was earned under."""
-
-    at: dt.datetime | None = None
-    fingerprint: str = ""
-
-
-@dataclass(frozen=True)
-class RevokeQualification:
-    """Forget the qualification: a released node is screened again in its next idle window."""
-
-
-@dataclass(frozen=True)
-class SetAutoscalerAnnotations:
-    """Ask Cluster Autoscaler and Karpenter to keep (on) or stop keeping (off) the node.
-
-    Off removes only the annotations sdcguard set.
-    """
-
-    on: bool
-
-
-@dataclass(frozen=True)
-class TaintDevices:
-    """Quarantine scope Device: write one DeviceTaintRule per failed device (instead of
-    the quarantine taint and cordon), marked as sdcguard's and naming the ticket."""
-
-    ticket: str = ""
-    devices: tuple[SliceDevice, ...] = ()
-    reason: str = ""
-    effect: str = "NoSchedule"
-    tickets: tuple[str, ...] = ()
-    """Each device's own ticket, in ``devices``' order (empty: all are ``ticket``'s)."""
-
-    def ticket_of(self, index: int) -> str:
-        """The ticket the rule of ``devices[index]`` names."""
-        return self.tickets[index] if index < len(self.tickets) else self.ticket
-
-
-@dataclass(frozen=True)
-class UntaintDevices:
-    """Delete DeviceTaintRules sdcguard wrote for the node (only those): the rules of
-    ``devices``, or with none named every rule of ours on the node."""
-
-    ticket: str = ""
-    devices: tuple[SliceDevice, ...] = ()
-
-
-@dataclass(frozen=True)
-class DeleteNode:
-    """Delete the Node (replace strategy, or retirement by deletion)."""
-
-
-@dataclass(frozen=True)
-class CreateTest:
-    """Create an SDCTest. ``suite`` None: the suite of the test whose outcome led here."""
-
-    suite: Suite | None
-    reason: ScreeningReason
-    name: str = ""
-    attempt: int = 1
-    ticket: str | None = None
-
-
-@dataclass(frozen=True)
-class CancelTest:
-    """End the node's running SDCTest as Cancelled and delete its probe Job: a person
-    decided the node's fate, so the test's outcome no longer counts (and a test left
-    running would be adopted again, undoing the decision)."""
-
-    name: str = ""
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class CreateTicket:
-    """Open a RepairTicket (its sinks are notified by the ticket adapter). ``before``: the
-    repair cycles its hardware used within the window; ``cycle``: the ticket's first
-    cycle (``before`` + 1 for a confirmed failure, which begins a cycle; a person's
-    quarantine begins none); ``retired``: it is born Retired (no cycle left)."""
-
-    name: str = ""
-    evidence: tuple[str, ...] = ()
-    message: str = ""
-    cycle: int = 1
-    retired: bool = False
-    before: int = 0
-    quarantine: QuarantineRecord | None = None
-    """What the quarantine takes out of service (the node, or devices) and why."""
-
-
-@dataclass(frozen=True)
-class SetTicketPhase:
-    """Move the ticket to ``phase`` and add a history entry."""
-
-    phase: TicketPhase
-    name: str = ""
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class CloseTicket:
-    """Close the ticket: the node passed verification or was released."""
-
-    name: str = ""
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class RaiseCycle:
-    """A repair failed verification: add ``test`` to the evidence, raise the cycle, clear the
-    resolution, reopen. Idempotent: a test already in the evidence raises nothing."""
-
-    name: str = ""
-    test: str = ""
-
-
-@dataclass(frozen=True)
-class RecordHardware:
-    """Write the hardware's history (one SDCHardware per trusted identifier): the Node it
-    is under now, the failure if ``failure`` names one, its retirement if ``retire``.
-    Idempotent: a failure already recorded for the same ticket and test adds nothing."""
-
-    failure: FailureKind | None = None
-    retire: bool = False
-    test: str = ""
-    ticket: str = ""
-    message: str = ""
-    devices: tuple[tuple[str, str], ...] = ()
-    """Scope Device: (GPU UUID, its own ticket) of each device the failure (or the
-    retirement) is about; each GPU's record names its own ticket, so it counts its own
-    repair cycles."""
-
-
-HISTORY_MESSAGE_CHARS = 256
-"""How much of a history's message the node's annotation keeps."""
-
-
-def history_note(records: tuple[RecordHardware, ...], at: dt.datetime) -> str:
-    """The ``sdcguard.dev/history`` annotation of a decision that writes ``records`` after
-    its node patch: when (the state-since of the state it enters) and what, so a pass
-    after an interruption between the patch and the history can write it again."""
-    body = {
-        "at": keys.format_time(at),  # as state-since is written: restore compares them
-        "records": [
-            {
-                "failure": r.failure.value if r.failure is not None else None,
-                "retire": r.retire,
-                "test": r.test,
-                "ticket": r.ticket,
-                "message": r.message[:HISTORY_MESSAGE_CHARS],
-                "devices": [list(d) for d in r.devices],
-            }
-            for r in records
-        ],
-    }
-    return json.dumps(body, separators=(",", ":"), sort_keys=True)
-
-
-def parse_history_note(text: str | None) -> tuple[str, tuple[RecordHardware, ...]] | None:
-    """The time (as written) and the records of a ``history_note``; None for a missing or
-    unreadable one (never raises: the annotation is on a Node anyone may edit)."""
-    if not text:
-        return None
-    try:
-        body = json.loads(text)
-        at = body["at"]
-        records = tuple(
-            RecordHardware(
-                failure=FailureKind(r["failure"]) if r.get("failure") else None,
-                retire=bool(r.get("retire", False)),
-                test=str(r.get("test", "")),
-                ticket=str(r.get("ticket", "")),
-                message=str(r.get("message", "")),
-                devices=tuple((str(u), str(t)) for u, t in r.get("devices", [])),
-            )
-            for r in body["records"]
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return (at, records) if isinstance(at, str) and records else None
-
-
-@dataclass(frozen=True)
-class Retire:
-    """Mark the ticket Retired; delete the Node when the policy's retireAction is Delete."""
-
-    name: str = ""
-    delete_node: bool = False
-
-
-# Bookkeeping: what the node's sdcguard.dev/ annotations remember across passes. Each
-# is bound to annotation changes, written with the node patch (one Annotate action).
-
-
-@dataclass(frozen=True)
-class ForgetTest:
-    """The node's current test is done with: forget its name, the count of inconclusive
-    results and the back-off (``current-test``, ``inconclusive``, ``retry-after``)."""
-
-
-@dataclass(frozen=True)
-class ForgetSuspicion:
-    """The suspicion is settled: forget the suspect checks, the evidence and a held
-    quarantine (``suspect-checks``, ``evidence``, ``held``)."""
-
-
-@dataclass(frozen=True)
-class KeepSuspicion:
-    """The node stays under suspicion: record the checks still suspect and the evidence
-    (the failed tests) as the outcome judged them (``suspect-checks``, ``evidence``)."""
-
-
-@dataclass(frozen=True)
-class HoldQuarantine:
-    """The open circuit breaker holds this confirmed failure (``held``, naming the test):
-    the node is re-tested when the breaker closes or a person asks, not in a loop."""
-
-
-@dataclass(frozen=True)
-class BackOff:
-    """Screen again only after ``triggers.inconclusiveBackoff``, growing with the count
-    of inconclusive results (``retry-after``). ``count``: this outcome was inconclusive
-    and is counted (``inconclusive`` + 1); else the count stays."""
-
-    count: bool = True
-
-
-@dataclass(frozen=True)
-class AdoptTest:
-    """Take the test someone else started on the node as its current test."""
-
-
-@dataclass(frozen=True)
-class EndDrain:
-    """The drain is over: forget its deadline (``drain-until``)."""
-
-
-BOOKKEEPING: tuple[type, ...] = (
-    ForgetTest,
-    ForgetSuspicion,
-    KeepSuspicion,
-    HoldQuarantine,
-    BackOff,
-    AdoptTest,
-    EndDrain,
-)
-"""Row actions that only change what the node's annotations remember."""
-
-
-@dataclass(frozen=True)
-class EmitEvent:
-    """A Kubernetes Event on the Node. ``message`` may use {node} and {detail}."""
-
-    reason: str
-    message: str
-    warning: bool = False
-    routine: bool = False
-    """Part of a clean screening (started, passed): posted only when the operator's
-    ``routineEvents`` setting is on, since the SDCTest already records it."""
-
-
-Action = (
-    AddTaint
-    | RemoveTaint
-    | Cordon
-    | Uncordon
-    | Drain
-    | SetLabel
-    | Annotate
-    | MarkQualified
-    | RevokeQualification
-    | SetAutoscalerAnnotations
-    | DeleteNode
-    | TaintDevices
-    | UntaintDevices
-    | CreateTest
-    | CancelTest
-    | CreateTicket
-    | SetTicketPhase
-    | CloseTicket
-    | RaiseCycle
-    | RecordHardware
-    | Retire
-    | ForgetTest
-    | ForgetSuspicion
-    | KeepSuspicion
-    | HoldQuarantine
-    | BackOff
-    | AdoptTest
-    | EndDrain
-    | EmitEvent
-)
-
-NODE_MUTATIONS: tuple[type, ...] = (
+from sdcguard.api import FailureKind, ScreeningReason, Suite, TicketPhase
+from sdcguard.domain.actions import (
+    BOOKKEEPING,
+    HISTORY_MESSAGE_CHARS,
+    NODE_MUTATIONS,
+    OBSERVE_SUPPRESSED,
+    TICKET_ACTIONS,
+    AcknowledgedIntoRepair,
+    Action,
     AddTaint,
-    RemoveTaint,
+    AdoptTest,
+    Annotate,
+    BackOff,
+    CancelTest,
+    CloseTicket,
     Cordon,
-    Uncordon,
-    Drain,
-    SetAutoscalerAnnotations,
+    CorrectLabel,
+    CreateTest,
+    CreateTicket,
     DeleteNode,
+    Drain,
+    DrainDeadline,
+    EmitEvent,
+    EndDrain,
+    EnterState,
+    ForgetSuspicion,
+    ForgetTest,
+    Guard,
+    HoldQuarantine,
+    KeepDeviceRules,
+    KeepSuspicion,
+    LeaveTest,
+    MarkQualified,
+    NoteHistory,
+    Only,
+    OpenTicketStatus,
+    RaiseCycle,
+    RecordHardware,
+    RecordWait,
+    RemoveTaint,
+    Retire,
+    RevokeQualification,
+    RowAction,
+    SetAutoscalerAnnotations,
+    SetLabel,
+    SetTicketPhase,
     TaintDevices,
+    TaintRole,
+    Template,
+    Uncordon,
     UntaintDevices,
+    UntaintReturnedDevices,
+    history_note,
+    parse_history_note,
 )
-"""Actions that change how the node is scheduled, or whether it exists."""
-TICKET_ACTIONS: tuple[type, ...] = (CreateTicket, SetTicketPhase, CloseTicket, RaiseCycle, Retire)
-"""Actions that open, move or close repair tickets (and so reach repair systems)."""
-OBSERVE_SUPPRESSED: tuple[type, ...] = NODE_MUTATIONS + TICKET_ACTIONS + (RecordHardware,)
-"""What Observe mode does not do. It still labels, annotates, tests and emits Events (it
-starts no repair cycle, so it writes no hardware history either)."""
+from sdcguard.domain.states import Event, NodeState
+
+__all__ = [
+    "BOOKKEEPING",
+    "DRAINED_STATES",
+    "EVERY_TRANSITION",
+    "HISTORY_MESSAGE_CHARS",
+    "NODE_MUTATIONS",
+    "OBSERVE_SUPPRESSED",
+    "TABLE",
+    "TICKET_ACTIONS",
+    "TRANSITIONS",
+    "AcknowledgedIntoRepair",
+    "Action",
+    "AddTaint",
+    "AdoptTest",
+    "Annotate",
+    "BackOff",
+    "CancelTest",
+    "CloseTicket",
+    "Cordon",
+    "CorrectLabel",
+    "CreateTest",
+    "CreateTicket",
+    "DeleteNode",
+    "Drain",
+    "DrainDeadline",
+    "EmitEvent",
+    "EndDrain",
+    "EnterState",
+    "Event",
+    "ForgetSuspicion",
+    "ForgetTest",
+    "Guard",
+    "HoldQuarantine",
+    "IllegalTransition",
+    "KeepDeviceRules",
+    "KeepSuspicion",
+    "LeaveTest",
+    "MarkQualified",
+    "NodeState",
+    "NoteHistory",
+    "Only",
+    "OpenTicketStatus",
+    "RaiseCycle",
+    "RecordHardware",
+    "RecordWait",
+    "RemoveTaint",
+    "Retire",
+    "RevokeQualification",
+    "RowAction",
+    "SetAutoscalerAnnotations",
+    "SetLabel",
+    "SetTicketPhase",
+    "TaintDevices",
+    "TaintRole",
+    "Template",
+    "Transition",
+    "Uncordon",
+    "UntaintDevices",
+    "UntaintReturnedDevices",
+    "history_note",
+    "parse_history_note",
+    "transition",
+]
 
 
 @dataclass(frozen=True)
@@ -500,7 +164,7 @@ class Transition:
     source: NodeState
     event: Event
     target: NodeState
-    actions: tuple[Action, ...]
+    actions: tuple[RowAction, ...]
 
 
 class IllegalTransition(Exception):
@@ -512,74 +176,123 @@ class IllegalTransition(Exception):
         self.event = event
 
 
-def _row(source: NodeState, event: Event, target: NodeState, *actions: Action) -> Transition:
-    label = (SetLabel(target),) if target != source else ()
-    return Transition(source, event, target, (*label, *actions))
-
-
 S = NodeState
 E = Event
+G = Guard
 GATE, TESTING, QUARANTINE = TaintRole.GATE, TaintRole.TESTING, TaintRole.QUARANTINE
 
-SETTLED: tuple[Action, ...] = (ForgetTest(), ForgetSuspicion())
+DRAINED_STATES = frozenset({S.QUARANTINED, S.REPAIRING})
+"""The states a quarantine drain may go on in; every other state ends it."""
+EVERY_TRANSITION: tuple[RowAction, ...] = (
+    RecordWait(),
+    CorrectLabel(),
+    EnterState(),
+    LeaveTest(),
+    NoteHistory(),
+)
+"""What every row does last: it ends a wait, corrects a hand-written label, remembers
+since when the node is in its state, leaves an unanswered test behind, and notes the
+hardware history it writes after its node patch."""
+
+
+def _row(source: NodeState, event: Event, target: NodeState, *actions: RowAction) -> Transition:
+    """A row: the state label first (written when it changes, or is wrong), then the
+    row's own actions, then what every transition does (``EVERY_TRANSITION``; a drain
+    ends outside the quarantine states)."""
+    ends_drain = (EndDrain(),) if target not in DRAINED_STATES else ()
+    tail = (*EVERY_TRANSITION[:3], *ends_drain, *EVERY_TRANSITION[3:])
+    return Transition(source, event, target, (SetLabel(target), *actions, *tail))
+
+
+def _if(*when: Guard) -> _Guarded:
+    return _Guarded(when)
+
+
+@dataclass(frozen=True)
+class _Guarded:
+    when: tuple[Guard, ...]
+
+    def __call__(self, *actions: RowAction) -> Only:
+        return Only(self.when, actions)
+
+
+QUARANTINE_TAINT: tuple[RowAction, ...] = (
+    _if(G.NODE_SCOPE)(AddTaint(QUARANTINE)),
+    _if(G.DEVICE_SCOPE)(TaintDevices()),
+)
+"""The quarantine: the node's taint, or with scope Device the failed devices' rules."""
+QUARANTINE_UNTAINT: tuple[RowAction, ...] = (
+    _if(G.NODE_SCOPE)(RemoveTaint(QUARANTINE)),
+    _if(G.DEVICE_SCOPE)(UntaintDevices()),
+)
+RETIRE_CORDON = _if(G.RETIRE_BY_CORDON)(Cordon())
+RETIRE: tuple[RowAction, ...] = (Retire(), _if(G.RETIRE_BY_DELETE)(DeleteNode()))
+"""Retire the ticket, and with retireAction Delete the Node (deleted last, see plan)."""
+OPEN_TICKET = (CreateTicket(), OpenTicketStatus())
+
+SETTLED: tuple[RowAction, ...] = (ForgetTest(), ForgetSuspicion())
 """The node's fate is decided: its test and its suspicion are done with."""
-KEEP_SUSPECT: tuple[Action, ...] = (ForgetTest(), KeepSuspicion())
+KEEP_SUSPECT: tuple[RowAction, ...] = (ForgetTest(), KeepSuspicion())
 """The test is done with, the suspicion is not."""
 
-QUARANTINE_ACTIONS: tuple[Action, ...] = (
+QUARANTINE_ACTIONS: tuple[RowAction, ...] = (
     *SETTLED,
     RemoveTaint(TESTING),
-    AddTaint(QUARANTINE),
-    Cordon(),
-    Drain(),
+    *QUARANTINE_TAINT,
+    _if(G.NODE_SCOPE, G.CORDON)(Cordon()),
+    _if(G.NODE_SCOPE, G.DRAIN)(Drain(), DrainDeadline()),
     RevokeQualification(),
-    CreateTicket(),
-    SetAutoscalerAnnotations(on=True),
+    *OPEN_TICKET,
+    _if(G.IN_PLACE)(SetAutoscalerAnnotations(on=True)),
 )
-RELEASE_ACTIONS: tuple[Action, ...] = (
+RELEASE_ACTIONS: tuple[RowAction, ...] = (
     *SETTLED,
     RemoveTaint(GATE),
     RemoveTaint(TESTING),
-    RemoveTaint(QUARANTINE),
+    *QUARANTINE_UNTAINT,
     Uncordon(),
     SetAutoscalerAnnotations(on=False),
 )
-QUALIFY_ACTIONS: tuple[Action, ...] = (
+QUALIFY_ACTIONS: tuple[RowAction, ...] = (
     *SETTLED,
     RemoveTaint(GATE),
     RemoveTaint(TESTING),
     MarkQualified(),
     EmitEvent("Qualified", "{node} passed its screening: {detail}", routine=True),
 )
-RETIRE_ACTIONS: tuple[Action, ...] = (
+RETIRE_ACTIONS: tuple[RowAction, ...] = (
     *SETTLED,
-    Cordon(),
-    Retire(),
+    RETIRE_CORDON,
+    *RETIRE,
     EmitEvent("Retired", "{node} is retired: {detail}", warning=True),
 )
 CONFIRM = CreateTest(None, ScreeningReason.CONFIRMATION)
 VERIFY = CreateTest(Suite.REPAIR_VERIFICATION, ScreeningReason.REPAIR_VERIFICATION)
+VERIFY_IN_PLACE: tuple[RowAction, ...] = (VERIFY, _if(G.DEVICE_SCOPE)(AddTaint(TESTING)))
+"""Verify a repair. Scope Device left the node serving: reserve it, so the probe gets
+every device (the failed ones included) once the workloads on the others end."""
 
 
-CONFIRMED_FAILURE: tuple[Action, ...] = (
+CONFIRMED_FAILURE: tuple[RowAction, ...] = (
     *QUARANTINE_ACTIONS,
     RecordHardware(FailureKind.QUARANTINED),
     EmitEvent("Quarantined", "{node} quarantined: {detail}", warning=True),
 )
-OUT_OF_CYCLES: tuple[Action, ...] = (
+OUT_OF_CYCLES: tuple[RowAction, ...] = (
     *SETTLED,
     RemoveTaint(TESTING),
-    AddTaint(QUARANTINE),
-    Cordon(),
+    *QUARANTINE_TAINT,
+    RETIRE_CORDON,
     RevokeQualification(),
     CreateTicket(retired=True),
+    OpenTicketStatus(),
     RecordHardware(FailureKind.RETIRED, retire=True),
-    Retire(),
+    *RETIRE,
     EmitEvent("Retired", "{node} is retired: {detail}", warning=True),
 )
 """A confirmed failure of hardware with no repair cycle left: the ticket that records it
 is born Retired, and the node never serves again."""
-RERUN: tuple[Action, ...] = (
+RERUN: tuple[RowAction, ...] = (
     *KEEP_SUSPECT,
     CONFIRM,
     EmitEvent("SDCSuspected", "{node}: {detail}; re-running to confirm", warning=True),
@@ -595,7 +308,7 @@ def _resolution(source: NodeState) -> list[Transition]:
             S.VERIFYING,
             SetTicketPhase(TicketPhase.VERIFYING),
             ForgetTest(),
-            VERIFY,
+            *VERIFY_IN_PLACE,
             EmitEvent("Verifying", "{node}: {detail}"),
         ),
         _row(
@@ -610,14 +323,18 @@ def _resolution(source: NodeState) -> list[Transition]:
 
 
 def _draining(source: NodeState) -> list[Transition]:
-    """Evictions a PodDisruptionBudget refused: again, until the drain's time runs out."""
+    """Evictions a PodDisruptionBudget refused: again, until the drain's time runs out.
+    Scope Device: a quarantined node serves with its other devices, so a reservation of
+    ours goes (it is reserved only to verify)."""
+    serving = (_if(G.DEVICE_SCOPE)(RemoveTaint(TESTING)),) if source == S.QUARANTINED else ()
     return [
-        _row(source, E.DRAIN_DUE, source, Drain()),
+        _row(source, E.DRAIN_DUE, source, _if(G.NODE_SCOPE, G.DRAIN)(Drain()), *serving),
         _row(
             source,
             E.DRAIN_TIMED_OUT,
             source,
             EndDrain(),
+            *serving,
             EmitEvent("DrainIncomplete", "{node}: {detail}", warning=True),
         ),
     ]
@@ -692,10 +409,10 @@ TRANSITIONS: tuple[Transition, ...] = (
         E.HARDWARE_RETIRED,
         S.RETIRED,
         *SETTLED,
-        AddTaint(QUARANTINE),
-        Cordon(),
+        *QUARANTINE_TAINT,
+        RETIRE_CORDON,
         RecordHardware(),
-        Retire(),
+        *RETIRE,
         EmitEvent("Retired", "{node} is retired: {detail}", warning=True),
     ),
     _row(
@@ -764,7 +481,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         E.SUSPECTED,
         S.SUSPECT,
         # Held (triggers.holdSuspects): no new work until the re-test clears it.
-        AddTaint(TESTING),
+        _if(G.HOLD_SUSPECTS)(AddTaint(TESTING)),
         EmitEvent("Suspected", "{node} reported suspect: {detail}", warning=True),
     ),
     *_manual(S.QUALIFIED, release=False),
@@ -851,6 +568,8 @@ TRANSITIONS: tuple[Transition, ...] = (
         E.VERIFICATION_FAILED,
         S.QUARANTINED,
         *SETTLED,
+        # Scope Device: the devices stay tainted, the node serves again.
+        _if(G.DEVICE_SCOPE)(RemoveTaint(TESTING)),
         RaiseCycle(),
         RecordHardware(FailureKind.VERIFICATION_FAILED),
         EmitEvent("RepairFailed", "{node} failed repair verification: {detail}", warning=True),
@@ -860,10 +579,11 @@ TRANSITIONS: tuple[Transition, ...] = (
         E.DEVICES_RETURNED,
         S.QUARANTINED,
         *SETTLED,
+        _if(G.DEVICE_SCOPE)(RemoveTaint(TESTING)),
         CloseTicket(),
-        UntaintDevices(),
+        _if(G.DEVICE_SCOPE)(UntaintReturnedDevices()),
         RaiseCycle(),
-        RecordHardware(FailureKind.VERIFICATION_FAILED),
+        _if(G.DEVICES_REFAILED)(RecordHardware(FailureKind.VERIFICATION_FAILED)),
         EmitEvent("DevicesReturned", "{node}: {detail}"),
     ),
     _row(
@@ -882,7 +602,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         BackOff(),
         EmitEvent("Inconclusive", "{node}: {detail}; verification runs again later"),
     ),
-    _row(S.VERIFYING, E.RETEST_DUE, S.VERIFYING, VERIFY),
+    _row(S.VERIFYING, E.RETEST_DUE, S.VERIFYING, *VERIFY_IN_PLACE),
     *_manual(S.VERIFYING, quarantine=False),
     # Retired and excluded: only a person brings them back.
     *_manual(S.RETIRED, quarantine=False),

@@ -41,6 +41,7 @@ from sdcguard.domain.lifecycle import (
     Drain,
     EmitEvent,
     MarkQualified,
+    OpenTicketStatus,
     RaiseCycle,
     RecordHardware,
     RemoveTaint,
@@ -61,6 +62,8 @@ from sdcguard.domain.testphase import (
     WriteStatus,
 )
 
+__all__ = ["STAGE_OF", "OpenTicketStatus", "Plan", "Stage", "Step"]
+
 
 class Stage(IntEnum):
     """Where in a plan an action is applied (lower first)."""
@@ -74,19 +77,7 @@ class Stage(IntEnum):
     NODE_DELETE = 7
 
 
-@dataclass(frozen=True)
-class OpenTicketStatus:
-    """Write a ticket's first status (Open, the cycle it begins, its history; Retired
-    when it is born so): planned for every CreateTicket, and written only when this
-    decision created the ticket."""
-
-    name: str
-    message: str = ""
-    cycle: int = 1
-    retired: bool = False
-
-
-Step = Action | TestAction | OpenTicketStatus
+Step = Action | TestAction
 
 STAGE_OF: Mapping[type, Stage] = {
     CreateTest: Stage.OBJECTS,
@@ -117,8 +108,9 @@ STAGE_OF: Mapping[type, Stage] = {
     EmitEvent: Stage.EVENTS,
     DeleteNode: Stage.NODE_DELETE,
 }
-"""Every action a plan may hold, by stage. Bookkeeping actions are not here: the binder
-turns them into the Annotate action before a plan is made."""
+"""Every action a plan may hold, by stage. Bookkeeping actions and row templates are not
+here: the binder turns them into actions (the Annotate action, Events, guarded actions)
+before a plan is made."""
 
 
 @dataclass(frozen=True)
@@ -130,19 +122,13 @@ class Plan:
     @classmethod
     def of(cls, actions: Iterable[Step]) -> Plan:
         """The plan that applies ``actions``: stage by stage, in their order within a
-        stage. A ticket created gets its Open status; a Retire that deletes the Node
-        gets the Node's deletion last. Raises ValueError for an action with no stage."""
-        steps: list[Step] = []
-        for action in actions:
-            if type(action) not in STAGE_OF:
-                raise ValueError(f"{type(action).__name__} has no stage in a plan")
-            steps.append(action)
-            if isinstance(action, CreateTicket):
-                steps.append(
-                    OpenTicketStatus(action.name, action.message, action.cycle, action.retired)
-                )
-            if isinstance(action, Retire) and action.delete_node:
-                steps.append(DeleteNode())
+        stage. It decides nothing: a bound row holds every step (a ticket's Open status,
+        the Node's deletion). Raises ValueError for an action with no stage (a row's
+        bookkeeping or template left unbound)."""
+        steps = list(actions)
+        for step in steps:
+            if type(step) not in STAGE_OF:
+                raise ValueError(f"{type(step).__name__} has no stage in a plan")
         steps.sort(key=lambda s: STAGE_OF[type(s)])  # stable: row order within a stage
         return cls(tuple(steps))
 
