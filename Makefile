@@ -69,7 +69,7 @@ lint: venv
 	$(PY) -m ruff format --check operator jobs tests bench
 
 typecheck: venv
-	$(PY) -m mypy operator/sdcguard jobs/sdcprobe jobs/sdctrain bench/training
+	$(PY) -m mypy operator/sdcguard operator/sdcdev jobs/sdcprobe jobs/sdctrain bench/training
 
 unit: venv checkov
 	$(PY) -m pytest -q -m "not cluster and not e2e" tests
@@ -85,13 +85,13 @@ test: lint typecheck binaries karpenter checkov
 	PY=$(PY) bash tests/run-suites.sh
 
 demo: venv binaries
-	$(PY) -m sdcguard.sim.demo $(DEMO_ARGS)
+	$(PY) -m sdcdev.sim.demo $(DEMO_ARGS)
 
 cluster-up: venv binaries images
-	$(PY) tests/cluster/localcluster.py up --real-node
+	$(PY) -m sdcdev.cluster.localcluster up --real-node
 
 cluster-down: venv
-	$(PY) tests/cluster/localcluster.py down
+	$(PY) -m sdcdev.cluster.localcluster down
 
 bench-detection: venv
 	$(PY) -m bench.detection.run --mode $(or $(MODE),quick)

@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from sdcdev.cluster.localcluster import LocalCluster, free_port, kubeconfig_text
 from tests.chart.helm import CHART, ROOT, run_helm
-from tests.cluster.localcluster import LocalCluster, free_port, kubeconfig_text
 from tests.e2e.helpers import refusals
 
 pytestmark = pytest.mark.cluster

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.cluster.localcluster import ClusterError, LocalCluster, check_port_free
+from sdcdev.cluster.localcluster import ClusterError, LocalCluster, check_port_free
 from tests.conftest import _running_pids
 
 HERE = Path(__file__).resolve().parent

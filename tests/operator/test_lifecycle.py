@@ -11,8 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.chart.alerts import alert_expr, scrape_url
-from tests.operator.harness import (
+from sdcdev.harness import (
     GATE,
     GROUP,
     NS,
@@ -32,6 +31,7 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from tests.chart.alerts import alert_expr, scrape_url
 from tests.promql import firing
 
 

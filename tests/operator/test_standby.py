@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.cluster.localcluster import LocalCluster, kubeconfig_text
-from tests.operator.harness import (
+from sdcdev.cluster.localcluster import LocalCluster, kubeconfig_text
+from sdcdev.harness import (
     NS,
     OperatorProcess,
     ProbeKubelet,

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.localcluster import LocalCluster
-from tests.cluster.operator_pod import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.cluster.operator_pod import (
     OperatorPod,
     install_operator,
     scrape_metrics,

@@ -22,11 +22,11 @@ from typing import Any
 
 import structlog
 
-from sdcguard.sim.catalogue import INSTANCE_TYPE_LABEL, InstanceType
-from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION, Fleet, WorkloadSettings
-from sdcguard.sim.kube import Kube
+from sdcdev.sim.catalogue import INSTANCE_TYPE_LABEL, InstanceType
+from sdcdev.sim.fleet import RUN_SECONDS_ANNOTATION, Fleet, WorkloadSettings
+from sdcdev.sim.kube import Kube
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 WORKLOAD_LABEL = "sim.sdcguard.dev/workload"
 

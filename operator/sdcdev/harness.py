@@ -1,4 +1,4 @@
-"""Helpers for operator tests against the real local control plane.
+"""Helpers that run the operator against the real local control plane (tests, benchmarks).
 
 - :class:`OperatorProcess` runs ``python -m sdcguard`` as a real process (so a
   test can SIGKILL it) with the test cluster's kubeconfig.
@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import signal
@@ -22,20 +23,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcdev import REPO
+from sdcdev.sim.fleet import Fleet, NodeConfig, load_fleet
+from sdcdev.sim.kube import Kube
+from sdcdev.sim.nodes import Heartbeats
+from sdcdev.sim.ports import free_port
 from sdcguard.api import baseline_name
-from sdcguard.sim.fleet import Fleet, NodeConfig, load_fleet
-from sdcguard.sim.kube import Kube
-from sdcguard.sim.nodes import Heartbeats
-from sdcguard.sim.ports import free_port
 from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, encode_for_termination
 
-REPO = Path(__file__).resolve().parents[2]
 NS = "sdcguard-system"
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 
@@ -63,6 +64,7 @@ def create_or_replace_crds(api: client.ApiClient, crd_dir: Path) -> None:
             if exc.status != 409:
                 raise
             current = ext.read_custom_resource_definition(body["metadata"]["name"])
+            assert current.metadata is not None
             body["metadata"]["resourceVersion"] = current.metadata.resource_version
             ext.replace_custom_resource_definition(body["metadata"]["name"], body)
 
@@ -71,7 +73,7 @@ def apply_crds(api: client.ApiClient) -> None:
     create_or_replace_crds(api, REPO / "crds")
     custom = client.CustomObjectsApi(api)
     for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines", "sdchardwares"):
-        wait_for(lambda p=plural: _served(custom, p), 30, f"CRD {plural} to be served")
+        wait_for(functools.partial(_served, custom, plural), 30, f"CRD {plural} to be served")
 
 
 def _served(custom: client.CustomObjectsApi, plural: str) -> bool:
@@ -154,7 +156,7 @@ def result_message(
             )
             continue
         results[check] = CheckResult(verdict="pass", digest=digest)
-    verdict = "fail" if outcome == "sdc" else "pass"
+    verdict: Literal["fail", "pass"] = "fail" if outcome == "sdc" else "pass"
     result = ProbeResult(
         verdict=verdict,
         fingerprint=FINGERPRINT,
@@ -228,10 +230,10 @@ class ProbeKubelet:
                 time.sleep(0.5)
                 continue
             for pod in pods:
-                node = pod.spec.node_name
+                node = pod.spec.node_name if pod.spec else None
                 if not node or node not in self.outcomes:
                     continue
-                if pod.status.phase in ("Succeeded", "Failed"):
+                if pod.status and pod.status.phase in ("Succeeded", "Failed"):
                     continue
                 outcome = self.outcomes[node]
                 if outcome == "never":
@@ -240,12 +242,15 @@ class ProbeKubelet:
             time.sleep(0.2)
 
     def _complete(self, pod: client.V1Pod, outcome: str) -> None:
+        assert pod.spec is not None and pod.spec.node_name is not None
+        assert pod.metadata is not None and pod.metadata.name is not None
+        node, name = pod.spec.node_name, pod.metadata.name
         args = list(pod.spec.containers[0].args or [])
         checks = tuple(args[args.index("--checks") + 1].split(",")) if "--checks" in args else ()
         code, message = result_message(
             outcome,
             checks or ("compute", "collective", "golden"),
-            self.devices.get(pod.spec.node_name, ()),
+            self.devices.get(node, ()),
         )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {
@@ -256,10 +261,8 @@ class ProbeKubelet:
             ],
         }
         try:
-            self.core.patch_namespaced_pod_status(
-                pod.metadata.name, self.namespace, {"status": status}
-            )
-            self.completed.append((pod.spec.node_name, pod.metadata.name, outcome))
+            self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+            self.completed.append((node, name, outcome))
         except ApiException:
             pass
 
@@ -422,7 +425,7 @@ def policy_body(name: str, **spec: Any) -> dict[str, Any]:
 
 def trusted_baseline(api: client.ApiClient) -> None:
     """An approved baseline for the test fingerprint (skips consensus where a test wants)."""
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SDCBaseline",
         "metadata": {"name": baseline_name(FINGERPRINT.hash)},
@@ -451,13 +454,15 @@ def trusted_baseline(api: client.ApiClient) -> None:
 
 def node_state(api: client.ApiClient, name: str) -> str | None:
     node = client.CoreV1Api(api).read_node(name)
-    return (node.metadata.labels or {}).get("sdcguard.dev/state")
+    labels = node.metadata.labels if node.metadata else None
+    return (labels or {}).get("sdcguard.dev/state")
 
 
 def list_custom(
     api: client.ApiClient, plural: str, node: str | None = None
 ) -> list[dict[str, Any]]:
-    items = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+    listed = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural)
+    items: list[dict[str, Any]] = cast(dict[str, Any], listed)["items"]
     return [i for i in items if node is None or i["spec"].get("nodeName") == node]
 
 
@@ -483,6 +488,8 @@ def gpu_pod(
     catch-all toleration some DaemonSets carry, so it lands on a held node too."""
     refs = None
     if owner is not None:
+        assert owner.metadata is not None
+        assert owner.metadata.name is not None and owner.metadata.uid is not None
         refs = [
             client.V1OwnerReference(
                 api_version="batch/v1", kind="Job", name=owner.metadata.name, uid=owner.metadata.uid
@@ -534,7 +541,10 @@ def workload_record(
         custom.patch_cluster_custom_object_status(
             GROUP, VERSION, "workloadrecords", node, {"status": dict(status)}
         )
-        yield custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
+        yield cast(
+            dict[str, Any],
+            custom.get_cluster_custom_object(GROUP, VERSION, "workloadrecords", node),
+        )
     finally:
         custom.delete_cluster_custom_object(GROUP, VERSION, "workloadrecords", node)
 
@@ -542,7 +552,8 @@ def workload_record(
 def delete_all(api: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(api)
     for plural in ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines", "sdchardwares"):
-        for item in custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]:
+        listed = cast(dict[str, Any], custom.list_cluster_custom_object(GROUP, VERSION, plural))
+        for item in listed["items"]:
             with contextlib.suppress(ApiException):
                 custom.delete_cluster_custom_object(
                     GROUP, VERSION, plural, item["metadata"]["name"]
@@ -584,7 +595,8 @@ def read_node(api: client.ApiClient, name: str) -> client.V1Node:
 
 
 def taint_keys(api: client.ApiClient, name: str) -> set[str]:
-    return {t.key for t in (read_node(api, name).spec.taints or [])}
+    spec = read_node(api, name).spec
+    return {t.key for t in ((spec.taints if spec else None) or [])}
 
 
 def annotate(api: client.ApiClient, name: str, annotations: Mapping[str, str | None]) -> None:

@@ -1,4 +1,4 @@
-"""``python -m sdcguard.sim --kubeconfig K --fleet FILE``: run a simulated fleet.
+"""``python -m sdcdev.sim --kubeconfig K --fleet FILE``: run a simulated fleet.
 
 Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when the API server
 cannot be used, 2 when the fleet file is invalid (the one-line error names the
@@ -17,13 +17,13 @@ from types import FrameType
 
 import structlog
 
+from sdcdev.sim.fleet import DEMO_FLEET, FleetError, load_fleet
 from sdcguard.logs import configure_logging
-from sdcguard.sim.fleet import DEMO_FLEET, FleetError, load_fleet
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m sdcguard.sim",
+        prog="python -m sdcdev.sim",
         description="Simulated accelerator fleet: plays the kubelet of fake nodes against a "
         "real API server and runs probe pods for real on this machine's CPU.",
     )
@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_format, args.log_level)
-    log = structlog.get_logger("sdcguard.sim")
+    log = structlog.get_logger("sdcdev.sim")
     try:
         fleet = load_fleet(args.fleet)
     except FleetError as exc:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kubernetes import config
 
-    from sdcguard.sim.simulator import SimOptions, Simulator
+    from sdcdev.sim.simulator import SimOptions, Simulator
 
     try:
         api_client = config.new_client_from_config(args.kubeconfig)  # type: ignore[no-untyped-call]

@@ -1,10 +1,10 @@
 """The :class:`Simulator`: registers the fleet and runs its parts in threads.
 
-Parts: :class:`~sdcguard.sim.nodes.Heartbeats` (registration, leases, Ready),
-:class:`~sdcguard.sim.kubelet.SimKubelet` (runs pods, probes for real),
-:class:`~sdcguard.sim.workloads.CustomerWorkloads` and
-:class:`~sdcguard.sim.repair.RepairShop`, sharing one
-:class:`~sdcguard.sim.state.FleetState` and one timer thread.
+Parts: :class:`~sdcdev.sim.nodes.Heartbeats` (registration, leases, Ready),
+:class:`~sdcdev.sim.kubelet.SimKubelet` (runs pods, probes for real),
+:class:`~sdcdev.sim.workloads.CustomerWorkloads` and
+:class:`~sdcdev.sim.repair.RepairShop`, sharing one
+:class:`~sdcdev.sim.state.FleetState` and one timer thread.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from pathlib import Path
 import structlog
 from kubernetes import client
 
-from sdcguard.sim.dra import DraPublisher
-from sdcguard.sim.fleet import FLEET_LABEL, FaultProfile, Fleet
-from sdcguard.sim.kube import Kube, status_of
-from sdcguard.sim.kubelet import SimKubelet
-from sdcguard.sim.nodes import Heartbeats
-from sdcguard.sim.repair import RepairShop
-from sdcguard.sim.state import FleetSnapshot, FleetState
-from sdcguard.sim.timers import Timers
-from sdcguard.sim.workloads import WORKLOAD_LABEL, CustomerWorkloads
+from sdcdev.sim.dra import DraPublisher
+from sdcdev.sim.fleet import FLEET_LABEL, FaultProfile, Fleet
+from sdcdev.sim.kube import Kube, status_of
+from sdcdev.sim.kubelet import SimKubelet
+from sdcdev.sim.nodes import Heartbeats
+from sdcdev.sim.repair import RepairShop
+from sdcdev.sim.state import FleetSnapshot, FleetState
+from sdcdev.sim.timers import Timers
+from sdcdev.sim.workloads import WORKLOAD_LABEL, CustomerWorkloads
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from sdcguard.sim.demo_watch import (
+from sdcdev.sim.demo_watch import (
     JOINING,
     PoolBudget,
     RecorderView,

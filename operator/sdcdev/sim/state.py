@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sdcguard.sim.fleet import FaultProfile, Fleet, NodeConfig
-from sdcguard.sim.pods import PodKind
+from sdcdev.sim.fleet import FaultProfile, Fleet, NodeConfig
+from sdcdev.sim.pods import PodKind
 
 Activity = Literal["idle", "probing", "busy", "probe-queued"]
 
@@ -128,7 +128,7 @@ class FleetState:
         return self._nodes[name].config
 
     def add(self, config: NodeConfig) -> bool:
-        """Take on a node that joined after start (see :mod:`~sdcguard.sim.adopt`);
+        """Take on a node that joined after start (see :mod:`~sdcdev.sim.adopt`);
         False if it is already known."""
         with self._lock:
             if config.name in self._nodes:

@@ -1,7 +1,7 @@
 """A real local Kubernetes control plane, run as plain processes.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler are built
-with Go by ``build-binaries.sh`` (cached per machine, keyed by version) and
+with Go by ``tests/cluster/build-binaries.sh`` (cached per machine, keyed by version) and
 started here on loopback with:
 
 - TLS from a throwaway CA, an admin bearer token (group ``system:masters``);
@@ -13,13 +13,13 @@ started here on loopback with:
   taint-eviction controller, so nothing is evicted behind a test's back;
 - the real scheduler;
 - optionally (``real_node=True``, ``up --real-node``) a real node: containerd,
-  CNI, a kubelet and a test device plugin (``tests/cluster/realnode.py``).
+  CNI, a kubelet and a test device plugin (:mod:`sdcdev.cluster.realnode`).
 
 Used three ways: the pytest session fixture (``tests/conftest.py``), the demo
 and benchmarks (``LocalCluster`` in a ``with`` block), and by hand::
 
-    python tests/cluster/localcluster.py up      # prints the kubeconfig path
-    python tests/cluster/localcluster.py down
+    python -m sdcdev.cluster.localcluster up      # prints the kubeconfig path
+    python -m sdcdev.cluster.localcluster down
 """
 
 from __future__ import annotations
@@ -42,16 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    _REPO = Path(__file__).resolve().parent.parent.parent
-    sys.path[:0] = [str(_REPO), str(_REPO / "operator"), str(_REPO / "jobs")]
+from sdcdev import REPO
+from sdcdev.cluster import realnode
+from sdcdev.cluster.realnode import NODE_NAME, ClusterError, RealNode
+from sdcdev.sim.ports import free_port
 
-from sdcguard.sim.ports import free_port
-from tests.cluster import realnode
-from tests.cluster.realnode import NODE_NAME, ClusterError, RealNode
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+#: Builds the binaries (once per machine, cached by version) and prints their directories.
+BUILD_BINARIES = REPO / "tests" / "cluster" / "build-binaries.sh"
 DEFAULT_STATE_DIR = REPO / ".localcluster"
 # Every controller the controller-manager runs by default ("*": Deployment,
 # ReplicaSet, disruption for PDBs, Job, CronJob, DaemonSet, StatefulSet,
@@ -96,7 +93,7 @@ def log(message: str) -> None:
 def binary_path() -> list[str]:
     """Directories holding kube-*, etcd, kubectl and helm, building them once per machine."""
     proc = subprocess.run(
-        ["bash", str(HERE / "build-binaries.sh")],
+        ["bash", str(BUILD_BINARIES)],
         stdout=subprocess.PIPE,
         text=True,
         check=False,
@@ -122,7 +119,7 @@ def check_port_free(port: int, what: str) -> None:
             raise ClusterError(
                 f"port {port} for {what} is already in use ({exc.strerror}); stop whatever "
                 f"listens there (`ss -ltnp 'sport = :{port}'`) or run "
-                "`python tests/cluster/localcluster.py down`"
+                "`python -m sdcdev.cluster.localcluster down`"
             ) from None
 
 
@@ -606,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
                 ["kubectl", "get", "nodes", "-o", "wide"], env=cluster.env(), check=False
             )
         log(f"export KUBECONFIG={cluster.kubeconfig}; PATH={':'.join(cluster.bin_dirs)}:$PATH")
-        log("stop with: python tests/cluster/localcluster.py down")
+        log("stop with: python -m sdcdev.cluster.localcluster down")
         return 0
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -146,8 +146,8 @@ class FaultProxy:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
-        sockets = site._server.sockets if site._server else []
-        self.port = sockets[0].getsockname()[1]
+        # The bound address: port 0 asks the kernel for a free one.
+        self.port = self._runner.addresses[0][1]
 
     async def _shutdown(self) -> None:
         # Upstream first: that ends the watch streams still being relayed.

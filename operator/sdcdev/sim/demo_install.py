@@ -28,11 +28,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim.catalogue import INSTANCE_TYPE_LABEL
-from sdcguard.sim.fleet import FLEET_LABEL
-from sdcguard.sim.ports import free_port
+from sdcdev import REPO
+from sdcdev.sim.catalogue import INSTANCE_TYPE_LABEL
+from sdcdev.sim.fleet import FLEET_LABEL
+from sdcdev.sim.ports import free_port
 
-REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "sdcguard"
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 PLURALS = ("sdcpolicies", "sdctests", "repairtickets", "sdcbaselines")
@@ -54,7 +54,7 @@ class DemoError(RuntimeError):
 
 
 class ControlPlane(Protocol):
-    """What the demo needs of a control plane (``tests.cluster.localcluster.LocalCluster``)."""
+    """What the demo needs of a control plane (``sdcdev.cluster.localcluster.LocalCluster``)."""
 
     server: str
     kubeconfig: Path

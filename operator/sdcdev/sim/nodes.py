@@ -22,10 +22,10 @@ from typing import Any
 
 import structlog
 
-from sdcguard.sim.fleet import NodeConfig
-from sdcguard.sim.kube import Kube, status_of
+from sdcdev.sim.fleet import NodeConfig
+from sdcdev.sim.kube import Kube, status_of
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 KUBELET_VERSION = "v1.37.2"
 LEASE_DURATION_SECONDS = 40

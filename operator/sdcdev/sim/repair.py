@@ -20,12 +20,12 @@ from typing import Any
 
 import structlog
 
-from sdcguard.sim.fleet import RepairSettings
-from sdcguard.sim.kube import TICKETS_PATH, JsonDict, Kube, ListWatch, retry_call
-from sdcguard.sim.state import FleetState
-from sdcguard.sim.timers import TimerHandle, Timers
+from sdcdev.sim.fleet import RepairSettings
+from sdcdev.sim.kube import TICKETS_PATH, JsonDict, Kube, ListWatch, retry_call
+from sdcdev.sim.state import FleetState
+from sdcdev.sim.timers import TimerHandle, Timers
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 CLOSED_PHASES = frozenset({"Closed", "Retired"})
 

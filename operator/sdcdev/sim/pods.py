@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdcguard.sim.commands import RUN_COMMAND_ANNOTATION
-from sdcguard.sim.probe_command import mentions_probe
+from sdcdev.sim.commands import RUN_COMMAND_ANNOTATION
+from sdcdev.sim.probe_command import mentions_probe
 
 #: Kubernetes keeps at most this many bytes of a termination message.
 TERMINATION_MESSAGE_LIMIT = 4096

@@ -35,8 +35,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim.demo_watch import RecorderView
-from sdcguard.sim.kube import JsonDict, Kube
+from sdcdev.sim.demo_watch import RecorderView
+from sdcdev.sim.kube import JsonDict, Kube
 from sdcprobe.result import ResultError, parse_result
 
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"

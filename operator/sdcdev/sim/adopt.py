@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 
 import structlog
 
-from sdcguard.sim.catalogue import CATALOGUE, INSTANCE_TYPE_LABEL, ZONE_LABEL
-from sdcguard.sim.fleet import (
+from sdcdev.sim.catalogue import CATALOGUE, INSTANCE_TYPE_LABEL, ZONE_LABEL
+from sdcdev.sim.fleet import (
     FLEET_LABEL,
     FaultProfile,
     Fleet,
@@ -36,11 +36,11 @@ from sdcguard.sim.fleet import (
     WorkloadSettings,
     _fake_ip,
 )
-from sdcguard.sim.kube import JsonDict, ListWatch, status_of
-from sdcguard.sim.nodes import node_status
-from sdcguard.sim.simulator import Simulator
+from sdcdev.sim.kube import JsonDict, ListWatch, status_of
+from sdcdev.sim.nodes import node_status
+from sdcdev.sim.simulator import Simulator
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ kubelet plugin of NVIDIA's DRA driver for GPUs publishes on a real node:
 - the DeviceClass ``gpu.nvidia.com`` selecting those devices with the driver's
   CEL expression.
 
-The UUIDs are :func:`sdcguard.sim.commands.gpu_uuids`, the ones the simulated
+The UUIDs are :func:`sdcdev.sim.commands.gpu_uuids`, the ones the simulated
 kubelet puts in a container's ``NVIDIA_VISIBLE_DEVICES``, so a probe's
 ``devices`` list name published devices. The node keeps advertising its
 ``nvidia.com/gpu`` extended resource as well (the operator and the probe Jobs
@@ -32,11 +32,11 @@ from typing import Any
 
 import structlog
 
-from sdcguard.sim.commands import gpu_uuids
-from sdcguard.sim.fleet import NodeConfig
-from sdcguard.sim.kube import Kube, status_of
+from sdcdev.sim.commands import gpu_uuids
+from sdcdev.sim.fleet import NodeConfig
+from sdcdev.sim.kube import Kube, status_of
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 #: The driver the simulator plays (the simulator stays outside the operator's
 #: import graph, so this is not ``sdcguard.domain.dra.NVIDIA_GPU_DRIVER``).

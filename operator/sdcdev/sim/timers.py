@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 
 @dataclass(order=True)

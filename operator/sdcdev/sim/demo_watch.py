@@ -19,10 +19,10 @@ from typing import Any
 
 from kubernetes import client
 
+from sdcdev.sim.fleet import FLEET_LABEL, Fleet
+from sdcdev.sim.kube import JsonDict, Kube, ListWatch
+from sdcdev.sim.state import FleetSnapshot, NodeActivity
 from sdcguard.api.policy import allowed_unavailable
-from sdcguard.sim.fleet import FLEET_LABEL, Fleet
-from sdcguard.sim.kube import JsonDict, Kube, ListWatch
-from sdcguard.sim.state import FleetSnapshot, NodeActivity
 
 STATE_LABEL = "sdcguard.dev/state"
 OWNED_TAINTS = "sdcguard.dev/owned-taints"

@@ -50,11 +50,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from tests.cluster.localcluster import LocalCluster
+from sdcdev import REPO
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+if TYPE_CHECKING:
+    from sdcdev.cluster.localcluster import LocalCluster
+
+#: Installs containerd, runc, the CNI plugins, buildah and mmdebstrap when missing.
+SETUP_HOST = REPO / "tests" / "cluster" / "node" / "setup-host.sh"
 NODE_NAME = "real-node-0"
 BRIDGE = "sdcg0"
 # The node's address. The kubelet refuses a loopback node IP (it then reports no
@@ -103,7 +105,7 @@ def check_host() -> None:
         )
     if not (CGROUP_ROOT / "memory").is_dir() and not (CGROUP_ROOT / "cgroup.controllers").exists():
         raise _error(f"no cgroup hierarchy under {CGROUP_ROOT}; the kubelet needs cgroups")
-    proc = subprocess.run(["bash", str(HERE / "node" / "setup-host.sh")], check=False, text=True)
+    proc = subprocess.run(["bash", str(SETUP_HOST)], check=False, text=True)
     if proc.returncode != 0:
         raise _error(
             "the host lacks containerd/runc/CNI plugins and installing them failed "
@@ -213,7 +215,7 @@ def _is_stale_shim(pid: int, node_dir: Path) -> bool:
 
 
 def _kubepods_cgroups() -> list[Path]:
-    found = []
+    found: list[Path] = []
     if not CGROUP_ROOT.is_dir():
         return found
     for ctrl in CGROUP_ROOT.iterdir():
@@ -401,7 +403,7 @@ class RealNode:
             raise _error(
                 f"another real node runs on this machine ({holder}); the kubelet's "
                 f"device-plugin directory {DEVICE_PLUGIN_DIR} is per machine. Stop it "
-                "(python tests/cluster/localcluster.py down) and retry"
+                "(python -m sdcdev.cluster.localcluster down) and retry"
             ) from None
         self._lock.seek(0)
         previous = self._lock.read().strip()
@@ -587,12 +589,13 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
         return proc.stdout.split()[-1]
 
     def _bin(self, name: str) -> str:
-        from tests.cluster.localcluster import find_binary
+        from sdcdev.cluster.localcluster import find_binary
 
         return find_binary(name, self.cluster.bin_dirs)
 
     def _start_kubelet(self) -> None:
-        from tests.cluster.localcluster import free_port, kubeconfig_text
+        from sdcdev.cluster.localcluster import kubeconfig_text
+        from sdcdev.sim.ports import free_port
 
         kdir = self.node_dir / "kubelet"
         (kdir / "root").mkdir(parents=True, exist_ok=True)
@@ -662,7 +665,7 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
         )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        from tests.cluster.localcluster import _die_with_parent
+        from sdcdev.cluster.localcluster import _die_with_parent
 
         logf = open(self.node_dir / f"{name}.log", "ab")  # noqa: SIM115 (child owns it)
         proc = subprocess.Popen(

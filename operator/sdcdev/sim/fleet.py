@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from sdcguard.sim.catalogue import (
+from sdcdev.sim.catalogue import (
     CATALOGUE,
     INSTANCE_TYPE_LABEL,
     REGION_LABEL,
@@ -276,7 +276,7 @@ class NodeConfig:
     host that registers again under another Node name keeps its old one (and its
     provider_id)."""
     dra: bool = False
-    """Its GPUs are published through DRA (``sdcguard.sim.dra``)."""
+    """Its GPUs are published through DRA (``sdcdev.sim.dra``)."""
 
 
 @dataclass(frozen=True)

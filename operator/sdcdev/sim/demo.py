@@ -1,14 +1,14 @@
-"""``make demo`` / ``python -m sdcguard.sim.demo``: a fleet through the whole lifecycle.
+"""``make demo`` / ``python -m sdcdev.sim.demo``: a fleet through the whole lifecycle.
 
 One command, on a machine with nothing running:
 
 1. starts a local control plane (etcd, kube-apiserver, controller-manager, scheduler;
-   ``tests/cluster/localcluster.py``, binaries built once per machine and cached) and
+   :mod:`sdcdev.cluster.localcluster`, binaries built once per machine and cached) and
    its real node (containerd, a CNI bridge, the kubelet, a test device plugin with
    ``nvidia.com/gpu: 2``; the images built once per content by ``images/build.sh``);
 2. installs sdcguard with ``helm install`` of ``charts/sdcguard``: the CRDs, RBAC and
    the operator Deployment, whose Pod runs on the real node, in-cluster with the
-   chart's ServiceAccount (``tests/cluster/operator_pod.py`` holds the local-cluster
+   chart's ServiceAccount (:mod:`sdcdev.cluster.operator_pod` holds the local-cluster
    values); it says where the operator runs (Pod, node, container runtime);
 3. creates a fast demo SDCPolicy (10 s probe budget, consensus of 3 for the baseline,
    re-screening after 30 s idle) and starts the fleet simulator with ``fleets/demo.yaml``:
@@ -17,7 +17,7 @@ One command, on a machine with nothing running:
    resolves tickets after 20 s;
 4. screens the real node under a policy of its own, in real probe containers: acceptance,
    then a fault the demo injects, confirmation, quarantine, repair and verification
-   (:mod:`sdcguard.sim.demo_realnode`), each verdict printed beside the termination
+   (:mod:`sdcdev.sim.demo_realnode`), each verdict printed beside the termination
    message the kubelet wrote;
 5. shows every node's state, current test, last verdict and what it waits for, refreshed
    in place on a terminal (plain lines otherwise), while the nodes join, are screened,
@@ -32,7 +32,7 @@ One command, on a machine with nothing running:
 ``--simulated-only`` (for a host that cannot run the real node: no root, no cgroups)
 leaves the real node out: the chart is rendered with ``helm template``, its CRDs, RBAC
 and PriorityClass applied, and the operator runs as a local process with a token of the
-chart's ServiceAccount (:mod:`sdcguard.sim.demo_install`).
+chart's ServiceAccount (:mod:`sdcdev.sim.demo_install`).
 
 Everything it started stops when it ends, on Ctrl-C or SIGTERM; the control plane and the
 operator also die with it if it is killed outright (PR_SET_PDEATHSIG).
@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import importlib
 import json
 import logging
 import shutil
@@ -67,7 +66,8 @@ from typing import Any, Protocol
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim.demo_install import (
+from sdcdev.cluster import localcluster, operator_pod, realnode
+from sdcdev.sim.demo_install import (
     GROUP,
     VERSION,
     ControlPlane,
@@ -80,14 +80,14 @@ from sdcguard.sim.demo_install import (
     start_operator,
     uninstall,
 )
-from sdcguard.sim.demo_realnode import (
+from sdcdev.sim.demo_realnode import (
     ChartOperator,
     KubeletVerdict,
     RealNodeScript,
     real_node_policy_body,
     reset_node,
 )
-from sdcguard.sim.demo_report import (
+from sdcdev.sim.demo_report import (
     Display,
     NullDisplay,
     PlainDisplay,
@@ -96,7 +96,7 @@ from sdcguard.sim.demo_report import (
     plot_timeline,
     summary_lines,
 )
-from sdcguard.sim.demo_watch import (
+from sdcdev.sim.demo_watch import (
     PoolBudget,
     Recorder,
     RecorderView,
@@ -104,11 +104,11 @@ from sdcguard.sim.demo_watch import (
     pending_goals,
     summarize_events,
 )
-from sdcguard.sim.fleet import DEMO_FLEET, Fleet, FleetError, load_fleet
-from sdcguard.sim.kube import JsonDict, Kube
-from sdcguard.sim.ports import free_port
-from sdcguard.sim.simulator import SimOptions, Simulator
-from sdcguard.sim.workloads import WORKLOAD_LABEL
+from sdcdev.sim.fleet import DEMO_FLEET, Fleet, FleetError, load_fleet
+from sdcdev.sim.kube import JsonDict, Kube
+from sdcdev.sim.ports import free_port
+from sdcdev.sim.simulator import SimOptions, Simulator
+from sdcdev.sim.workloads import WORKLOAD_LABEL
 
 KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 
@@ -148,7 +148,7 @@ class DemoConfig:
     """The operator as the chart's Pod (``helm install``) on the control plane's real node,
     and that node as a row of its own under policy ``<policy>-real``, through acceptance,
     an injected fault, quarantine, repair and verification in real probe containers
-    (:mod:`sdcguard.sim.demo_realnode`). Off: the operator runs as a local process."""
+    (:mod:`sdcdev.sim.demo_realnode`). Off: the operator runs as a local process."""
 
     @property
     def real_policy(self) -> str:
@@ -273,7 +273,7 @@ def _remove_run_objects(
 
 
 class ChartInstaller(Protocol):
-    """``tests/cluster/operator_pod.py``: helm install of the chart on the real node."""
+    """:mod:`sdcdev.cluster.operator_pod`: helm install of the chart on the real node."""
 
     def install_operator(
         self, cluster: Any, release: str, namespace: str, values: dict[str, Any] | None = ...
@@ -293,7 +293,7 @@ def _install_chart_operator(
     }
     try:
         op = chart.install_operator(cp, cfg.release, cfg.namespace, values)
-    except Exception as exc:  # ClusterError from the tests' module, or helm's failure
+    except Exception as exc:  # the local cluster's ClusterError, or helm's failure
         raise DemoError(f"helm install of the operator on the real node failed: {exc}") from None
     node = cp.node
 
@@ -333,7 +333,7 @@ def run_demo(
     if cfg.real_node and (real_node is None or chart is None):
         raise DemoError(
             "the demo's real node is not running (LocalCluster(real_node=True)); "
-            "run without it: python -m sdcguard.sim.demo --simulated-only"
+            "run without it: python -m sdcdev.sim.demo --simulated-only"
         )
     display = display or NullDisplay()
     t_start = time.monotonic()
@@ -608,7 +608,7 @@ class _Signals:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m sdcguard.sim.demo",
+        prog="python -m sdcdev.sim.demo",
         description="Run a simulated accelerator fleet through sdcguard's whole lifecycle on "
         "a local control plane: acceptance, quarantine with a RepairTicket, repair, "
         "verification and return to the pool.",
@@ -647,18 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(list(argv) if argv is not None else None)
     signals = _Signals()
     signals.install()
-    try:
-        localcluster = importlib.import_module("tests.cluster.localcluster")
-        chart = (
-            None if args.simulated_only else importlib.import_module("tests.cluster.operator_pod")
-        )
-    except ImportError:
-        print(
-            "error: the demo needs the repository checkout (tests/cluster/localcluster.py); "
-            "run `make demo` from the repository root",
-            file=sys.stderr,
-        )
-        return 2
+    chart = None if args.simulated_only else operator_pod
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     _log_to_file(out / "simulator.log")
@@ -699,7 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nsdcguard demo: interrupted; everything it started has stopped", file=sys.stderr)
         return 130
-    except localcluster.ClusterError as exc:
+    except realnode.ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if not args.simulated_only:
             print(

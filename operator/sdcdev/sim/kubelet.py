@@ -4,12 +4,12 @@ One watch follows every Pod with a ``spec.nodeName`` and keeps those on the
 fleet's nodes. A new probe Pod (its container runs ``sdcprobe``) waits in a
 queue, still Pending, until one of ``max_parallel`` workers takes it; the
 worker writes Running, runs the probe command for real on this machine's CPU
-(see :mod:`sdcguard.sim.probe_command`) with the node's fault profile, and
+(see :mod:`sdcdev.sim.probe_command`) with the node's fault profile, and
 writes Succeeded or Failed with the exit code and the result file as the
 termination message. A Pod annotated ``sim.sdcguard.dev/run-command: "true"``
 (a training Job's Pod) has its own command run as a process, with its
 environment, its ServiceAccount token and its GPUs (see
-:mod:`sdcguard.sim.commands`); it ends with the process's exit code. Any other Pod
+:mod:`sdcdev.sim.commands`); it ends with the process's exit code. Any other Pod
 (a customer workload) is Running at once and Succeeds after its
 ``sim.sdcguard.dev/run-seconds`` annotation (default 60 s).
 
@@ -40,10 +40,10 @@ from typing import Literal
 import structlog
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim.commands import command_env, gpu_uuids, local_argv, service_env
-from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
-from sdcguard.sim.kube import JsonDict, Kube, ListWatch, retry_call
-from sdcguard.sim.pods import (
+from sdcdev.sim.commands import command_env, gpu_uuids, local_argv, service_env
+from sdcdev.sim.fleet import RUN_SECONDS_ANNOTATION
+from sdcdev.sim.kube import JsonDict, Kube, ListWatch, retry_call
+from sdcdev.sim.pods import (
     Container,
     PodKind,
     PodView,
@@ -54,11 +54,11 @@ from sdcguard.sim.pods import (
     terminated_status,
     termination_message,
 )
-from sdcguard.sim.probe_command import UnsupportedProbeCommand, probe_invocation
-from sdcguard.sim.state import FleetState, ProbeRecord, outcome_of
-from sdcguard.sim.timers import TimerHandle, Timers
+from sdcdev.sim.probe_command import UnsupportedProbeCommand, probe_invocation
+from sdcdev.sim.state import FleetState, ProbeRecord, outcome_of
+from sdcdev.sim.timers import TimerHandle, Timers
 
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 DEFAULT_RUN_SECONDS = 60.0
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"

@@ -31,8 +31,10 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from tests.chart.helm import CHART, run_helm
-from tests.cluster.localcluster import ClusterError, LocalCluster, free_port
+from sdcdev.cluster.helm import CHART, run_helm
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.cluster.realnode import ClusterError
+from sdcdev.sim.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 JsonDict = dict[str, Any]
-log = structlog.get_logger("sdcguard.sim")
+log = structlog.get_logger("sdcdev.sim")
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
