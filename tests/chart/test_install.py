@@ -356,7 +356,7 @@ def test_invalid_values_fail_install_with_the_schema_message(release: Release) -
     )
     assert proc.returncode != 0
     assert "values don't meet the specifications of the schema" in proc.stderr
-    assert 'policy.mode must be one of the following: "Observe", "Enforce"' in proc.stderr
+    assert "at '/policy/mode': value must be one of 'Observe', 'Enforce'" in proc.stderr
     listed = run_helm("list", "--namespace", release.namespace, "-q", env=release.env)
     assert name not in listed.stdout.split()
 
