@@ -5,9 +5,10 @@ SHELL := /bin/bash
 
 PYTHON3 ?= python3
 CACHE ?= $(or $(SDCGUARD_CACHE),$(HOME)/.cache/sdcguard)
-# The venv (torch and torch-xla make it ~7 GB) lives outside the checkout,
-# keyed by the dependency list, so every clone on a machine shares it.
-DEPS_KEY := $(shell $(PYTHON3) -c "import hashlib,tomllib;d=tomllib.load(open('pyproject.toml','rb'))['project'];print(hashlib.sha256(repr((d['dependencies'],d['optional-dependencies'])).encode()).hexdigest()[:12])")
+# The venv (torch and torch-xla make it ~7 GB) lives outside the checkout, keyed by
+# the three distributions' requirements and the dev group (tests/venv_requirements.py),
+# so every clone on a machine shares it.
+DEPS_KEY := $(shell $(PYTHON3) tests/venv_requirements.py --key)
 VENV ?= $(CACHE)/venv-py311-$(DEPS_KEY)
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
@@ -49,7 +50,7 @@ $(VENV)/.complete:
 	@echo "[venv] creating $(VENV) (first time on this machine: torch + torch-xla, ~4 GB download)"
 	@rm -rf $(VENV) && $(PYTHON3) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PYTHON3) -c "import tomllib;d=tomllib.load(open('pyproject.toml','rb'))['project'];o=d['optional-dependencies'];print('\n'.join(d['dependencies']+o['probe']+o['dev']))" > $(VENV)/requirements.txt
+	@$(PYTHON3) tests/venv_requirements.py > $(VENV)/requirements.txt
 	@$(PY) -m pip install --progress-bar on -r $(VENV)/requirements.txt
 	@touch $@
 
@@ -93,7 +94,7 @@ lint: venv
 	$(PY) -m ruff format --check operator jobs tests bench
 
 typecheck: venv
-	$(PY) -m mypy operator/sdcguard jobs/sdcprobe jobs/sdctrain bench/training
+	$(PY) -m mypy operator/sdcguard operator/sdcdev jobs/sdcprobe jobs/sdctrain bench/training
 
 unit: venv checkov
 	$(PY) -m pytest -q -m "not cluster and not e2e" tests
@@ -109,13 +110,13 @@ test: hooks lint typecheck binaries karpenter checkov mkdocs
 	PY=$(PY) bash tests/run-suites.sh
 
 demo: hooks venv binaries
-	$(PY) -m sdcguard.sim.demo $(DEMO_ARGS)
+	$(PY) -m sdcdev.sim.demo $(DEMO_ARGS)
 
 cluster-up: venv binaries images
-	$(PY) tests/cluster/localcluster.py up --real-node
+	$(PY) -m sdcdev.cluster.localcluster up --real-node
 
 cluster-down: venv
-	$(PY) tests/cluster/localcluster.py down
+	$(PY) -m sdcdev.cluster.localcluster down
 
 bench-detection: venv
 	$(PY) -m bench.detection.run --mode $(or $(MODE),quick)

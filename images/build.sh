@@ -85,12 +85,15 @@ base_image() {
 
 # wheelhouse REQUIREMENT...: download the wheels once per set of pins.
 wheelhouse() {
-  local key; key=$(printf '%s\n' "$@" | sort | sha)
+  # What pip needs to build the project's own wheels in an image (--no-index):
+  # the build backend its pyproject.toml files name.
+  local build=("setuptools>=77" wheel)
+  local key; key=$(printf '%s\n' "$@" "${build[@]}" | sort | sha)
   [ -e "$WHEELS/.complete-$key" ] && return 0
   say "wheelhouse: pip download $* (once per machine; torch is about 4 GB)"
   # The venv's pip runs on this machine's Python 3.11 (bookworm's, like the
   # base), so it picks the wheels the image's Python takes.
-  "$PY" -m pip download --quiet --progress-bar off --only-binary=:all: -d "$WHEELS" "$@" "setuptools>=69" wheel \
+  "$PY" -m pip download --quiet --progress-bar off --only-binary=:all: -d "$WHEELS" "$@" "${build[@]}" \
     || die "pip download failed (see above); check that the Python package index is reachable"
   touch "$WHEELS/.complete-$key"
 }
@@ -164,12 +167,15 @@ pause_image() {
 
 dockerfile_arg() { sed -n "s/^ARG $2=//p" "$REPO/$1" | head -1; }
 
+# The closure of the third-party requirements of the two distributions the image
+# installs (sdcguard and sdcprobe without extras), at this venv's versions.
 pin_operator() {
-  "$PY" - "$REPO/pyproject.toml" <<'PY'
+  "$PY" - "$REPO/pyproject.toml" "$REPO/jobs/sdcprobe/pyproject.toml" <<'PY'
 import importlib.metadata as md, re, sys, tomllib
 from packaging.requirements import Requirement
-deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
-seen, stack = {}, [Requirement(d).name for d in deps]
+own = {"sdcguard", "sdcprobe", "sdctrain"}
+deps = [d for f in sys.argv[1:] for d in tomllib.load(open(f, "rb"))["project"]["dependencies"]]
+seen, stack = {}, [Requirement(d).name for d in deps if Requirement(d).name not in own]
 while stack:
     n = stack.pop()
     key = re.sub(r"[-_.]+", "-", n).lower()
@@ -201,7 +207,7 @@ for name in "${want[@]}"; do
       mapfile -t reqs < <(grep -v '^#' "$REPO/images/operator/requirements.txt" | grep .)
       wheelhouse "${reqs[@]}"
       build operator images/operator/Dockerfile "" images/operator pyproject.toml README.md \
-        operator jobs/sdcprobe ;;
+        operator/sdcguard jobs/sdcprobe ;;
     probe)
       base_image
       f=jobs/images/Dockerfile.probe

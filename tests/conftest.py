@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.localcluster import LocalCluster
+from sdcdev.cluster.localcluster import LocalCluster
 
 LIVE_DIRS = ("cluster", "e2e")
 
@@ -87,7 +87,7 @@ def api_client(cluster: LocalCluster):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def crds(api_client) -> None:  # type: ignore[no-untyped-def]
     """The project's CRDs installed and served, and the operator's namespace."""
-    from tests.operator.harness import apply_crds, ensure_namespace
+    from sdcdev.harness import apply_crds, ensure_namespace
 
     apply_crds(api_client)
     ensure_namespace(api_client)

@@ -28,7 +28,8 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tests.operator.harness import NS, result_message, terminated_probe
+
+from sdcdev.harness import NS, result_message, terminated_probe
 
 GATE = "sdcguard.dev/unqualified"
 TESTING = "sdcguard.dev/testing"

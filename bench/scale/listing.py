@@ -37,12 +37,12 @@ from typing import Any
 
 import psutil
 from kubernetes import client, config
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import GROUP, REPO, TESTING, VERSION, apply_crds, ensure_namespace
 
 from bench.scale.fleet import PodWorkload, node_name, register_nodes
 from bench.scale.run import BENCH_CONTROLLERS, fleet_policy, log, needed_mb
 from bench.scale.startup import OperatorLog, start_operator, stop, until_first_pass
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import GROUP, REPO, TESTING, VERSION, apply_crds, ensure_namespace
 
 VARIANTS = ("before", "now")
 

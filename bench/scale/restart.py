@@ -5,7 +5,7 @@ Run by :func:`bench.scale.run.measure` after the other measurements of a size:
 - **Restart.** Nodes join and are reserved (their probe Pods are held running by the
   fake kubelet); the operator is killed (SIGKILL) with those reservations in flight,
   the probes end while no operator runs, and a new operator starts behind the fault
-  proxy (``tests/chaos/proxy.py``): lists (streaming lists, or pages where the server
+  proxy (:mod:`sdcdev.faultproxy`): lists (streaming lists, or pages where the server
   serves no streaming lists) and other reads answered 429 or 500 at a rate,
   connections dropped, watches and streams cut, until its first full pass. Measured: time
   to its first write, to the first quarantine of an SDC node found after the restart,
@@ -40,12 +40,12 @@ from typing import Any
 import psutil
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
-from tests.chaos.proxy import FaultProxy, FaultRates
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import NS, OperatorProcess
 
 from bench.scale import audit
 from bench.scale.fleet import FastKubelet, JobWatch, NodeWatch, node_name, register_nodes
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.faultproxy import FaultProxy, FaultRates
+from sdcdev.harness import NS, OperatorProcess
 
 RESTART_JOINS = 20
 """Nodes in flight at each kill; every fourth reports SDC."""

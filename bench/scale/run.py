@@ -60,17 +60,6 @@ from typing import Any
 
 import psutil
 from kubernetes import client, config
-from tests.cluster.localcluster import CONTROLLERS, LocalCluster, kubeconfig_text
-from tests.operator.harness import (
-    GROUP,
-    NS,
-    VERSION,
-    OperatorProcess,
-    apply_crds,
-    ensure_namespace,
-    policy_body,
-    trusted_baseline,
-)
 
 from bench.scale import audit, report, restart
 from bench.scale.fleet import (
@@ -83,6 +72,17 @@ from bench.scale.fleet import (
     node_body,
     node_name,
     register_nodes,
+)
+from sdcdev.cluster.localcluster import CONTROLLERS, LocalCluster, kubeconfig_text
+from sdcdev.harness import (
+    GROUP,
+    NS,
+    VERSION,
+    OperatorProcess,
+    apply_crds,
+    ensure_namespace,
+    policy_body,
+    trusted_baseline,
 )
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"

@@ -57,10 +57,10 @@ from typing import Any
 
 import psutil
 from kubernetes import client, config
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import NS, REPO, apply_crds, ensure_namespace, policy_body
 
 from bench.scale.inventory import linear_fit
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import NS, REPO, apply_crds, ensure_namespace, policy_body
 from sdcguard.adapters import notify
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.adapters.pass_state import TestSnapshot

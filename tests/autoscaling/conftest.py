@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from sdcguard.sim import SimOptions, Simulator
-from sdcguard.sim.adopt import AdoptRule, NodeAdopter, adoption_fleet
-from sdcguard.sim.fleet import FaultProfile
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import OperatorProcess, apply_crds, delete_all, ensure_namespace
+from sdcdev.sim import SimOptions, Simulator
+from sdcdev.sim.adopt import AdoptRule, NodeAdopter, adoption_fleet
+from sdcdev.sim.fleet import FaultProfile
 from tests.autoscaling import karpenter as K
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import OperatorProcess, apply_crds, delete_all, ensure_namespace
 
 #: A node whose device 1 flips exponent bits in matmuls: the probe's cross-device
 #: comparison fails on every run.

@@ -7,7 +7,7 @@ capacity and extended resources the simulator reports for it) and runs the contr
 leader election off and their HTTP endpoints on free ports.
 
 With the kwok provider, a "launched instance" is a Node object Karpenter creates itself; the
-fleet simulator adopts it (:mod:`sdcguard.sim.adopt`) and plays its kubelet.
+fleet simulator adopts it (:mod:`sdcdev.sim.adopt`) and plays its kubelet.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim.catalogue import CATALOGUE
-from sdcguard.sim.ports import free_port
-from tests.cluster.localcluster import _die_with_parent
-from tests.operator.harness import create_or_replace_crds
+from sdcdev.cluster.localcluster import _die_with_parent
+from sdcdev.harness import create_or_replace_crds
+from sdcdev.sim.catalogue import CATALOGUE
+from sdcdev.sim.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 KARPENTER_VERSION = os.environ.get("KARPENTER_VERSION", "1.15.0")

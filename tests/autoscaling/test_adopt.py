@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sdcguard.sim.adopt import AdoptRule, adopted_config, adoption_fleet
-from sdcguard.sim.fleet import FLEET_LABEL, FaultProfile
+from sdcdev.sim.adopt import AdoptRule, adopted_config, adoption_fleet
+from sdcdev.sim.fleet import FLEET_LABEL, FaultProfile
 
 RULE = AdoptRule({"karpenter.sh/nodepool": "gpu"})
 

@@ -15,12 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sdcguard.builders.probe_job import TEST_LABEL, label_value
-from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
-from sdcguard.sim.repair import external_ref
-from tests.autoscaling import karpenter as K
-from tests.autoscaling.conftest import GPU_TYPE, World
-from tests.operator.harness import (
+from sdcdev.harness import (
     GATE,
     GROUP,
     NS,
@@ -31,6 +26,11 @@ from tests.operator.harness import (
     policy_body,
     wait_for,
 )
+from sdcdev.sim.fleet import RUN_SECONDS_ANNOTATION
+from sdcdev.sim.repair import external_ref
+from sdcguard.builders.probe_job import TEST_LABEL, label_value
+from tests.autoscaling import karpenter as K
+from tests.autoscaling.conftest import GPU_TYPE, World
 
 CASE_LABEL = "sdcguard.test/case"
 STATE_LABEL = "sdcguard.dev/state"

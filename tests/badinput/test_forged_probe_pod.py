@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.operator.harness import (
+
+from sdcdev.harness import (
     NS,
     OperatorProcess,
     ProbeKubelet,

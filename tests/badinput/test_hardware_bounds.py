@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tests.operator.harness import GROUP, VERSION, new_case
 from tests.unit.factories import HOUR, NOW
 
+from sdcdev.harness import GROUP, VERSION, new_case
 from sdcguard.api import (
     FailureKind,
     HardwareFailure,

@@ -20,8 +20,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
-from tests.operator.harness import GROUP, VERSION, policy_body
 
+from sdcdev.harness import GROUP, VERSION, policy_body
 from sdcguard.api import RepairTicket, SDCBaseline, SDCPolicy, SDCTest, Suite
 
 HASH = "ab" * 32

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.operator.harness import (
+
+from sdcdev.harness import (
     GATE,
     GROUP,
     QUARANTINE,
@@ -33,7 +34,6 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
-
 from sdcguard.domain import keys
 
 FOREIGN = "example.com/maintenance"

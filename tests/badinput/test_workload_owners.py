@@ -12,8 +12,8 @@ import uuid
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tests.operator.harness import workload_record
 
+from sdcdev.harness import workload_record
 from sdcguard.adapters.observe import OwnerRef
 from sdcguard.adapters.owners import OwnerResolver
 from sdcguard.api import GROUP, MAX_WORKLOADS, VERSION, WorkloadRecordStatus, to_body

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from bench.scale.listing import main, markdown, measure
 
-from tests.operator.harness import REPO
+from sdcdev.harness import REPO
 
 pytestmark = pytest.mark.cluster
 

@@ -24,7 +24,7 @@ from bench.scale.fleet import (
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.localcluster import LocalCluster
+from sdcdev.cluster.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -30,9 +30,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.chaos.proxy import FaultProxy
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import (
+
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.faultproxy import FaultProxy
+from sdcdev.harness import (
     GROUP,
     NS,
     VERSION,
@@ -46,7 +47,6 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
-
 from sdcguard.api import SDCPolicy
 from sdcguard.api.sdctest import SDCTestPhase
 from sdcguard.domain import breaker as breaker_mod

@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from sdcdev.cluster.localcluster import LocalCluster, free_port, kubeconfig_text
 from tests.chart.helm import CHART, ROOT, run_helm
-from tests.cluster.localcluster import LocalCluster, free_port, kubeconfig_text
 from tests.e2e.helpers import refusals
 
 pytestmark = pytest.mark.cluster
@@ -384,7 +384,7 @@ def test_invalid_values_fail_install_with_the_schema_message(release: Release) -
     )
     assert proc.returncode != 0
     assert "values don't meet the specifications of the schema" in proc.stderr
-    assert 'policy.mode must be one of the following: "Observe", "Enforce"' in proc.stderr
+    assert "at '/policy/mode': value must be one of 'Observe', 'Enforce'" in proc.stderr
     listed = run_helm("list", "--namespace", release.namespace, "-q", env=release.env)
     assert name not in listed.stdout.split()
 

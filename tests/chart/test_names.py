@@ -33,7 +33,8 @@ def _user_facing_files() -> list[str]:
     return [
         path
         for path in listed
-        if not path.startswith(("tests/", "bench/results/"))
+        # The harness names a fake probe image for the operator tests' Pods.
+        if not path.startswith(("tests/", "bench/results/", "operator/sdcdev/harness.py"))
         and (
             path.endswith((".md", ".txt", ".yaml", ".py", ".tpl", ".json")) or "Dockerfile" in path
         )
@@ -67,5 +68,6 @@ def test_one_install_instruction_for_the_plugin() -> None:
         text = (ROOT / path).read_text()
         for found in PIP_INSTALL.findall(text):
             instructions.setdefault(found.strip(), []).append(path)
-    assert set(instructions) == {"pip install ."}, instructions
+    # sdcguard requires sdcprobe, which no package index serves: both come from the checkout.
+    assert set(instructions) == {"pip install ./jobs/sdcprobe ."}, instructions
     assert len({p for paths in instructions.values() for p in paths}) == 3

@@ -688,21 +688,24 @@ def test_policy_can_be_left_out() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"replicas": 0}, "replicas: Must be greater than or equal to 1"),
-        ({"leaderElection": {"leaseSeconds": 9}}, "Additional property leaseSeconds"),
-        ({"policy": {"mdoe": "Observe"}}, "policy: Additional property mdoe is not allowed"),
+        ({"replicas": 0}, "at '/replicas': minimum: got 0, want 1"),
+        ({"leaderElection": {"leaseSeconds": 9}}, "additional properties 'leaseSeconds'"),
+        ({"policy": {"mdoe": "Observe"}}, "at '/policy': additional properties 'mdoe' not allowed"),
         (
             {"policy": {"suites": {"acceptance": {"checks": {"gpu-burn": {}}}}}},
-            "Additional property gpu-burn is not allowed",
+            "additional properties 'gpu-burn' not allowed",
         ),
         (
             {"policy": {"repair": {"ticketSinks": {"x": {"type": "email", "url": "https://x"}}}}},
-            "policy.repair.ticketSinks.x.type",
+            "at '/policy/repair/ticketSinks/x/type'",
         ),
-        ({"policy": {"mode": "Audit"}}, 'policy.mode must be one of the following: "Observe"'),
-        ({"policy": {"budgets": {"maxUnavailable": "110%"}}}, "policy.budgets.maxUnavailable"),
+        ({"policy": {"mode": "Audit"}}, "at '/policy/mode': value must be one of 'Observe'"),
+        (
+            {"policy": {"budgets": {"maxUnavailable": "110%"}}},
+            "at '/policy/budgets/maxUnavailable'",
+        ),
         ({"policy": {"triggers": {"onReturnFromUse": {"idleFor": "30 min"}}}}, "idleFor"),
-        ({"operator": {"logLevel": "trace"}}, "operator.logLevel"),
+        ({"operator": {"logLevel": "trace"}}, "at '/operator/logLevel'"),
         ({"tolerations": {"x": {"operator": "Exists", "effect": "Never"}}}, "effect"),
     ],
 )

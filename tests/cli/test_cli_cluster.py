@@ -19,9 +19,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import workload_record
 from sdcguard.cli import main
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import workload_record
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"

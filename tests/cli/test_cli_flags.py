@@ -20,8 +20,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from sdcdev.cluster.localcluster import LocalCluster, free_port
 from sdcguard.cli import main
-from tests.cluster.localcluster import LocalCluster, free_port
 
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 pytestmark = pytest.mark.cluster

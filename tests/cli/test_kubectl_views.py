@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from sdcdev.cluster.localcluster import LocalCluster
 from sdcguard.api import NodeCounts, SDCPolicyStatus, to_body
 from sdcguard.cli import main
-from tests.cluster.localcluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"

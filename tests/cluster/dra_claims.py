@@ -1,7 +1,7 @@
 """ResourceClaims, their Pods and DeviceTaintRules on simulated DRA nodes, for tests.
 
 :class:`Env` holds a test's claims (through the ``gpu.nvidia.com`` DeviceClass that
-:mod:`sdcguard.sim.dra` installs), the Pods using them (run by the simulated kubelet)
+:mod:`sdcdev.sim.dra` installs), the Pods using them (run by the simulated kubelet)
 and the rules it wrote, and reads back where the real kube-scheduler placed them.
 """
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from sdcdev.harness import wait_for
+from sdcdev.sim.dra import DEVICE_CLASS
+from sdcdev.sim.fleet import RUN_SECONDS_ANNOTATION
+from sdcdev.sim.kube import Kube
 from sdcguard.domain.dra import NVIDIA_GPU_DRIVER
-from sdcguard.sim.dra import DEVICE_CLASS
-from sdcguard.sim.fleet import RUN_SECONDS_ANNOTATION
-from sdcguard.sim.kube import Kube
-from tests.operator.harness import wait_for
 
 RULES = "/apis/resource.k8s.io/v1/devicetaintrules"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.cluster.localcluster import ClusterError, LocalCluster, check_port_free
+from sdcdev.cluster.localcluster import ClusterError, LocalCluster, check_port_free
 from tests.conftest import _running_pids
 
 HERE = Path(__file__).resolve().parent
@@ -297,3 +298,27 @@ def test_missing_go_is_a_one_line_error(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "error: Go is not installed; install Go >= 1.24 (https://go.dev/doc/install) and rerun"
     ]
+
+
+def test_kubectl_and_helm_are_built_for_the_control_planes_version(cluster: LocalCluster) -> None:
+    """kubectl comes from the control plane's own module and version (kubectl supports
+    one minor of skew); helm is built against the client-go of the same minor, which
+    is also the kubeVersion ``helm template`` assumes without a cluster."""
+    server = subprocess.run(
+        ["kubectl", "version", "-o", "json"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    versions = json.loads(server.stdout)
+    assert versions["clientVersion"]["gitVersion"] == versions["serverVersion"]["gitVersion"]
+    major_minor = "v{major}.{minor}".format(**versions["serverVersion"])
+    helm = subprocess.run(
+        ["helm", "version", "--template", "{{.KubeClientVersion}}"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert helm.stdout.strip() == major_minor

@@ -1,7 +1,7 @@
 """DRA device taints on the real scheduler and controller-manager (Kubernetes 1.37).
 
 Two simulated A100 nodes (8 GPUs each) publish their GPUs as NVIDIA's DRA
-driver does (:mod:`sdcguard.sim.dra`); the simulated kubelet runs the Pods the
+driver does (:mod:`sdcdev.sim.dra`); the simulated kubelet runs the Pods the
 real kube-scheduler binds to them. ResourceClaims ask for GPUs through the
 ``gpu.nvidia.com`` DeviceClass. The tests write ``DeviceTaintRule`` objects
 (``resource.k8s.io/v1``) themselves and show what per-device quarantine rests on:
@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import wait_for
+from sdcdev.sim import SimOptions, Simulator, parse_fleet
+from sdcdev.sim.kube import Kube
 from sdcguard.domain.dra import NVIDIA_GPU_DRIVER, published_devices
-from sdcguard.sim import SimOptions, Simulator, parse_fleet
-from sdcguard.sim.kube import Kube
 from tests.cluster.dra_claims import SLICES, TAINT_KEY, Env
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import wait_for
 
 
 @pytest.fixture(scope="module")

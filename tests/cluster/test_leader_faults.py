@@ -9,10 +9,10 @@ import uuid
 
 from kubernetes import client
 
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.faultproxy import FaultProxy, FaultRates
+from sdcdev.harness import wait_for
 from sdcguard.runtime.leader import LeaderElector
-from tests.chaos.proxy import FaultProxy, FaultRates
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import wait_for
 
 NS = "default"
 # Harsher than the scale benchmark's start-up faults (a quarter of requests).

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.faultproxy import FaultProxy, FaultRates
+from sdcdev.harness import apply_crds, gpu_pod, wait_for
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.runtime.mirror import Change, Kind, Mirror, object_key, retrying_client
-from tests.chaos.proxy import FaultProxy, FaultRates
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import apply_crds, gpu_pod, wait_for
 
 CASE_LABEL = "sdcguard.test/mirror-case"
 

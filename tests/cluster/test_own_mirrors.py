@@ -11,11 +11,11 @@ from typing import Any
 
 from kubernetes import client
 
+from sdcdev.harness import apply_crds
 from sdcguard.adapters.inventory import Inventory
 from sdcguard.api import IdentityKind
 from sdcguard.domain.hardware import record_name
 from tests.cluster.test_mirror import _clock, _until
-from tests.operator.harness import apply_crds
 
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 METHODS = {

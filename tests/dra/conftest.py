@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from tests.cluster import localcluster
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import OperatorProcess, apply_crds, delete_all, ensure_namespace
+from sdcdev.cluster import localcluster
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import OperatorProcess, apply_crds, delete_all, ensure_namespace
 
 
 def device_taint_args(minor: int) -> list[str]:

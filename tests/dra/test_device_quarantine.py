@@ -14,14 +14,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.adapters.devicetaints import GROUP, RULES, SLICES, DeviceTaints, newest
-from sdcguard.cli.main import main
-from sdcguard.domain.devicetaints import SliceDevice, rule_name, wanted_rules
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import (
     GROUP as SDC_GROUP,
 )
-from tests.operator.harness import (
+from sdcdev.harness import (
     TESTING,
     VERSION,
     ProbeKubelet,
@@ -36,6 +33,9 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdcguard.adapters.devicetaints import GROUP, RULES, SLICES, DeviceTaints, newest
+from sdcguard.cli.main import main
+from sdcguard.domain.devicetaints import SliceDevice, rule_name, wanted_rules
 
 pytestmark = pytest.mark.cluster
 DRIVER = "gpu.nvidia.com"

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sdcguard.sim.demo import DemoResult
-from sdcguard.sim.demo_report import PlainDisplay
+from sdcdev.sim.demo import DemoResult
+from sdcdev.sim.demo_report import PlainDisplay
 
 PERMISSION_ERRORS = re.compile(r"Forbidden|forbidden|Not enough permissions|(?<![\w.])403(?![\w.])")
 """What a refusal by RBAC looks like in a log line; 403 only as a number of its own (a

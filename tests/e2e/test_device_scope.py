@@ -41,11 +41,12 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from sdcguard.cli.main import main as sdc
-from sdcguard.sim import SimOptions, Simulator, parse_fleet
-from sdcguard.sim.commands import gpu_uuids
-from sdcguard.sim.demo import delete_custom, delete_policy
-from sdcguard.sim.demo_install import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import wait_for
+from sdcdev.sim import SimOptions, Simulator, parse_fleet
+from sdcdev.sim.commands import gpu_uuids
+from sdcdev.sim.demo import delete_custom, delete_policy
+from sdcdev.sim.demo_install import (
     GROUP,
     VERSION,
     Installation,
@@ -56,13 +57,12 @@ from sdcguard.sim.demo_install import (
     start_operator,
     uninstall,
 )
-from sdcguard.sim.dra import NVIDIA_GPU_DRIVER
-from sdcguard.sim.fleet import FaultProfile
-from sdcguard.sim.kube import Kube
+from sdcdev.sim.dra import NVIDIA_GPU_DRIVER
+from sdcdev.sim.fleet import FaultProfile
+from sdcdev.sim.kube import Kube
+from sdcguard.cli.main import main as sdc
 from tests.cluster.dra_claims import RULES, Env
-from tests.cluster.localcluster import LocalCluster
 from tests.e2e.helpers import refusals
-from tests.operator.harness import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -31,10 +31,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sdcguard.sim.demo import DemoConfig, run_demo
-from sdcguard.sim.demo_install import PolicySettings
-from sdcguard.sim.fleet import FLEETS_DIR, load_fleet
-from tests.cluster.localcluster import LocalCluster
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.sim.demo import DemoConfig, run_demo
+from sdcdev.sim.demo_install import PolicySettings
+from sdcdev.sim.fleet import FLEETS_DIR, load_fleet
 from tests.e2e.helpers import RunNames, explain, in_order, permission_errors, progress
 
 #: Healthy nodes per group (the fleet file has 9, 7, 7 and 4).

@@ -1,6 +1,6 @@
 """When the simulator dies, the operator's view stays honest.
 
-A one-node fleet runs as its own ``python -m sdcguard.sim`` process, which is SIGKILLed
+A one-node fleet runs as its own ``python -m sdcdev.sim`` process, which is SIGKILLed
 while the node's acceptance probe runs. Nothing reports for the node any more: the
 node-lifecycle controller marks it NotReady once its heartbeats stop, and the probe Pod
 stays "Running" forever, so the Job's activeDeadlineSeconds ends it. The test must end
@@ -23,8 +23,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim.demo import delete_custom, delete_policy
-from sdcguard.sim.demo_install import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.sim.demo import delete_custom, delete_policy
+from sdcdev.sim.demo_install import (
     GROUP,
     REPO,
     VERSION,
@@ -35,7 +36,6 @@ from sdcguard.sim.demo_install import (
     start_operator,
     uninstall,
 )
-from tests.cluster.localcluster import LocalCluster
 from tests.e2e.helpers import RunNames
 
 NODE = "lost-h100-00"
@@ -109,7 +109,7 @@ def test_dead_simulator_means_notready_nodes_and_a_timed_out_probe(
                 [
                     sys.executable,
                     "-m",
-                    "sdcguard.sim",
+                    "sdcdev.sim",
                     "--kubeconfig",
                     str(cluster.kubeconfig),
                     "--fleet",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import OperatorProcess, delete_all
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import OperatorProcess, delete_all
 
 
 @pytest.fixture(scope="module")

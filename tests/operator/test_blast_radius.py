@@ -20,9 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.cli.main import main as kubectl_sdc
-from sdcguard.domain.keys import QUALIFIED_AT, parse_time
-from tests.operator.harness import (
+from sdcdev.harness import (
     GROUP,
     NS,
     VERSION,
@@ -37,6 +35,8 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdcguard.cli.main import main as kubectl_sdc
+from sdcguard.domain.keys import QUALIFIED_AT, parse_time
 
 KEY = b"blast-radius-key"
 

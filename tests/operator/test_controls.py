@@ -9,8 +9,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.builders.probe_job import job_name
-from tests.operator.harness import (
+from sdcdev.harness import (
     GATE,
     GROUP,
     NS,
@@ -29,6 +28,7 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdcguard.builders.probe_job import job_name
 
 
 def _annotate(api: client.ApiClient, name: str, annotations: dict[str, str | None]) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.operator.harness import (
+from sdcdev.harness import (
     GATE,
     GROUP,
     NS,

@@ -13,12 +13,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.cli.main import main as kubectl_sdc
-from sdcguard.sim.fleet import NodeConfig
-from sdcguard.sim.nodes import Heartbeats
-from tests.chart.alerts import alert_expr, scrape_url
-from tests.notify.test_notify import Receiver, receiver
-from tests.operator.harness import (
+from sdcdev.harness import (
     ProbeKubelet,
     create_policy,
     gpu_fleet,
@@ -31,6 +26,11 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdcdev.sim.fleet import NodeConfig
+from sdcdev.sim.nodes import Heartbeats
+from sdcguard.cli.main import main as kubectl_sdc
+from tests.chart.alerts import alert_expr, scrape_url
+from tests.notify.test_notify import Receiver, receiver
 from tests.promql import Scrape, firing
 
 __all__ = ["receiver"]  # the local webhook receiver, as a fixture here

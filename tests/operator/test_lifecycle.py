@@ -12,8 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.chart.alerts import alert_expr, scrape_url
-from tests.operator.harness import (
+from sdcdev.harness import (
     GATE,
     GROUP,
     NS,
@@ -33,6 +32,7 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from tests.chart.alerts import alert_expr, scrape_url
 from tests.promql import firing
 
 

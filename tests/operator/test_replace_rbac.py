@@ -14,18 +14,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.adapters.kube import KubeWriter
-from sdcguard.adapters.pass_state import FleetView
-from sdcguard.adapters.reconciler import Reconciler
-from sdcguard.api import ObjectMeta, SDCPolicy, SDCPolicySpec
-from sdcguard.domain.decide import Decision
-from sdcguard.domain.lifecycle import DeleteNode, NodeState
-from sdcguard.domain.observed import NodeSnapshot
-from sdcguard.metrics import Metrics
-from sdcguard.settings import Settings
-from sdcguard.sim.demo_install import install, start_operator, uninstall
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import (
     GROUP,
     VERSION,
     ProbeKubelet,
@@ -37,6 +27,16 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdcdev.sim.demo_install import install, start_operator, uninstall
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.pass_state import FleetView
+from sdcguard.adapters.reconciler import Reconciler
+from sdcguard.api import ObjectMeta, SDCPolicy, SDCPolicySpec
+from sdcguard.domain.decide import Decision
+from sdcguard.domain.lifecycle import DeleteNode, NodeState
+from sdcguard.domain.observed import NodeSnapshot
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

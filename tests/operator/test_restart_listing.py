@@ -1,7 +1,7 @@
 """A restart while the workload Pods are still listing (a big fleet's slow kind): probe
 ends are served at once, reservations wait for the complete copy.
 
-The restarted operator talks to the API server through ``tests/chaos/proxy.py``, which
+The restarted operator talks to the API server through :mod:`sdcdev.faultproxy`, which
 holds its list of all Pods unanswered until the test releases it (as a list of
 200,000 Pods behind throttling takes a minute). Every other kind lists at once.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.chaos.proxy import FaultProxy, FaultRates
-from tests.cluster.localcluster import LocalCluster, kubeconfig_text
-from tests.operator.harness import (
+from sdcdev.cluster.localcluster import LocalCluster, kubeconfig_text
+from sdcdev.faultproxy import FaultProxy, FaultRates
+from sdcdev.harness import (
     NS,
     OperatorProcess,
     ProbeKubelet,

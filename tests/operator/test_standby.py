@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.chart.alerts import scrape_url
-from tests.cluster.localcluster import LocalCluster, kubeconfig_text
-from tests.operator.harness import (
+from sdcdev.cluster.localcluster import LocalCluster, kubeconfig_text
+from sdcdev.harness import (
     NS,
     OperatorProcess,
     ProbeKubelet,
@@ -31,6 +30,7 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from tests.chart.alerts import scrape_url
 
 # Its own control plane, not the session's: a cluster test all the same.
 pytestmark = pytest.mark.cluster

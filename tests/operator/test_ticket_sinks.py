@@ -11,8 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from sdcguard.adapters.notify import verify_signature
-from tests.operator.harness import (
+from sdcdev.harness import (
     GROUP,
     NS,
     VERSION,
@@ -24,6 +23,7 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdcguard.adapters.notify import verify_signature
 
 KEY = b"webhook-signing-key"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import realnode
-from tests.cluster.localcluster import LocalCluster
+from sdcdev.cluster import realnode
+from sdcdev.cluster.localcluster import LocalCluster
 
 
 def leftovers(node_dir: Path, containerd_root: Path, record: dict[str, object]) -> list[str]:

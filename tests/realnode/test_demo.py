@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
-from sdcguard.sim.demo import DemoConfig, run_demo
-from sdcguard.sim.fleet import DEMO_FLEET, load_fleet
-from tests.cluster import operator_pod
-from tests.cluster.localcluster import LocalCluster
+from sdcdev.cluster import operator_pod
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.sim.demo import DemoConfig, run_demo
+from sdcdev.sim.fleet import DEMO_FLEET, load_fleet
 from tests.e2e.helpers import explain, in_order, permission_errors, progress
 
 pytestmark = pytest.mark.cluster

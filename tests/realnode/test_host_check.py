@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster import realnode
+from sdcdev.cluster import realnode
 
 
 def test_without_root_the_real_node_refuses_with_a_clear_message(

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from tests.cluster.localcluster import LocalCluster
-from tests.cluster.realnode import NODE_IP
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.cluster.realnode import NODE_IP
 from tests.realnode.conftest import kubectl
 
 pytestmark = pytest.mark.cluster

@@ -28,14 +28,14 @@ from typing import Any
 
 import pytest
 
-from tests.chart.helm import run_helm
-from tests.cluster.localcluster import LocalCluster
-from tests.cluster.operator_pod import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.cluster.operator_pod import (
     OperatorPod,
     install_operator,
     scrape_metrics,
     uninstall_operator,
 )
+from tests.chart.helm import run_helm
 from tests.realnode.conftest import kubectl
 
 pytestmark = pytest.mark.cluster

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from sdcdev.cluster.localcluster import LocalCluster
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job
 from sdcprobe.result import parse_result
-from tests.cluster.localcluster import LocalCluster
 from tests.realnode.conftest import kubectl
 from tests.realnode.test_node import kubectl_apply
 

@@ -5,12 +5,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcdev.harness import GROUP, VERSION, wait_for
 from tests.operator.conftest import (  # noqa: F401  (fixtures and the report hook)
     _show_operator_log,
     operator,
     pytest_runtest_makereport,
 )
-from tests.operator.harness import GROUP, VERSION, wait_for
 
 
 @pytest.fixture

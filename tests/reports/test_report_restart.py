@@ -20,9 +20,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdctrain.report import KubeReporter
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import (
     OperatorProcess,
     ProbeKubelet,
     create_policy,
@@ -34,6 +33,7 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdctrain.report import KubeReporter
 from tests.reports.test_reports_operator import (
     _detection,
     _job_namespace,

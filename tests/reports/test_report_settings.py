@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import OperatorProcess, delete_all, gpu_nodes, new_case, wait_for
 from sdctrain.report import KubeReporter
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import OperatorProcess, delete_all, gpu_nodes, new_case, wait_for
 from tests.reports.test_reports_operator import (
     _detection,
     _job_namespace,

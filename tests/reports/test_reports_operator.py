@@ -17,10 +17,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdctrain import Confirmation, Detection, Method
-from sdctrain.report import KubeReporter
-from tests.cluster.localcluster import LocalCluster
-from tests.operator.harness import (
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import (
     GROUP,
     VERSION,
     ProbeKubelet,
@@ -32,6 +30,8 @@ from tests.operator.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdctrain import Confirmation, Detection, Method
+from sdctrain.report import KubeReporter
 
 ROLE_RULES = [
     client.V1PolicyRule(api_groups=[GROUP], resources=["sdcreports"], verbs=["create", "get"])

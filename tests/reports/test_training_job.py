@@ -33,13 +33,7 @@ from bench.training.harness import Trial, free_port
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim.commands import RUN_COMMAND_ANNOTATION, gpu_uuids
-from sdcguard.sim.fleet import FaultProfile
-from sdcguard.sim.kube import Kube
-from sdcguard.sim.kubelet import SimKubelet
-from sdcguard.sim.state import FleetState
-from sdcguard.sim.timers import Timers
-from tests.operator.harness import (
+from sdcdev.harness import (
     REPO,
     create_policy,
     gpu_fleet,
@@ -49,6 +43,12 @@ from tests.operator.harness import (
     node_state,
     wait_for,
 )
+from sdcdev.sim.commands import RUN_COMMAND_ANNOTATION, gpu_uuids
+from sdcdev.sim.fleet import FaultProfile
+from sdcdev.sim.kube import Kube
+from sdcdev.sim.kubelet import SimKubelet
+from sdcdev.sim.state import FleetState
+from sdcdev.sim.timers import Timers
 from tests.reports.test_reports_operator import _job_namespace, _phase, _report, report_events
 
 JOB_LABEL = "batch.kubernetes.io/job-name"

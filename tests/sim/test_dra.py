@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sdcguard.domain.dra import resolve_device
-from sdcguard.sim.commands import gpu_uuids
-from sdcguard.sim.dra import (
+from sdcdev.sim.commands import gpu_uuids
+from sdcdev.sim.dra import (
     device_class_manifest,
     resource_slice_manifest,
 )
-from sdcguard.sim.fleet import Fleet, FleetError, parse_fleet
+from sdcdev.sim.fleet import Fleet, FleetError, parse_fleet
+from sdcguard.domain.dra import resolve_device
 
 
 def fleet(*nodes: dict[str, object], **top: object) -> Fleet:
@@ -95,7 +95,7 @@ def test_a_node_without_published_gpus_gets_no_slice() -> None:
 
 
 def test_the_simulated_driver_is_the_one_the_operator_resolves() -> None:
+    from sdcdev.sim import dra as sim_dra
     from sdcguard.domain import dra as domain_dra
-    from sdcguard.sim import dra as sim_dra
 
     assert sim_dra.NVIDIA_GPU_DRIVER == domain_dra.NVIDIA_GPU_DRIVER

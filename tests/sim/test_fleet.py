@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sdcguard.sim.__main__ import main
-from sdcguard.sim.catalogue import CATALOGUE
-from sdcguard.sim.fleet import DEMO_FLEET, FLEETS_DIR, FleetError, load_fleet, parse_fleet
+from sdcdev.sim.__main__ import main
+from sdcdev.sim.catalogue import CATALOGUE
+from sdcdev.sim.fleet import DEMO_FLEET, FLEETS_DIR, FleetError, load_fleet, parse_fleet
 
 F2_LIKE = {"site": "attention.output", "rate": 4.78e-3, "bits": [0, 22], "mode": "flip"}
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from sdcguard.sim.fleet import Fleet, parse_fleet
-from sdcguard.sim.nodes import node_manifest
-from sdcguard.sim.repair import resolution_patch, ticket_view
-from sdcguard.sim.state import FleetState
-from sdcguard.sim.workloads import accelerator_types, next_workload, workload_pod
+from sdcdev.sim.fleet import Fleet, parse_fleet
+from sdcdev.sim.nodes import node_manifest
+from sdcdev.sim.repair import resolution_patch, ticket_view
+from sdcdev.sim.state import FleetState
+from sdcdev.sim.workloads import accelerator_types, next_workload, workload_pod
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 FAULT = {"site": "matmul", "rate": 1e-3, "bits": "exp"}

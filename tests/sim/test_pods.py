@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sdcguard.sim.pods import (
+from sdcdev.sim.pods import (
     TERMINATION_MESSAGE_LIMIT,
     container_env,
     expand,
@@ -150,7 +150,7 @@ def command_pod(annotations: dict[str, str]) -> dict[str, Any]:
 
 
 def test_only_pods_that_ask_have_their_command_run() -> None:
-    from sdcguard.sim.commands import RUN_COMMAND_ANNOTATION
+    from sdcdev.sim.commands import RUN_COMMAND_ANNOTATION
 
     assert parse_pod(command_pod({RUN_COMMAND_ANNOTATION: "true"})).kind == "command"
     assert parse_pod(command_pod({})).kind == "workload"
@@ -158,7 +158,7 @@ def test_only_pods_that_ask_have_their_command_run() -> None:
 
 
 def test_a_command_pod_runs_with_its_env_identity_and_gpus() -> None:
-    from sdcguard.sim.commands import command_env, gpu_uuids, local_argv, service_env
+    from sdcdev.sim.commands import command_env, gpu_uuids, local_argv, service_env
 
     annotations = {"batch.kubernetes.io/job-completion-index": "1"}
     pod = parse_pod(command_pod(annotations))

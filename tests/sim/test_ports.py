@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from sdcguard.sim import ports
+from sdcdev.sim import ports
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_are_bindable() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sdcguard.sim.probe_command import (
+from sdcdev.sim.probe_command import (
     ALLOW_FAULTS_FLAG,
     FAULTS_ENV,
     UnsupportedProbeCommand,

@@ -23,11 +23,11 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.sim import SimOptions, Simulator, parse_fleet
-from sdcguard.sim.commands import gpu_uuids
-from sdcguard.sim.kube import TICKETS_PATH, Kube
-from sdcguard.sim.workloads import WorkloadRequest, workload_pod
-from tests.cluster.localcluster import LocalCluster
+from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.sim import SimOptions, Simulator, parse_fleet
+from sdcdev.sim.commands import gpu_uuids
+from sdcdev.sim.kube import TICKETS_PATH, Kube
+from sdcdev.sim.workloads import WorkloadRequest, workload_pod
 
 REPO = Path(__file__).resolve().parents[2]
 GATE = "sdcguard.dev/unqualified"
@@ -485,7 +485,7 @@ def test_simulator_death_turns_its_nodes_not_ready(
         [
             sys.executable,
             "-m",
-            "sdcguard.sim",
+            "sdcdev.sim",
             "--kubeconfig",
             str(cluster.kubeconfig),
             "--fleet",
