@@ -33,9 +33,12 @@ def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
 
 
 def chart_objects(
-    release: str, kinds: tuple[str, ...], values: dict[str, Any] | None = None
+    release: str,
+    kinds: tuple[str, ...],
+    values: dict[str, Any] | None = None,
+    namespace: str = "sdcguard-system",
 ) -> list[dict[str, Any]]:
-    docs = render(values, release=release)
+    docs = render(values, release=release, namespace=namespace)
     return [d for d in docs if d["kind"] in kinds]
 
 
