@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from sdctrain.report import reporter_from_token
 from tests.cluster.localcluster import LocalCluster
 from tests.security.chart_objects import (
     ADMISSION_KINDS,
@@ -187,7 +188,8 @@ def test_the_chart_policy_admits_reports_only_from_the_reporting_pod(
         "may not create SDCReports" in refused.body and "own ServiceAccount token" in refused.body
     )
 
-    pod_token = _api_with(cluster, token=_token(t, bound=True))
+    token = _token(t, bound=True)
+    pod_token = _api_with(cluster, token=token)
     itself = {
         "podName": t.pod,
         "podUID": t.pod_uid,
@@ -217,7 +219,9 @@ def test_the_chart_policy_admits_reports_only_from_the_reporting_pod(
     exc = _create(pod_token, t.other_namespace, _report(t.other_namespace, t.node, itself))
     assert exc is not None and "may report only in its own namespace" in exc.body
 
-    # The Pod, naming itself: admitted; and its identity cannot be rewritten later.
+    # The Pod, naming itself as sdctrain's reporter reads its own token: admitted; and
+    # its identity cannot be rewritten later.
+    assert reporter_from_token(token) == itself
     assert _create(pod_token, t.namespace, _report(t.namespace, t.node, itself)) is None
     custom = client.CustomObjectsApi(t.admin)
     (filed,) = [
