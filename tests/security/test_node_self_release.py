@@ -143,6 +143,25 @@ def test_the_chart_policy_refuses_the_node_its_own_release(
     assert node.metadata.labels["sdcguard.dev/state"] == "Quarantined"
     assert "sdcguard.dev/quarantined" in [t.key for t in node.spec.taints]
 
+    # Deleting its Node to register again without the quarantine: RBAC refuses it.
+    exc = refusal(lambda: as_node.delete_node(quarantined_node))
+    assert exc is not None and exc.status == 403
+
     # The kubelet's ordinary writes and a person's release still go through.
     assert refusal(annotate(as_node, quarantined_node, "example.com/kubelet-note", "x")) is None
     assert refusal(annotate(admin, quarantined_node, "sdcguard.dev/release", "repaired")) is None
+
+
+def test_a_node_still_registers_with_the_gate_taint(
+    cluster: LocalCluster, admin: client.CoreV1Api, node_policy: None
+) -> None:
+    """``kubelet --register-with-taints=sdcguard.dev/unqualified=:NoSchedule`` (the
+    documented gate) keeps working: a node may create its Node with sdcguard's taints."""
+    name = f"sec-new-{uuid.uuid4().hex[:6]}"
+    as_node = node_client(cluster, name)
+    gate = {"key": "sdcguard.dev/unqualified", "effect": "NoSchedule"}
+    try:
+        as_node.create_node({"metadata": {"name": name}, "spec": {"taints": [gate]}})
+        assert [t.key for t in admin.read_node(name).spec.taints] == ["sdcguard.dev/unqualified"]
+    finally:
+        admin.delete_node(name)
