@@ -10,6 +10,7 @@ it when it is next idle: a report alone never quarantines anything.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import json
@@ -94,6 +95,28 @@ def _open(
         return int(exc.code), exc.read()
 
 
+def reporter_from_token(token: str) -> dict[str, str] | None:
+    """``spec.reporter`` as the Pod's own bound ServiceAccount token names it (its
+    unverified claims: the API server checks the token itself, and the chart's
+    admission policy checks that the report repeats them); None for a token that is
+    not a Pod-bound JWT."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        kube = claims["kubernetes.io"]
+        reporter = {
+            "podName": kube["pod"]["name"],
+            "serviceAccount": kube["serviceaccount"]["name"],
+        }
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+    if kube["pod"].get("uid"):
+        reporter["podUID"] = kube["pod"]["uid"]
+    if isinstance(kube.get("node"), dict) and kube["node"].get("name"):
+        reporter["nodeName"] = kube["node"]["name"]
+    return reporter
+
+
 class KubeReporter(Reporter):
     """Creates SDCReports through the API server with a bearer token."""
 
@@ -138,6 +161,9 @@ class KubeReporter(Reporter):
         url = f"{self.server}/apis/{API_VERSION}/namespaces/{ns}/{PLURAL}"
         # Projected tokens rotate: read it for every request.
         token = self.token_file.read_text().strip()
+        reporter = reporter_from_token(token)
+        if reporter is not None:
+            body["spec"]["reporter"] = reporter
         req = urllib.request.Request(
             url,
             data=json.dumps(body).encode(),

@@ -357,6 +357,9 @@ class OperatorProcess:
                 "SDCGUARD_LOG_FORMAT": "json",
                 "SDCGUARD_RESYNC_SECONDS": "5",
                 "SDCGUARD_DEFAULT_PROBE_IMAGE": "example.invalid/sdcprobe:test",
+                # The tests' webhook receivers are plain HTTP on loopback.
+                "SDCGUARD_SINK_ALLOW_HTTP": "true",
+                "SDCGUARD_SINK_ALLOW_LOOPBACK": "true",
                 "PYTHONPATH": os.pathsep.join(
                     [str(REPO / "operator"), str(REPO / "jobs"), env.get("PYTHONPATH", "")]
                 ),

@@ -85,6 +85,23 @@ class Settings(BaseSettings):
         default=1.0, ge=1, description="How often the leader renews and a standby tries."
     )
 
+    sink_allow_http: bool = Field(
+        default=False, description="Let ticket sinks use http:// (test receivers only)."
+    )
+    sink_allow_loopback: bool = Field(
+        default=False, description="Let ticket sinks reach loopback addresses (tests only)."
+    )
+    sink_denied_cidrs: str = Field(
+        default="",
+        description="Comma-separated CIDRs ticket sinks may not reach: the cluster's Pod "
+        "and Service ranges (link-local and cloud-metadata addresses are always refused).",
+    )
+    sink_allowed_cidrs: str = Field(
+        default="",
+        description="Comma-separated CIDRs ticket sinks may reach although another rule "
+        "refuses them (an in-cluster receiver run on purpose).",
+    )
+
     @model_validator(mode="after")
     def _lease_times(self) -> Settings:
         # The client's election refuses anything else (its jitter is 1.2).

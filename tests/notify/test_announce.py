@@ -15,7 +15,7 @@ from sdcguard.adapters import ticket_sinks
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import RepairTicket, SDCPolicy, TicketPhase, to_body
 from sdcguard.metrics import Metrics
-from tests.notify.test_notify import NOW, Receiver, Reply, Seen, make_ticket
+from tests.notify.test_notify import LOOPBACK_RECEIVER, NOW, Receiver, Reply, Seen, make_ticket
 
 
 class _Writer(KubeWriter):
@@ -57,7 +57,9 @@ def _announce(
     writer = kw.pop("writer", None) or _writer()
     policy = kw.pop("policy", None) or _policy({"type": "webhook", "url": rec.url + "/sdc"})
     ticket = RepairTicket.model_validate(body)
-    outcome = ticket_sinks.announce(ticket, policy, writer, Metrics(), when, sleep=lambda _: None)
+    outcome = ticket_sinks.announce(
+        ticket, policy, writer, Metrics(), when, sleep=lambda _: None, addresses=LOOPBACK_RECEIVER
+    )
     return outcome, writer
 
 

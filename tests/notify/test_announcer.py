@@ -16,7 +16,7 @@ from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.api import RepairTicket, TicketPhase, to_body
 from sdcguard.metrics import Metrics
 from tests.notify.test_announce import _policy, _Writer, _writer
-from tests.notify.test_notify import NOW, Receiver, Reply, Seen, make_ticket
+from tests.notify.test_notify import LOOPBACK_RECEIVER, NOW, Receiver, Reply, Seen, make_ticket
 
 
 def _snap(
@@ -50,7 +50,12 @@ class _Copy:
 
 def _announcer(copy: _Copy, rec: Receiver, writer: _Writer | None = None) -> ticket_sinks.Announcer:
     announcer = ticket_sinks.Announcer(
-        copy, writer or _writer(), Metrics(), clock=lambda: NOW, interval=15.0
+        copy,
+        writer or _writer(),
+        Metrics(),
+        clock=lambda: NOW,
+        interval=15.0,
+        addresses=LOOPBACK_RECEIVER,
     )
     policy = _policy({"type": "webhook", "url": rec.url + "/sdc"})
     announcer.policy = lambda ref: policy if ref == "default" else None

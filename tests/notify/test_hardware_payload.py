@@ -33,7 +33,7 @@ from sdcguard.api import (
 from sdcguard.api.ticket import MAX_HISTORY_RECORDS, MAX_LAST_FAILURES
 from sdcguard.domain.hardware import record_name
 from sdcguard.metrics import Metrics
-from tests.notify.test_notify import NOW, Receiver, Reply, Seen, make_ticket
+from tests.notify.test_notify import LOOPBACK_RECEIVER, NOW, Receiver, Reply, Seen, make_ticket
 
 PROVIDER = "aws:///us-east-1a/i-0abc"
 GPU = "GPU-2222"
@@ -126,6 +126,7 @@ def _announce(
         when,
         records=records.get,
         sleep=lambda _: None,
+        addresses=LOOPBACK_RECEIVER,
     )
     return outcome, writer
 

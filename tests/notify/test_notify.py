@@ -34,6 +34,15 @@ from sdcguard.api import (
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 KEY = b"s3cret-signing-key"
+LOOPBACK_RECEIVER = notify.SinkAddresses(allow_http=True, allow_loopback=True)
+"""The explicit allowance these tests need: their receivers are plain HTTP on loopback,
+which the operator refuses by default (tests/security checks that)."""
+
+
+def deliver(*args: Any, **kwargs: Any) -> notify.DeliveryOutcome:
+    return notify.deliver(*args, addresses=LOOPBACK_RECEIVER, **kwargs)
+
+
 API = "https://kube.example:6443"
 
 
@@ -175,15 +184,29 @@ def test_idempotency_key_is_stable_per_event_and_new_per_cycle() -> None:
     assert len(first["idempotencyKey"]) <= 128  # fits status.notification.idempotencyKey
 
 
+def standard_signature(message_id: str, timestamp: str, body: bytes, key: bytes) -> str:
+    """The receiver-side check documented in the chart README (Standard Webhooks)."""
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
 def test_signature_verifies_like_the_readme_example() -> None:
     body = b'{"event":"ticket.opened"}'
-    header = notify.sign(body, KEY)
-    # The receiver-side snippet documented in the chart README:
-    expected = "sha256=" + hmac.new(KEY, body, hashlib.sha256).hexdigest()
-    assert hmac.compare_digest(expected, header)
-    assert notify.verify_signature(body, KEY, header)
-    assert not notify.verify_signature(body + b" ", KEY, header)
-    assert not notify.verify_signature(body, b"other-key", header)
+    header = notify.sign("msg-1", 1_700_000_000, body, KEY)
+    assert hmac.compare_digest(standard_signature("msg-1", "1700000000", body, KEY), header)
+    headers = {
+        "webhook-id": "msg-1",
+        "webhook-timestamp": "1700000000",
+        "webhook-signature": header,
+    }
+    assert notify.verify_signature(body, KEY, headers, now=1_700_000_100)
+    assert not notify.verify_signature(body + b" ", KEY, headers, now=1_700_000_100)
+    assert not notify.verify_signature(body, b"other-key", headers, now=1_700_000_100)
+    # Outside the replay window the same bytes are refused.
+    assert not notify.verify_signature(body, KEY, headers, now=1_700_000_000 + 301)
+    # A whsec_ Secret value is the base64 of the key, as Standard Webhooks libraries take it.
+    encoded = b"whsec_" + base64.b64encode(KEY)
+    assert notify.sign("msg-1", 1_700_000_000, body, encoded) == header
 
 
 # ---------------------------------------------------------------- webhook
@@ -194,7 +217,7 @@ def test_webhook_request_shape(receiver: Callable[..., Receiver]) -> None:
     sink = TicketSink(type="webhook", url=rec.url + "/hooks/sdc")
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
 
-    outcome = notify.deliver(payload, sink, KEY, sleep=FakeSleep())
+    outcome = deliver(payload, sink, KEY, sleep=FakeSleep())
 
     assert outcome == notify.DeliveryOutcome(delivered=True, attempts=1)
     (req,) = rec.seen
@@ -202,8 +225,10 @@ def test_webhook_request_shape(receiver: Callable[..., Receiver]) -> None:
     assert req.headers["content-type"] == "application/json"
     assert req.headers["idempotency-key"] == payload["idempotencyKey"]
     assert req.headers["x-sdcguard-event"] == "ticket.opened"
-    expected = "sha256=" + hmac.new(KEY, req.body, hashlib.sha256).hexdigest()
-    assert req.headers["x-sdcguard-signature"] == expected
+    assert req.headers["webhook-id"] == payload["idempotencyKey"]
+    timestamp = req.headers["webhook-timestamp"]
+    expected = standard_signature(req.headers["webhook-id"], timestamp, req.body, KEY)
+    assert req.headers["webhook-signature"] == expected
     body = req.json()
     assert body["event"] == "ticket.opened"
     assert body["ticket"]["nodeName"] == "gpu-node-7"
@@ -214,9 +239,9 @@ def test_webhook_request_shape(receiver: Callable[..., Receiver]) -> None:
 def test_webhook_without_secret_is_unsigned(receiver: Callable[..., Receiver]) -> None:
     rec = receiver(ok)
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
-    outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), None)
+    outcome = deliver(payload, TicketSink(type="webhook", url=rec.url), None)
     assert outcome.delivered
-    assert "x-sdcguard-signature" not in rec.seen[0].headers
+    assert "webhook-signature" not in rec.seen[0].headers
 
 
 def test_webhook_retries_a_500_with_the_same_key_and_body(
@@ -226,14 +251,18 @@ def test_webhook_retries_a_500_with_the_same_key_and_body(
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
 
-    outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
+    outcome = deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
 
     assert outcome.delivered and outcome.attempts == 2 and outcome.last_error is None
     assert sleep.calls == []  # urllib3's Retry tries a first failure again at once
     first, second = rec.seen
     assert first.headers["idempotency-key"] == second.headers["idempotency-key"]
     assert first.body == second.body
-    assert first.headers["x-sdcguard-signature"] == second.headers["x-sdcguard-signature"]
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    for seen in (first, second):  # each attempt is dated and signed on its own
+        timestamp = seen.headers["webhook-timestamp"]
+        expected = standard_signature(seen.headers["webhook-id"], timestamp, seen.body, KEY)
+        assert seen.headers["webhook-signature"] == expected
     assert (
         first.headers["x-sdcguard-delivery-attempt"],
         second.headers["x-sdcguard-delivery-attempt"],
@@ -245,7 +274,7 @@ def test_webhook_backoff_is_exponential_and_bounded(receiver: Callable[..., Rece
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
 
-    outcome = notify.deliver(
+    outcome = deliver(
         payload,
         TicketSink(type="webhook", url=rec.url),
         KEY,
@@ -267,7 +296,7 @@ def test_webhook_honours_retry_after(receiver: Callable[..., Receiver]) -> None:
     )
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
-    outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
+    outcome = deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
     assert outcome.delivered and sleep.calls == [3.0]
 
 
@@ -277,7 +306,7 @@ def test_long_retry_after_is_handed_back_to_the_operator(
     rec = receiver(lambda seen: (503, {"Retry-After": "600"}, b""))
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
-    outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
+    outcome = deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
     assert not outcome.delivered and outcome.attempts == 1 and sleep.calls == []
     assert outcome.retry_after is not None and outcome.retry_after >= 600
 
@@ -294,7 +323,7 @@ def test_retry_after_as_a_date_is_read_against_the_clock_passed_in(
     )
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
-    outcome = notify.deliver(
+    outcome = deliver(
         payload,
         TicketSink(type="webhook", url=rec.url),
         KEY,
@@ -310,7 +339,7 @@ def test_an_unreadable_retry_after_leaves_the_backoff_to_decide(
     rec = receiver(lambda seen: (503, {"Retry-After": "soon"}, b""))
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
-    outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
+    outcome = deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
     assert not outcome.delivered and outcome.attempts == 3 and sleep.calls == [1.0]
 
 
@@ -325,13 +354,13 @@ def test_the_proxy_the_environment_names_carries_the_request(
     monkeypatch.delenv("no_proxy", raising=False)
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     url = "http://hooks.example.invalid/sdc"
-    assert notify.deliver(payload, TicketSink(type="webhook", url=url), KEY).delivered
+    assert deliver(payload, TicketSink(type="webhook", url=url), KEY).delivered
     (req,) = proxy.seen
     assert req.path == url  # the absolute form a proxy is sent
     # NO_PROXY names the hosts reached directly: the proxy sees nothing more.
     direct = receiver(ok)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    assert notify.deliver(payload, TicketSink(type="webhook", url=direct.url), KEY).delivered
+    assert deliver(payload, TicketSink(type="webhook", url=direct.url), KEY).delivered
     assert len(proxy.seen) == 1 and len(direct.seen) == 1
 
 
@@ -339,7 +368,7 @@ def test_client_error_is_permanent_and_not_retried(receiver: Callable[..., Recei
     rec = receiver(lambda seen: (401, {}, b"bad signature"))
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
-    outcome = notify.deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
+    outcome = deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=sleep)
     assert not outcome.delivered and outcome.permanent and outcome.attempts == 1
     assert sleep.calls == [] and outcome.last_error is not None
     assert "HTTP 401: bad signature" in outcome.last_error
@@ -349,7 +378,7 @@ def test_user_info_in_the_url_becomes_basic_auth(receiver: Callable[..., Receive
     rec = receiver(ok)
     url = rec.url.replace("http://", "http://hook%40user:p%3Ass@") + "/in?x=1"
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
-    assert notify.deliver(payload, TicketSink(type="webhook", url=url), KEY).delivered
+    assert deliver(payload, TicketSink(type="webhook", url=url), KEY).delivered
     (req,) = rec.seen
     assert req.path == "/in?x=1"
     assert req.headers["authorization"] == basic(b"hook@user:p:ss")
@@ -358,9 +387,7 @@ def test_user_info_in_the_url_becomes_basic_auth(receiver: Callable[..., Receive
 def test_redirects_are_not_followed(receiver: Callable[..., Receiver]) -> None:
     rec = receiver(lambda seen: (302, {"Location": "http://127.0.0.1:1/elsewhere"}, b""))
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
-    outcome = notify.deliver(
-        payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=FakeSleep()
-    )
+    outcome = deliver(payload, TicketSink(type="webhook", url=rec.url), KEY, sleep=FakeSleep())
     assert not outcome.delivered and outcome.permanent and len(rec.seen) == 1
 
 
@@ -372,7 +399,7 @@ def test_receiver_down_records_the_error_without_raising() -> None:
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
     sleep = FakeSleep()
 
-    outcome = notify.deliver(payload, TicketSink(type="webhook", url=url), KEY, sleep=sleep)
+    outcome = deliver(payload, TicketSink(type="webhook", url=url), KEY, sleep=sleep)
 
     assert not outcome.delivered
     assert outcome.attempts == notify.DEFAULT_MAX_ATTEMPTS
@@ -432,7 +459,7 @@ def test_jira_creates_an_issue_in_adf(receiver: Callable[..., Receiver]) -> None
     rec = receiver(answer)
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
 
-    outcome = notify.deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
+    outcome = deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
 
     assert outcome.delivered and outcome.attempts == 2
     assert outcome.external is not None
@@ -463,7 +490,7 @@ def test_jira_retry_finds_the_issue_instead_of_filing_twice(
 ) -> None:
     rec = receiver(lambda seen: (200, {}, b'{"issues": [{"id": "1", "key": "OPS-42"}]}'))
     payload = notify.build_payload(make_ticket(), api_server=API, now=NOW)
-    outcome = notify.deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
+    outcome = deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
     assert outcome.delivered and outcome.external is not None and outcome.external.id == "OPS-42"
     assert [s.path for s in rec.seen] == ["/rest/api/3/search/jql"]
 
@@ -493,7 +520,7 @@ def test_jira_close_comments_and_transitions(receiver: Callable[..., Receiver]) 
     )
     payload = notify.build_payload(ticket, api_server=API, now=NOW)
 
-    outcome = notify.deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
+    outcome = deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
 
     assert outcome.delivered, outcome.last_error
     assert [(s.method, s.path) for s in rec.seen] == [
@@ -512,7 +539,7 @@ def test_jira_server_error_keeps_the_issue_reference(receiver: Callable[..., Rec
     rec = receiver(lambda seen: (502, {}, b"gateway"))
     ticket = make_ticket(TicketPhase.IN_REPAIR, external=ExternalRef(system="jira", id="OPS-7"))
     payload = notify.build_payload(ticket, api_server=API, now=NOW)
-    outcome = notify.deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
+    outcome = deliver(payload, jira_sink(rec.url), JIRA_SECRET, sleep=FakeSleep())
     assert not outcome.delivered and outcome.attempts == 3
     assert outcome.external is not None and outcome.external.id == "OPS-7"
     assert outcome.last_error is not None and "HTTP 502" in outcome.last_error
@@ -527,13 +554,13 @@ def test_jira_misconfiguration_is_a_recorded_permanent_failure() -> None:
         url="https://example.atlassian.net/",
         secret_ref=SecretKeyRef(name="jira", namespace="ns"),
     )
-    outcome = notify.deliver(payload, no_project, JIRA_SECRET)
+    outcome = deliver(payload, no_project, JIRA_SECRET)
     assert not outcome.delivered and outcome.permanent and outcome.attempts == 0
     assert outcome.last_error is not None and "project" in outcome.last_error
 
     good = jira_sink("https://example.atlassian.net")
     for secret in (b"token-without-email", None):
-        outcome = notify.deliver(payload, good, secret)
+        outcome = deliver(payload, good, secret)
         assert not outcome.delivered and outcome.permanent and outcome.attempts == 0
         assert outcome.last_error is not None and "email:api-token" in outcome.last_error
 
@@ -581,7 +608,7 @@ def test_a_webhook_receives_the_blast_radius(receiver: Callable[..., Receiver]) 
     rec = receiver(ok)
     ticket = make_ticket(blast_radius=_radius(2))
     payload = notify.build_payload(ticket, api_server=API, now=NOW)
-    outcome = notify.deliver(
+    outcome = deliver(
         payload, TicketSink(type="webhook", url=f"{rec.url}/sdc"), KEY, sleep=FakeSleep()
     )
     assert outcome.delivered

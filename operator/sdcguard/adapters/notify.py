@@ -4,9 +4,11 @@ Two sinks, both synchronous and free of Kubernetes calls (the operator runs them
 in a worker thread and records the outcome in ``status.notification``):
 
 - **webhook**: POST a JSON document (:class:`WebhookPayload`, schema version
-  ``WEBHOOK_SCHEMA_VERSION``) signed with HMAC-SHA256 over the exact body
-  (``X-Sdcguard-Signature: sha256=<hex>``) and carrying an ``Idempotency-Key``
-  that is the same for every attempt of one event, across retries and restarts.
+  ``WEBHOOK_SCHEMA_VERSION``) signed as Standard Webhooks specify (``webhook-id``,
+  ``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256 of
+  "id.timestamp.body">``), so receivers can refuse replays older than their window,
+  and carrying an ``Idempotency-Key`` (equal to ``webhook-id``) that is the same for
+  every attempt of one event, across retries and restarts.
 - **jira**: create an issue through the Jira Cloud REST API v3 (description in
   Atlassian Document Format, Basic auth ``email:token``), comment on updates,
   and transition it on close.
@@ -19,6 +21,12 @@ number of attempts and returns a :class:`DeliveryOutcome` instead of raising. Be
 the schedule lives in the ticket's ``status.notification`` (the operator calls
 again after ``outcome.retry_after`` seconds, across reconciles and restarts),
 which no HTTP library keeps. Receivers de-duplicate on the idempotency key.
+
+Before any request the sink's address is checked (:class:`SinkAddresses`): no
+``http://``, no link-local, cloud-metadata or cluster-internal address, no loopback,
+unless a setting allows it; a refused address is a permanent, recorded failure.
+Response bodies are read up to :data:`MAX_RESPONSE_BYTES`. URLs in errors and logs
+are redacted (:func:`redact_url`): sink URLs may carry credentials.
 
 Each attempt is sent by this module rather than by urllib3's own retry loop, so
 that it carries its own ``X-Sdcguard-Delivery-Attempt`` number. Time (``sleep``,
@@ -34,12 +42,15 @@ import email.utils
 import functools
 import hashlib
 import hmac
+import io
+import ipaddress
 import json
+import socket
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, Self, TypedDict, cast
 
@@ -62,7 +73,20 @@ from sdcguard.domain.echo import bounded
 
 WEBHOOK_SCHEMA_VERSION = "1"
 """Version of :class:`WebhookPayload`; raised only for changes that break receivers."""
-SIGNATURE_HEADER = "X-Sdcguard-Signature"
+SIGNATURE_HEADER = "webhook-signature"
+"""Standard Webhooks: space-separated ``v1,<base64 HMAC-SHA256>`` signatures."""
+ID_HEADER = "webhook-id"
+"""Standard Webhooks: the message id (the idempotency key: equal on every attempt)."""
+TIMESTAMP_HEADER = "webhook-timestamp"
+"""Standard Webhooks: Unix seconds of this attempt; signed, so a replay is dated."""
+REPLAY_WINDOW_SECONDS = 300
+"""How far a receiver should accept ``webhook-timestamp`` from its own clock (the
+Standard Webhooks libraries' default tolerance); older requests are replays."""
+SECRET_PREFIX = "whsec_"
+"""A Secret value starting with this holds the key base64-encoded (Standard Webhooks'
+format); any other value is the key's raw bytes."""
+MAX_RESPONSE_BYTES = 1 << 20
+"""Response bodies are read up to this (a sink cannot exhaust the operator's memory)."""
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 EVENT_HEADER = "X-Sdcguard-Event"
 ATTEMPT_HEADER = "X-Sdcguard-Delivery-Attempt"
@@ -371,14 +395,163 @@ def encode_body(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 
 
-def sign(body: bytes, key: bytes) -> str:
-    """The signature header value: ``sha256=`` and the hex HMAC-SHA256 of ``body``."""
-    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+def signing_key(secret: bytes) -> bytes:
+    """The HMAC key a Secret's value stands for: ``whsec_<base64>`` decoded (the
+    format Standard Webhooks libraries take), any other value as it is."""
+    if secret.startswith(SECRET_PREFIX.encode()):
+        return base64.b64decode(secret[len(SECRET_PREFIX) :])
+    return secret
 
 
-def verify_signature(body: bytes, key: bytes, header: str) -> bool:
-    """Receiver side: whether ``header`` is the signature of ``body`` (constant time)."""
-    return hmac.compare_digest(sign(body, key), header.strip())
+def sign(message_id: str, timestamp: int, body: bytes, key: bytes) -> str:
+    """The ``webhook-signature`` value: ``v1,`` and the base64 HMAC-SHA256 (keyed with
+    :func:`signing_key`) of ``"{id}.{timestamp}.{body}"``, as Standard Webhooks specify."""
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(signing_key(key), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def verify_signature(
+    body: bytes,
+    key: bytes,
+    headers: Mapping[str, str],
+    *,
+    now: float,
+    tolerance: float = REPLAY_WINDOW_SECONDS,
+) -> bool:
+    """Receiver side, a reference: whether ``headers`` sign ``body`` (constant time)
+    and their timestamp is within ``tolerance`` seconds of ``now``. Receivers must also
+    drop a ``webhook-id`` they accepted within the window (a replay inside it)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    try:
+        message_id, timestamp = lowered[ID_HEADER], int(lowered[TIMESTAMP_HEADER])
+    except (KeyError, ValueError):
+        return False
+    if abs(now - timestamp) > tolerance:
+        return False
+    expected = sign(message_id, timestamp, body, key)
+    offered = lowered.get(SIGNATURE_HEADER, "").split()
+    return any(hmac.compare_digest(expected, candidate) for candidate in offered)
+
+
+# --------------------------------------------------------------------------- addresses
+
+LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
+METADATA = (ipaddress.ip_network("169.254.169.254/32"), ipaddress.ip_network("fd00:ec2::254/128"))
+"""Cloud instance-metadata endpoints (AWS, GCP, Azure, OpenStack; AWS's IPv6 one): they
+hand out the node's cloud credentials."""
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolver = Callable[[str, int], list[str]]
+
+
+def resolve_host(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (the default :data:`Resolver`)."""
+    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port)})
+
+
+@dataclass(frozen=True)
+class SinkAddresses:
+    """Where ticket sinks may point. The defaults refuse what an attacker who can write
+    an SDCPolicy would aim the operator at: plain ``http://`` (credentials and evidence
+    in clear), loopback (the operator's own Pod), link-local and cloud-metadata
+    addresses (the node's cloud credentials) and the cluster's own ranges
+    (``denied_cidrs``: Pod and Service CIDRs, set by the chart). ``allowed_cidrs`` wins
+    over every refusal (an in-cluster receiver you run on purpose)."""
+
+    allow_http: bool = False
+    allow_loopback: bool = False
+    denied_cidrs: tuple[Network, ...] = ()
+    allowed_cidrs: tuple[Network, ...] = ()
+    resolve: Resolver = field(default=resolve_host, compare=False)
+
+    @classmethod
+    def from_settings(
+        cls,
+        *,
+        allow_http: bool,
+        allow_loopback: bool,
+        denied_cidrs: str,
+        allowed_cidrs: str,
+    ) -> SinkAddresses:
+        """From the operator's settings (comma-separated CIDRs)."""
+
+        def networks(text: str) -> tuple[Network, ...]:
+            items = (item.strip() for item in text.split(","))
+            return tuple(ipaddress.ip_network(item, strict=False) for item in items if item)
+
+        return cls(allow_http, allow_loopback, networks(denied_cidrs), networks(allowed_cidrs))
+
+    def refusal(self, url: str, *, via_proxy: bool = False) -> str | None:
+        """Why ``url`` may not be sent to, or None. Through a proxy only literal addresses
+        are checked (the proxy resolves the name; restrict it there)."""
+        parts = urllib.parse.urlsplit(url)
+        shown = redact_url(url)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            return f"sink URL {shown} is not an https:// URL with a host"
+        if parts.scheme == "http" and not self.allow_http:
+            return (
+                f"sink URL {shown} uses http://: credentials and evidence would travel in "
+                "clear; use https:// (or set SDCGUARD_SINK_ALLOW_HTTP for a test receiver)"
+            )
+        host = parts.hostname
+        try:
+            literal: list[str] | None = [str(ipaddress.ip_address(host))]
+        except ValueError:
+            literal = None
+        if literal is None and via_proxy:
+            return None
+        try:
+            addresses = literal or self.resolve(host, parts.port or 443)
+        except OSError:
+            return None  # the connection fails the same way, and is retried
+        for text in addresses:
+            why = self._refused_address(ipaddress.ip_address(text.split("%")[0]))
+            if why:
+                return f"sink URL {shown} reaches {text}, {why}"
+        return None
+
+    def _refused_address(
+        self, address: ipaddress.IPv4Address | ipaddress.IPv6Address
+    ) -> str | None:
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        if any(address in net for net in self.allowed_cidrs):
+            return None
+        if any(address in net for net in METADATA):
+            return "a cloud metadata address (refused: it hands out node credentials)"
+        if any(address in net for net in LINK_LOCAL):
+            return "a link-local address (refused; allow it with SDCGUARD_SINK_ALLOWED_CIDRS)"
+        if address.is_loopback and not self.allow_loopback:
+            return "a loopback address (refused: the operator's own Pod)"
+        if address.is_unspecified or address.is_multicast:
+            return "not a unicast address"
+        if any(address in net for net in self.denied_cidrs):
+            return (
+                "a cluster-internal address (SDCGUARD_SINK_DENIED_CIDRS; allow it with "
+                "SDCGUARD_SINK_ALLOWED_CIDRS)"
+            )
+        return None
+
+
+STRICT = SinkAddresses()
+"""The default: every refusal on, no cluster ranges known."""
+
+
+def _refused(sink_url: str, addresses: SinkAddresses) -> DeliveryOutcome | None:
+    parts = urllib.parse.urlsplit(sink_url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    via_proxy = bool(proxy) and not urllib.request.proxy_bypass(parts.hostname or "")
+    why = addresses.refusal(sink_url, via_proxy=via_proxy)
+    if why is None:
+        return None
+    return DeliveryOutcome(
+        delivered=False,
+        attempts=0,
+        last_error=_short(why),
+        retry_after=RETRY_AFTER_CAP_SECONDS,
+        permanent=True,
+    )
 
 
 # --------------------------------------------------------------------------- transport
@@ -430,8 +603,10 @@ def _manager(url: str) -> urllib3.PoolManager:
 
 def urllib3_opener(request: HttpRequest) -> HttpResponse:
     """The default :class:`HttpOpener`: one attempt through urllib3's connection pool.
-    Redirects are answered, not followed: a signed POST must not be replayed elsewhere."""
-    return _manager(request.url).request(
+    Redirects are answered, not followed: a signed POST must not be replayed elsewhere.
+    The body is read up to :data:`MAX_RESPONSE_BYTES`; a longer one is cut there (and
+    its connection closed rather than drained)."""
+    response = _manager(request.url).request(
         request.method,
         request.url,
         body=request.body,
@@ -439,6 +614,23 @@ def urllib3_opener(request: HttpRequest) -> HttpResponse:
         timeout=urllib3.Timeout(total=request.timeout),
         retries=False,
         redirect=False,
+        preload_content=False,
+    )
+    try:
+        data = response.read(MAX_RESPONSE_BYTES + 1)
+    except BaseException:
+        response.close()
+        raise
+    if len(data) > MAX_RESPONSE_BYTES:
+        response.close()
+    else:
+        response.release_conn()
+    return urllib3.HTTPResponse(
+        body=io.BytesIO(data[:MAX_RESPONSE_BYTES]),
+        headers=response.headers,
+        status=response.status,
+        reason=response.reason,
+        preload_content=True,
     )
 
 
@@ -583,17 +775,17 @@ def _send_with_retries(
             response = opener(request)
         except (TransportError, OSError) as exc:  # refused, reset, timed out, TLS
             failure = exc
-            error = f"{request.method} {_redact(request.url)}: {getattr(exc, 'reason', exc)}"
+            error = f"{request.method} {redact_url(request.url)}: {getattr(exc, 'reason', exc)}"
         else:
             if ok(response):
                 return _Exchange(response, attempt, None, None, False)
-            error = f"{request.method} {_redact(request.url)}: {_describe(response)}"
+            error = f"{request.method} {redact_url(request.url)}: {_describe(response)}"
             server_delay = _server_delay(schedule, response)
             if not schedule.is_retry(request.method, response.status, server_delay is not None):
                 return _Exchange(response, attempt, error, None, True)
         try:
             schedule = schedule.increment(
-                request.method, _redact(request.url), response=response, error=failure
+                request.method, redact_url(request.url), response=response, error=failure
             )
         except MaxRetryError:
             return _Exchange(None, attempt, error, server_delay, False)
@@ -619,8 +811,9 @@ def _split_userinfo(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, "")), userinfo
 
 
-def _redact(url: str) -> str:
-    """The URL without credentials or query string (they may carry tokens)."""
+def redact_url(url: str) -> str:
+    """The URL without user info, query string or fragment (they may carry tokens):
+    what statuses, Events and logs show of a sink."""
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
@@ -665,25 +858,30 @@ def deliver_webhook(
     previous_attempts: int = 0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    addresses: SinkAddresses = STRICT,
 ) -> DeliveryOutcome:
     """POST ``payload`` to a webhook sink; never raises for delivery failures.
 
-    ``secret`` is the HMAC key (the Secret's value); without one the request is sent
-    unsigned. ``previous_attempts`` (from ``status.notification.attempts``) only
-    stretches ``retry_after``. Any 2xx is success; the statuses of
-    :data:`RETRYABLE_STATUS` and dropped connections are retried (honouring
-    Retry-After); other statuses are permanent refusals.
+    ``secret`` is the HMAC key (the Secret's value, see :func:`signing_key`); without
+    one the request is sent unsigned. ``addresses`` decides where it may go.
+    ``previous_attempts`` (from ``status.notification.attempts``) only stretches
+    ``retry_after``. Any 2xx is success; the statuses of :data:`RETRYABLE_STATUS` and
+    dropped connections are retried (honouring Retry-After); other statuses are permanent
+    refusals.
     """
+    refused = _refused(sink.url, addresses)
+    if refused is not None:
+        return refused
     retry = retry or RetryPolicy()
     body = encode_body(payload)
+    message_id = payload["idempotencyKey"]
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        IDEMPOTENCY_HEADER: payload["idempotencyKey"],
+        IDEMPOTENCY_HEADER: message_id,
+        ID_HEADER: message_id,
         EVENT_HEADER: payload["event"],
     }
-    if secret:
-        headers[SIGNATURE_HEADER] = sign(body, secret)
     url, userinfo = _split_userinfo(sink.url)
     if userinfo:
         # https://user:password@host/ receivers: urllib3 sends no URL credentials itself
@@ -691,10 +889,16 @@ def deliver_webhook(
         headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
 
     def build(attempt: int) -> HttpRequest:
+        # Each attempt is dated and signed anew: the body and id repeat, the timestamp
+        # does not, so a receiver's replay window applies to retries too.
+        timestamp = int(clock())
+        signed = {TIMESTAMP_HEADER: str(timestamp)}
+        if secret:
+            signed[SIGNATURE_HEADER] = sign(message_id, timestamp, body, secret)
         return HttpRequest(
             "POST",
             url,
-            {**headers, ATTEMPT_HEADER: str(previous_attempts + attempt)},
+            {**headers, **signed, ATTEMPT_HEADER: str(previous_attempts + attempt)},
             body,
             retry.timeout,
         )
@@ -733,7 +937,7 @@ def jira_sink(sink: TicketSink) -> JiraSink:
     project = query.get("project", "").strip()
     if not project:
         raise ValueError(
-            f"ticket sink {_redact(sink.url)}: jira needs the project key in the URL, "
+            f"ticket sink {redact_url(sink.url)}: jira needs the project key in the URL, "
             "e.g. https://example.atlassian.net/?project=OPS&issueType=Bug"
         )
     return JiraSink(
@@ -920,6 +1124,7 @@ def deliver_jira(
     previous_attempts: int = 0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    addresses: SinkAddresses = STRICT,
 ) -> DeliveryOutcome:
     """File or update the Jira issue of a ticket event; never raises for delivery failures.
 
@@ -930,7 +1135,11 @@ def deliver_jira(
 
     The issue is found through ``payload.ticket.external`` when it names a jira issue,
     else by searching for the ticket's label. The outcome's ``external`` is the issue.
+    ``addresses`` decides where requests may go.
     """
+    refused = _refused(sink.base_url, addresses)
+    if refused is not None:
+        return refused
     retry = retry or RetryPolicy()
     try:
         auth = basic_auth(secret)
@@ -1050,6 +1259,7 @@ def deliver(
     previous_attempts: int = 0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    addresses: SinkAddresses = STRICT,
 ) -> DeliveryOutcome:
     """Deliver one ticket event to one sink of either type; never raises for delivery
     failures (a misconfigured sink is a permanent, recorded failure)."""
@@ -1063,6 +1273,7 @@ def deliver(
             previous_attempts=previous_attempts,
             sleep=sleep,
             clock=clock,
+            addresses=addresses,
         )
     try:
         jira = jira_sink(sink)
@@ -1092,11 +1303,17 @@ def deliver(
         previous_attempts=previous_attempts,
         sleep=sleep,
         clock=clock,
+        addresses=addresses,
     )
 
 
 __all__ = [
+    "ID_HEADER",
+    "MAX_RESPONSE_BYTES",
+    "REPLAY_WINDOW_SECONDS",
     "SIGNATURE_HEADER",
+    "STRICT",
+    "TIMESTAMP_HEADER",
     "WEBHOOK_SCHEMA_VERSION",
     "DeliveryOutcome",
     "HttpOpener",
@@ -1104,6 +1321,7 @@ __all__ = [
     "HttpResponse",
     "JiraSink",
     "RetryPolicy",
+    "SinkAddresses",
     "TicketEvent",
     "WebhookPayload",
     "adf_document",
@@ -1118,7 +1336,9 @@ __all__ = [
     "jira_sink",
     "next_retry_delay",
     "record_delivery",
+    "redact_url",
     "sign",
+    "signing_key",
     "ticket_url",
     "urllib3_opener",
     "verify_signature",

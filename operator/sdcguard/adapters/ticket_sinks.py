@@ -42,8 +42,19 @@ from sdcguard.api import (
 )
 from sdcguard.domain.echo import bounded
 from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings, load_settings
 
 log = structlog.get_logger("sdcguard.tickets")
+
+
+def sink_addresses(settings: Settings) -> notify.SinkAddresses:
+    """Where ticket sinks may point, as the operator's settings say."""
+    return notify.SinkAddresses.from_settings(
+        allow_http=settings.sink_allow_http,
+        allow_loopback=settings.sink_allow_loopback,
+        denied_cidrs=settings.sink_denied_cidrs,
+        allowed_cidrs=settings.sink_allowed_cidrs,
+    )
 
 
 def _secret(core: client.CoreV1Api, sink: TicketSink) -> bytes | None:
@@ -92,6 +103,7 @@ def announce(
     *,
     records: Callable[[str], HardwareRecord | None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
+    addresses: notify.SinkAddresses = notify.STRICT,
 ) -> str:
     """Deliver the ticket's current event to every sink of its policy, if not yet done.
 
@@ -100,7 +112,8 @@ def announce(
     carries; it is built at the event's first attempt and kept in
     ``status.notification``, so later attempts send the same bytes. Returns what
     happened, for the log: "no-sinks", "observe", "dry-run", "up-to-date", "waiting",
-    "delivered", "retry" or "failed" (a permanent refusal).
+    "delivered", "retry" or "failed" (a permanent refusal). ``addresses``: where sinks
+    may point.
     """
     if policy is None or not policy.spec.repair.ticket_sinks:
         return "no-sinks"
@@ -145,7 +158,10 @@ def announce(
         try:
             secret = _secret(writer.core, sink)
         except (ApiException, KeyError) as exc:
-            delivered_all, last_error = False, bounded(f"{sink.type} {sink.url}: secret: {exc}")
+            delivered_all, last_error = (
+                False,
+                bounded(f"{sink.type} {notify.redact_url(sink.url)}: secret: {exc}"),
+            )
             wait = max(wait, notify.next_retry_delay(previous.attempts if same_event else 0))
             metrics.notifications.labels(sink=sink.type, outcome="failed").inc()
             continue
@@ -155,6 +171,7 @@ def announce(
             secret,
             previous_attempts=previous.attempts if same_event else 0,
             sleep=sleep,
+            addresses=addresses,
         )
         attempts += outcome.attempts
         external = external or outcome.external
@@ -165,7 +182,7 @@ def announce(
             delivered_all = False
             permanent = permanent or outcome.permanent
             wait = max(wait, outcome.retry_after or 0.0)
-            last_error = bounded(f"{sink.type} {sink.url}: {outcome.last_error}")
+            last_error = bounded(f"{sink.type} {notify.redact_url(sink.url)}: {outcome.last_error}")
     if external is not None and ticket.spec.external is None:
         # The issue the sink filed is the ticket's external reference (it acknowledges it).
         writer.patch_custom(
@@ -230,7 +247,8 @@ class Announcer:
     not parse is never tried (the API server validates them).
 
     ``tickets``: the copy of every ticket by name; ``policy``: an SDCPolicy by name as
-    Kopf's index holds it (None: gone or unreadable, so nothing is sent).
+    Kopf's index holds it (None: gone or unreadable, so nothing is sent); ``addresses``:
+    where sinks may point (default: from the operator's settings).
     """
 
     def __init__(
@@ -243,8 +261,10 @@ class Announcer:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         interval: float = ANNOUNCE_INTERVAL_SECONDS,
         workers: int = 4,
+        addresses: notify.SinkAddresses | None = None,
     ) -> None:
         self.tickets = tickets
+        self.addresses = addresses or sink_addresses(load_settings())
         self.writer = writer
         self.metrics = metrics
         self.records = records
@@ -311,6 +331,7 @@ class Announcer:
             self.metrics,
             self.clock(),
             records=self.records,
+            addresses=self.addresses,
         )
 
     def start_due(self, loop: asyncio.AbstractEventLoop) -> list[asyncio.Future[str]]:

@@ -77,6 +77,25 @@ class EvidenceItem(ApiModel):
     """Its value, at most 256 characters."""
 
 
+class ReportReporter(ApiModel):
+    """Who files the report: the reporting Pod, as its bound ServiceAccount token names
+    it. The chart's admission policy (admission.reports.requireBoundToken) admits a
+    report only when these equal the token's claims, so a report cannot claim another
+    workload's identity; part of the immutable spec."""
+
+    pod_name: NodeName
+    """The reporting Pod (the token's authentication.kubernetes.io/pod-name)."""
+    pod_uid: Annotated[str, StringConstraints(max_length=36)] | None = Field(
+        default=None, alias="podUID"
+    )
+    """Its uid (the token's pod-uid); required where the token carries one."""
+    node_name: NodeName | None = None
+    """The node it runs on (the token's node-name, Kubernetes 1.32+); required where
+    the token carries one."""
+    service_account: NodeName
+    """The ServiceAccount of the token, in the report's namespace."""
+
+
 class SDCReportSpec(ApiModel):
     """What the job saw, on which node and GPU. Immutable once created."""
 
@@ -108,6 +127,9 @@ class SDCReportSpec(ApiModel):
     """At most 16 named values."""
     observed_at: dt.datetime | None = None
     """When the job saw it."""
+    reporter: ReportReporter | None = None
+    """Who reports it: the reporting Pod's identity, checked at admission against its
+    token (see ReportReporter). Reports by members of the chart's admin groups may omit it."""
 
 
 class SDCReportStatus(ApiModel):
