@@ -337,7 +337,7 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
     )
     body = _snapshot(_body())
     facts = NodeFacts.from_snapshot(body, policy.spec.accelerators)
-    job = build_probe_job(rec.probe_request(policy, test, facts, body))
+    job = build_probe_job(rec.runner.probe_request(policy, test, facts, body))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["/opt/probe/bin/sdcprobe"]
     args = container["args"]
@@ -352,7 +352,7 @@ def test_probe_command_args_and_check_timeouts_reach_the_job() -> None:
             },
         }
     )
-    job = build_probe_job(rec.probe_request(short, test, facts, body))
+    job = build_probe_job(rec.runner.probe_request(short, test, facts, body))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python", "-m", "sdcprobe"]
     assert container["args"][container["args"].index("--timeout") + 1] == "270"

@@ -236,7 +236,7 @@ def test_urgent_work_is_served_while_a_long_pass_applies_decisions_that_change_n
         return act(*args, **kwargs)
 
     def counting_serve() -> None:
-        if served_after and not rec._depth and not rec._urgent.empty():
+        if served_after and not rec.urgent.depth and rec.urgent.waiting():
             served_after.append(len(applied))
         serve()
 

@@ -3,22 +3,27 @@ Events, in that order (see :meth:`Executor.apply`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections import Counter
-from typing import get_args
 
 import structlog
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters import hardware
+from sdcguard.adapters.history import HardwareHistory
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage
 from sdcguard.adapters.observe import TicketSnapshot, node_claim
 from sdcguard.adapters.pass_state import (
-    HISTORY_GRACE,
     TICKET_STATUS_GRACE,
+    Expectations,
     FleetView,
+    KnownTests,
+    LazyDeviceTaints,
+    NodeDeletePermission,
 )
 from sdcguard.adapters.test_runner import TestRunner
+from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
     BlastRadius,
     Finding,
@@ -50,7 +55,6 @@ from sdcguard.domain.decide import Decision, closes_as_replaced, node_gone_closi
 from sdcguard.domain.devicetaints import rule_name, wanted_rules
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import (
-    Action,
     CancelTest,
     CloseTicket,
     CreateTest,
@@ -58,26 +62,66 @@ from sdcguard.domain.lifecycle import (
     EmitEvent,
     NodeState,
     RaiseCycle,
-    RecordHardware,
     Retire,
     SetTicketPhase,
     TaintDevices,
     UntaintDevices,
-    parse_history_note,
 )
-from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
-from sdcguard.domain.observed import NodeFacts, NodeSnapshot, TestFacts, TicketFacts
+from sdcguard.domain.nodepatch import NodePatch
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, TicketFacts
 from sdcguard.domain.plan import OpenTicketStatus, Stage, Step
 from sdcguard.domain.testphase import (
     TestEvent,
     phase_transition,
 )
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
 
 log = structlog.get_logger("sdcguard.reconcile")
 
 
-class Executor(TestRunner):
-    """Applies decisions in the documented order."""
+class Executor:
+    """Applies decisions in the documented order. Of its own it keeps the tickets it
+    closed as Replaced (until the watch brings them back) and the nodes whose refused
+    deletion it told; what it reads and writes besides goes through its collaborators."""
+
+    def __init__(
+        self,
+        writer: KubeWriter,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        known: KnownTests,
+        expectations: Expectations,
+        runner: TestRunner,
+        history: HardwareHistory,
+        permission: NodeDeletePermission,
+        node_patch: NodePatchStage,
+        workloads: WorkloadBook | None = None,
+    ) -> None:
+        self.writer = writer
+        self.settings = settings
+        self.metrics = metrics
+        self._known = known
+        self._expectations = expectations
+        self._runner = runner
+        self._history = history
+        self._permission = permission
+        self._node_patch = node_patch
+        self.device_taints = LazyDeviceTaints(writer)
+        self.workloads = workloads
+        """Every node's workload record: a quarantine's ticket carries its blast radius
+        (handed in once the inventory keeps them)."""
+        self._replaced: dict[str, str | None] = {}
+        """Tickets closed as Replaced, with the resourceVersion they had (until it moves)."""
+        self._told_forbidden: set[str] = set()
+        """Nodes whose replacement a missing permission refused, told once each."""
+
+    def prune(self, view: FleetView) -> None:
+        """Forget the tickets the view no longer has (full passes only)."""
+        tickets = {t.name for snapshots in view.tickets.values() for t in snapshots}
+        for name in [n for n in self._replaced if n not in tickets]:
+            del self._replaced[name]
 
     def apply(
         self,
@@ -95,7 +139,7 @@ class Executor(TestRunner):
            eviction error is logged and retried by a later pass, it never undoes 1-2;
         4. statuses: a new ticket's workloads are told (a Warning Event to each owner),
            then its Open status is written: a ticket with a status has told them;
-        5. the hardware's history (the node patch names it: :meth:`restore_history`);
+        5. the hardware's history (the node patch names it: ``HardwareHistory.restore``);
         6. Events about the node, which only tell what the objects already record;
         7. deleting the Node (replacement, retirement by deletion).
 
@@ -103,7 +147,7 @@ class Executor(TestRunner):
         repeat a no-op (an Event about the node may be lost). A ticket the repeat finds
         without a status was created by the interrupted attempt, which told no owner:
         the repeat tells them and writes its status (so does the status restored late,
-        :meth:`_restore_ticket_status`); an owner may be told twice, never not at all."""
+        :meth:`restore_ticket_status`); an owner may be told twice, never not at all."""
         node_name = decision.node
         body = view.nodes[node_name]
         node = NodeFacts.from_snapshot(
@@ -113,12 +157,9 @@ class Executor(TestRunner):
         opened: dict[str, BlastRadius | None] = {}
         for step in plan.stage(Stage.OBJECTS):
             self._apply_object(policy, body, step, view, now, counts, opened)
-        patch = plan_node_patch(node, _actions(plan.stage(Stage.NODE_PATCH)))
-        if not patch.empty:
-            rv = body.resource_version
-            self.writer.patch_node(node_name, patch.body(rv))
-            self.expect_nodes[node_name] = rv
-            counts["node-patches"] += 1
+        patch = self._node_patch.apply(
+            node, plan.stage(Stage.NODE_PATCH), body.resource_version, counts
+        )
         if plan.stage(Stage.EVICTIONS):
             self._drain(node_name, patch, node, counts)
         told = False
@@ -137,18 +178,7 @@ class Executor(TestRunner):
                     step.name, step.message, now, cycle=step.cycle, retired=step.retired
                 )
         note = patch.annotations.get(keys.HISTORY)
-        try:
-            for step in plan.stage(Stage.HISTORY):
-                if isinstance(step, RecordHardware):
-                    self._record_hardware(view, body, step, now, counts)
-        except Exception:
-            if note:
-                # The node has entered its state, so the decision will not come again:
-                # the next look at the node writes the history, without the grace.
-                self.history_failed[node_name] = note
-            raise
-        if note:
-            self.history_written[node_name] = note
+        self._history.apply(view, body, plan.stage(Stage.HISTORY), note, now, counts)
         for step in plan.stage(Stage.EVENTS):
             if isinstance(step, EmitEvent) and (self.settings.routine_events or not step.routine):
                 self.writer.event(
@@ -217,7 +247,7 @@ class Executor(TestRunner):
                 self._taint_devices(policy, node_name, step, view, counts)
             case UntaintDevices(devices=devices):
                 names = [rule_name(node_name, d.key) for d in devices] if devices else None
-                plan = self.device_taints.ensure(node_name, [], prune=True, only=names)
+                plan = self.device_taints.get().ensure(node_name, [], prune=True, only=names)
                 counts["device-rules-deleted"] += len(plan.delete)
             case _:
                 raise ValueError(f"{type(step).__name__} is not a node decision's object step")
@@ -228,7 +258,7 @@ class Executor(TestRunner):
         """A decision that deletes the Node while the operator may not delete Nodes is
         not applied at all (the node stays as it is, its ticket too); told once per node
         in a log line and a Warning Event that name the chart value to set."""
-        if not decision.plan.deletes_node or self.node_delete_allowed(now) is not False:
+        if not decision.plan.deletes_node or self._permission.allowed(now) is not False:
             self._told_forbidden.discard(decision.node)
             return False
         node = decision.node
@@ -288,7 +318,7 @@ class Executor(TestRunner):
                 node_name, {"metadata": {"annotations": {keys.DRAIN_UNTIL: None}}}
             )
 
-    def _close_node_gone(
+    def close_node_gone(
         self,
         policy: SDCPolicy,
         view: FleetView,
@@ -338,13 +368,14 @@ class Executor(TestRunner):
     ) -> None:
         """The test ends as Cancelled (no verdict), and its probe Job goes."""
         for body in view.tests.get(node_name, []):
-            known = self._test(body, node_name)
+            known = self._known.read(body, node_name)
             if known is None or known.name != action.name or known.running is None:
                 continue
             test = known.running
-            expected = self.expect_tests.get(test.metadata.name)
-            if expected is not None and expected[0] == test.metadata.resource_version:
-                test = expected[1]
+            written = self._expectations.written_test(
+                test.metadata.name, test.metadata.resource_version or ""
+            )
+            test = written or test
             current = (test.status or SDCTestStatus()).phase
             if current.finished:
                 continue
@@ -365,7 +396,7 @@ class Executor(TestRunner):
                     ),
                 }
             )
-            self._write_test_status(test, status)
+            self._runner.write_status(test, status)
             self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
             counts["tests-cancelled"] += 1
             self.metrics.tests.labels(
@@ -411,7 +442,7 @@ class Executor(TestRunner):
             # tests reported UUIDs (the index can differ between tests), else by index.
             findings = self._device_findings(view, name, findings, quarantine.devices)
         identity = hardware.node_identity(node_body, view.id_holders(node_body))
-        tests = self._tests_by_name(view, name)
+        tests = self._known.judged(view, name, self._expectations)
         devices = next(
             (
                 tests[t].device_ids
@@ -494,7 +525,7 @@ class Executor(TestRunner):
     ) -> None:
         """Write (or correct) one DeviceTaintRule per device; a device found under a new
         name or pool in the node's ResourceSlices (a driver restart) is selected there."""
-        published = self.device_taints.node_devices(node)
+        published = self.device_taints.get().node_devices(node)
         wanted = [
             rule
             for i, device in enumerate(action.devices)
@@ -502,7 +533,7 @@ class Executor(TestRunner):
                 node, action.ticket_of(i), action.reason, action.effect, [device], published
             )
         ]
-        plan = self.device_taints.ensure(node, wanted, prune=False)
+        plan = self.device_taints.get().ensure(node, wanted, prune=False)
         counts["device-rules-created"] += len(plan.create)
         counts["device-rules-updated"] += len(plan.update)
         if plan.conflicts:
@@ -516,7 +547,7 @@ class Executor(TestRunner):
         devices: list[QuarantinedDevice],
     ) -> list[Finding]:
         """The findings that name one of ``devices``."""
-        tests = self._tests_by_name(view, node)
+        tests = self._known.judged(view, node, self._expectations)
         uuids = {d.uuid.lower() for d in devices if d.uuid}
         indices = {d.index for d in devices if d.index is not None}
 
@@ -531,108 +562,11 @@ class Executor(TestRunner):
 
         return [f for f in findings if names_device(f)]
 
-    def _tests_by_name(self, view: FleetView, node: str) -> dict[str, TestFacts]:
-        """The node's tests' facts, as this pass judged them."""
-        by_name: dict[str, TestFacts] = {}
-        for body in view.tests.get(node, []):
-            known = self._test(body, node)
-            if known is None:
-                continue
-            facts = known.facts
-            written = self.expect_tests.get(known.name)
-            if written is not None and written[0] == body.resource_version:
-                facts = TestFacts.from_api(written[1])  # judged in this pass, not back yet
-            by_name[known.name] = facts
-        return by_name
-
     def _findings(self, view: FleetView, node: str, evidence: list[str]) -> list[Finding]:
         """Where the evidence tests' failed checks located the fault, in evidence order."""
-        by_name = self._tests_by_name(view, node)
+        by_name = self._known.judged(view, node, self._expectations)
         found = [f for name in evidence if name in by_name for f in by_name[name].findings]
         return found[:64]
-
-    def _record_hardware(
-        self,
-        view: FleetView,
-        body: NodeSnapshot,
-        action: RecordHardware,
-        now: dt.datetime,
-        counts: Counter[str],
-    ) -> int:
-        """The hardware's history: the host's records, and those of the devices the failed
-        test named as the odd one out (their UUIDs from the probe). Returns how many
-        records were written."""
-        test = self._tests_by_name(view, body.name).get(action.test) if action.test else None
-        named = hardware.odd_devices(test) if test is not None else ()
-        own = {uuid.lower(): ticket for uuid, ticket in action.devices}
-        # The host's records (and any odd device without a ticket of its own) name the
-        # incident's first ticket; each quarantined GPU's record names its own ticket.
-        shared = tuple(d for d in named if d.lower() not in own)
-        holders = view.id_holders(body)
-        identity = hardware.node_identity(body, holders, shared)
-        written = hardware.record(
-            self.writer,
-            body,
-            identity,
-            view.hardware,
-            action,
-            now,
-            counts,
-            self.metrics,
-            self.recognised,
-        )
-        for uuid, ticket in action.devices:
-            device = hardware.device_identity(body.name, uuid, holders)
-            mine = dataclasses.replace(action, ticket=ticket)
-            written += hardware.record(
-                self.writer,
-                body,
-                device,
-                view.hardware,
-                mine,
-                now,
-                counts,
-                self.metrics,
-                self.recognised,
-            )
-        return len(written)
-
-    def restore_history(
-        self, view: FleetView, body: NodeSnapshot, now: dt.datetime, counts: Counter[str]
-    ) -> dt.datetime | None:
-        """The hardware history the decision that put the node in its state wrote after
-        the node patch (``sdcguard.dev/history``): written here if the operator stopped
-        before it, once per annotation and process. The records say what is already
-        there, so a history written before is not written twice (``hardware.record``
-        writes only what changes). Returns when to look again while the note is too
-        young to tell (the history's watch events may trail the node's); a note whose
-        writes this process saw fail (a 429 after the node patch) is not waited for."""
-        note = body.annotations.get(keys.HISTORY)
-        if not note or self.history_written.get(body.name) == note:
-            return None
-        parsed = parse_history_note(note)
-        if parsed is None or body.annotations.get(keys.STATE_SINCE) != parsed[0]:
-            return None  # unreadable, or the node has moved on from that decision
-        at = keys.parse_time(parsed[0])
-        if at is None:
-            return None
-        if now - at < HISTORY_GRACE and self.history_failed.get(body.name) != note:
-            return at + HISTORY_GRACE
-        self.history_failed.pop(body.name, None)
-        self.history_written[body.name] = note
-        identity = hardware.node_identity(body, view.id_holders(body), ())
-        if not identity.trusted:
-            return None  # the decision's own write logged and counted that once
-        written = sum(self._record_hardware(view, body, r, at, counts) for r in parsed[1])
-        if written:
-            counts["hardware-history-restored"] += 1
-            log.warning(
-                "hardware history written after an interruption",
-                node=body.name,
-                records=written,
-                state_since=parsed[0],
-            )
-        return None
 
     def _open_ticket_status(
         self,
@@ -660,7 +594,7 @@ class Executor(TestRunner):
         fields = ["phase", "cycle", "opened_at", "history"] + (["closed_at"] if retired else [])
         self.writer.patch_custom_status("repairtickets", name, to_patch(status, *fields))
 
-    def _restore_ticket_status(
+    def restore_ticket_status(
         self,
         tickets: list[TicketSnapshot],
         now: dt.datetime,
@@ -730,7 +664,7 @@ class Executor(TestRunner):
             fields.append("closed_at")
         self.writer.patch_custom_status("repairtickets", name, to_patch(new, *fields))
 
-    def _ticket_waiting(
+    def ticket_waiting(
         self, view: FleetView, node: str, name: str, waiting: str | None, now: dt.datetime
     ) -> None:
         """The ticket's Waiting condition says why the node's next step waits (node not
@@ -756,7 +690,7 @@ class Executor(TestRunner):
         except ApiException as exc:  # the next pass writes it again
             log.warning("ticket condition not written", ticket=name, status=exc.status)
 
-    def _test_waiting(self, test: SDCTest, decision: Decision, now: dt.datetime) -> None:
+    def test_waiting(self, test: SDCTest, decision: Decision, now: dt.datetime) -> None:
         """An unfinished SDCTest's Waiting condition: True, with the reason and why, on
         the test the node's wait holds back; False again on it once it stops waiting.
         Written only when it changes."""
@@ -779,7 +713,7 @@ class Executor(TestRunner):
                 return
             conditions = set_condition(status.conditions, "Waiting", "True", reason, waiting, now)
         try:
-            self._write_test_status(test, status.model_copy(update={"conditions": conditions}))
+            self._runner.write_status(test, status.model_copy(update={"conditions": conditions}))
         except ApiException as exc:  # the next pass writes it again
             log.warning("test condition not written", test=test.metadata.name, status=exc.status)
 
@@ -820,14 +754,6 @@ class Executor(TestRunner):
 def _second(now: dt.datetime) -> dt.datetime:
     """``now`` in UTC to the second, as Kubernetes writes times."""
     return now.astimezone(dt.UTC).replace(microsecond=0)
-
-
-_LIFECYCLE_ACTIONS = get_args(Action)
-
-
-def _actions(steps: tuple[Step, ...]) -> list[Action]:
-    """The node-patch stage's steps (all lifecycle actions) for ``plan_node_patch``."""
-    return [s for s in steps if isinstance(s, _LIFECYCLE_ACTIONS)]
 
 
 def _opened(at: dt.datetime, cycle: int, message: str) -> RepairTicketStatus:
