@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from sdcguard.adapters import hardware
 from sdcguard.adapters.history import HardwareHistory
 from sdcguard.adapters.kube import KubeWriter
-from sdcguard.adapters.node_writes import NodePatchStage
+from sdcguard.adapters.node_writes import NodePatchStage, annotation_plan
 from sdcguard.adapters.observe import TicketSnapshot, node_claim
 from sdcguard.adapters.pass_state import (
     TICKET_STATUS_GRACE,
@@ -137,6 +137,8 @@ class Executor:
         2. the node patch (labels, annotations, taints, cordon, ownership), one write;
         3. evictions (a drain), so evicted pods find the node tainted and cordoned; an
            eviction error is logged and retried by a later pass, it never undoes 1-2;
+           once no pod is left to ask, the drain's deadline goes (a plan of one
+           annotation step, written by the node-patch stage like every Node write);
         4. statuses: a new ticket's workloads are told (a Warning Event to each owner),
            then its Open status is written: a ticket with a status has told them;
         5. the hardware's history (the node patch names it: ``HardwareHistory.restore``);
@@ -314,9 +316,10 @@ class Executor:
                 until=pending,
             )
         elif pending is not None:
-            self.writer.patch_node(
-                node_name, {"metadata": {"annotations": {keys.DRAIN_UNTIL: None}}}
-            )
+            # Nothing is left to evict: the drain's deadline goes (a follow-up plan of
+            # the evictions stage, written by the node-patch stage), or every later pass
+            # would drain again until it ran out.
+            self._node_patch.annotate(node_name, annotation_plan([(keys.DRAIN_UNTIL, None)]))
 
     def close_node_gone(
         self,

@@ -229,7 +229,9 @@ class Reconciler:
         self.known = KnownTests()
         node_patch = NodePatchStage(writer, self.expectations)
         permission = NodeDeletePermission(writer)
-        self.runner = TestRunner(writer, settings, metrics, self.known, self.expectations)
+        self.runner = TestRunner(
+            writer, settings, metrics, self.known, self.expectations, node_patch
+        )
         self.history = HardwareHistory(writer, metrics, self.known, self.expectations)
         self.executor = Executor(
             writer,

@@ -10,6 +10,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage, annotation_plan
 from sdcguard.adapters.pass_state import (
     PROBE_VANISHED_GRACE,
     Expectations,
@@ -110,7 +111,8 @@ def _not_waiting(
 class TestRunner:
     """Executes the rows of the SDCTest phase table. Of its own it keeps only the tests
     whose probe Pod was seen deleted before it ended; the tests it reads are noted in
-    :class:`KnownTests`, its status writes in :class:`Expectations`."""
+    :class:`KnownTests`, its status writes in :class:`Expectations`, and a node that
+    baseline consensus makes suspect is marked through the plan's node-patch stage."""
 
     __test__ = False
 
@@ -121,12 +123,14 @@ class TestRunner:
         metrics: Metrics,
         known: KnownTests,
         expectations: Expectations,
+        node_patch: NodePatchStage,
     ) -> None:
         self.writer = writer
         self.settings = settings
         self.metrics = metrics
         self._known = known
         self._expectations = expectations
+        self._node_patch = node_patch
         self.probe_pods_deleted: dict[str, None] = {}
         """SDCTests whose probe Pod was seen deleted before it ended (a drain, an
         eviction): the Job failure that follows, once the Pod is gone, is not a crash of
@@ -324,7 +328,7 @@ class TestRunner:
         body = view.nodes.get(node)
         if body is None or keys.REQUEST_SUSPECT in body.annotations:
             return
-        self.writer.patch_node(node, {"metadata": {"annotations": {keys.REQUEST_SUSPECT: why}}})
+        self._node_patch.annotate(node, annotation_plan([(keys.REQUEST_SUSPECT, why)]))
 
     def advance_test(
         self,
