@@ -221,7 +221,7 @@ def test_urgent_work_is_served_while_a_long_pass_applies_decisions_that_change_n
     assert memory.states["gpu-599"] == "Qualified"
     applied: list[str] = []  # the nodes whose decision the full pass has applied so far
     served_after: list[int] = []
-    set_member = memory.set_member
+    set_member = memory.pools.set_member
 
     def counting_set_member(node: str, member: PoolMember) -> None:
         applied.append(node)
@@ -240,7 +240,7 @@ def test_urgent_work_is_served_while_a_long_pass_applies_decisions_that_change_n
             served_after.append(len(applied))
         serve()
 
-    memory.set_member = counting_set_member  # type: ignore[method-assign]
+    memory.pools.set_member = counting_set_member  # type: ignore[method-assign]
     rec._act = offering_act  # type: ignore[method-assign]
     rec._serve_urgent = counting_serve  # type: ignore[method-assign]
     rec.run_pass(_policy_body(600), _view(settled), NOW)

@@ -110,29 +110,14 @@ class FleetView:
 
 
 @dataclass
-class PolicyMemory:
-    """What earlier passes learned about one policy's nodes, so that a pass can decide
-    only the nodes whose observations changed (or whose time came) and still keep the
-    pool budgets over all of them. Losing it costs one full pass, nothing else."""
+class PoolLedger:
+    """Every owned node's share of its pool's usage, and their sums by pool, kept equal
+    as nodes are set and forgotten (a pass reads the sums, never recounts the fleet)."""
 
     members: dict[str, PoolMember] = field(default_factory=dict)
     """Every owned node's share of its pool's usage, as last decided."""
-    waiting: dict[str, tuple[tuple[int, dt.datetime, str], str]] = field(default_factory=dict)
-    """Nodes with a test due but no budget: node -> (priority, pool)."""
-    due: dict[str, dt.datetime] = field(default_factory=dict)
-    """When each node asked to be decided again."""
-    states: dict[str, str] = field(default_factory=dict)
     usage: dict[str, PoolUsage] = field(default_factory=dict)
-    """``members`` summed by pool, kept up to date with them."""
-    status_at: dt.datetime | None = None
-    """When the policy's status was last brought up to date."""
-    illegal: dict[str, str] = field(default_factory=dict)
-    """Nodes whose last decision hit a (state, event) pair outside the table."""
-    held: set[str] = field(default_factory=set)
-    """Nodes whose confirmed failure the open breaker holds."""
-    overlaps: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    """Nodes this policy selects that other policies select too: node -> (the owner,
-    every policy that selects it)."""
+    """``members`` summed by pool."""
 
     def set_member(self, node: str, member: PoolMember) -> None:
         old = self.members.get(node)
@@ -159,6 +144,33 @@ class PolicyMemory:
         member = self.members.pop(node, None)
         if member is not None:
             add_member(self.usage, member, -1)
+
+
+@dataclass
+class PolicyMemory:
+    """What earlier passes learned about one policy's nodes, so that a pass can decide
+    only the nodes whose observations changed (or whose time came) and still keep the
+    pool budgets over all of them. Losing it costs one full pass, nothing else."""
+
+    pools: PoolLedger = field(default_factory=PoolLedger)
+    """Every owned node's share of its pool's budgets, and their sums."""
+    waiting: dict[str, tuple[tuple[int, dt.datetime, str], str]] = field(default_factory=dict)
+    """Nodes with a test due but no budget: node -> (priority, pool)."""
+    due: dict[str, dt.datetime] = field(default_factory=dict)
+    """When each node asked to be decided again."""
+    states: dict[str, str] = field(default_factory=dict)
+    status_at: dt.datetime | None = None
+    """When the policy's status was last brought up to date."""
+    illegal: dict[str, str] = field(default_factory=dict)
+    """Nodes whose last decision hit a (state, event) pair outside the table."""
+    held: set[str] = field(default_factory=set)
+    """Nodes whose confirmed failure the open breaker holds."""
+    overlaps: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Nodes this policy selects that other policies select too: node -> (the owner,
+    every policy that selects it)."""
+
+    def forget(self, node: str) -> None:
+        self.pools.forget(node)
         for table in (self.waiting, self.due, self.states, self.illegal, self.overlaps):
             table.pop(node, None)
         self.held.discard(node)

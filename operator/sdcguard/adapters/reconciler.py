@@ -445,7 +445,7 @@ class Reconciler:
             return []
         limit = spec.budgets.max_concurrent_tests
         free: Counter[str] = Counter()
-        for pool, usage in memory.usage_without(facts).items():
+        for pool, usage in memory.pools.usage_without(facts).items():
             free[pool] = limit - usage.tests
         for _, pool in memory.waiting.values():
             free.setdefault(pool, limit)
@@ -491,7 +491,7 @@ class Reconciler:
         # Tests whose node is gone are settled by whichever pass looks at the node.
         vanished = {n for n in wanted if n not in view.nodes}
         if full:
-            for gone in [n for n in {*memory.states, *memory.members} if n not in facts]:
+            for gone in [n for n in {*memory.states, *memory.pools.members} if n not in facts]:
                 memory.forget(gone)
         elif fill and view.complete:
             more = self._fill(memory, spec, facts)
@@ -509,7 +509,7 @@ class Reconciler:
         )
         holding = frozenset({spec.taints.testing, spec.taints.quarantine})
         serve = self._serve_urgent
-        others = memory.usage_without((o.node.name for o in observations), serve)
+        others = memory.pools.usage_without((o.node.name for o in observations), serve)
         by_node = {o.node.name: o for o in observations}
         decisions: list[Decision] = []
         decided = iter_decisions(observations, spec, now, others, between=serve)
@@ -551,7 +551,7 @@ class Reconciler:
         if full or memory.status_at is not None:  # counts of the whole fleet only
             self.reporter.export_nodes(name, states, breaker)
         if full:
-            self.reporter.export_usage(name, memory.usage, view, now)
+            self.reporter.export_usage(name, memory.pools.usage, view, now)
         self.metrics.reconcile_passes.inc()
         writes = Counter(self.writer.writes)
         writes.subtract(writes_before)
@@ -746,9 +746,9 @@ class Reconciler:
                 else:
                     memory.due[node_name] = now + dt.timedelta(seconds=1)
                     wake = min(wake, 1.0)
-                    memory.set_member(node_name, member)
+                    memory.pools.set_member(node_name, member)
                     continue
-            memory.set_member(node_name, member)
+            memory.pools.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
             if observed.ticket is not None:
                 for name in _ticket_names(observed.ticket):
