@@ -197,7 +197,7 @@ def test_a_status_restored_late_tells_the_owners_once_per_incident() -> None:
         )
 
     counts: Counter[str] = Counter()
-    rec.executor.restore_ticket_status([ticket("gpu-1-d0"), ticket("gpu-1-d1")], NOW, counts)
+    rec.tickets.restore_status([ticket("gpu-1-d0"), ticket("gpu-1-d1")], NOW, counts)
     assert _owners(writer) == [("team-a", "train"), ("team-b", "notebook")]
     kinds = [kind for kind, _ in writer.calls]
     assert kinds == ["event", "event", "repairtickets-status", "repairtickets-status"]

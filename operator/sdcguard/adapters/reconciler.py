@@ -27,8 +27,8 @@ Expectations           node patches and test statuses the watch has not brought 
 KnownTests             each test's node, the resourceVersion each test was read at,
                        every policy's breaker samples and which policy holds a sample
 TestRunner             tests whose probe Pod was seen deleted before it ended
-Executor               tickets closed as Replaced, nodes whose refused deletion was
-                       told, the workload records (blast radius), the DRA client
+Executor               nodes whose refused deletion was told, the DRA client
+RepairTickets          tickets closed as Replaced, the workload records (blast radius)
 HardwareHistory        history notes written, failed and not yet due; hardware
                        already counted as recognised
 NodeDeletePermission   whether Nodes may be deleted, and when that was asked
@@ -82,6 +82,7 @@ from sdcguard.adapters.pass_state import (
 )
 from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
 from sdcguard.adapters.test_runner import TestRunner
+from sdcguard.adapters.tickets import RepairTickets
 from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
     QuarantineScope,
@@ -233,6 +234,7 @@ class Reconciler:
             writer, settings, metrics, self.known, self.expectations, node_patch
         )
         self.history = HardwareHistory(writer, metrics, self.known, self.expectations)
+        self.tickets = RepairTickets(writer, metrics, self.known, self.expectations, workloads)
         self.executor = Executor(
             writer,
             settings,
@@ -243,7 +245,7 @@ class Reconciler:
             history=self.history,
             permission=permission,
             node_patch=node_patch,
-            workloads=workloads,
+            tickets=self.tickets,
         )
         self.reporter = PolicyStatusReporter(writer, metrics, self.known, permission, status_sender)
         self.urgent = UrgentQueue()
@@ -267,11 +269,11 @@ class Reconciler:
 
     @property
     def workloads(self) -> WorkloadBook | None:
-        return self.executor.workloads
+        return self.tickets.workloads
 
     @workloads.setter
     def workloads(self, book: WorkloadBook | None) -> None:
-        self.executor.workloads = book
+        self.tickets.workloads = book
 
     def run_pass(
         self,
@@ -361,7 +363,7 @@ class Reconciler:
     def _prune(self, view: FleetView) -> None:
         """Drop the caches of objects the view no longer has (full passes only)."""
         self.known.prune(view)
-        self.executor.prune(view)
+        self.tickets.prune(view)
         for name in [n for n in self._facts if n not in view.nodes]:
             del self._facts[name]
 
@@ -499,7 +501,7 @@ class Reconciler:
         counts["nodes-decided"] = len(facts)
         deleted = [n for n in view.tickets if n not in view.nodes] if full else sorted(vanished)
         for node_name in deleted:
-            self.executor.close_node_gone(policy, view, node_name, now, counts)
+            self.tickets.close_node_gone(policy, view, node_name, now, counts)
 
         tests_by_node = self._advance_tests(policy, view, facts, vanished, full, now, counts)
         breaker, breaker_status = self.reporter.breaker(policy, now)
@@ -629,7 +631,7 @@ class Reconciler:
                 # brings the node back, and if it never comes, this look does.
                 memory.due[node_name] = now + dt.timedelta(seconds=5)
                 continue
-            self.executor.restore_ticket_status(
+            self.tickets.restore_status(
                 view.tickets.get(node_name, []),
                 now,
                 counts,
@@ -752,7 +754,7 @@ class Reconciler:
             memory.states[node_name] = decision.state.value
             if observed.ticket is not None:
                 for name in _ticket_names(observed.ticket):
-                    self.executor.ticket_waiting(view, node_name, name, decision.waiting, now)
+                    self.tickets.waiting(view, node_name, name, decision.waiting, now)
             for known in tests_by_node.get(node_name, []):
                 if known.running is not None:
                     self.executor.test_waiting(known.running, decision, now)
