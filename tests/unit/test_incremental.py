@@ -14,7 +14,8 @@ from kubernetes import client
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.pass_state import TestSnapshot
-from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork, failures_first
+from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
+from sdcguard.adapters.urgent import failures_first
 from sdcguard.api import SDCPolicy
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, pool_usage
