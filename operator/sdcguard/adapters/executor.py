@@ -86,6 +86,7 @@ class Executor:
         permission: NodeDeletePermission,
         node_patch: NodePatchStage,
         tickets: RepairTickets,
+        device_taints: LazyDeviceTaints,
     ) -> None:
         self.writer = writer
         self.settings = settings
@@ -96,7 +97,7 @@ class Executor:
         self._history = history
         self._permission = permission
         self._node_patch = node_patch
-        self.device_taints = LazyDeviceTaints(writer)
+        self._device_taints = device_taints
         self._tickets = tickets
         self._told_forbidden: set[str] = set()
         """Nodes whose replacement a missing permission refused, told once each."""
@@ -227,7 +228,7 @@ class Executor:
                 self._taint_devices(policy, node_name, step, view, counts)
             case UntaintDevices(devices=devices):
                 names = [rule_name(node_name, d.key) for d in devices] if devices else None
-                plan = self.device_taints.get().ensure(node_name, [], prune=True, only=names)
+                plan = self._device_taints.get().ensure(node_name, [], prune=True, only=names)
                 counts["device-rules-deleted"] += len(plan.delete)
             case _:
                 raise ValueError(f"{type(step).__name__} is not a node decision's object step")
@@ -373,7 +374,7 @@ class Executor:
     ) -> None:
         """Write (or correct) one DeviceTaintRule per device; a device found under a new
         name or pool in the node's ResourceSlices (a driver restart) is selected there."""
-        published = self.device_taints.get().node_devices(node)
+        published = self._device_taints.get().node_devices(node)
         wanted = [
             rule
             for i, device in enumerate(action.devices)
@@ -381,7 +382,7 @@ class Executor:
                 node, action.ticket_of(i), action.reason, action.effect, [device], published
             )
         ]
-        plan = self.device_taints.get().ensure(node, wanted, prune=False)
+        plan = self._device_taints.get().ensure(node, wanted, prune=False)
         counts["device-rules-created"] += len(plan.create)
         counts["device-rules-updated"] += len(plan.update)
         if plan.conflicts:

@@ -50,6 +50,12 @@ class HardwareHistory:
         status can lag behind the next pass, and one action writes the host's and its
         GPUs' records, while the metric counts a Node's recognition once."""
 
+    def take_due(self, node: str) -> dt.datetime | None:
+        """When the node's young history note is old enough to tell whether it was
+        written (None: no note waits), forgotten as it is read: the node's memory asks
+        to be decided again then."""
+        return self.due.pop(node, None)
+
     def apply(
         self,
         view: FleetView,
@@ -144,6 +150,7 @@ class HardwareHistory:
         if at is None:
             return None
         if now - at < HISTORY_GRACE and self.failed.get(body.name) != note:
+            self.due[body.name] = at + HISTORY_GRACE
             return at + HISTORY_GRACE
         self.failed.pop(body.name, None)
         self.written[body.name] = note

@@ -15,29 +15,33 @@ The :class:`Reconciler` is composed of collaborators, each made once in its
 constructor and handed the others it needs; each owns its own state, and none
 inherits from another. What the passes remember, and who keeps it:
 
-=====================  ==============================================================
-collaborator           what it owns
-=====================  ==============================================================
-Reconciler             the pass lock, each policy's :class:`PolicyMemory`, parsed node
-                       facts, the overlaps already told, the last pass's counts
-UrgentQueue            urgent work offered and not yet served, the nodes served
-                       during the running pass, how deep a served pass is, how many
-                       were served and which node each decided
-Expectations           node patches and test statuses the watch has not brought back
-KnownTests             each test's node, the resourceVersion each test was read at,
-                       every policy's breaker samples and which policy holds a sample
-TestRunner             tests whose probe Pod was seen deleted before it ended
-Executor               nodes whose refused deletion was told, the DRA client
-RepairTickets          tickets closed as Replaced, the workload records (blast radius)
-HardwareHistory        history notes written, failed and not yet due; hardware
-                       already counted as recognised
-NodeDeletePermission   whether Nodes may be deleted, and when that was asked
-PolicyStatusReporter   the status sender (no state of its own)
-NodePatchStage         nothing: writes a plan's node-patch stage, notes Expectations
-=====================  ==============================================================
+====================  =====================================================================
+collaborator          its state (attributes), and what it is
+====================  =====================================================================
+Reconciler            ``_memory``: each policy's :class:`PolicyMemory` (its ``pools``
+                      ledger, waits, states, conditions); ``_facts``: parsed node facts;
+                      ``_told_overlap``: overlaps already told; ``last_counts``; ``_lock``
+UrgentQueue           ``_offered``: work not yet served; ``touched``: nodes it decided
+                      during the running pass; ``depth``; ``served``; ``served_at``
+Expectations          ``nodes``, ``tests``: node patches and test statuses the watch has
+                      not brought back yet
+KnownTests            ``nodes``: each test's node; ``_noted``: the resourceVersion each
+                      was read at; ``_sweeps``: breaker samples by policy;
+                      ``_sample_owner``: which policy holds a test's sample
+TestRunner            ``probe_pods_deleted``: tests whose probe Pod went before it ended
+Executor              ``_told_forbidden``: nodes whose refused deletion was told
+RepairTickets         ``_replaced``: tickets closed as Replaced; ``workloads``: the
+                      workload records a new ticket's blast radius comes from
+HardwareHistory       ``written``, ``failed``, ``due``: history notes settled, failed and
+                      not yet old enough; ``recognised``: hardware counted once
+NodeDeletePermission  ``_asked``: whether Nodes may be deleted, and when that was asked
+LazyDeviceTaints      ``_made``: the DRA client, made at first use (scope Device only)
+PolicyStatusReporter  nothing but its ``sender`` (a :class:`StatusSender`, or None)
+NodePatchStage        nothing: writes plans' node-patch stage, notes Expectations
+====================  =====================================================================
 
 The settings, the metrics and the writer are handed to each collaborator that
-needs them; nothing of the above is shared except through these objects.
+needs them; a collaborator changes another's state only through its methods.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from sdcguard.adapters.pass_state import (
     FleetView,
     KnownTest,
     KnownTests,
+    LazyDeviceTaints,
     NodeDeletePermission,
     PolicyMemory,
     UrgentWork,
@@ -128,6 +133,7 @@ class Reconciler:
         self.expectations = Expectations()
         self.known = KnownTests()
         node_patch = NodePatchStage(writer, self.expectations)
+        self.device_taints = LazyDeviceTaints(writer)
         permission = NodeDeletePermission(writer)
         self.runner = TestRunner(
             writer, settings, metrics, self.known, self.expectations, node_patch
@@ -145,6 +151,7 @@ class Reconciler:
             permission=permission,
             node_patch=node_patch,
             tickets=self.tickets,
+            device_taints=self.device_taints,
         )
         self.reporter = PolicyStatusReporter(writer, metrics, self.known, permission, status_sender)
         self.urgent = UrgentQueue()
@@ -199,18 +206,18 @@ class Reconciler:
         left to that fresher decision, as are those decided while the pass runs.
         """
         with self._lock:
-            self.urgent.touched = set() if since is None else self.served_since(since)
+            self.urgent.begin_pass(since)
             scope = None if dirty is None else frozenset(dirty)
             self._serve_urgent()
             try:
                 return self._run_pass(policy, view, now, scope, fill=True)
             finally:
                 self._serve_urgent()
-                self.urgent.touched = set()
+                self.urgent.end_pass()
 
     def mark(self) -> int:
         """Where urgent work stands now: take it before copying a pass's view."""
-        return self.urgent.served
+        return self.urgent.mark()
 
     def served_since(self, mark: int) -> set[str]:
         """The nodes urgent work decided after ``mark``."""
@@ -225,11 +232,11 @@ class Reconciler:
         """Serve the urgent work offered so far, with no pass around it (the policy loop
         before the workload Pods have listed: probe ends only)."""
         with self._lock:
-            self.urgent.touched = set()
+            self.urgent.begin_pass(None)
             try:
                 self._serve_urgent()
             finally:
-                self.urgent.touched = set()
+                self.urgent.end_pass()
 
     def due_nodes(self, policy: str, now: dt.datetime) -> set[str]:
         """The policy's nodes whose decision asked to be looked at again by ``now`` (a
@@ -536,9 +543,7 @@ class Reconciler:
                 counts,
                 retired=node.state == NodeState.RETIRED,
             )
-            again = self.history.restore(view, view.nodes[node_name], now, counts)
-            if again is not None:
-                self.history.due[node_name] = again
+            self.history.restore(view, view.nodes[node_name], now, counts)
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
             test = current_test(node, tests_by_node.get(node_name, []))
             if not view.workloads_known and (test is None or not test.finished):
@@ -592,7 +597,7 @@ class Reconciler:
         if test is None or not test.finished or not test.failed_checks:
             return None
         try:
-            return self.executor.device_taints.get().node_devices(node)
+            return self.device_taints.get().node_devices(node)
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             log.warning(
                 "resource slices not read; a quarantine takes the node",
@@ -670,7 +675,7 @@ class Reconciler:
                 wake = min(wake, decision.requeue_after)
             else:
                 memory.due.pop(node_name, None)
-            history = self.history.due.pop(node_name, None)
+            history = self.history.take_due(node_name)
             if history is not None:
                 # Back when the history note is old enough to tell whether it was written.
                 memory.due[node_name] = min(memory.due.get(node_name, history), history)

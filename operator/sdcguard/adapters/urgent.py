@@ -50,6 +50,18 @@ class UrgentQueue:
         self.served_at: dict[str, int] = {}
         """Node -> the urgent pass that last decided it (one entry a node at most)."""
 
+    def mark(self) -> int:
+        """Where urgent work stands now (see :meth:`served_since`)."""
+        return self.served
+
+    def begin_pass(self, since: int | None) -> None:
+        """A pass begins: the nodes urgent work decided after its mark ``since`` (None:
+        none) are left to that fresher decision, as are those it decides meanwhile."""
+        self.touched = set() if since is None else self.served_since(since)
+
+    def end_pass(self) -> None:
+        self.touched = set()
+
     def offer(self, work: UrgentWork) -> None:
         self._offered.put(work)
 
