@@ -1,6 +1,8 @@
 """What one reconcile pass works on, and what passes remember between them: the view
-of the indexes, the per-policy memory, parsed tests, urgent work, and the shared
-state (caches and expectations) with the parse-once helpers."""
+of the indexes, the per-policy memory and its pool ledger, parsed tests, urgent work,
+and the small collaborators the reconciler's parts share (:class:`Expectations`,
+:class:`KnownTests`, :class:`NodeDeletePermission`, :class:`LazyDeviceTaints`), each
+the one owner of its state."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ class Reconciler:
         self.known = KnownTests()
         node_patch = NodePatchStage(writer, self.expectations)
         self.device_taints = LazyDeviceTaints(writer)
-        permission = NodeDeletePermission(writer)
+        self.permission = NodeDeletePermission(writer)
         self.runner = TestRunner(
             writer, settings, metrics, self.known, self.expectations, node_patch
         )
@@ -148,12 +148,14 @@ class Reconciler:
             expectations=self.expectations,
             runner=self.runner,
             history=self.history,
-            permission=permission,
+            permission=self.permission,
             node_patch=node_patch,
             tickets=self.tickets,
             device_taints=self.device_taints,
         )
-        self.reporter = PolicyStatusReporter(writer, metrics, self.known, permission, status_sender)
+        self.reporter = PolicyStatusReporter(
+            writer, metrics, self.known, self.permission, status_sender
+        )
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()
         """What the last pass (not an urgent one) did, by kind."""
