@@ -105,14 +105,10 @@ class _Awaited:
 class ReportAdmission:
     """Admits SDCReports one at a time (the rate limits need a serial view)."""
 
-    def __init__(
-        self,
-        writer: KubeWriter,
-        limits: ReportLimits | None = None,
-        node_patch: NodePatchStage | None = None,
-    ) -> None:
+    def __init__(self, writer: KubeWriter, limits: ReportLimits | None = None) -> None:
         self.writer = writer
-        self._node_patch = node_patch or NodePatchStage(writer)
+        self._node_patch = NodePatchStage(writer)
+        """The plan's node-patch stage (stateless), which marks an accused node suspect."""
         self.limits = limits or ReportLimits()
         self.accepted: dict[str, AcceptedReport] = {}
         self.awaiting: dict[str, dict[str, _Awaited]] = {}
