@@ -100,11 +100,11 @@ def test_replace_without_node_delete_is_named_up_front_and_not_pretended(
         metadata=ObjectMeta(name=f"p-{new_case()}"),
         spec=SDCPolicySpec.model_validate({"repair": {"strategy": "Replace"}}),
     )
-    assert _reconciler(api_client).node_delete_allowed(NOW) is True
+    assert _reconciler(api_client).permission.allowed(NOW) is True
     restricted = _reconciler(no_delete_api)
-    assert restricted.node_delete_allowed(NOW) is False
+    assert restricted.permission.allowed(NOW) is False
 
-    (condition,) = restricted._replace_condition(policy, [], NOW)
+    (condition,) = restricted.reporter._replace_condition(policy, [], NOW)
     assert (condition.type, condition.status, condition.reason) == (
         "NodeDeletePermitted",
         "False",
@@ -121,8 +121,9 @@ def test_replace_without_node_delete_is_named_up_front_and_not_pretended(
         actions=(DeleteNode(),),
     )
     view = FleetView(nodes={node: NodeSnapshot(name=node, uid="u-1")})
-    assert restricted.refused_delete(policy, decision, view, NOW)
-    assert restricted.refused_delete(policy, decision, view, NOW), "refused again, told once"
+    executor = restricted.executor
+    assert executor.refused_delete(policy, decision, view, NOW)
+    assert executor.refused_delete(policy, decision, view, NOW), "refused again, told once"
     events = (
         client.CoreV1Api(api_client)
         .list_namespaced_event("default", field_selector=f"involvedObject.name={node}")

@@ -342,7 +342,7 @@ def test_probe_command_args_suite_budget_and_catch_target_reach_the_job() -> Non
     facts = NodeFacts.from_snapshot(body, policy.spec.accelerators)
 
     def args_of(policy: SDCPolicy, suite: str) -> tuple[list[str], list[str]]:
-        job = build_probe_job(rec.probe_request(policy, test_of(suite), facts, body))
+        job = build_probe_job(rec.runner.probe_request(policy, test_of(suite), facts, body))
         container = job["spec"]["template"]["spec"]["containers"][0]
         return container["command"], container["args"]
 

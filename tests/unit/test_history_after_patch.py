@@ -99,7 +99,7 @@ def test_a_quarantine_writes_its_history_after_the_taint_and_the_ticket() -> Non
 
     rec, writer = _reconciler()
     view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
-    rec.apply(POLICY, decision, view, NOW, Counter())
+    rec.executor.apply(POLICY, decision, view, NOW, Counter())
     kinds = [kind for kind, _ in writer.calls]
     assert kinds[:3] == ["repairtickets-create", "node-patch", "repairtickets-status"], kinds
     assert sorted(kinds[3:9]) == ["sdchardwares-create"] * 3 + ["sdchardwares-status"] * 3
@@ -109,7 +109,7 @@ def test_a_quarantine_writes_its_history_after_the_taint_and_the_ticket() -> Non
     assert patch["metadata"]["annotations"][keys.HISTORY] == changes[keys.HISTORY]
     # This process wrote it: a later look at the node finds nothing to restore.
     after = _quarantined_after(changes[keys.HISTORY])
-    assert rec.restore_history(view, after, NOW + dt.timedelta(hours=1), Counter()) is None
+    assert rec.history.restore(view, after, NOW + dt.timedelta(hours=1), Counter()) is None
     assert len(_hardware_writes(writer)) == 6
 
 
@@ -123,11 +123,11 @@ def test_a_history_lost_between_the_taint_and_its_records_is_written_once() -> N
 
     rec, writer = _reconciler()
     counts: Counter[str] = Counter()
-    again = rec.restore_history(view, body, NOW + dt.timedelta(seconds=10), counts)
+    again = rec.history.restore(view, body, NOW + dt.timedelta(seconds=10), counts)
     assert again == NOW + dt.timedelta(seconds=30), "too young to tell: its writes may trail"
     assert _hardware_writes(writer) == []
 
-    rec.restore_history(view, body, NOW + dt.timedelta(seconds=31), counts)
+    rec.history.restore(view, body, NOW + dt.timedelta(seconds=31), counts)
     creates = [b for kind, b in writer.calls if kind == "sdchardwares-create"]
     statuses = [b for kind, b in writer.calls if kind == "sdchardwares-status"]
     assert len(creates) == len(statuses) == 3
@@ -141,7 +141,7 @@ def test_a_history_lost_between_the_taint_and_its_records_is_written_once() -> N
         assert failure["time"] == keys.format_time(NOW), "dated at the decision, not now"
     assert counts["hardware-history-restored"] == 1
 
-    rec.restore_history(view, body, NOW + dt.timedelta(minutes=5), counts)
+    rec.history.restore(view, body, NOW + dt.timedelta(minutes=5), counts)
     assert len(_hardware_writes(writer)) == 6, "once per note and process"
 
     # Another process that finds the records written writes nothing either.
@@ -155,7 +155,7 @@ def test_a_history_lost_between_the_taint_and_its_records_is_written_once() -> N
     }
     other, other_writer = _reconciler()
     full = dataclasses.replace(view, hardware=records)
-    assert other.restore_history(full, body, NOW + dt.timedelta(minutes=5), Counter()) is None
+    assert other.history.restore(full, body, NOW + dt.timedelta(minutes=5), Counter()) is None
     assert _hardware_writes(other_writer) == []
 
 
@@ -170,7 +170,7 @@ def test_a_stale_or_unreadable_note_restores_nothing() -> None:
     for body in (moved_on, mangled, _quarantined_after("not json")):
         rec, writer = _reconciler()
         view = FleetView(nodes={"gpu-1": body}, policies={"fleet": {}})
-        assert rec.restore_history(view, body, later + dt.timedelta(hours=1), Counter()) is None
+        assert rec.history.restore(view, body, later + dt.timedelta(hours=1), Counter()) is None
         assert _hardware_writes(writer) == []
     assert parse_history_note(None) is None
     assert parse_history_note('{"at": "x", "records": []}') is None
@@ -270,11 +270,11 @@ def test_a_history_write_refused_after_the_taint_is_retried_at_the_next_look() -
     decision = failing(None)
     view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
     with pytest.raises(ApiException):
-        rec.apply(POLICY, decision, view, NOW, Counter())
+        rec.executor.apply(POLICY, decision, view, NOW, Counter())
     assert [k for k, _ in writer.calls].count("node-patch") == 1, "the taint is on"
     (annotate,) = [a for a in decision.actions if isinstance(a, Annotate)]
     after = _quarantined_after(dict(annotate.changes)[keys.HISTORY])
     counts: Counter[str] = Counter()
-    assert rec.restore_history(view, after, NOW + dt.timedelta(seconds=1), counts) is None
+    assert rec.history.restore(view, after, NOW + dt.timedelta(seconds=1), counts) is None
     assert counts["hardware-history-restored"] == 1
     assert _hardware_writes(writer).count("sdchardwares-status") == 2 + 3

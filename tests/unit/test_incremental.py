@@ -14,7 +14,8 @@ from kubernetes import client
 from sdcguard.adapters import observe
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.pass_state import TestSnapshot
-from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork, failures_first
+from sdcguard.adapters.reconciler import FleetView, Reconciler, UrgentWork
+from sdcguard.adapters.urgent import failures_first
 from sdcguard.api import SDCPolicy
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolMember, pool_usage
@@ -222,7 +223,7 @@ def test_urgent_work_is_served_while_a_long_pass_applies_decisions_that_change_n
     assert memory.states["gpu-599"] == "Qualified"
     applied: list[str] = []  # the nodes whose decision the full pass has applied so far
     served_after: list[int] = []
-    set_member = memory.set_member
+    set_member = memory.pools.set_member
 
     def counting_set_member(node: str, member: PoolMember) -> None:
         applied.append(node)
@@ -237,11 +238,11 @@ def test_urgent_work_is_served_while_a_long_pass_applies_decisions_that_change_n
         return act(*args, **kwargs)
 
     def counting_serve() -> None:
-        if served_after and not rec._depth and not rec._urgent.empty():
+        if served_after and not rec.urgent.depth and rec.urgent.waiting():
             served_after.append(len(applied))
         serve()
 
-    memory.set_member = counting_set_member  # type: ignore[method-assign]
+    memory.pools.set_member = counting_set_member  # type: ignore[method-assign]
     rec._act = offering_act  # type: ignore[method-assign]
     rec._serve_urgent = counting_serve  # type: ignore[method-assign]
     rec.run_pass(_policy_body(600), _view(settled), NOW)

@@ -121,7 +121,7 @@ def test_the_owners_are_told_before_the_tickets_status() -> None:
     rec, writer = _reconciler()
     view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
     counts: Counter[str] = Counter()
-    rec.apply(POLICY, _quarantine(), view, NOW, counts)
+    rec.executor.apply(POLICY, _quarantine(), view, NOW, counts)
     kinds = [kind for kind, _ in writer.calls]
     assert kinds[:2] == ["repairtickets-create", "node-patch"], kinds
     assert kinds[2:5] == ["event", "event", "repairtickets-status"], kinds
@@ -139,7 +139,7 @@ def test_a_repeat_after_a_conflicting_node_patch_tells_the_owners_once() -> None
     writer.conflicts = 1
     view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
     with pytest.raises(ApiException):
-        rec.apply(POLICY, _quarantine(), view, NOW, Counter())
+        rec.executor.apply(POLICY, _quarantine(), view, NOW, Counter())
     assert _owners(writer) == [] and "repairtickets-status" not in [k for k, _ in writer.calls]
 
     ticket = _ticket_body(writer)
@@ -147,7 +147,7 @@ def test_a_repeat_after_a_conflicting_node_patch_tells_the_owners_once() -> None
     view.tickets = {"gpu-1": [ticket]}
     writer.calls.clear()
     counts: Counter[str] = Counter()
-    rec.apply(POLICY, _quarantine(), view, NOW, counts)
+    rec.executor.apply(POLICY, _quarantine(), view, NOW, counts)
     kinds = [kind for kind, _ in writer.calls]
     assert kinds[:5] == [
         "repairtickets-exists",
@@ -163,12 +163,12 @@ def test_a_repeat_after_a_conflicting_node_patch_tells_the_owners_once() -> None
 def test_a_repeat_that_finds_the_ticket_with_its_status_tells_no_one_again() -> None:
     rec, writer = _reconciler()
     view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
-    rec.apply(POLICY, _quarantine(), view, NOW, Counter())
+    rec.executor.apply(POLICY, _quarantine(), view, NOW, Counter())
     opened = {"phase": "Open", "cycle": 1, "openedAt": keys.format_time(NOW)}
     view.tickets = {"gpu-1": [_ticket_body(writer, opened)]}
     writer.calls.clear()
     counts: Counter[str] = Counter()
-    rec.apply(POLICY, _quarantine(), view, NOW, counts)
+    rec.executor.apply(POLICY, _quarantine(), view, NOW, counts)
     assert _owners(writer) == []
     assert "repairtickets-status" not in [k for k, _ in writer.calls]
     assert counts["tickets-resumed"] == 0
@@ -197,7 +197,7 @@ def test_a_status_restored_late_tells_the_owners_once_per_incident() -> None:
         )
 
     counts: Counter[str] = Counter()
-    rec._restore_ticket_status([ticket("gpu-1-d0"), ticket("gpu-1-d1")], NOW, counts)
+    rec.tickets.restore_status([ticket("gpu-1-d0"), ticket("gpu-1-d1")], NOW, counts)
     assert _owners(writer) == [("team-a", "train"), ("team-b", "notebook")]
     kinds = [kind for kind, _ in writer.calls]
     assert kinds == ["event", "event", "repairtickets-status", "repairtickets-status"]

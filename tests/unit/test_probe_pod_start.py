@@ -14,6 +14,7 @@ from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.observe import probe_pod
 from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api import SDCTest, SDCTestPhase, Verdict
 from sdcguard.domain.judging import PodEnd, judge_result
 from sdcguard.metrics import Metrics
@@ -92,10 +93,10 @@ def test_a_reason_that_is_not_one_word_falls_back_to_notstarted() -> None:
     assert j.reason == "NotStarted" and "bad reason: x" in j.message
 
 
-def _runner() -> Reconciler:
+def _runner() -> TestRunner:
     metrics = Metrics()
     writer = KubeWriter(api=client.ApiClient(), metrics=metrics, dry_run=True)
-    return Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    return Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics).runner
 
 
 def _running_test() -> SDCTest:

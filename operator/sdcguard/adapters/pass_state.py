@@ -1,13 +1,12 @@
 """What one reconcile pass works on, and what passes remember between them: the view
-of the indexes, the per-policy memory, parsed tests, urgent work, and the shared
-state (caches and expectations) with the parse-once helpers."""
+of the indexes, the per-policy memory and its pool ledger, parsed tests, urgent work,
+and the small collaborators the reconciler's parts share (:class:`Expectations`,
+:class:`KnownTests`, :class:`NodeDeletePermission`, :class:`LazyDeviceTaints`), each
+the one owner of its state."""
 
 from __future__ import annotations
 
 import datetime as dt
-import queue
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,20 +18,18 @@ from sdcguard.adapters import observe
 from sdcguard.adapters.devicetaints import DeviceTaints
 from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
-from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
     SDCBaseline,
     SDCPolicy,
     SDCTest,
     SDCTestPhase,
+    SDCTestStatus,
     Verdict,
 )
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member
-from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts
+from sdcguard.domain.observed import NodeSnapshot, Observed, TestFacts
 from sdcguard.domain.selection import Selector
-from sdcguard.metrics import Metrics
-from sdcguard.settings import Settings
 
 log = structlog.get_logger("sdcguard.reconcile")
 
@@ -105,29 +102,14 @@ class FleetView:
 
 
 @dataclass
-class PolicyMemory:
-    """What earlier passes learned about one policy's nodes, so that a pass can decide
-    only the nodes whose observations changed (or whose time came) and still keep the
-    pool budgets over all of them. Losing it costs one full pass, nothing else."""
+class PoolLedger:
+    """Every owned node's share of its pool's usage, and their sums by pool, kept equal
+    as nodes are set and forgotten (a pass reads the sums, never recounts the fleet)."""
 
     members: dict[str, PoolMember] = field(default_factory=dict)
     """Every owned node's share of its pool's usage, as last decided."""
-    waiting: dict[str, tuple[tuple[int, dt.datetime, str], str]] = field(default_factory=dict)
-    """Nodes with a test due but no budget: node -> (priority, pool)."""
-    due: dict[str, dt.datetime] = field(default_factory=dict)
-    """When each node asked to be decided again."""
-    states: dict[str, str] = field(default_factory=dict)
     usage: dict[str, PoolUsage] = field(default_factory=dict)
-    """``members`` summed by pool, kept up to date with them."""
-    status_at: dt.datetime | None = None
-    """When the policy's status was last brought up to date."""
-    illegal: dict[str, str] = field(default_factory=dict)
-    """Nodes whose last decision hit a (state, event) pair outside the table."""
-    held: set[str] = field(default_factory=set)
-    """Nodes whose confirmed failure the open breaker holds."""
-    overlaps: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    """Nodes this policy selects that other policies select too: node -> (the owner,
-    every policy that selects it)."""
+    """``members`` summed by pool."""
 
     def set_member(self, node: str, member: PoolMember) -> None:
         old = self.members.get(node)
@@ -154,6 +136,33 @@ class PolicyMemory:
         member = self.members.pop(node, None)
         if member is not None:
             add_member(self.usage, member, -1)
+
+
+@dataclass
+class PolicyMemory:
+    """What earlier passes learned about one policy's nodes, so that a pass can decide
+    only the nodes whose observations changed (or whose time came) and still keep the
+    pool budgets over all of them. Losing it costs one full pass, nothing else."""
+
+    pools: PoolLedger = field(default_factory=PoolLedger)
+    """Every owned node's share of its pool's budgets, and their sums."""
+    waiting: dict[str, tuple[tuple[int, dt.datetime, str], str]] = field(default_factory=dict)
+    """Nodes with a test due but no budget: node -> (priority, pool)."""
+    due: dict[str, dt.datetime] = field(default_factory=dict)
+    """When each node asked to be decided again."""
+    states: dict[str, str] = field(default_factory=dict)
+    status_at: dt.datetime | None = None
+    """When the policy's status was last brought up to date."""
+    illegal: dict[str, str] = field(default_factory=dict)
+    """Nodes whose last decision hit a (state, event) pair outside the table."""
+    held: set[str] = field(default_factory=set)
+    """Nodes whose confirmed failure the open breaker holds."""
+    overlaps: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Nodes this policy selects that other policies select too: node -> (the owner,
+    every policy that selects it)."""
+
+    def forget(self, node: str) -> None:
+        self.pools.forget(node)
         for table in (self.waiting, self.due, self.states, self.illegal, self.overlaps):
             table.pop(node, None)
         self.held.discard(node)
@@ -276,102 +285,81 @@ NODE_DELETE_RECHECK = dt.timedelta(minutes=5)
 """How long the answer to "may we delete Nodes?" is trusted (RBAC may change)."""
 
 
-@dataclass
-class ReconcilerState:
-    """What the reconciler keeps between passes; a restart may lose all of it."""
+class Expectations:
+    """Writes the watch has not brought back yet (controller-runtime's "expectations"):
+    until it does, a pass skips the node, and goes on from the test as it was written,
+    so two passes in quick succession never act twice on one observation."""
 
-    """Runs passes; holds only caches that a restart may lose without harm."""
+    def __init__(self) -> None:
+        self.nodes: dict[str, str] = {}
+        """Node name -> the resourceVersion it had when we last patched it."""
+        self.tests: dict[str, tuple[str, SDCTest]] = {}
+        """SDCTest name -> (resourceVersion before our status write, the test as written)."""
 
-    writer: KubeWriter
-    settings: Settings
-    metrics: Metrics
-    # name -> resourceVersion the object had when we last wrote it; skip until it moves.
-    expect_nodes: dict[str, str] = field(default_factory=dict)
-    expect_tests: dict[str, tuple[str, SDCTest]] = field(default_factory=dict)
-    """SDCTest name -> (resourceVersion before our status write, the test as written):
-    until the watch brings the write back, a pass goes on from what we wrote."""
-    last_counts: Counter[str] = field(default_factory=Counter)
-    status_sender: Any = None
-    """A ``policy_status.StatusSender``: policies' statuses are written in its thread
-    (the operator's); None writes them in the pass (tests that read them at once)."""
-    workloads: WorkloadBook | None = None
-    """Every node's workload record: a quarantine's ticket carries its blast radius."""
-    test_nodes: dict[str, str] = field(default_factory=dict)
-    """SDCTest name -> node name, for events that name only the test."""
-    history_written: dict[str, str] = field(default_factory=dict)
-    """Node name -> the ``sdcguard.dev/history`` note whose records this process wrote
-    (or restored, or found written): not looked at again."""
-    history_failed: dict[str, str] = field(default_factory=dict)
-    """Node name -> the history note whose writes failed after its node patch here."""
-    history_due: dict[str, dt.datetime] = field(default_factory=dict)
-    """Node name -> when its history note is old enough to tell whether it was written."""
-    probe_pods_deleted: dict[str, None] = field(default_factory=dict)
-    """SDCTests whose probe Pod was seen deleted before it ended (a drain, an eviction):
-    the Job failure that follows, once the Pod is gone, is not a crash of the probe."""
-    _lock: threading.RLock = field(default_factory=threading.RLock)
-    _memory: dict[str, PolicyMemory] = field(default_factory=dict)
-    _tests: dict[str, str] = field(default_factory=dict)
-    """SDCTest name -> the resourceVersion its breaker sample and node were noted at."""
-    _facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = field(default_factory=dict)
-    _sweeps: dict[str, breaker_mod.Sweep] = field(default_factory=dict)
-    """Each policy's breaker samples: its finished screenings (Pass or SDC), kept as
-    tests are parsed, and swept as they come (see ``breaker.Sweep``)."""
-    _sample_owner: dict[str, str] = field(default_factory=dict)
-    """SDCTest name -> the policy whose sweep holds its sample."""
-    _replaced: dict[str, str | None] = field(default_factory=dict)
-    """Tickets closed as Replaced, with the resourceVersion they had (until it moves)."""
-    _urgent: queue.SimpleQueue[UrgentWork] = field(default_factory=queue.SimpleQueue)
-    _touched: set[str] = field(default_factory=set)
-    _depth: int = 0
-    _served: int = 0
-    """Urgent passes served so far: a view's mark (:meth:`Reconciler.mark`)."""
-    _served_at: dict[str, int] = field(default_factory=dict)
-    """Node -> the urgent pass that last decided it (one entry a node at most)."""
-    _node_delete: tuple[dt.datetime, bool | None] | None = None
-    """Whether our ServiceAccount may delete Nodes (SelfSubjectAccessReview), and when
-    that was asked (asked again after NODE_DELETE_RECHECK)."""
-    _told_overlap: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    """Overlaps already logged and told in an Event, by node."""
-    _told_forbidden: set[str] = field(default_factory=set)
-    """Nodes whose replacement a missing permission refused, told once each."""
-    recognised: set[str] = field(default_factory=set)
-    """Nodes (uid, else name) already counted as recognised hardware: a record's status
-    can lag behind the next pass, and one action writes the host's and its GPUs'
-    records, while the metric counts a Node's recognition once."""
+    def wrote_node(self, name: str, resource_version: str) -> None:
+        self.nodes[name] = resource_version
 
-    _device_taints: DeviceTaints | None = None
+    def node_pending(self, name: str, resource_version: str) -> bool:
+        """Our last patch of the node has not come back (forgotten once it has)."""
+        expected = self.nodes.get(name)
+        if expected is None:
+            return False
+        if expected == resource_version:
+            return True
+        del self.nodes[name]
+        return False
 
-    @property
-    def device_taints(self) -> DeviceTaints:
-        """DRA reads and DeviceTaintRule writes (made at first use: only policies of
-        quarantine scope Device need them)."""
-        if self._device_taints is None:
-            self._device_taints = DeviceTaints(self.writer.api, allow=self.writer.allow)
-        return self._device_taints
+    def wrote_test(self, before: SDCTest, status: SDCTestStatus) -> None:
+        if before.metadata.resource_version:
+            written = before.model_copy(update={"status": status})
+            self.tests[before.metadata.name] = (before.metadata.resource_version, written)
 
-    def node_delete_allowed(self, now: dt.datetime) -> bool | None:
-        """Whether the operator may delete Nodes (None: the review itself failed)."""
-        cached = self._node_delete
-        if cached is not None and now - cached[0] < NODE_DELETE_RECHECK:
-            return cached[1]
-        allowed = self.writer.may("delete", "nodes")
-        self._node_delete = (now, allowed)
-        return allowed
+    def written_test(self, name: str, resource_version: str) -> SDCTest | None:
+        """The test as we wrote it, while the copy at ``resource_version`` predates it."""
+        expected = self.tests.get(name)
+        return expected[1] if expected is not None and expected[0] == resource_version else None
 
-    def _test(self, seen: TestSnapshot, node_name: str) -> KnownTest | None:
+    def settle_test(self, test: SDCTest) -> SDCTest:
+        """``test``, or the test as we wrote it while the watch has not brought that back;
+        forgets the write once it has."""
+        written = self.written_test(test.metadata.name, test.metadata.resource_version or "")
+        if written is not None:
+            return written
+        self.tests.pop(test.metadata.name, None)
+        return test
+
+
+class KnownTests:
+    """The SDCTests the passes have read: each test's node (events name only the test),
+    and each policy's circuit-breaker samples, noted once per resourceVersion."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, str] = {}
+        """SDCTest name -> node name."""
+        self._noted: dict[str, str] = {}
+        """SDCTest name -> the resourceVersion its sample and node were noted at."""
+        self._sweeps: dict[str, breaker_mod.Sweep] = {}
+        """Each policy's breaker samples: its finished screenings (Pass or SDC), kept as
+        tests are read, and swept as they come (see ``breaker.Sweep``)."""
+        self._sample_owner: dict[str, str] = {}
+        """SDCTest name -> the policy whose sweep holds its sample."""
+
+    def read(self, seen: TestSnapshot, node_name: str) -> KnownTest | None:
         """The test as the index keeps it (None: unreadable); its node and its breaker
         sample are noted once per resourceVersion."""
         rv = seen.resource_version
-        if self._tests.get(seen.name) != rv or not rv:
+        if self._noted.get(seen.name) != rv or not rv:
             if seen.known is None:
                 log.warning("unreadable SDCTest skipped", node=node_name, error=seen.error)
             else:
-                self.test_nodes[seen.name] = node_name
-            self._note_sample(seen.name, node_name, seen.known)
-            self._tests[seen.name] = rv
+                self.nodes[seen.name] = node_name
+            self.note_sample(seen.name, node_name, seen.known)
+            self._noted[seen.name] = rv
         return seen.known
 
-    def _note_sample(self, name: str, node_name: str, known: KnownTest | None) -> None:
+    def note_sample(self, name: str, node_name: str, known: KnownTest | None) -> None:
         facts = known.facts if known is not None else None
         sample = None
         if (
@@ -405,26 +393,59 @@ class ReconcilerState:
             found = self._sweeps[policy] = breaker_mod.Sweep()
         return found
 
-    def _node_facts(self, snapshot: NodeSnapshot, spec: Any) -> NodeFacts:
-        key = (snapshot.resource_version, tuple(spec.accelerators), spec.budgets.pool_label)
-        cached = self._facts.get(snapshot.name)
-        if cached is not None and cached[0] == key and key[0]:
-            return cached[1]
-        node = NodeFacts.from_snapshot(snapshot, spec.accelerators, spec.budgets.pool_label)
-        self._facts[snapshot.name] = (key, node)
-        return node
-
-    def _prune(self, view: FleetView) -> None:
-        """Drop parse caches of objects the view no longer has (full passes only)."""
+    def prune(self, view: FleetView) -> None:
+        """Forget the tests the view no longer has (full passes only)."""
         tests = {t.name for snapshots in view.tests.values() for t in snapshots}
-        tickets = {t.name for snapshots in view.tickets.values() for t in snapshots}
-        for name in [n for n in self._tests if n not in tests]:
-            del self._tests[name]
-            self.test_nodes.pop(name, None)
+        for name in [n for n in self._noted if n not in tests]:
+            del self._noted[name]
+            self.nodes.pop(name, None)
             owner = self._sample_owner.pop(name, None)
             if owner is not None:
                 self._sweeps[owner].remove(name)
-        for name in [n for n in self._replaced if n not in tickets]:
-            del self._replaced[name]
-        for name in [n for n in self._facts if n not in view.nodes]:
-            del self._facts[name]
+
+    def judged(
+        self, view: FleetView, node: str, expectations: Expectations
+    ) -> dict[str, TestFacts]:
+        """The node's tests' facts, as this pass judged them (a verdict written in this
+        pass counts before the watch brings it back)."""
+        by_name: dict[str, TestFacts] = {}
+        for body in view.tests.get(node, []):
+            known = self.read(body, node)
+            if known is None:
+                continue
+            written = expectations.written_test(known.name, body.resource_version)
+            by_name[known.name] = TestFacts.from_api(written) if written else known.facts
+        return by_name
+
+
+class NodeDeletePermission:
+    """Whether our ServiceAccount may delete Nodes (SelfSubjectAccessReview), asked again
+    after NODE_DELETE_RECHECK: read by the policy's NodeDeletePermitted condition and by
+    the executor before a decision that deletes a Node."""
+
+    def __init__(self, writer: KubeWriter) -> None:
+        self._writer = writer
+        self._asked: tuple[dt.datetime, bool | None] | None = None
+
+    def allowed(self, now: dt.datetime) -> bool | None:
+        """Whether the operator may delete Nodes (None: the review itself failed)."""
+        cached = self._asked
+        if cached is not None and now - cached[0] < NODE_DELETE_RECHECK:
+            return cached[1]
+        allowed = self._writer.may("delete", "nodes")
+        self._asked = (now, allowed)
+        return allowed
+
+
+class LazyDeviceTaints:
+    """DRA reads and DeviceTaintRule writes, made at first use: only policies of
+    quarantine scope Device need them."""
+
+    def __init__(self, writer: KubeWriter) -> None:
+        self._writer = writer
+        self._made: DeviceTaints | None = None
+
+    def get(self) -> DeviceTaints:
+        if self._made is None:
+            self._made = DeviceTaints(self._writer.api, allow=self._writer.allow)
+        return self._made

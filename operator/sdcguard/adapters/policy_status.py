@@ -11,11 +11,13 @@ from typing import Any
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.pass_state import (
     STATUS_EVERY,
     FleetView,
+    KnownTests,
+    NodeDeletePermission,
     PolicyMemory,
-    ReconcilerState,
 )
 from sdcguard.api import (
     BreakerSample,
@@ -34,9 +36,8 @@ from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage
 from sdcguard.domain.echo import bounded
-from sdcguard.domain.lifecycle import (
-    NodeState,
-)
+from sdcguard.domain.lifecycle import NodeState
+from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.reconcile")
 
@@ -148,14 +149,31 @@ def no_nodes_message(
     )
 
 
-class PolicyReporter(ReconcilerState):
-    """Computes the breaker and writes the policy's status and gauges."""
+class PolicyStatusReporter:
+    """Computes the breaker and writes the policy's status and gauges. It keeps no state
+    of its own: the breaker's samples are the tests :class:`KnownTests` has read, the
+    statuses go out through its ``sender`` (None: written in the pass, for tests that
+    read them at once)."""
 
-    def _breaker(
+    def __init__(
+        self,
+        writer: KubeWriter,
+        metrics: Metrics,
+        known: KnownTests,
+        permission: NodeDeletePermission,
+        sender: StatusSender | None = None,
+    ) -> None:
+        self._writer = writer
+        self._metrics = metrics
+        self._known = known
+        self._permission = permission
+        self.sender = sender
+
+    def breaker(
         self, policy: SDCPolicy, now: dt.datetime
     ) -> tuple[breaker_mod.BreakerView, BreakerStatus]:
         """The breaker now, and the status to store (its samples are added only when it
-        is written: :meth:`_breaker_samples`).
+        is written: :meth:`breaker_samples`).
 
         Its samples are the policy's finished SDCTests (a Pass or SDC verdict at its
         completion time), rebuilt from the tests themselves, so no screening is ever
@@ -165,7 +183,7 @@ class PolicyReporter(ReconcilerState):
         the fleet's."""
         reset = policy.metadata.annotations.get(keys.RESET_BREAKER)
         stored = policy.status.breaker if policy.status else None
-        view, status, _ = self.sweep(policy.metadata.name).advance(
+        view, status, _ = self._known.sweep(policy.metadata.name).advance(
             stored,
             policy.spec.circuit_breaker,
             now,
@@ -174,16 +192,16 @@ class PolicyReporter(ReconcilerState):
         )
         return view, status
 
-    def _breaker_samples(
+    def breaker_samples(
         self, policy: SDCPolicy, breaker: BreakerStatus, now: dt.datetime
     ) -> list[BreakerSample]:
         """The samples the stored breaker keeps (what ``breaker.prune`` keeps)."""
-        kept = self.sweep(policy.metadata.name).kept(
+        kept = self._known.sweep(policy.metadata.name).kept(
             policy.spec.circuit_breaker, now, breaker.reset_at, breaker.tripped_at
         )
         return breaker_mod.status_samples(kept)
 
-    def _write_policy_status(
+    def write(
         self,
         policy: SDCPolicy,
         breaker: breaker_mod.BreakerView,
@@ -273,11 +291,11 @@ class PolicyReporter(ReconcilerState):
         body = to_body(SDCPolicyStatus.model_validate(to_body(new)))
         if body == to_body(old):
             return
-        if self.status_sender is not None:
-            self.status_sender.send(policy.metadata.name, body)
+        if self.sender is not None:
+            self.sender.send(policy.metadata.name, body)
             return
         try:
-            self.writer.patch_custom_status("sdcpolicies", policy.metadata.name, body)
+            self._writer.patch_custom_status("sdcpolicies", policy.metadata.name, body)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -293,7 +311,7 @@ class PolicyReporter(ReconcilerState):
         )
         if not deletes:
             return [c for c in conditions if c.type != "NodeDeletePermitted"]
-        allowed = self.node_delete_allowed(now)
+        allowed = self._permission.allowed(now)
         if allowed is None:
             return conditions  # the review failed; ask again later
         return set_condition(
@@ -311,7 +329,7 @@ class PolicyReporter(ReconcilerState):
         )
 
     @staticmethod
-    def _status_due(
+    def due(
         memory: PolicyMemory,
         policy: SDCPolicy,
         breaker: breaker_mod.BreakerView,
@@ -333,7 +351,7 @@ class PolicyReporter(ReconcilerState):
         # urgent work decided: counts from it would tell a fleet of a few nodes.
         return memory.status_at is not None and now - memory.status_at >= STATUS_EVERY
 
-    def _export_usage(
+    def export_usage(
         self,
         policy: str,
         pools: Mapping[str, PoolUsage],
@@ -345,13 +363,13 @@ class PolicyReporter(ReconcilerState):
         served), and open tickets by age (for the SLA alert)."""
         for pool, usage in sorted(pools.items()):
             label = pool or "default"
-            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="tests").set(
+            self._metrics.budget_in_use.labels(policy=policy, pool=label, budget="tests").set(
                 usage.tests
             )
-            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="unavailable").set(
+            self._metrics.budget_in_use.labels(policy=policy, pool=label, budget="unavailable").set(
                 usage.unavailable
             )
-            self.metrics.budget_in_use.labels(policy=policy, pool=label, budget="devices").set(
+            self._metrics.budget_in_use.labels(policy=policy, pool=label, budget="devices").set(
                 usage.devices_unavailable
             )
         ages: list[float] = []
@@ -374,8 +392,8 @@ class PolicyReporter(ReconcilerState):
             )
             buckets[key] += 1
         for key, count in buckets.items():
-            self.metrics.tickets_open.labels(age=key).set(count)
-        self.metrics.oldest_ticket.set(max(ages, default=0.0))
+            self._metrics.tickets_open.labels(age=key).set(count)
+        self._metrics.oldest_ticket.set(max(ages, default=0.0))
         self._export_hardware(view)
 
     def _export_hardware(self, view: FleetView) -> None:
@@ -387,16 +405,18 @@ class PolicyReporter(ReconcilerState):
         )
         for kind in IdentityKind:
             for retired in ("true", "false"):
-                self.metrics.hardware_records.labels(kind=kind.value, retired=retired).set(
+                self._metrics.hardware_records.labels(kind=kind.value, retired=retired).set(
                     held.get((kind.value, retired), 0)
                 )
 
-    def _export(self, policy: str, states: Counter[str], breaker: breaker_mod.BreakerView) -> None:
+    def export_nodes(
+        self, policy: str, states: Counter[str], breaker: breaker_mod.BreakerView
+    ) -> None:
         for state in NodeState:
-            self.metrics.nodes.labels(policy=policy, state=state.value).set(
+            self._metrics.nodes.labels(policy=policy, state=state.value).set(
                 states.get(state.value, 0)
             )
-        self.metrics.breaker_open.labels(policy=policy).set(1 if breaker.open else 0)
-        self.metrics.breaker_fraction.labels(policy=policy).set(
+        self._metrics.breaker_open.labels(policy=policy).set(1 if breaker.open else 0)
+        self._metrics.breaker_fraction.labels(policy=policy).set(
             breaker.failures / breaker.samples if breaker.samples else 0.0
         )

@@ -10,13 +10,45 @@ gets a 409 instead of clobbering a newer state.
 A pass also remembers which writes it made and skips a node until the watch
 has delivered them (the "expectations" of controller-runtime), so two passes
 in quick succession do not act twice on one observation.
+
+The :class:`Reconciler` is composed of collaborators, each made once in its
+constructor and handed the others it needs; each owns its own state, and none
+inherits from another. What the passes remember, and who keeps it:
+
+====================  =====================================================================
+collaborator          its state (attributes), and what it is
+====================  =====================================================================
+Reconciler            ``_memory``: each policy's :class:`PolicyMemory` (its ``pools``
+                      ledger, waits, states, conditions); ``_facts``: parsed node facts;
+                      ``_told_overlap``: overlaps already told; ``last_counts``; ``_lock``
+UrgentQueue           ``_offered``: work not yet served; ``touched``: nodes it decided
+                      during the running pass; ``depth``; ``served``; ``served_at``
+Expectations          ``nodes``, ``tests``: node patches and test statuses the watch has
+                      not brought back yet
+KnownTests            ``nodes``: each test's node; ``_noted``: the resourceVersion each
+                      was read at; ``_sweeps``: breaker samples by policy;
+                      ``_sample_owner``: which policy holds a test's sample
+TestRunner            ``probe_pods_deleted``: tests whose probe Pod went before it ended
+Executor              ``_told_forbidden``: nodes whose refused deletion was told
+RepairTickets         ``_replaced``: tickets closed as Replaced; ``workloads``: the
+                      workload records a new ticket's blast radius comes from
+HardwareHistory       ``written``, ``failed``, ``due``: history notes settled, failed and
+                      not yet old enough; ``recognised``: hardware counted once
+NodeDeletePermission  ``_asked``: whether Nodes may be deleted, and when that was asked
+LazyDeviceTaints      ``_made``: the DRA client, made at first use (scope Device only)
+PolicyStatusReporter  nothing but its ``sender`` (a :class:`StatusSender`, or None)
+NodePatchStage        nothing: writes plans' node-patch stage, notes Expectations
+====================  =====================================================================
+
+The settings, the metrics and the writer are handed to each collaborator that
+needs them; a collaborator changes another's state only through its methods.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import heapq
-import queue
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -27,6 +59,9 @@ from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters import hardware, observe
 from sdcguard.adapters.executor import Executor
+from sdcguard.adapters.history import HardwareHistory
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage
 from sdcguard.adapters.observations import (
     current_test,
     idle_since,
@@ -39,13 +74,21 @@ from sdcguard.adapters.pass_state import (
     _EPOCH,
     REQUEUE_MAX_SECONDS,
     STATUS_EVERY,
+    Expectations,
     FleetView,
     KnownTest,
+    KnownTests,
+    LazyDeviceTaints,
+    NodeDeletePermission,
     PolicyMemory,
     UrgentWork,
     _has_outcome,
 )
-from sdcguard.adapters.policy_status import PolicyReporter
+from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
+from sdcguard.adapters.test_runner import TestRunner
+from sdcguard.adapters.tickets import RepairTickets
+from sdcguard.adapters.urgent import UrgentQueue
+from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
     QuarantineScope,
     SDCPolicy,
@@ -60,12 +103,10 @@ from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
 from sdcguard.domain.scheduling import iter_decisions, member_after, priority
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
 
 log = structlog.get_logger("sdcguard.reconcile")
-
-SERVED_KEPT = 10_000
-"""Urgent passes whose nodes :meth:`Reconciler.served_since` can still name (hours of
-probe ends; a view is copied in seconds)."""
 
 __all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
 
@@ -75,25 +116,73 @@ def _ticket_names(ticket: TicketFacts) -> tuple[str, ...]:
     return tuple(m.name for m in ticket.members) or (ticket.name,)
 
 
-def failures_first(work: UrgentWork) -> list[frozenset[str]]:
-    """The urgent nodes in the passes that decide them, in order: each node whose probe
-    Pod failed (SDC, a crash: a quarantine or its confirmation may follow) in a pass
-    of its own, then the rest together (one pass costs less than one per node)."""
-    failed = sorted(
-        {
-            pod.node_name
-            for pods in work.view.probe_pods.values()
-            for pod in pods
-            if pod.phase == "Failed" and pod.node_name in work.nodes
-        }
-    )
-    rest = work.nodes - set(failed)
-    return [frozenset({node}) for node in failed] + ([rest] if rest else [])
+class Reconciler:
+    """Runs passes: observe, decide (pure), act, composed of the collaborators in the
+    module docstring's table. Holds only caches that a restart may lose without harm."""
 
+    def __init__(
+        self,
+        writer: KubeWriter,
+        settings: Settings,
+        metrics: Metrics,
+        status_sender: StatusSender | None = None,
+        workloads: WorkloadBook | None = None,
+    ) -> None:
+        self.writer = writer
+        self.settings = settings
+        self.metrics = metrics
+        self.expectations = Expectations()
+        self.known = KnownTests()
+        node_patch = NodePatchStage(writer, self.expectations)
+        self.device_taints = LazyDeviceTaints(writer)
+        self.permission = NodeDeletePermission(writer)
+        self.runner = TestRunner(
+            writer, settings, metrics, self.known, self.expectations, node_patch
+        )
+        self.history = HardwareHistory(writer, metrics, self.known, self.expectations)
+        self.tickets = RepairTickets(writer, metrics, self.known, self.expectations, workloads)
+        self.executor = Executor(
+            writer,
+            settings,
+            metrics,
+            known=self.known,
+            expectations=self.expectations,
+            runner=self.runner,
+            history=self.history,
+            permission=self.permission,
+            node_patch=node_patch,
+            tickets=self.tickets,
+            device_taints=self.device_taints,
+        )
+        self.reporter = PolicyStatusReporter(
+            writer, metrics, self.known, self.permission, status_sender
+        )
+        self.urgent = UrgentQueue()
+        self.last_counts: Counter[str] = Counter()
+        """What the last pass (not an urgent one) did, by kind."""
+        self._lock = threading.RLock()
+        self._memory: dict[str, PolicyMemory] = {}
+        self._facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = {}
+        """Node name -> its facts, parsed once per resourceVersion and policy spec."""
+        self._told_overlap: dict[str, tuple[str, tuple[str, ...]]] = {}
+        """Overlaps already logged and told in an Event, by node."""
 
-class Reconciler(Executor, PolicyReporter):
-    """Runs passes: observe, decide (pure), act. Holds only caches that a restart may
-    lose without harm (see ReconcilerState)."""
+    @property
+    def test_nodes(self) -> Mapping[str, str]:
+        """SDCTest name -> node name, for events that name only the test."""
+        return self.known.nodes
+
+    @property
+    def status_sender(self) -> StatusSender | None:
+        return self.reporter.sender
+
+    @property
+    def workloads(self) -> WorkloadBook | None:
+        return self.tickets.workloads
+
+    @workloads.setter
+    def workloads(self, book: WorkloadBook | None) -> None:
+        self.tickets.workloads = book
 
     def run_pass(
         self,
@@ -120,37 +209,37 @@ class Reconciler(Executor, PolicyReporter):
         left to that fresher decision, as are those decided while the pass runs.
         """
         with self._lock:
-            self._touched = set() if since is None else self.served_since(since)
+            self.urgent.begin_pass(since)
             scope = None if dirty is None else frozenset(dirty)
             self._serve_urgent()
             try:
                 return self._run_pass(policy, view, now, scope, fill=True)
             finally:
                 self._serve_urgent()
-                self._touched = set()
+                self.urgent.end_pass()
 
     def mark(self) -> int:
         """Where urgent work stands now: take it before copying a pass's view."""
-        return self._served
+        return self.urgent.mark()
 
     def served_since(self, mark: int) -> set[str]:
         """The nodes urgent work decided after ``mark``."""
         with self._lock:
-            return {node for node, at in self._served_at.items() if at > mark}
+            return self.urgent.served_since(mark)
 
     def offer_urgent(self, work: UrgentWork) -> None:
         """Hand nodes whose probe ended to the running pass (thread-safe)."""
-        self._urgent.put(work)
+        self.urgent.offer(work)
 
     def serve_offered(self) -> None:
         """Serve the urgent work offered so far, with no pass around it (the policy loop
         before the workload Pods have listed: probe ends only)."""
         with self._lock:
-            self._touched = set()
+            self.urgent.begin_pass(None)
             try:
                 self._serve_urgent()
             finally:
-                self._touched = set()
+                self.urgent.end_pass()
 
     def due_nodes(self, policy: str, now: dt.datetime) -> set[str]:
         """The policy's nodes whose decision asked to be looked at again by ``now`` (a
@@ -160,56 +249,32 @@ class Reconciler(Executor, PolicyReporter):
 
     def take_unserved(self) -> list[UrgentWork]:
         """Urgent work the last pass did not get to (offered as it ended)."""
-        left = []
-        while True:
-            try:
-                left.append(self._urgent.get_nowait())
-            except queue.Empty:
-                return left
+        return self.urgent.take()
 
     def _serve_urgent(self) -> None:
-        """Serve the urgent work offered so far (work offered while it runs waits for
-        the next check, so the running pass moves on too).
-
-        A node whose probe failed is decided first, in a pass of its own: probe ends
-        decided together write every node's test status before any node patch, so a
-        quarantine waited behind the other nodes' writes (measured under load: the
-        writes before its patch took 0.23 s at p50, several times the patch)."""
-        if self._depth:
-            return
-        merged: dict[str, UrgentWork] = {}
-        for work in self.take_unserved():
-            key = work.policy.metadata.name
-            earlier = merged.get(key)
-            if earlier is not None:
-                work = UrgentWork(
-                    work.policy,
-                    earlier.view.merged(work.view),
-                    earlier.nodes | work.nodes,
-                    max(earlier.now, work.now),
-                )
-            merged[key] = work
-        for work in merged.values():
-            for nodes in failures_first(work):
-                self._depth += 1
-                try:
-                    self._run_pass(work.policy, work.view, work.now, nodes, fill=False)
-                except Exception:  # the loop's next pass decides again
-                    log.exception("urgent pass failed", nodes=sorted(nodes)[:10])
-                finally:
-                    self._depth -= 1
-                    self._touched |= nodes
-                    self._served += 1
-                    for node in nodes:
-                        self._served_at[node] = self._served
-                    if len(self._served_at) > SERVED_KEPT:
-                        # A mark is minutes old at most; an older entry is never asked.
-                        oldest = self._served - SERVED_KEPT
-                        self._served_at = {n: a for n, a in self._served_at.items() if a > oldest}
+        """Serve the urgent work offered so far, each in a pass of its own nodes."""
+        self.urgent.serve(
+            lambda work, nodes: self._run_pass(work.policy, work.view, work.now, nodes, fill=False)
+        )
 
     def _skip(self, node: str) -> bool:
-        """Urgent work served during this pass decided the node from fresher facts."""
-        return not self._depth and node in self._touched
+        return self.urgent.skip(node)
+
+    def _node_facts(self, snapshot: NodeSnapshot, spec: Any) -> NodeFacts:
+        key = (snapshot.resource_version, tuple(spec.accelerators), spec.budgets.pool_label)
+        cached = self._facts.get(snapshot.name)
+        if cached is not None and cached[0] == key and key[0]:
+            return cached[1]
+        node = NodeFacts.from_snapshot(snapshot, spec.accelerators, spec.budgets.pool_label)
+        self._facts[snapshot.name] = (key, node)
+        return node
+
+    def _prune(self, view: FleetView) -> None:
+        """Drop the caches of objects the view no longer has (full passes only)."""
+        self.known.prune(view)
+        self.tickets.prune(view)
+        for name in [n for n in self._facts if n not in view.nodes]:
+            del self._facts[name]
 
     def _scope(
         self,
@@ -291,7 +356,7 @@ class Reconciler(Executor, PolicyReporter):
             return []
         limit = spec.budgets.max_concurrent_tests
         free: Counter[str] = Counter()
-        for pool, usage in memory.usage_without(facts).items():
+        for pool, usage in memory.pools.usage_without(facts).items():
             free[pool] = limit - usage.tests
         for _, pool in memory.waiting.values():
             free.setdefault(pool, limit)
@@ -337,7 +402,7 @@ class Reconciler(Executor, PolicyReporter):
         # Tests whose node is gone are settled by whichever pass looks at the node.
         vanished = {n for n in wanted if n not in view.nodes}
         if full:
-            for gone in [n for n in {*memory.states, *memory.members} if n not in facts]:
+            for gone in [n for n in {*memory.states, *memory.pools.members} if n not in facts]:
                 memory.forget(gone)
         elif fill and view.complete:
             more = self._fill(memory, spec, facts)
@@ -345,17 +410,17 @@ class Reconciler(Executor, PolicyReporter):
         counts["nodes-decided"] = len(facts)
         deleted = [n for n in view.tickets if n not in view.nodes] if full else sorted(vanished)
         for node_name in deleted:
-            self._close_node_gone(policy, view, node_name, now, counts)
+            self.tickets.close_node_gone(policy, view, node_name, now, counts)
 
         tests_by_node = self._advance_tests(policy, view, facts, vanished, full, now, counts)
-        breaker, breaker_status = self._breaker(policy, now)
+        breaker, breaker_status = self.reporter.breaker(policy, now)
 
         observations = self._observe(
             spec, memory, view, facts, tests_by_node, breaker.open, now, counts
         )
         holding = frozenset({spec.taints.testing, spec.taints.quarantine})
         serve = self._serve_urgent
-        others = memory.usage_without((o.node.name for o in observations), serve)
+        others = memory.pools.usage_without((o.node.name for o in observations), serve)
         by_node = {o.node.name: o for o in observations}
         decisions: list[Decision] = []
         decided = iter_decisions(observations, spec, now, others, between=serve)
@@ -377,16 +442,16 @@ class Reconciler(Executor, PolicyReporter):
         if (
             full
             or memory.illegal != illegal_before
-            or self._status_due(memory, policy, breaker, breaker_status, now)
+            or self.reporter.due(memory, policy, breaker, breaker_status, now)
         ):
             held = sorted(memory.held)[:1000]
             breaker_status = breaker_status.model_copy(
                 update={
                     "held_nodes": held,
-                    "samples": self._breaker_samples(policy, breaker_status, now),
+                    "samples": self.reporter.breaker_samples(policy, breaker_status, now),
                 }
             )
-            self._write_policy_status(
+            self.reporter.write(
                 policy, breaker, breaker_status, states, now, memory.illegal, memory.overlaps
             )
             memory.status_at = now
@@ -395,9 +460,9 @@ class Reconciler(Executor, PolicyReporter):
             left = STATUS_EVERY - (now - memory.status_at)
             wake = min(wake, max(0.0, left.total_seconds()))
         if full or memory.status_at is not None:  # counts of the whole fleet only
-            self._export(name, states, breaker)
+            self.reporter.export_nodes(name, states, breaker)
         if full:
-            self._export_usage(name, memory.usage, view, now)
+            self.reporter.export_usage(name, memory.pools.usage, view, now)
         self.metrics.reconcile_passes.inc()
         writes = Counter(self.writer.writes)
         writes.subtract(writes_before)
@@ -409,7 +474,7 @@ class Reconciler(Executor, PolicyReporter):
             nodes=len(memory.states),
             **dict(sorted(counts.items())),
         )
-        if not self._depth:
+        if not self.urgent.depth:
             self.last_counts = counts
         return wake
 
@@ -435,7 +500,7 @@ class Reconciler(Executor, PolicyReporter):
             if count % 256 == 255:
                 self._serve_urgent()
             for body in view.tests[node_name]:
-                known = self._test(body, node_name)
+                known = self.known.read(body, node_name)
                 if known is None or known.policy != name:
                     continue
                 moving = full or node_name in facts or node_name in vanished
@@ -445,7 +510,7 @@ class Reconciler(Executor, PolicyReporter):
                     )
                     if test is not known.running:
                         known = KnownTest.of(test)
-                        self._note_sample(test.metadata.name, node_name, known)
+                        self.known.note_sample(test.metadata.name, node_name, known)
                 tests_by_node.setdefault(node_name, []).append(known)
 
         return tests_by_node
@@ -469,24 +534,19 @@ class Reconciler(Executor, PolicyReporter):
                 self._serve_urgent()
             if self._skip(node_name):
                 continue
-            expected_rv = self.expect_nodes.get(node_name)
-            if expected_rv is not None:
-                if expected_rv == view.nodes[node_name].resource_version:
-                    counts["nodes-awaiting-watch"] += 1
-                    # Our last write has not come back through the watch yet; its event
-                    # brings the node back, and if it never comes, this look does.
-                    memory.due[node_name] = now + dt.timedelta(seconds=5)
-                    continue
-                del self.expect_nodes[node_name]
-            self._restore_ticket_status(
+            if self.expectations.node_pending(node_name, view.nodes[node_name].resource_version):
+                counts["nodes-awaiting-watch"] += 1
+                # Our last write has not come back through the watch yet; its event
+                # brings the node back, and if it never comes, this look does.
+                memory.due[node_name] = now + dt.timedelta(seconds=5)
+                continue
+            self.tickets.restore_status(
                 view.tickets.get(node_name, []),
                 now,
                 counts,
                 retired=node.state == NodeState.RETIRED,
             )
-            again = self.restore_history(view, view.nodes[node_name], now, counts)
-            if again is not None:
-                self.history_due[node_name] = again
+            self.history.restore(view, view.nodes[node_name], now, counts)
             node = seq_floor(node, tests_by_node.get(node_name, []), view)
             test = current_test(node, tests_by_node.get(node_name, []))
             if not view.workloads_known and (test is None or not test.finished):
@@ -540,7 +600,7 @@ class Reconciler(Executor, PolicyReporter):
         if test is None or not test.finished or not test.failed_checks:
             return None
         try:
-            return self.device_taints.node_devices(node)
+            return self.device_taints.get().node_devices(node)
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             log.warning(
                 "resource slices not read; a quarantine takes the node",
@@ -578,7 +638,7 @@ class Reconciler(Executor, PolicyReporter):
                 continue  # urgent work decided it from fresher facts: its memory stands
             observed = by_node[node_name]
             member = observed.pool_member(holding)
-            if decision.actions and self.refused_delete(policy, decision, view, now):
+            if decision.actions and self.executor.refused_delete(policy, decision, view, now):
                 counts["node-delete-forbidden"] += 1
                 memory.states[node_name] = (decision.previous or decision.state).value
                 memory.due[node_name] = now + dt.timedelta(minutes=5)
@@ -595,16 +655,16 @@ class Reconciler(Executor, PolicyReporter):
                 else:
                     memory.due[node_name] = now + dt.timedelta(seconds=1)
                     wake = min(wake, 1.0)
-                    memory.set_member(node_name, member)
+                    memory.pools.set_member(node_name, member)
                     continue
-            memory.set_member(node_name, member)
+            memory.pools.set_member(node_name, member)
             memory.states[node_name] = decision.state.value
             if observed.ticket is not None:
                 for name in _ticket_names(observed.ticket):
-                    self._ticket_waiting(view, node_name, name, decision.wait, now)
+                    self.tickets.waiting(view, node_name, name, decision.wait, now)
             for known in tests_by_node.get(node_name, []):
                 if known.running is not None:
-                    self._test_waiting(known.running, decision, now)
+                    self.executor.test_waiting(known.running, decision, now)
             if decision.held:
                 memory.held.add(node_name)
             else:
@@ -618,7 +678,7 @@ class Reconciler(Executor, PolicyReporter):
                 wake = min(wake, decision.requeue_after)
             else:
                 memory.due.pop(node_name, None)
-            history = self.history_due.pop(node_name, None)
+            history = self.history.take_due(node_name)
             if history is not None:
                 # Back when the history note is old enough to tell whether it was written.
                 memory.due[node_name] = min(memory.due.get(node_name, history), history)
@@ -657,17 +717,12 @@ class Reconciler(Executor, PolicyReporter):
         """Advance one test; a failed request costs this test only (the next pass tries
         again). While our last status write has not come back through the watch, go on
         from the test as we wrote it, never from the older copy (that would act twice)."""
-        expected = self.expect_tests.get(test.metadata.name)
-        if expected is not None:
-            if expected[0] == test.metadata.resource_version:
-                test = expected[1]
-            else:
-                self.expect_tests.pop(test.metadata.name, None)
+        test = self.expectations.settle_test(test)
         self._serve_urgent()
         if self._skip(node_name):
             return test
         try:
-            return self.advance_test(
+            return self.runner.advance_test(
                 policy, test, facts.get(node_name), view.nodes.get(node_name), view, now, counts
             )
         except Exception as exc:  # ApiException, a dropped connection, a timeout
@@ -692,7 +747,7 @@ class Reconciler(Executor, PolicyReporter):
         from fresh observations: 409 means our view was stale, anything else that the
         API hiccupped)."""
         try:
-            self.apply(policy, decision, view, now, counts)
+            self.executor.apply(policy, decision, view, now, counts)
         except ApiException as exc:
             counts[f"apply-error-{exc.status}"] += 1
             log.warning(

@@ -2,8 +2,9 @@
 
 For each new report: read the Pod it names, let :func:`sdcguard.domain.reports.admit_report`
 decide, then (in this order) set ``sdcguard.dev/suspect`` on the Node (accepted
-only; the lifecycle does the rest), write the report's status (phase, reason,
-an ``Accepted`` condition) and post Events: on the report, in the job owner's
+only; the lifecycle does the rest: a plan of one annotation step, written by the
+plan's node-patch stage like every Node write), write the report's status (phase,
+reason, an ``Accepted`` condition) and post Events: on the report, in the job owner's
 namespace (accepted, or refused and why), and on the Node (accepted only).
 Accepted reports are remembered for the rate limits; after a restart they are
 rebuilt from the statuses the watch lists again, and a report still without an
@@ -32,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage, annotation_plan
 from sdcguard.api import GROUP, VERSION
 from sdcguard.api.common import set_condition
 from sdcguard.api.report import ReportOutcome, ReportPhase, SDCReport, SDCReportStatus
@@ -105,6 +107,8 @@ class ReportAdmission:
 
     def __init__(self, writer: KubeWriter, limits: ReportLimits | None = None) -> None:
         self.writer = writer
+        self._node_patch = NodePatchStage(writer)
+        """The plan's node-patch stage (stateless), which marks an accused node suspect."""
         self.limits = limits or ReportLimits()
         self.accepted: dict[str, AcceptedReport] = {}
         self.awaiting: dict[str, dict[str, _Awaited]] = {}
@@ -305,10 +309,8 @@ class ReportAdmission:
         self, report: SDCReport, facts: ReportFacts, decision: ReportDecision, now: dt.datetime
     ) -> None:
         if decision.suspect_annotation is not None:
-            self.writer.patch_node(
-                facts.node_name,
-                {"metadata": {"annotations": {keys.REQUEST_SUSPECT: decision.suspect_annotation}}},
-            )
+            suspect = annotation_plan([(keys.REQUEST_SUSPECT, decision.suspect_annotation)])
+            self._node_patch.annotate(facts.node_name, suspect)
         previous = report.status.conditions if report.status else []
         status = SDCReportStatus(
             phase=ReportPhase.ACCEPTED if decision.accepted else ReportPhase.REFUSED,

@@ -9,10 +9,13 @@ from collections import Counter
 import structlog
 from kubernetes.client.exceptions import ApiException
 
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage, annotation_plan
 from sdcguard.adapters.pass_state import (
     PROBE_VANISHED_GRACE,
+    Expectations,
     FleetView,
-    ReconcilerState,
+    KnownTests,
 )
 from sdcguard.api import (
     Condition,
@@ -51,6 +54,8 @@ from sdcguard.domain.testphase import (
     phase_transition,
     verdict_phase,
 )
+from sdcguard.metrics import Metrics
+from sdcguard.settings import Settings
 
 log = structlog.get_logger("sdcguard.reconcile")
 #: Tests remembered as having had their probe Pod deleted mid-run (oldest dropped first).
@@ -103,10 +108,33 @@ def _not_waiting(
     return set_condition(conditions, "Waiting", "False", reason, message, now)
 
 
-class TestRunner(ReconcilerState):
-    """Executes the rows of the SDCTest phase table."""
+class TestRunner:
+    """Executes the rows of the SDCTest phase table. Of its own it keeps only the tests
+    whose probe Pod was seen deleted before it ended; the tests it reads are noted in
+    :class:`KnownTests`, its status writes in :class:`Expectations`, and a node that
+    baseline consensus makes suspect is marked through the plan's node-patch stage."""
 
     __test__ = False
+
+    def __init__(
+        self,
+        writer: KubeWriter,
+        settings: Settings,
+        metrics: Metrics,
+        known: KnownTests,
+        expectations: Expectations,
+        node_patch: NodePatchStage,
+    ) -> None:
+        self.writer = writer
+        self.settings = settings
+        self.metrics = metrics
+        self._known = known
+        self._expectations = expectations
+        self._node_patch = node_patch
+        self.probe_pods_deleted: dict[str, None] = {}
+        """SDCTests whose probe Pod was seen deleted before it ended (a drain, an
+        eviction): the Job failure that follows, once the Pod is gone, is not a crash of
+        the probe."""
 
     def probe_request(
         self,
@@ -298,7 +326,7 @@ class TestRunner(ReconcilerState):
         body = view.nodes.get(node)
         if body is None or keys.REQUEST_SUSPECT in body.annotations:
             return
-        self.writer.patch_node(node, {"metadata": {"annotations": {keys.REQUEST_SUSPECT: why}}})
+        self._node_patch.annotate(node, annotation_plan([(keys.REQUEST_SUSPECT, why)]))
 
     def advance_test(
         self,
@@ -389,16 +417,16 @@ class TestRunner(ReconcilerState):
                     )
                     if conds != status.conditions:
                         status = status.model_copy(update={"conditions": conds})
-                        self._write_test_status(test, status)
+                        self.write_status(test, status)
                 case WriteStatus() if row.target == SDCTestPhase.RESERVING:
                     status = status.model_copy(update={"phase": SDCTestPhase.RESERVING})
-                    self._write_test_status(test, status)
+                    self.write_status(test, status)
                 case WriteStatus() if row.target == SDCTestPhase.RUNNING:
                     status = self._running_status(test, status, now, _data_seed_of(test, view))
                     status = status.model_copy(
                         update=running_fields(policy.spec, suite_of(test), now)
                     )
-                    self._write_test_status(test, status)
+                    self.write_status(test, status)
                 case WriteStatus():
                     if judgement is not None:
                         self._count_judgement(judgement, finished_at, now)
@@ -429,7 +457,7 @@ class TestRunner(ReconcilerState):
         a moment after its Pod ends, and a confirmation test starts in that moment."""
         node = test.spec.node_name
         for body in view.tests.get(node, []):
-            known = self._test(body, node)
+            known = self._known.read(body, node)
             if known is None or known.name == test.metadata.name or known.running is not None:
                 continue
             job = view.probe_jobs.get(known.name)
@@ -512,7 +540,7 @@ class TestRunner(ReconcilerState):
                 "conditions": conditions,
             }
         )
-        self._write_test_status(test, status)
+        self.write_status(test, status)
         counts[f"tests-{phase.value.lower()}"] += 1
         self.metrics.tests.labels(suite=suite_of(test).value, phase=phase.value).inc()
         if status.start_time is not None:
@@ -529,12 +557,11 @@ class TestRunner(ReconcilerState):
         )
         return test.model_copy(update={"status": status})
 
-    def _write_test_status(self, test: SDCTest, status: SDCTestStatus) -> None:
+    def write_status(self, test: SDCTest, status: SDCTestStatus) -> None:
+        """Write the test's status; a pass goes on from it until the watch brings it back."""
         try:
             self.writer.patch_custom_status("sdctests", test.metadata.name, to_body(status))
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        if test.metadata.resource_version:
-            written = test.model_copy(update={"status": status})
-            self.expect_tests[test.metadata.name] = (test.metadata.resource_version, written)
+        self._expectations.wrote_test(test, status)

@@ -13,7 +13,7 @@ plan holds its actions stage by stage, and within a stage in the row's order:
 5. ``HISTORY``: the hardware's history (SDCHardware records, up to six writes for a
    host's three identifiers), after the taint for the same reason; the node patch
    carries what it will write (``sdcguard.dev/history``), so a pass after an
-   interruption between 2 and 5 writes it then (``Executor.restore_history``);
+   interruption between 2 and 5 writes it then (``HardwareHistory.restore``);
 6. ``EVENTS``: they only tell what the objects and the node already record;
 7. ``NODE_DELETE``: deleting the Node (replacement, retirement by deletion).
 

@@ -1,0 +1,73 @@
+"""The plan's node-patch stage: the one place a Node is patched.
+
+Every change the operator makes to a Node's labels, annotations, taints or cordon is a
+plan step (``domain.plan``, stage ``NODE_PATCH``) and is written here: a decision's one
+guarded patch (:meth:`NodePatchStage.apply`), and the plans of annotation steps that
+follow from what another stage found (:meth:`NodePatchStage.annotate`): a drain that
+left no pod ends its deadline, baseline consensus or a workload's report marks a node
+suspect. No adapter builds a Node patch body of its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import get_args
+
+from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.pass_state import Expectations
+from sdcguard.domain.lifecycle import Action, Annotate
+from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
+from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.plan import Plan, Step
+
+_LIFECYCLE_ACTIONS = get_args(Action)
+
+
+def node_actions(steps: Iterable[Step]) -> list[Action]:
+    """The node-patch stage's steps (all lifecycle actions) for ``plan_node_patch``."""
+    return [s for s in steps if isinstance(s, _LIFECYCLE_ACTIONS)]
+
+
+def annotation_plan(changes: Iterable[tuple[str, str | None]]) -> Plan:
+    """A plan of one step: set (None: remove) these sdcguard annotations on a node."""
+    return Plan.of([Annotate(tuple(changes))])
+
+
+class NodePatchStage:
+    """Writes the node-patch stage of plans; keeps no state of its own (the writes it
+    made are noted in the shared :class:`Expectations`)."""
+
+    def __init__(self, writer: KubeWriter, expectations: Expectations | None = None) -> None:
+        self._writer = writer
+        self._expectations = expectations
+
+    def apply(
+        self, node: NodeFacts, steps: Iterable[Step], resource_version: str, counts: Counter[str]
+    ) -> NodePatch:
+        """A decision's node patch: labels, annotations, taints, cordon and ownership in
+        one write that carries the resourceVersion it was computed from (a stale pass
+        gets a 409). Returns the patch (empty: nothing was written)."""
+        patch = plan_node_patch(node, node_actions(steps))
+        if not patch.empty:
+            self._writer.patch_node(node.name, patch.body(resource_version))
+            if self._expectations is not None:
+                self._expectations.wrote_node(node.name, resource_version)
+            counts["node-patches"] += 1
+        return patch
+
+    def annotate(self, node_name: str, plan: Plan) -> bool:
+        """A plan whose node-patch steps only set annotations: written without the
+        node's facts or resourceVersion (a merge patch of annotations replaces no list,
+        so it cannot drop anyone's change). Raises ValueError for any other step (taints
+        and cordon are planned against the node's facts: :meth:`apply`); returns whether
+        a write was made."""
+        changes: dict[str, str | None] = {}
+        for step in plan.steps:
+            if not isinstance(step, Annotate):
+                raise ValueError(f"{type(step).__name__} is not an annotation step")
+            changes.update(step.changes)
+        if not changes:
+            return False
+        self._writer.patch_node(node_name, NodePatch(annotations=changes).body())
+        return True
