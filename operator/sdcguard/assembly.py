@@ -95,6 +95,7 @@ class Operator:
             metrics,
             records=self.inventory.hardware.get,
             clock=now,
+            addresses=ticket_sinks.sink_addresses(settings),
         )
         """Delivers the tickets' events to their policies' sinks (not a Kopf timer)."""
         self.stopping = False
