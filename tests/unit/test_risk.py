@@ -76,6 +76,16 @@ def test_repairs_reports_and_time_each_raise_the_chance() -> None:
     assert risk_score(node("x", hours=400), HISTORY["a"], NOW).chance > base.chance
 
 
+def test_an_unconfirmed_report_outweighs_a_long_wait() -> None:
+    """A fault that shows in spikes can be silent through a whole re-test; the job that
+    saw it is evidence, so a node with such a report goes before an old quiet one."""
+    ranked = rank_due_nodes(
+        [node("quiet", hours=2000), node("reported", hours=1, reports=1)], HISTORY, NOW
+    )
+    assert ranked[0].inputs.node == "reported"
+    assert "reports believed 0.50" in ranked[0].reason
+
+
 def test_a_weak_pass_earns_less_credit() -> None:
     strong = risk_score(node("x"), HISTORY["c"], NOW)
     weak = risk_score(

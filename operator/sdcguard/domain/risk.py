@@ -19,7 +19,12 @@ The chance is one line of arithmetic, shown per node (:meth:`RiskScore.explain`)
     hazard  = type_rate_per_hour * (1 + repair_weight * repairs) * (1 + report_weight * reports)
     onset   = 1 - exp(-hazard * hours_since_pass)          # a fault began since the pass
     missed  = (1 - catch_of_that_pass) * type_rate_per_screening  # ...or was there, missed
-    chance  = 1 - (1 - onset) * (1 - missed)
+    believed = 1 - (1 - report_prior) ** reports    # ...or a report the pass did not confirm
+    chance  = 1 - (1 - onset) * (1 - missed) * (1 - believed)
+
+A report weighs on its own because a catch chance is per round of a fault that is
+active during the screening: a fault that shows in spikes can be silent for a whole
+screening, which no plan can state, and a job that saw it is evidence that it exists.
 
 No history (no screening of any type recorded): the order falls back to today's and
 each ranked node says so.
@@ -128,6 +133,9 @@ class RiskOrder:
     max_overtaken: int = 500
     repair_weight: float = 1.0
     report_weight: float = 4.0
+    report_prior: float = 0.5
+    """The chance that a report a re-test did not confirm was right (a fleet can measure
+    it: reports later confirmed over all reports)."""
 
 
 class Basis(StrEnum):
@@ -150,6 +158,8 @@ class RiskScore:
     hours_since_pass: float
     onset: float
     missed: float
+    believed: float
+    """The chance that the node's unconfirmed reports were right."""
     hazard_per_hour: float
     type_per_screening: float
     type_interval: tuple[float, float]
@@ -163,7 +173,8 @@ class RiskScore:
         return (
             f"chance {self.chance:.2e}: fault began since the last pass "
             f"{self.hours_since_pass:.0f}h ago {self.onset:.2e}, missed by that pass "
-            f"{self.missed:.2e}; type {self.type_failures}/{self.type_screenings} failed "
+            f"{self.missed:.2e}, reports believed {self.believed:.2f}; "
+            f"type {self.type_failures}/{self.type_screenings} failed "
             f"(95% {low:.1e}-{high:.1e}); hazard {self.hazard_per_hour:.2e}/h "
             f"x{self.repair_factor:g} repairs x{self.report_factor:g} reports"
         )
@@ -236,11 +247,13 @@ def _score(node: RiskInputs, rate: _TypeRate, now: dt.datetime, order: RiskOrder
     onset = -math.expm1(-hazard * hours)
     catch = min(max(node.last_pass_catch or 0.0, 0.0), 1.0)
     missed = (1.0 - catch) * min(rate.per_screening * repair_factor, 1.0)
+    believed = 1.0 - (1.0 - order.report_prior) ** max(node.reports, 0)
     return RiskScore(
-        chance=1.0 - (1.0 - onset) * (1.0 - missed),
+        chance=1.0 - (1.0 - onset) * (1.0 - missed) * (1.0 - believed),
         hours_since_pass=hours,
         onset=onset,
         missed=missed,
+        believed=believed,
         hazard_per_hour=hazard,
         type_per_screening=rate.per_screening,
         type_interval=rate.interval,
