@@ -114,24 +114,31 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _estimate(outcome: Outcome, model: Model) -> dict[str, Any]:
     """The fleet-figure estimate of exposure from what the run measured: the mean
-    screening interval per node, the busy share, and per fault kind its catch chance
-    and report rate at the kind's mean activity."""
+    screening interval per node, the busy share, and per fault kind, on nodes with and
+    without the training library, its catch chance and report rate at the kind's mean
+    activity."""
     hours_between = outcome.horizon / max(outcome.screenings, 1)
     mean_active = 0.225  # the mean of the uniform activity draw (0.05 to 0.4)
-    reports = model.report_rate * model.library_share
+    reports = model.report_rate
     kinds = dict(model.kinds)
-    classes = [
-        FaultClass(kinds["persistent"], 1.0, reports),
-        FaultClass(
+    per_kind = [
+        (kinds["persistent"], 1.0, reports),
+        (
             kinds["intermittent"],
             mean_active * outcome.catch["intermittent_round_p"],
             reports * mean_active,
         ),
-        FaultClass(
+        (
             kinds["data-dependent"],
             mean_active * outcome.catch["data_round_p"],
             reports * mean_active,
         ),
+    ]
+    # A fault on a node whose jobs run without the library is never reported.
+    classes = [
+        FaultClass(share * part, catch, rate if library else 0.0)
+        for share, catch, rate in per_kind
+        for library, part in ((True, model.library_share), (False, 1 - model.library_share))
     ]
     est = exposure_estimate(hours_between, outcome.busy_hours / outcome.horizon, classes)
     return {
