@@ -94,6 +94,8 @@ class Model:
     pass_minutes: float = 60.0
     """The operator's periodic pass; a finished test, a node falling due, a report and a
     repair also wake it, as their watch events do."""
+    # Round costs and start-up: the probe benchmark's 60 s CPU run (bench/results/
+    # probe.json); pass a device's own to plan at its speed.
     round_ms: tuple[tuple[str, float], ...] = (
         ("compute", 73.1),
         ("collective", 219.2),
