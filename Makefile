@@ -15,7 +15,7 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training cluster-up cluster-down clean
+.PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training bench-exposure cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - the operator as the chart's Pod on a real containerd node; a simulated"
@@ -26,7 +26,8 @@ help:
 	@echo "make cluster-up | cluster-down - local control plane with a real containerd node"
 	@echo "make crds    - regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make docs    - the docs site (MkDocs, strict) into site/; reference pages from the code"
-	@echo "make bench-detection | bench-scale | bench-probe | bench-training - benchmarks (results in bench/results)"
+	@echo "make bench-detection | bench-scale | bench-probe | bench-training | bench-exposure"
+	@echo "               - benchmarks (results in bench/results)"
 
 venv: hooks $(VENV)/.complete
 
@@ -136,6 +137,11 @@ bench-probe: venv
 
 bench-training: venv
 	$(PY) -m bench.training.run
+
+# A simulated fleet of 2,000 nodes over 180 days per policy, scheduled by the
+# operator's own budgets and order: exposure of faulty nodes to work.
+bench-exposure: venv
+	$(PY) -m bench.exposure.run
 
 clean:
 	rm -rf .mypy_cache .ruff_cache .pytest_cache
