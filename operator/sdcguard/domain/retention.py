@@ -200,6 +200,13 @@ def _iso(at: dt.datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _span(length: dt.timedelta) -> str:
+    """``30d`` or ``36h`` (the settings are in days; tests use hours)."""
+    if length % dt.timedelta(days=1) == dt.timedelta(0):
+        return f"{length.days}d"
+    return f"{length / dt.timedelta(hours=1):g}h"
+
+
 def plan_retention(history: History, limits: RetentionLimits, now: dt.datetime) -> RetentionPlan:
     """The objects to delete now (see the module docstring for the rules)."""
     deletions: list[Deletion] = []
@@ -250,7 +257,7 @@ def _tests(
                     HistoryKind.TEST,
                     test.name,
                     f"finished test of node {node or '(none)'} created {_iso(test.created)}, "
-                    f"older than {limits.tests_age} and not among its newest "
+                    f"older than {_span(limits.tests_age)} and not among its newest "
                     f"{limits.tests_per_node}",
                     resource_version=test.resource_version,
                 )
@@ -268,10 +275,10 @@ def _tickets(
         if closed >= cutoff:
             continue
         if ticket.phase == "Closed":
-            why = f"closed {_iso(closed)}, more than {limits.closed_tickets_age} ago"
+            why = f"closed {_iso(closed)}, more than {_span(limits.closed_tickets_age)} ago"
         elif ticket.phase == "Retired" and ticket.node not in history.nodes:
             why = (
-                f"retired {_iso(closed)}, more than {limits.closed_tickets_age} ago, and "
+                f"retired {_iso(closed)}, more than {_span(limits.closed_tickets_age)} ago, and "
                 f"node {ticket.node} has left the cluster"
             )
         else:
@@ -290,7 +297,7 @@ def _reports(
         Deletion(
             HistoryKind.REPORT,
             report.name,
-            f"made {_iso(report.created)}, more than {limits.reports_age} ago",
+            f"made {_iso(report.created)}, more than {_span(limits.reports_age)} ago",
             namespace=report.namespace,
             resource_version=report.resource_version,
         )
@@ -309,7 +316,7 @@ def _workload_records(
             HistoryKind.WORKLOAD_RECORD,
             record.name,
             f"node {record.node} has left the cluster; last activity "
-            f"{_iso(record.last_active)}, more than {limits.reports_age} ago",
+            f"{_iso(record.last_active)}, more than {_span(limits.reports_age)} ago",
             resource_version=record.resource_version,
         )
         for record in history.workload_records
@@ -329,7 +336,7 @@ def _baselines(
             HistoryKind.BASELINE,
             baseline.name,
             f"no node carries fingerprint {baseline.fingerprint[:12]} and no test ran under "
-            f"it in the last {limits.baselines_age}",
+            f"it in the last {_span(limits.baselines_age)}",
             resource_version=baseline.resource_version,
         )
         for baseline in history.baselines
