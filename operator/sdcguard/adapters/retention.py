@@ -37,6 +37,7 @@ from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.api import GROUP, VERSION, SDCBaseline
+from sdcguard.api.common import parse_time
 from sdcguard.api.report import ReportPhase, SDCReport
 from sdcguard.api.sdctest import SDCTestPhase
 from sdcguard.api.workloads import WorkloadRecord
@@ -141,8 +142,7 @@ def ticket_record(seen: TicketSnapshot) -> TicketRecord | Unreadable:
 
 def _meta(body: Mapping[str, Any]) -> tuple[str, str, str, dt.datetime]:
     meta = body.get("metadata") or {}
-    created = meta.get("creationTimestamp")
-    when = dt.datetime.fromisoformat(created) if isinstance(created, str) else EPOCH
+    when = parse_time(meta.get("creationTimestamp")) or EPOCH
     return (
         str(meta.get("namespace") or ""),
         str(meta.get("name") or ""),
