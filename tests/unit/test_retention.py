@@ -425,3 +425,32 @@ def test_the_mirror_skips_counts_and_names_an_object_its_slim_cannot_read() -> N
     assert "unhashable" in mirror.stats.unreadable["broken"]
     mirror._event({"type": "DELETED", "object": bad})
     assert mirror.stats.unreadable == {}
+
+
+def test_after_a_prune_test_names_still_never_repeat() -> None:
+    """Names come from the node's counter with a floor taken from its finished tests
+    (``seq_floor``): a mangled counter is raised past every finished test's number.
+    Retention keeps the newest tests, so the floor after a prune is the floor before."""
+    from sdcguard.adapters.observations import seq_floor
+    from sdcguard.adapters.pass_state import FleetView
+    from sdcguard.domain import keys
+    from sdcguard.domain.observed import NodeFacts
+
+    uid = "abcde-0000"
+    snaps = []
+    for seq in range(1, 31):
+        body = sdctest_body(f"n-{uid[:5]}-{seq}", "n")
+        body["metadata"]["creationTimestamp"] = f"2027-01-01T00:{seq:02d}:00Z"
+        snaps.append(TestSnapshot.slim(body))
+    records = [r for r in map(sdctest_record, snaps) if isinstance(r, TestRecord)]
+    plan = plan_retention(History(tests=tuple(records), nodes={"n": ""}), LIMITS, NOW)
+    gone = {d.name for d in plan.deletions}
+    assert len(gone) == 30 - LIMITS.tests_per_node
+    node = NodeFacts(name="n", uid=uid, annotations={keys.SEQ: "junk"})
+    view = FleetView(nodes={})
+
+    def floor(kept: list[TestSnapshot]) -> str:
+        known = [s.known for s in kept if s.known is not None]
+        return seq_floor(node, known, view).annotations[keys.SEQ]
+
+    assert floor([s for s in snaps if s.name not in gone]) == floor(snaps) == "30"
