@@ -157,7 +157,7 @@ def test_workload_records(node_exists: bool, active_days: int, gone: bool) -> No
         ("aaaa1111", None, 90, False),  # a node carries it (short hash)
         ("bbbb", None, 90, True),  # nobody carries it
         ("bbbb", 10, 90, False),  # a test ran under it lately
-        ("bbbb", 40, 90, True),  # long ago
+        ("bbbb", 40, 90, True),  # long ago, by a node that left the cluster
         ("bbbb", None, 10, False),  # made lately (consensus still collecting)
     ],
 )
@@ -171,6 +171,16 @@ def test_baselines(node_fp: str, test_fp_age: int | None, created_days: int, gon
     baseline = BaselineRecord("fp-aaaa", fp, NOW - created_days * DAY)
     history = History(tests=tests, baselines=(baseline,), nodes={"n": node_fp})
     assert ("fp-aaaa" in deleted(history)) == gone
+
+
+def test_a_baseline_stays_while_a_node_under_repair_last_ran_under_it() -> None:
+    """Quarantine revokes the node's fingerprint annotation; its verification still
+    needs the baseline, however long the repair takes."""
+    fp = "aaaa1111" + "0" * 56
+    old_test = TestRecord("t", "n", NOW - 200 * DAY, fingerprint=fp)
+    baseline = BaselineRecord("fp-aaaa", fp, NOW - 300 * DAY)
+    history = History(tests=(old_test,), baselines=(baseline,), nodes={"n": ""})
+    assert deleted(history) == set()
 
 
 def test_unreadable_objects_are_never_deleted_and_are_counted() -> None:

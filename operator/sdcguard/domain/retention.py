@@ -26,8 +26,10 @@ The rules (:class:`RetentionLimits` holds the numbers, the settings set them):
   exists holds its blast radius since the last pass and is never deleted. The record
   of a node that left the cluster goes once it saw no activity for ``reports_age``.
 - **SDCBaselines**: deleted once no node carries their fingerprint (the node's
-  ``sdcguard.dev/fingerprint`` annotation), no SDCTest of the last ``baselines_age``
-  ran under it, and the baseline itself is older than that.
+  ``sdcguard.dev/fingerprint`` annotation, or a kept SDCTest of a node that still
+  exists: a node quarantined for repair has lost its annotation and its verification
+  needs the baseline), no SDCTest of the last ``baselines_age`` ran under it, and the
+  baseline itself is older than that.
 
 What must outlive all of this lives elsewhere and is never pruned: repair cycles and
 hardware history in the SDCHardware records (one per failing identifier, bounded by
@@ -329,7 +331,12 @@ def _baselines(
     history: History, limits: RetentionLimits, now: dt.datetime
 ) -> tuple[list[Deletion], int]:
     cutoff = now - limits.baselines_age
-    carried = {fp for fp in history.nodes.values() if fp}
+    # A node carries a fingerprint while it is qualified under it (its annotation), and
+    # while any test of it that is kept ran under it: a node quarantined for repair has
+    # lost its annotation, and its verification needs the baseline all the same.
+    carried = {fp for fp in history.nodes.values() if fp} | {
+        t.fingerprint for t in history.tests if t.fingerprint and t.node in history.nodes
+    }
     recently_used = {t.fingerprint for t in history.tests if t.fingerprint and t.created >= cutoff}
     gone = [
         Deletion(
