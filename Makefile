@@ -15,7 +15,7 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-training bench-exposure cluster-up cluster-down clean
+.PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-retention bench-training bench-exposure cluster-up cluster-down clean
 
 help:
 	@echo "make demo    - the operator as the chart's Pod on a real containerd node; a simulated"
@@ -131,6 +131,10 @@ bench-scale: venv binaries
 	$(PY) -m bench.scale.inventory
 	$(PY) -m bench.scale.blast
 	$(PY) -m bench.scale.startup
+
+# RETENTION_ARGS: the full size is --nodes 2000 --tests-per-node 400 (800,000 SDCTests).
+bench-retention: venv binaries
+	$(PY) -m bench.retention.run $(RETENTION_ARGS)
 
 bench-probe: venv
 	$(PY) -m bench.probe.run

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ from sdcguard.adapters.kube import KubeWriter, make_api_client
 from sdcguard.adapters.pass_view import ReconcilerPasses
 from sdcguard.adapters.policy_status import StatusSender
 from sdcguard.adapters.reconciler import Reconciler
+from sdcguard.adapters.retention import retention_sweeper
 from sdcguard.api import GROUP, SDCBaseline, SDCPolicy
 from sdcguard.api.policy import NodeSelector
 from sdcguard.domain.observed import NodeSnapshot
@@ -99,6 +101,11 @@ class Operator:
         )
         """Delivers the tickets' events to their policies' sinks (not a Kopf timer)."""
         self.stopping = False
+        self.retention = retention_sweeper(
+            settings, reconciler.writer, metrics, self.inventory, now
+        )
+        """Deletes history past the retention settings (``adapters/retention.py``)."""
+        self.retention_stop = threading.Event()
 
     # Life ---------------------------------------------------------------------
 
@@ -140,12 +147,14 @@ class Operator:
         self.inventory.start(loop, self.scheduler.poke, on_node=self._node_changed)
         self.background.add(asyncio.ensure_future(self._resume_reports()))
         self.background.add(asyncio.ensure_future(self._announce_tickets()))
+        self.background.add(asyncio.ensure_future(self._keep_history_bounded()))
 
     async def stop(self, *, keep_inventory: bool) -> None:
         """Kopf stops: with a process exit, or (leader election) because the Lease was
         lost, when the process stands by with its copy kept warm (``keep_inventory``);
         a pass still running finishes in its thread, its writes refused by the fence."""
         self.stopping = True
+        self.retention_stop.set()
         self.announcer.stop()
         sender = self.reconciler.status_sender
         if sender is not None:  # the term's pending policy statuses, then its thread ends
@@ -213,6 +222,14 @@ class Operator:
         pending event, to its sinks."""
         if await self.inventory.wait_synced(lambda: self.stopping, probes=True):
             await self.announcer.run(lambda: self.stopping)
+
+    async def _keep_history_bounded(self) -> None:
+        """Once the fleet copy is complete (a node missing from a partial copy would look
+        gone, and its records prunable): retention's sweeps, in a thread, until Kopf
+        stops (this term leads)."""
+        if await self.inventory.wait_synced(lambda: self.stopping):
+            interval = self.settings.retention_interval_seconds
+            await asyncio.to_thread(self.retention.run, self.retention_stop, interval)
 
 
 def _followed(node: NodeSnapshot | None) -> dict[str, Any] | None:

@@ -205,6 +205,27 @@ class Metrics:
             ["sink", "outcome"],
             registry=r,
         )
+        self.retention_deleted = Counter(
+            "sdcguard_retention_deleted_total",
+            "History deleted by retention, by kind (sdctests, repairtickets, sdcreports, "
+            "workloadrecords, sdcbaselines).",
+            ["kind"],
+            registry=r,
+        )
+        self.retention_held = Gauge(
+            "sdcguard_retention_objects",
+            "Objects of each kind retention keeps, as of its last sweep (the unreadable "
+            "ones included).",
+            ["kind"],
+            registry=r,
+        )
+        self.retention_unreadable = Gauge(
+            "sdcguard_retention_unreadable_objects",
+            "Objects of each kind the operator could not parse at its last sweep: never "
+            "deleted, named in the sweep's log line.",
+            ["kind"],
+            registry=r,
+        )
 
     def lead(self) -> None:
         """This replica acts from now on (its Kopf has started)."""
@@ -222,6 +243,8 @@ class Metrics:
             self.breaker_open,
             self.breaker_fraction,
             self.budget_in_use,
+            self.retention_held,
+            self.retention_unreadable,
         ):
             gauge.clear()
         self.oldest_ticket.set(0)

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sdcguard.domain.reports import ReportLimits
+from sdcguard.domain.retention import RetentionLimits
 
 
 class Settings(BaseSettings):
@@ -140,6 +141,56 @@ class Settings(BaseSettings):
         description="A further report about a node reported this recently is evidence only "
         "(AlreadySuspected): it raises no second suspicion.",
     )
+
+    retention_tests_per_node: int = Field(
+        default=10,
+        ge=1,
+        description="SDCTests kept per node whatever their age (the newest); older ones "
+        "beyond this count go once they are older than retention_tests_days.",
+    )
+    retention_tests_days: float = Field(
+        default=30.0,
+        ge=1,
+        description="SDCTests younger than this are kept, however many a node has.",
+    )
+    retention_closed_tickets_days: float = Field(
+        default=365.0,
+        ge=1,
+        description="Closed RepairTickets are deleted this long after they closed (an "
+        "open ticket never is; a Retired one only once its node has left the cluster).",
+    )
+    retention_reports_days: float = Field(
+        default=30.0,
+        ge=1,
+        description="SDCReports are deleted this long after they were made (not while "
+        "one awaits its outcome); so are WorkloadRecords of nodes that left the cluster.",
+    )
+    retention_baselines_days: float = Field(
+        default=30.0,
+        ge=1,
+        description="An SDCBaseline whose fingerprint no node carries and no SDCTest "
+        "ran under for this long is deleted.",
+    )
+    retention_deletes_per_second: float = Field(
+        default=20.0,
+        gt=0,
+        description="Retention's deletes, at most this many a second (a token bucket).",
+    )
+    retention_interval_seconds: float = Field(
+        default=600.0,
+        ge=10,
+        description="How often retention sweeps (on the leader only).",
+    )
+
+    def retention_limits(self) -> RetentionLimits:
+        """The history bounds these settings set."""
+        return RetentionLimits(
+            tests_per_node=self.retention_tests_per_node,
+            tests_age=dt.timedelta(days=self.retention_tests_days),
+            closed_tickets_age=dt.timedelta(days=self.retention_closed_tickets_days),
+            reports_age=dt.timedelta(days=self.retention_reports_days),
+            baselines_age=dt.timedelta(days=self.retention_baselines_days),
+        )
 
     def report_limits(self) -> ReportLimits:
         """The SDCReport caps these settings set."""

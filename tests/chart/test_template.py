@@ -488,11 +488,18 @@ def test_policies_are_read_not_written_by_the_operator(docs: list[dict[str, Any]
             for resource in rule["resources"]:
                 verbs.setdefault(resource, set()).update(rule["verbs"])
     assert verbs["sdcpolicies"] == {"get", "list", "watch", "patch"}
-    assert verbs["sdctests"] == {"list", "watch", "create"}
+    assert verbs["sdctests"] == {"list", "watch", "create", "delete"}  # retention
     assert all(v == {"patch"} for r, v in verbs.items() if r.endswith("/status"))
     assert not any("update" in v for v in verbs.values())
-    # Only a deleted Node's WorkloadRecord is ever deleted.
-    assert [r for r, v in verbs.items() if "delete" in v] == ["workloadrecords"]
+    # Deleted: a deleted Node's WorkloadRecord, and the history retention prunes; never
+    # a policy or the hardware history.
+    assert {r for r, v in verbs.items() if "delete" in v} == {
+        "sdctests",
+        "repairtickets",
+        "sdcbaselines",
+        "workloadrecords",
+        "sdcreports",
+    }
 
 
 def test_rbac_can_be_left_to_the_user() -> None:

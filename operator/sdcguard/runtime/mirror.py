@@ -187,6 +187,11 @@ class MirrorStats:
     errors: int = 0
     last_error: str = ""
     first_sync_seconds: float | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Objects whose ``slim`` raised, by key, with the error: left out of the copy (one
+    object the operator cannot read must not fail the whole list, again and again),
+    named here and in a warning; an object leaves when a later version reads, or when
+    it is deleted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +399,7 @@ class Mirror(Generic[T]):
                 page = parse(raw)
                 del raw
                 for body in page.get("items") or []:
-                    kept = self.slim(body)
+                    kept = self._slim(body)
                     if kept is not None:
                         fresh[object_key(body)] = kept
                 meta = page.get("metadata") or {}
@@ -462,7 +467,7 @@ class Mirror(Generic[T]):
                 meta = body.get("metadata") or {}
                 if kind == "ADDED":
                     self.stats.initial_events += 1
-                    kept = self.slim(body)
+                    kept = self._slim(body)
                     if kept is not None:
                         fresh[object_key(body)] = kept
                 elif kind == "BOOKMARK":
@@ -515,7 +520,9 @@ class Mirror(Generic[T]):
             field_selector = f"{self.kind.field_selector},{field_selector}"
         while True:
             page = self._get(limit=self.page_size, _continue=token, field_selector=field_selector)
-            kept.extend(k for body in page.get("items") or [] if (k := self.slim(body)) is not None)
+            kept.extend(
+                k for body in page.get("items") or [] if (k := self._slim(body)) is not None
+            )
             token = (page.get("metadata") or {}).get("continue") or None
             if not token:
                 return kept
@@ -591,13 +598,31 @@ class Mirror(Generic[T]):
             return
         self.stats.events += 1
         key = object_key(body)
-        new = None if kind == "DELETED" else self.slim(body)
+        if kind == "DELETED":
+            self.stats.unreadable.pop(key, None)
+        new = None if kind == "DELETED" else self._slim(body)
         with self._lock:
             old = self._put(key, new)
         if version:
             self.resource_version = version
         if (old is not None or new is not None) and old != new and self.on_change is not None:
             self.on_change([Change(key, old, new)])
+
+    def _slim(self, body: Mapping[str, Any]) -> T | None:
+        """``slim(body)``, or None (the object left out, named in the stats and the log)
+        when it raises: a body an older or newer release wrote that this one cannot
+        read."""
+        key = object_key(body)
+        try:
+            kept = self.slim(body)
+        except Exception as exc:
+            error = repr(exc)[:300]
+            if self.stats.unreadable.get(key) != error:
+                log.warning("unreadable object skipped", kind=self.kind.name, key=key, error=error)
+            self.stats.unreadable[key] = error
+            return None
+        self.stats.unreadable.pop(key, None)
+        return kept
 
     def _put(self, key: str, new: T | None) -> T | None:
         """Store (or drop) one object and keep its groups right; caller holds the lock."""
