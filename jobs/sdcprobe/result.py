@@ -183,7 +183,56 @@ class RunPlan(_Closed):
         default_factory=dict,
         description="Per check, 1 - (1 - p)^rounds for each p in catch_p (rounds run).",
     )
+    catch_target: float | None = Field(
+        default=None,
+        description="The catch chance the screening aims for, per check, for a fault active "
+        "in catch_fraction of rounds (e.g. 0.99).",
+    )
+    catch_fraction: float | None = Field(
+        default=None, description="The share of rounds the target's fault is active in."
+    )
+    rounds_needed: int | None = Field(
+        default=None,
+        description="Rounds every check needs to reach catch_target: the least n with "
+        "1 - (1 - catch_fraction)^n >= catch_target.",
+    )
+    planned_target_met: bool | None = Field(
+        default=None,
+        description="What the plan said before any check ran: whether its rounds reach the "
+        "target in every check.",
+    )
+    catch_chance: dict[CheckName, float] = Field(
+        default_factory=dict,
+        description="Per check, the chance reached: 1 - (1 - catch_fraction)^rounds run.",
+    )
+    target_met: bool | None = Field(
+        default=None,
+        description="Whether every check reached catch_target with the rounds it ran; null "
+        "when no target was set or no plan ran.",
+    )
+    shortfall: str | None = Field(
+        default=None,
+        description="Which checks fell short of the target and what budget would reach it; "
+        "null when the target was met.",
+    )
     error: str | None = Field(default=None, description="Why no plan fitted, if none did.")
+
+    @model_validator(mode="after")
+    def _target_is_consistent(self) -> RunPlan:
+        # A result that claims a target it did not reach, or chances outside [0, 1], is
+        # malformed: the operator reads it as inconclusive, never as a pass.
+        for name, chance in self.catch_chance.items():
+            if not 0.0 <= chance <= 1.0:
+                raise ValueError(f"catch_chance of {name} is {chance}, not a probability")
+        if self.target_met and self.catch_target is not None:
+            short = [c for c, p in self.catch_chance.items() if p < self.catch_target - 5e-5]
+            if short:
+                raise ValueError(
+                    f"target_met is true but {', '.join(short)} reached less than "
+                    f"catch_target {self.catch_target}"
+                )
+        return self
+
     overrun: str | None = Field(
         default=None,
         description="Why the run ended past its budget, if it did (the start-up, or a "
@@ -377,9 +426,11 @@ def encode_for_termination(result: ProbeResult, limit: int = TERMINATION_LIMIT) 
         check["metrics"] = {}
     if (out := reduced()) is not None:
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
-    if doc.get("plan"):  # keep the budget, rounds and any plan error; drop the detail
+    if doc.get("plan"):  # keep the budget, rounds, the target's outcome and any error
         doc["plan"]["round_ms"], doc["plan"]["catch"] = {}, {}
         doc["plan"]["startup_parts"] = {}
+        if doc["plan"].get("shortfall"):
+            doc["plan"]["shortfall"] = _clip(doc["plan"]["shortfall"], 200)
         if (out := reduced()) is not None:
             return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     for chars in (160, 64, 24, 0):

@@ -167,8 +167,10 @@ class _Training:
                 ins.corrupt_in_place(p, "param")
                 ins.record(f"param.{name}", p)
         backend.step_boundary()
-        loss_v, norm_v = float(loss.detach().to("cpu")), float(grad_norm.to("cpu"))
         digests = ins.digests()
+        # The loss and gradient norm as numbers for the curves: two floats, one transfer.
+        scalars = torch.stack([loss.detach().double(), grad_norm.detach().double()])
+        loss_v, norm_v = backend.to_host(scalars, what=f"step {step} loss").tolist()
         wall = time.perf_counter() - t_step
         trace = StepTrace(step, loss_v, _bits(loss_v), norm_v, _bits(norm_v), digests, wall)
         self.steps.append(trace)
