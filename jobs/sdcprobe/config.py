@@ -74,9 +74,16 @@ class ComputeConfig(BaseModel):
     repeats: int = Field(
         default=2,
         ge=2,
-        description="GEMMs per dtype per round: one reference and repeats-1 bitwise replays. "
+        description="GEMMs per dtype per round: one reference and repeats-1 bitwise replays "
+        "(an odd number of them, so that replays XOR-ed together equal the reference). "
         "Not in the config hash: the digest covers the reference output.",
     )
+
+    @model_validator(mode="after")
+    def _odd_replays(self) -> ComputeConfig:
+        if (self.repeats - 1) % 2 == 0:
+            raise ValueError(f"repeats {self.repeats}: the replays (repeats - 1) must be odd")
+        return self
 
 
 class CollectiveConfig(BaseModel):
@@ -249,7 +256,7 @@ def plan_config(
         elements = 1 << 26  # 256 MiB messages: NVLink / ICI bus bandwidth saturates
     else:
         sizes = {"float32": 2048, "bfloat16": 2048, "float16": 2048, "float64": 1024}
-        repeats = 4
+        repeats = 4  # three replays: an odd number (see ComputeConfig)
         elements = 1 << 26
     if backend == "xla":
         if xla_on_host():  # PJRT CPU: tests and CI

@@ -6,12 +6,13 @@ device of a node (same model, same software) draws the same numbers. Outputs
 are reduced on the device to an exact integer digest (:func:`word_digest`), so
 a round sends the host a few bytes, not its tensors.
 
-The digest views a tensor's raw bits as 32-bit (or 16-bit) words, mixes each
-word with a key derived from its position (a multiply-xorshift bijection on
-32 bits, as in MurmurHash3's finaliser), and sums the mixed words in 64-bit
+The digest views a tensor's raw bits as 32-bit words (16-bit types one to a
+word), mixes each word with a key derived from its position (xor, then a
+multiply-xorshift-multiply bijection on 32 bits, as in MurmurHash3's
+finaliser, in wrapping int32 arithmetic) and sums the mixed words in 64-bit
 integers. Integer addition is associative, so the digest is the same whatever
-order the device reduces in, and no value can overflow: each mixed word is
-below 2^32 and a tensor holds far fewer than 2^31 words. Any single changed
+order the device reduces in, and the sum cannot overflow: each mixed word is
+below 2^31 in magnitude and a tensor holds far fewer than 2^32 words. Any single changed
 word always changes the digest (the mix is a bijection); several changed
 words collide only if their mixed differences sum to exactly zero, about one
 chance in 2^32 for unrelated changes. Unlike a plain or position-weighted sum
@@ -25,11 +26,11 @@ import hashlib
 import torch
 
 _MASK32 = 0xFFFFFFFF
-# Odd multipliers below 2^31: a product with a 32-bit word stays below 2^63, so the
-# arithmetic is exact in int64 on every backend (no reliance on wrapping).
+# Odd 32-bit constants (as signed int32): multiplying by one is a bijection on 32-bit
+# words in wrapping arithmetic.
 _POSITION_KEY = 0x2545F491
 _MIX_1 = 0x45D9F3B
-_MIX_2 = 0x119DE1F3
+_MIX_2 = -0x61C8864F  # 0x9E3779B1 as int32
 
 #: Cached position keys per (device, words): the compute check digests the same
 #: shapes every round. Bounded: a run digests a handful of distinct sizes.
@@ -43,40 +44,46 @@ def _position_keys(device: torch.device, n: int) -> torch.Tensor:
     if keys is None:
         if len(_KEYS) >= _KEYS_LIMIT:
             _KEYS.clear()
-        keys = (torch.arange(n, dtype=torch.int64, device=device) * _POSITION_KEY) & _MASK32
-        _KEYS[key] = keys
+        wide = (torch.arange(n, dtype=torch.int64, device=device) * _POSITION_KEY) & _MASK32
+        keys = _KEYS[key] = torch.where(wide >= 1 << 31, wide - (1 << 32), wide).to(torch.int32)
     return keys
 
 
 def _words(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's raw bits as non-negative int64 words (32-bit, or 16-bit for
-    2-byte types, 8-bit for bytes), flat, on the tensor's device."""
+    """The tensor's raw bits as flat int32 words (2-byte types widened one per word,
+    bytes likewise), on the tensor's device."""
     t = tensor.detach()
     if t.dtype == torch.bool:
         t = t.to(torch.uint8)
     t = t.contiguous().reshape(-1)
     size = t.element_size()
     if size >= 4:
-        return t.view(torch.int32).to(torch.int64) & _MASK32
+        return t.view(torch.int32).clone()
     if size == 2:
-        return t.view(torch.int16).to(torch.int64) & 0xFFFF
-    return t.view(torch.uint8).to(torch.int64)
+        return t.view(torch.int16).to(torch.int32)
+    return t.view(torch.uint8).to(torch.int32)
 
 
 def word_digest(tensor: torch.Tensor) -> torch.Tensor:
-    """A ``[1]`` int64 tensor on ``tensor``'s device: the sum over its words of
-    ``mix(word XOR position key)``. Exact and independent of reduction order."""
+    """A ``[1]`` int64 tensor on ``tensor``'s device: the sum over its 32-bit words of
+    ``mix(word XOR position key)``. Exact and independent of reduction order.
+
+    The mix runs in wrapping 32-bit integer arithmetic, as every torch backend
+    computes int32 products (two's complement), which keeps it to a few passes over
+    4-byte words: multiply by an odd constant, xor with the word shifted right by 16
+    (logically: the shifted-in bits are masked to zero), multiply again. Each step
+    is a bijection on 32-bit words, and the sum of the mixed words, in int64, is
+    exact (each is below 2^31 in magnitude)."""
     if tensor.device.type == "xla":
         # torch-xla has no bit-reinterpreting views: its tensors are digested on the host
         # (XLA materialises lazy tensors for the read anyway) and the digest goes back.
         return word_digest(tensor.detach().to("cpu")).to(tensor.device)
-    words = _words(tensor)
-    h = words.bitwise_xor_(_position_keys(words.device, words.numel()))
-    h.mul_(_MIX_1).bitwise_and_(_MASK32)
-    h.bitwise_xor_(h >> 15)
-    h.mul_(_MIX_2).bitwise_and_(_MASK32)
-    h.bitwise_xor_(h >> 13)
-    return h.sum().reshape(1)
+    h = _words(tensor)
+    h.bitwise_xor_(_position_keys(h.device, h.numel()))
+    h.mul_(_MIX_1)
+    h.bitwise_xor_((h >> 16).bitwise_and_(0xFFFF))
+    h.mul_(_MIX_2)
+    return h.sum(dtype=torch.int64).reshape(1)
 
 
 def digest_hex(value: int, tensor_kind: str) -> str:
