@@ -70,7 +70,7 @@ def markdown(doc: dict[str, Any], before: dict[str, Any] | None) -> str:
     for budget in (60.0, 120.0):
         lines.append(_row(f"before, {budget:g} s", _by_budget(before, budget)))
         lines.append(_row(f"now, {budget:g} s", _by_budget(doc, budget)))
-    lines += ["", "## Targets (issue 38 and issue 18), on the 60 s run", ""]
+    lines += ["", "## Targets (issue 38 and issue 18)", ""]
     for t in doc.get("targets", []):
         lines.append(f"- {'met' if t['met'] else '**missed**'}: {t['target']} ({t['detail']})")
     now = _by_budget(doc, 60.0)
@@ -166,8 +166,12 @@ def write_report(doc: dict[str, Any], before: dict[str, Any] | None, md: Path, p
 
 
 def main() -> int:
-    """Rewrite probe.md and probe.png from the stored results."""
+    """Re-judge the targets of the stored results and rewrite probe.md and probe.png."""
+    from bench.probe.run import _targets, stress_targets
+
     doc = json.loads(RESULTS.read_text())
+    doc["targets"] = _targets(doc["runs"]) + stress_targets(doc["runs"])
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
     before_path = RESULTS.with_name("probe-before.json")
     before = json.loads(before_path.read_text()) if before_path.exists() else None
     write_report(doc, before, RESULTS.with_suffix(".md"), RESULTS.with_suffix(".png"))

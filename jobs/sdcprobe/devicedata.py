@@ -110,12 +110,13 @@ def device_generator(device: torch.device, seed: int) -> torch.Generator:
         return torch.Generator().manual_seed(seed)
 
 
-def draw_uniform(
+def draw_normal(
     shape: tuple[int, ...], gen: torch.Generator, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
-    """Uniform values in [-1, 1) of ``dtype`` on ``device``, drawn from ``gen``."""
-    out = torch.rand(shape, generator=gen, device=gen.device, dtype=torch.float32)
-    out = out.mul_(2.0).sub_(1.0)
+    """Standard normal values of ``dtype`` on ``device``, drawn from ``gen``. Normal, not
+    uniform: a uniform draw's fixed granularity leaves the low mantissa bits of most
+    values zero, and defects triggered by operand bits need them to vary."""
+    out = torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32)
     return out.to(device=device, dtype=dtype)
 
 

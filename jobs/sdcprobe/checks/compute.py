@@ -31,7 +31,7 @@ from sdcprobe.deadline import RoundClock, round_spread
 from sdcprobe.devicedata import (
     device_generator,
     digest_hex,
-    draw_uniform,
+    draw_normal,
     seed_of,
     tensor_kind,
     word_digest,
@@ -71,8 +71,8 @@ def gemm_inputs(
     drawn = _DRAWN.get(key)
     if drawn is None:
         _DRAWN.clear()
-        a = draw_uniform((size, size), gen, device, torch.float32)
-        b = draw_uniform((size, size), gen, device, torch.float32)
+        a = draw_normal((size, size), gen, device, torch.float32)
+        b = draw_normal((size, size), gen, device, torch.float32)
         drawn = _DRAWN[key] = (a, b)
     a, b = drawn
     return a.to(dtype), b.to(dtype)

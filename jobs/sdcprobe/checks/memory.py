@@ -152,14 +152,49 @@ def _allocate(plan: MemoryPlan, backend: Backend) -> tuple[list[torch.Tensor], M
     return blocks, plan
 
 
-def _fill(block: torch.Tensor, words: torch.Tensor) -> None:
-    """Write one block: row i gets ``words[i]`` in every word."""
-    block.copy_(words.unsqueeze(1).expand_as(block))
+def along_row(
+    name: str, seed: int, words: int, cycle: int, device: torch.device
+) -> torch.Tensor | None:
+    """The random pattern's words along a row (drawn on the device anew every cycle),
+    which every row XORs with its own word; None for the fixed patterns, constant
+    along a row. Random data in every word is what a data-dependent defect needs
+    to be triggered by."""
+    if name != "random":
+        return None
+    gen = device_generator(device, seed_of(seed, cycle, 13))
+    return _int32(draw_integers((words,), 0, 1 << 32, gen, device))
 
 
-def _bad_rows(block: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
-    """Rows of ``block`` that do not hold ``words`` throughout, as a device count: a row
-    is intact exactly when its minimum and its maximum both equal its word."""
+def _expected(
+    shape: tuple[int, int], words: torch.Tensor, along: torch.Tensor | None
+) -> torch.Tensor:
+    """What a block should hold, as a broadcast view (fixed patterns) or materialised."""
+    rows = words.unsqueeze(1).expand(shape)
+    return rows if along is None else torch.bitwise_xor(rows, along.unsqueeze(0))
+
+
+def _fill(block: torch.Tensor, words: torch.Tensor, along: torch.Tensor | None) -> None:
+    """Write one block: row i holds ``words[i]`` (XOR-ed with ``along`` word by word)."""
+    rows = words.unsqueeze(1).expand_as(block)
+    if along is None:
+        block.copy_(rows)
+    else:
+        torch.bitwise_xor(rows, along.unsqueeze(0).expand_as(block), out=block)
+
+
+def _bad_rows(
+    block: torch.Tensor,
+    words: torch.Tensor,
+    along: torch.Tensor | None,
+    scratch: torch.Tensor | None,
+) -> torch.Tensor:
+    """Rows of ``block`` that do not hold their pattern, as a device count: a row is
+    intact exactly when its minimum and its maximum both equal its word (after the
+    random pattern's words along the row are XOR-ed off, one more pass)."""
+    if along is not None:
+        if scratch is None:
+            scratch = torch.empty_like(block)
+        block = torch.bitwise_xor(block, along.unsqueeze(0).expand_as(block), out=scratch)
     wrong = (block.amax(dim=1) != words) | (block.amin(dim=1) != words)
     return wrong.sum()  # not count_nonzero: torch-xla types its result as bool
 
@@ -200,10 +235,11 @@ def _describe(
 
 def measure_copy(cfg: MemoryConfig, backend: Backend) -> float:
     """Plain device-to-device copy bandwidth now (GB/s, bytes read plus written, as
-    STREAM counts a copy) over one block of the check's size, timed with the same
-    stopwatch as the check's passes."""
+    STREAM counts a copy) over up to four blocks of the check's size (as the check
+    streams through its blocks, not one block that may stay in a cache), timed with
+    the same stopwatch as the check's passes."""
     plan = plan_memory(cfg, backend)
-    words = plan.block_bytes // WORD_BYTES
+    words = min(plan.blocks, 4) * plan.block_bytes // WORD_BYTES
     src = torch.ones(words, dtype=torch.int32, device=backend.device)
     dst = torch.empty_like(src)
     dst.copy_(src)
@@ -217,7 +253,7 @@ def measure_copy(cfg: MemoryConfig, backend: Backend) -> float:
         reps += 1
     w1 = watch.mark()
     backend.sync()
-    return 2 * plan.block_bytes * reps / max(watch.seconds(w0, w1), 1e-9) / 1e9
+    return 2 * words * WORD_BYTES * reps / max(watch.seconds(w0, w1), 1e-9) / 1e9
 
 
 def run_memory(
@@ -248,6 +284,7 @@ def run_memory(
     round_times: list[float] = []
     reuse = backend.name != "xla"
     held: list[torch.Tensor] = []
+    scratch: torch.Tensor | None = None
     cut = False
     for step in range(cfg.rounds):
         if clock is not None and not clock.allows(step, typical_round(round_times)):
@@ -262,16 +299,18 @@ def run_memory(
             held, plan = _allocate(plan, backend)
         words = pattern_values(name, data, plan.blocks * rows, cycle, backend.device)
         per_block = [words[b * rows : (b + 1) * rows] for b in range(plan.blocks)]
+        along = along_row(name, data, plan.block_bytes // WORD_BYTES // rows, cycle, backend.device)
 
         w0 = watch.mark()
         if reuse:
             for b, block in enumerate(held):
-                _fill(block, per_block[b])
+                _fill(block, per_block[b], along)
             blocks = held
         else:  # XLA tensors are immutable: every pattern gets fresh buffers
             blocks = []
             for b in range(plan.blocks):
-                blocks.append(per_block[b].unsqueeze(1).expand(rows, -1).clone())
+                shape = (rows, plan.block_bytes // WORD_BYTES // rows)
+                blocks.append(_expected(shape, per_block[b], along).clone())
                 backend.step_boundary()  # XLA: materialise each block before the next
         w1 = watch.mark()
         if cfg.dwell_s > 0:
@@ -281,14 +320,16 @@ def run_memory(
             ins.corrupt_words(block)
 
         t0 = watch.mark()
-        bad = [_bad_rows(block, per_block[b]) for b, block in enumerate(blocks)]
+        if along is not None and scratch is None and reuse:
+            scratch = torch.empty_like(blocks[0])
+        bad = [_bad_rows(block, per_block[b], along, scratch) for b, block in enumerate(blocks)]
         backend.step_boundary()
         t1 = watch.mark()
         counts = torch.stack(bad)
         summary = torch.cat(
             [
                 counts.sum().reshape(1),
-                word_digest(per_block[0]),
+                word_digest(per_block[0] if along is None else torch.cat([per_block[0], along])),
                 (counts > 0).sum().reshape(1),
             ]
         )
@@ -309,7 +350,8 @@ def run_memory(
             for b, n in enumerate(wrong):
                 if not n:
                     continue
-                expected = per_block[b].unsqueeze(1).expand_as(blocks[b])
+                shape = (blocks[b].shape[0], blocks[b].shape[1])
+                expected = _expected(shape, per_block[b], along)
                 w, n_bits, ex = _describe(
                     blocks[b] ^ expected, b * plan.block_bytes, name, flips, backend
                 )
@@ -328,7 +370,7 @@ def run_memory(
         steps.append({name: digest.hexdigest()[:STEP_DIGEST_CHARS]})
         del blocks
         round_times.append(time.perf_counter() - r0)
-    del held
+    del held, scratch
     if backend.name == "cuda":
         torch.cuda.empty_cache()  # give the memory back to the checks that follow
 
