@@ -151,7 +151,8 @@ class RunPlan(_Closed):
         default_factory=dict,
         description="Where the start-up went (slowest device per part, seconds): launch "
         "(process start and the probe's imports), import (torch, the device runtime and "
-        "its set-up), group (joining the process group), peaks (the same-run peak "
+        "its set-up), group (joining the process group), stress (holding the device busy "
+        "until its power and temperature settle, CUDA), peaks (the same-run peak "
         "measurements), warmup (the timed warm-up rounds).",
     )
     planned_s: float = Field(ge=0, description="What the plan expected the whole run to take.")
