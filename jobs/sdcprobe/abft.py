@@ -1,7 +1,8 @@
 """Algorithm-based fault tolerance (ABFT) checksums for GEMMs, with honest tolerances.
 
 For ``C = A @ B`` the column sums of ``C`` must equal ``(1ᵀA) B`` and the row sums
-``A (B 1)``. Both references are computed in fp64 on the host from the exact
+``A (B 1)``. Both references are computed on the device, in fp64 where it has
+fp64 (fp32 on TPU and Neuron, with the bound widened to match), from the exact
 inputs, so the only legitimate difference is the rounding of the GEMM itself.
 The tolerance is the worst-case rounding bound of a correct GEMM (Higham,
 *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §3.5), summed over the
@@ -25,6 +26,7 @@ so a benchmark can ask which corruptions an ABFT at either precision would see.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -80,25 +82,34 @@ class GemmResidual:
         return self.ratio > 1.0
 
 
-def _safe_div(num: torch.Tensor, den: torch.Tensor) -> float:
-    if not bool(torch.isfinite(num).all()):
-        return math.inf
-    q = torch.where(den > 0, num / den.clamp_min(1e-300), torch.where(num > 0, math.inf, 0.0))
-    return float(q.max()) if q.numel() else 0.0
+def _worst_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """max(num / den) as a 0-d device tensor, inf where a residual is not finite or a
+    positive residual meets a zero bound (no host sync, no scalar tensors per call)."""
+    q = torch.nan_to_num(num / den.clamp_min(1e-300), nan=math.inf)
+    return q.amax() if q.numel() else torch.zeros((), dtype=num.dtype, device=num.device)
 
 
-def abft_residual(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, label: str = "", step: int = 0
-) -> GemmResidual:
-    """Row and column checksum residuals of ``c ≈ a @ b`` (batched shapes allowed).
+def reference_dtype(device: torch.device) -> torch.dtype:
+    """The precision ABFT references are computed in on ``device``: fp64 wherever the
+    device has it (CPU, CUDA, XLA on the host), fp32 on TPU and Neuron cores."""
+    if device.type == "xla" and os.environ.get("PJRT_DEVICE", "CPU").upper() != "CPU":
+        return torch.float32
+    return torch.float64
 
-    ``a``: ``[..., m, k]``, ``b``: ``[..., k, n]`` or ``[k, n]``, ``c``: ``[..., m, n]``,
-    on any device; the arithmetic runs in fp64 on the host.
+
+def abft_on_device(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Row and column checksum residuals of ``c ≈ a @ b`` on the tensors' device.
+
+    Returns a ``[4]`` tensor in the reference precision, on the device (nothing is
+    copied to the host): the residual over its tolerance (> 1: corruption), the
+    residual in fp32 and in bf16 terms, and the largest absolute residual.
+    ``a``: ``[..., m, k]``, ``b``: ``[..., k, n]`` or ``[k, n]``, ``c``: ``[..., m, n]``.
     """
     dtype = c.dtype
-    a64 = a.detach().to("cpu", torch.float64)
-    b64 = b.detach().to("cpu", torch.float64)
-    c64 = c.detach().to("cpu", torch.float64)
+    ref = reference_dtype(c.device)
+    a64 = a.detach().to(ref)
+    b64 = b.detach().to(ref)
+    c64 = c.detach().to(ref)
     m, k, n = a64.shape[-2], a64.shape[-1], b64.shape[-1]
     aa, ba, ca = a64.abs(), b64.abs(), c64.abs()
 
@@ -110,35 +121,49 @@ def abft_residual(
     row_c = ca.sum(-1)
 
     g_acc = _gamma(k, accumulator_roundoff(dtype))
-    g_ref = _gamma(m + k + n + 2, _U64)  # the fp64 checksums' own rounding
+    g_ref = _gamma(m + k + n + 2, _U64 if ref == torch.float64 else 2.0**-24)
 
     def bound(u_out: float, ab: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
         return g_acc * ab + u_out * cs + g_ref * (ab + cs)
 
-    u_out = unit_roundoff(dtype)
-    ratio = max(
-        _safe_div(col_res, SAFETY * bound(u_out, col_ab, col_c)),
-        _safe_div(row_res, SAFETY * bound(u_out, row_ab, row_c)),
+    def worst(u_out: float, safety: float) -> torch.Tensor:
+        return torch.maximum(
+            _worst_ratio(col_res, safety * bound(u_out, col_ab, col_c)),
+            _worst_ratio(row_res, safety * bound(u_out, row_ab, row_c)),
+        )
+
+    largest = torch.nan_to_num(torch.maximum(col_res.amax(), row_res.amax()), nan=math.inf)
+    return torch.stack(
+        [worst(unit_roundoff(dtype), SAFETY), worst(2.0**-24, 1.0), worst(2.0**-8, 1.0), largest]
     )
-    fp32 = max(
-        _safe_div(col_res, bound(2.0**-24, col_ab, col_c)),
-        _safe_div(row_res, bound(2.0**-24, row_ab, row_c)),
-    )
-    bf16 = max(
-        _safe_div(col_res, bound(2.0**-8, col_ab, col_c)),
-        _safe_div(row_res, bound(2.0**-8, row_ab, row_c)),
-    )
-    finite = bool(torch.isfinite(col_res).all()) and bool(torch.isfinite(row_res).all())
-    max_res = max(float(col_res.max()), float(row_res.max())) if finite else math.inf
+
+
+def residual_from(
+    values: list[float], dtype: torch.dtype, shape: tuple[int, int, int], label: str, step: int
+) -> GemmResidual:
+    """A :class:`GemmResidual` from the four numbers :func:`abft_on_device` returned
+    (once they reached the host)."""
+    ratio, fp32, bf16, largest = values
+    m, k, n = shape
     return GemmResidual(
         label=label,
         step=step,
         dtype=str(dtype).removeprefix("torch."),
-        m=int(m),
-        k=int(k),
-        n=int(n),
-        max_residual=max_res,
+        m=m,
+        k=k,
+        n=n,
+        max_residual=largest,
         ratio=ratio,
         fp32_units=fp32,
         bf16_units=bf16,
     )
+
+
+def abft_residual(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, label: str = "", step: int = 0
+) -> GemmResidual:
+    """:func:`abft_on_device`, read back at once (benchmarks and the golden model's
+    optional per-GEMM residuals; the compute check batches its reads per round)."""
+    values = abft_on_device(a, b, c).detach().to("cpu", torch.float64).tolist()
+    shape = (int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1]))
+    return residual_from(values, c.dtype, shape, label, step)

@@ -10,11 +10,29 @@ fixed thread count, no stochastic rounding.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import torch
 
 from sdcprobe.devices import BackendName, apply_determinism_env, xla_on_host
+
+
+@dataclass
+class HostTraffic:
+    """What crossed from the device to the host: every crossing goes through
+    :meth:`Backend.to_host`, so these counters are the whole story (the structural
+    test in ``tests/probe`` holds the checks to it)."""
+
+    bytes: int = 0
+    transfers: int = 0
+    #: The largest single crossing, and what it was (for a readable failure).
+    largest: int = 0
+    largest_what: str = ""
+
+    def snapshot(self) -> tuple[int, int]:
+        """(bytes, transfers) so far, to take differences around a check's rounds."""
+        return self.bytes, self.transfers
 
 
 @dataclass
@@ -25,6 +43,7 @@ class Backend:
     index: int
     device: torch.device
     threads: int
+    traffic: HostTraffic = field(default_factory=HostTraffic)
 
     def sync(self) -> None:
         """Wait until queued device work is done (and, on XLA, cut the lazy graph)."""
@@ -42,9 +61,22 @@ class Backend:
 
             torch_xla.sync()
 
-    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A contiguous CPU copy of ``tensor``."""
-        return tensor.detach().to("cpu").contiguous()
+    def to_host(self, tensor: torch.Tensor, what: str = "") -> torch.Tensor:
+        """A contiguous CPU copy of ``tensor``: the one way data leaves the device.
+
+        It waits for the device (a host sync) and is counted in :attr:`traffic`;
+        ``what`` names the tensor for the counters and for the structural test."""
+        nbytes = tensor.numel() * tensor.element_size()
+        self.traffic.bytes += nbytes
+        self.traffic.transfers += 1
+        if nbytes > self.traffic.largest:
+            self.traffic.largest, self.traffic.largest_what = nbytes, what
+        return _copy_to_host(tensor)
+
+    def stopwatch(self) -> Stopwatch:
+        """Times device work without waiting for it (CUDA events; the wall clock
+        where work runs synchronously, as on the CPU)."""
+        return Stopwatch(self.name == "cuda")
 
     def supports(self, dtype: torch.dtype) -> bool:
         """Whether GEMMs in ``dtype`` are meaningful on this device."""
@@ -72,6 +104,39 @@ class Backend:
         return self.device
 
 
+def _copy_to_host(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu").contiguous()
+
+
+class Stopwatch:
+    """Marks on the device's timeline; read after the device has caught up.
+
+    On CUDA a mark is an event recorded on the current stream (no sync): the
+    elapsed time between two marks is the device's own time for the work between
+    them, read once per round after the round's single host transfer. Elsewhere a
+    mark is ``time.perf_counter()``: CPU work runs synchronously, and XLA marks
+    sit around a ``step_boundary`` sync."""
+
+    def __init__(self, events: bool) -> None:
+        self.events = events
+
+    def mark(self) -> object:
+        """A point on the device's timeline."""
+        if self.events:
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            event.record()  # type: ignore[no-untyped-call]
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start: object, end: object) -> float:
+        """Seconds between two marks (the device must have passed ``end``)."""
+        if self.events:
+            assert isinstance(start, torch.cuda.Event) and isinstance(end, torch.cuda.Event)
+            return float(start.elapsed_time(end)) / 1000.0  # type: ignore[no-untyped-call]
+        assert isinstance(start, float) and isinstance(end, float)
+        return end - start
+
+
 def setup_backend(name: BackendName, index: int, threads: int) -> Backend:
     """Configure this process for deterministic execution on device ``index`` of ``name``."""
     apply_determinism_env()
@@ -80,6 +145,11 @@ def setup_backend(name: BackendName, index: int, threads: int) -> Backend:
     # the check inconclusive. Warning instead would let it run and its run-to-run
     # noise would read as SDC on replay: a false quarantine.
     torch.use_deterministic_algorithms(True)
+    # With deterministic algorithms on, torch also fills every newly allocated tensor
+    # (each GEMM's output, every scratch buffer) with NaN, a debugging aid for kernels
+    # that leave memory unwritten; it cost about a sixth of the compute check's time on
+    # the CPU. Every op the checks use writes its whole output.
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     if name == "cpu":
         return Backend(name, index, torch.device("cpu"), threads)
     if name == "cuda":

@@ -16,7 +16,12 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from sdcprobe.config import CHECK_NAMES
+from sdcprobe.config import (
+    CHECK_NAMES,
+    DEFAULT_CATCH_FRACTION,
+    DEFAULT_CATCH_TARGET,
+    MAX_DWELL_S,
+)
 from sdcprobe.faultspec import FaultSpec, FaultSpecError, parse_fault_spec
 from sdcprobe.result import (
     Baseline,
@@ -94,6 +99,29 @@ def _budget(text: str) -> float:
     return value
 
 
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, got {value}")
+    return value
+
+
+def _dwell(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= MAX_DWELL_S:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and {MAX_DWELL_S:g} seconds, got {value}"
+        )
+    return value
+
+
+def _stress(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 600 seconds, got {value}")
+    return value
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 0.95:
@@ -146,6 +174,20 @@ def build_parser() -> argparse.ArgumentParser:
             help="share of free accelerator memory the memory check fills (default 0.8)",
         )
         p.add_argument(
+            "--memory-dwell",
+            type=_dwell,
+            default=None,
+            help="seconds each memory pattern sits unread before read-back (retention "
+            "faults; default 0.25 on accelerators, 0.05 on CPU replicas)",
+        )
+        p.add_argument(
+            "--stress-seconds",
+            type=_stress,
+            default=None,
+            help="longest time the warm-up holds the device busy until power and temperature "
+            "settle, before the peaks are measured (default 30 on CUDA, 0 elsewhere)",
+        )
+        p.add_argument(
             "--memory-mib",
             type=_positive_int,
             default=None,
@@ -154,6 +196,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the checks and report a verdict")
     common(run)
+    run.add_argument(
+        "--catch-target",
+        type=_probability,
+        default=DEFAULT_CATCH_TARGET,
+        help="catch chance every check should reach for a fault active in --catch-fraction "
+        f"of rounds (default {DEFAULT_CATCH_TARGET:g})",
+    )
+    run.add_argument(
+        "--catch-fraction",
+        type=_probability,
+        default=DEFAULT_CATCH_FRACTION,
+        help="share of rounds the target's fault is active in "
+        f"(default {DEFAULT_CATCH_FRACTION:g})",
+    )
+    run.add_argument(
+        "--catch-shortfall",
+        choices=["flag", "refuse"],
+        default="flag",
+        help="when the budget cannot reach the target: run and report it (flag), or stop "
+        "before the checks, inconclusive (refuse)",
+    )
     run.add_argument("--checks", type=_checks, default=list(CHECK_NAMES), help="comma-separated")
     run.add_argument(
         "--result-file", default=None, help=f"termination message (default {TERMINATION_LOG})"
@@ -264,8 +327,13 @@ def _options(args: argparse.Namespace) -> RunOptions:
         threads=args.threads,
         memory_fraction=args.memory_fraction,
         memory_mib=args.memory_mib,
+        memory_dwell=args.memory_dwell,
+        stress=args.stress_seconds,
         timeout=getattr(args, "timeout", None),
         deadline=getattr(args, "deadline", None),
+        catch_target=getattr(args, "catch_target", DEFAULT_CATCH_TARGET),
+        catch_fraction=getattr(args, "catch_fraction", DEFAULT_CATCH_FRACTION),
+        catch_shortfall=getattr(args, "catch_shortfall", "flag"),
     )
 
 

@@ -15,19 +15,42 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sdcprobe.devices import BackendName, xla_on_host
 
 #: Bump when the way digests are computed changes: old baselines stop matching.
-DIGEST_VERSION = 2  # 2: check digests cover the baseline rounds only
+DIGEST_VERSION = 3  # 3: operands drawn and outputs digested on the device
 
 #: Every check, in the order a run performs them.
 CHECK_NAMES: tuple[str, ...] = ("compute", "collective", "memory", "golden")
 
 #: Rounds every plan runs, and that a baseline digest covers, per check.
 BASELINE_ROUNDS: dict[str, int] = {"compute": 2, "collective": 2, "memory": 5, "golden": 16}
+
+#: Host syncs (device-to-host transfers and scalar reads) one round of each check may
+#: make: compute, collective and memory send one small summary per round (collective
+#: one more for the ranks' agreement on the deadline); a golden round trains a step of
+#: the run and of its replay, each sending its digests and its loss. The structural
+#: test in tests/probe holds the checks to these, and results report what they made.
+HOST_SYNCS_PER_ROUND: dict[str, int] = {"compute": 1, "collective": 2, "memory": 1, "golden": 4}
+#: The most bytes one crossing may carry in a healthy round: summaries, not tensors.
+HOST_BYTES_PER_CROSSING = 4096
+
+#: Seconds a memory pattern sits unread before read-back, by default. DRAM and HBM
+#: refresh every cell once per refresh window (64 ms, 32 ms when hot); a cell whose
+#: charge leaks faster than that (a retention fault) loses its bit between refreshes.
+#: A dwell of several windows makes every tested cell hold its pattern through several
+#: refreshes in every round, at a cost the plan can afford 90 times. Cells with variable
+#: retention (flipping over seconds to minutes) need the long dwells a policy can set
+#: (``--memory-dwell``, e.g. for repair verification). CPU replicas stand in for devices
+#: (tests, the fleet simulator) and host RAM is not what is screened: a short dwell.
+DEVICE_DWELL_S = 0.25
+HOST_DWELL_S = 0.05
+#: The longest dwell accepted: one round must stay short against the budget.
+MAX_DWELL_S = 600.0
 
 #: The memory check's patterns, in the order they are written.
 MEMORY_PATTERNS: tuple[str, ...] = (
@@ -40,13 +63,27 @@ MEMORY_PATTERNS: tuple[str, ...] = (
 
 
 class ComputeConfig(BaseModel):
-    """Seeded GEMMs: ``rounds`` rounds of one square GEMM per dtype."""
+    """Seeded GEMMs: ``rounds`` rounds of one square GEMM per dtype, each run
+    ``repeats`` times (the first is the reference, the others replays of it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     sizes: dict[str, int] = Field(
         description="Matrix size per dtype name (float32, bfloat16, ...)."
     )
     rounds: int = Field(ge=1)
+    repeats: int = Field(
+        default=2,
+        ge=2,
+        description="GEMMs per dtype per round: one reference and repeats-1 bitwise replays "
+        "(an odd number of them, so that replays XOR-ed together equal the reference). "
+        "Not in the config hash: the digest covers the reference output.",
+    )
+
+    @model_validator(mode="after")
+    def _odd_replays(self) -> ComputeConfig:
+        if (self.repeats - 1) % 2 == 0:
+            raise ValueError(f"repeats {self.repeats}: the replays (repeats - 1) must be odd")
+        return self
 
 
 class CollectiveConfig(BaseModel):
@@ -154,14 +191,16 @@ class ProbeConfig(BaseModel):
         Round counts are left out: they are planned from measured costs, and a
         round's bits do not depend on how many rounds follow it. So is the memory
         check's size cap: it follows the budget on accelerators, and the digest does
-        not cover how many bytes were tested (a baseline holds at every budget)."""
+        not cover how many bytes were tested (a baseline holds at every budget), nor is
+        the memory dwell: how long a pattern sits changes what can flip, not the bits a
+        healthy device reads back."""
         doc = self.model_dump(
             mode="json",
             exclude={
                 "data_seed": True,
-                "compute": {"rounds"},
+                "compute": {"rounds", "repeats"},
                 "collective": {"rounds"},
-                "memory": {"rounds", "max_mib"},
+                "memory": {"rounds", "max_mib", "dwell_s"},
                 "golden": {"steps", "data_seed", "data_from"},
                 "golden_steps_fixed": True,
             },
@@ -178,6 +217,7 @@ def plan_config(
     memory_fraction: float | None = None,
     memory_mib: int | None = None,
     data_seed: int | None = None,
+    memory_dwell: float | None = None,
 ) -> ProbeConfig:
     """What every round of every check computes on ``backend``, for a ``budget`` in seconds.
 
@@ -205,12 +245,19 @@ def plan_config(
         # 128-1024); CPU fp16 has no fast kernel and is fastest small (its
         # throughput falls with size). A round of 256 costs an eighth of one of 512
         # at the same throughput: more, shorter rounds in the same time.
-        sizes = {"float32": 256, "bfloat16": 256, "float16": 128, "float64": 256}
+        sizes = {"float32": 512, "bfloat16": 512, "float16": 128, "float64": 512}
+        repeats = 12
         elements = 1 << 20  # 4 MiB messages: gloo on loopback is near its best from here
-    else:
-        size = 4096 if backend == "cuda" else 2048
-        sizes = {"float32": size, "bfloat16": size, "float16": size, "float64": size // 2}
+    elif backend == "cuda":
+        # Tensor-core dtypes reach their peak only from 8192 (0.62-0.68 of it at 4096 on
+        # an H200, bench/results/cuda.md); fp32 and fp64 at 4096 (0.96-0.97 for fp32).
+        sizes = {"float32": 4096, "bfloat16": 8192, "float16": 8192, "float64": 4096}
+        repeats = 8
         elements = 1 << 26  # 256 MiB messages: NVLink / ICI bus bandwidth saturates
+    else:
+        sizes = {"float32": 2048, "bfloat16": 2048, "float16": 2048, "float64": 1024}
+        repeats = 4  # three replays: an odd number (see ComputeConfig)
+        elements = 1 << 26
     if backend == "xla":
         if xla_on_host():  # PJRT CPU: tests and CI
             sizes = {"float32": 128, "bfloat16": 128, "float16": 64, "float64": 128}
@@ -232,9 +279,11 @@ def plan_config(
         data_seed=data_seed,
         baseline_rounds=base,
         golden_steps_fixed=steps is not None,
-        compute=ComputeConfig(sizes=sizes, rounds=base["compute"]),
+        compute=ComputeConfig(sizes=sizes, rounds=base["compute"], repeats=repeats),
         collective=CollectiveConfig(elements=elements, rounds=base["collective"]),
-        memory=_plan_memory(budget, work, backend, memory_fraction, memory_mib, base["memory"]),
+        memory=_plan_memory(
+            budget, work, backend, memory_fraction, memory_mib, base["memory"], memory_dwell
+        ),
         golden=golden,
     )
 
@@ -286,6 +335,22 @@ def catch_probability(p: float, rounds: int) -> float:
     """Chance that a fault active in a fraction ``p`` of rounds is active in at least one
     of ``rounds`` independent rounds: ``1 - (1 - p) ** rounds``."""
     return 1.0 - (1.0 - p) ** max(rounds, 0)
+
+
+#: The catch chance a screening aims for, for a fault active in this share of rounds
+#: (the policy can set both): 0.99 at 5% needs 90 independent rounds per check.
+DEFAULT_CATCH_TARGET = 0.99
+DEFAULT_CATCH_FRACTION = 0.05
+
+
+def rounds_for_target(target: float, fraction: float) -> int:
+    """The fewest independent rounds with ``1 - (1 - fraction) ** rounds >= target``."""
+    if not (0.0 < target < 1.0 and 0.0 < fraction < 1.0):
+        raise ValueError(f"catch target {target} and fraction {fraction} must be in (0, 1)")
+    rounds = math.ceil(math.log1p(-target) / math.log1p(-fraction) - 1e-9)
+    while catch_probability(fraction, rounds) < target:  # rounding of the logarithms
+        rounds += 1
+    return max(rounds, 1)
 
 
 class PlanError(ValueError):
@@ -354,6 +419,7 @@ def _plan_memory(
     fraction: float | None,
     mib: int | None,
     rounds: int,
+    dwell: float | None = None,
 ) -> MemoryConfig:
     on_host = backend == "cpu" or (backend == "xla" and xla_on_host())
     if on_host:
@@ -364,7 +430,7 @@ def _plan_memory(
             fraction=fraction if fraction is not None else 0.8,
             max_mib=4096,
             block_mib=16,
-            dwell_s=0.05,
+            dwell_s=HOST_DWELL_S if dwell is None else dwell,
             rounds=rounds,
         )
     # Accelerators: write, dwell and read back each pattern, at most ~5 passes
@@ -377,6 +443,6 @@ def _plan_memory(
         fraction=fraction if fraction is not None else 0.8,
         max_mib=max(int(share_s * 40 * 1024), 1024),
         block_mib=256,
-        dwell_s=0.1,
+        dwell_s=DEVICE_DWELL_S if dwell is None else dwell,
         rounds=rounds,
     )

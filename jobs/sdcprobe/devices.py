@@ -94,3 +94,61 @@ def local_device_count(name: BackendName, cpu_devices: int) -> int | None:
     if xla_on_host():
         return cpu_devices
     return None
+
+
+def mig_instances(env: dict[str, str] | os._Environ[str] | None = None) -> list[str]:
+    """The MIG instances this container was given (``MIG-…`` UUIDs in
+    ``NVIDIA_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES``, as the NVIDIA device plugin
+    and DRA driver set them); empty when it was given whole GPUs."""
+    source = os.environ if env is None else env
+    for key in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        entries = [e.strip() for e in source.get(key, "").split(",") if e.strip()]
+        migs = [e for e in entries if e.startswith("MIG-")]
+        if migs:
+            return migs
+    return []
+
+
+def mig_refusal(checks: list[str], instances: list[str], mig_enabled_gpus: list[int]) -> str | None:
+    """Why a screening cannot run as asked on MIG, or None when it can.
+
+    Each MIG instance is screened on its own (one worker per instance, which sees only
+    that instance). NCCL does not run collectives between MIG instances, so the
+    collective check is refused rather than faked; and a GPU in MIG mode whose
+    instances were not given to the Pod cannot be screened at all."""
+    if mig_enabled_gpus and not instances:
+        gpus = ", ".join(str(i) for i in mig_enabled_gpus)
+        return (
+            f"MIG is enabled on GPU {gpus} but no MIG instance was given to this Pod: "
+            "request the node's MIG devices (for example nvidia.com/mig-1g.10gb) or "
+            "disable MIG mode to screen whole GPUs"
+        )
+    if instances and "collective" in checks:
+        return (
+            f"MIG: this Pod was given {len(instances)} MIG instance(s); NCCL cannot run "
+            "collectives between MIG instances, so the collective check cannot screen "
+            "them: run compute, memory and golden on MIG nodes "
+            "(--checks compute,memory,golden)"
+        )
+    return None
+
+
+def mig_enabled_gpus() -> list[int]:
+    """Indices of the GPUs NVML reports in MIG mode; empty without NVML (nvidia-ml-py)
+    or without MIG."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        found = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            try:
+                current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+            except Exception:  # a GPU without MIG support
+                continue
+            if current:
+                found.append(i)
+        return found
+    except Exception:  # no NVML, no driver: nothing to tell
+        return []

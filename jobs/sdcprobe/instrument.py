@@ -2,28 +2,27 @@
 
 Checks and the golden model route every GEMM and every interesting output
 through one :class:`Instrumentation`. With nothing enabled a hook is a plain
-``a @ b``; with an injector it corrupts outputs; with ``record`` it keeps the
-outputs for per-step digests; with ``abft`` it computes checksum residuals of
-every GEMM *after* injection (what a checksummed GEMM would have seen).
+``a @ b``; with an injector it corrupts outputs (on the device); with ``record``
+it keeps the outputs for per-step digests, taken on the device and read back
+together once per step; with ``abft`` it computes checksum residuals of every
+GEMM *after* injection (what a checksummed GEMM would have seen).
 """
 
 from __future__ import annotations
-
-import hashlib
 
 import torch
 
 from sdcprobe.abft import GemmResidual, abft_residual
 from sdcprobe.backends import Backend
+from sdcprobe.devicedata import digest_hex, tensor_kind, word_digest
 from sdcprobe.faults import Injector
 
 
-def tensor_digest(tensor: torch.Tensor) -> str:
-    """sha256 of a host tensor's dtype, shape and raw bytes."""
-    t = tensor.detach().to("cpu").contiguous()
-    h = hashlib.sha256(f"{t.dtype}:{tuple(t.shape)}:".encode())
-    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+def tensor_digest(tensor: torch.Tensor, backend: Backend | None = None) -> str:
+    """Digest of one tensor (its device digest, read back at once; checks batch theirs)."""
+    value = word_digest(tensor)
+    host = backend.to_host(value, "digest") if backend is not None else value.to("cpu")
+    return digest_hex(int(host.tolist()[0]), tensor_kind(tensor))
 
 
 class Instrumentation:
@@ -103,8 +102,16 @@ class Instrumentation:
             self.records[name] = tensor.detach()
 
     def digests(self, chars: int = 16) -> dict[str, str]:
-        """Digests of everything recorded this step, in recording order (forward order)."""
-        return {name: tensor_digest(t)[:chars] for name, t in self.records.items()}
+        """Digests of everything recorded this step, in recording order (forward order):
+        taken on the device and read back as one small table (one host transfer)."""
+        if not self.records:
+            return {}
+        table = torch.cat([word_digest(t) for t in self.records.values()])
+        values = self.backend.to_host(table, what=f"step {self.step} digests").tolist()
+        return {
+            name: digest_hex(value, tensor_kind(t))[:chars]
+            for (name, t), value in zip(self.records.items(), values, strict=True)
+        }
 
 
 def _aligned_operand(a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -151,7 +151,8 @@ class RunPlan(_Closed):
         default_factory=dict,
         description="Where the start-up went (slowest device per part, seconds): launch "
         "(process start and the probe's imports), import (torch, the device runtime and "
-        "its set-up), group (joining the process group), peaks (the same-run peak "
+        "its set-up), group (joining the process group), stress (holding the device busy "
+        "until its power and temperature settle, CUDA), peaks (the same-run peak "
         "measurements), warmup (the timed warm-up rounds).",
     )
     planned_s: float = Field(ge=0, description="What the plan expected the whole run to take.")
@@ -216,6 +217,23 @@ class RunPlan(_Closed):
         "null when the target was met.",
     )
     error: str | None = Field(default=None, description="Why no plan fitted, if none did.")
+
+    @model_validator(mode="after")
+    def _target_is_consistent(self) -> RunPlan:
+        # A result that claims a target it did not reach, or chances outside [0, 1], is
+        # malformed: the operator reads it as inconclusive, never as a pass.
+        for name, chance in self.catch_chance.items():
+            if not 0.0 <= chance <= 1.0:
+                raise ValueError(f"catch_chance of {name} is {chance}, not a probability")
+        if self.target_met and self.catch_target is not None:
+            short = [c for c, p in self.catch_chance.items() if p < self.catch_target - 5e-5]
+            if short:
+                raise ValueError(
+                    f"target_met is true but {', '.join(short)} reached less than "
+                    f"catch_target {self.catch_target}"
+                )
+        return self
+
     overrun: str | None = Field(
         default=None,
         description="Why the run ended past its budget, if it did (the start-up, or a "

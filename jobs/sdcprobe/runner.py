@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import shutil
 import signal
@@ -19,16 +20,20 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import sdcprobe
 from sdcprobe.config import (
     CATCH_PROBABILITIES,
     CHECK_NAMES,
+    DEFAULT_CATCH_FRACTION,
+    DEFAULT_CATCH_TARGET,
     PlanError,
     ProbeConfig,
     catch_probability,
     plan_config,
     plan_rounds,
+    rounds_for_target,
     with_rounds,
 )
 from sdcprobe.deadline import safety_margin
@@ -37,6 +42,9 @@ from sdcprobe.devices import (
     apply_determinism_env,
     ensure_pjrt_device,
     local_device_count,
+    mig_enabled_gpus,
+    mig_instances,
+    mig_refusal,
     resolve_backend,
 )
 from sdcprobe.faultspec import FaultSpec
@@ -69,6 +77,8 @@ CRASH_GRACE_S = 5.0
 FILL_FACTOR = 4
 #: How long workers that have written their reports get to exit by themselves.
 EXIT_GRACE_S = 0.2
+#: The stress phase's cap on CUDA: it ends earlier once power and temperature settle.
+CUDA_STRESS_S = 30.0
 #: Seconds before the Job's deadline at which the workers are stopped.
 DEADLINE_MARGIN_S = 10.0
 #: Held back from the budget for what follows the last round: reports, judging,
@@ -91,6 +101,10 @@ class RunOptions:
     threads: int = 1
     memory_fraction: float | None = None
     memory_mib: int | None = None
+    #: Seconds each memory pattern sits before read-back (None: the backend's default).
+    memory_dwell: float | None = None
+    #: Longest stress phase before the peaks (None: the backend's default).
+    stress: float | None = None
     faults: FaultSpec | None = None
     baseline: Baseline | None = None
     timeout: float | None = None
@@ -98,6 +112,13 @@ class RunOptions:
     deadline: float | None = None
     #: When the probe started (``time.perf_counter()``); the budget counts from here.
     started: float | None = None
+    #: The catch chance every check should reach for a fault active in ``catch_fraction``
+    #: of rounds; the plan says before any check runs whether the budget reaches it.
+    catch_target: float = DEFAULT_CATCH_TARGET
+    catch_fraction: float = DEFAULT_CATCH_FRACTION
+    #: ``flag``: run anyway and report the shortfall; ``refuse``: stop before the checks
+    #: (inconclusive) when the plan cannot reach the target.
+    catch_shortfall: str = "flag"
 
     def config(self, backend: BackendName) -> ProbeConfig:
         """Check parameters for this run."""
@@ -109,7 +130,16 @@ class RunOptions:
             self.memory_fraction,
             self.memory_mib,
             self.data_seed,
+            self.memory_dwell,
         )
+
+    def stress_seconds(self, backend: BackendName) -> float:
+        """How long the warm-up may hold the device busy until it settles: the asked
+        value, else 30 s on CUDA (GPUs settle in tens of seconds under load) and none
+        elsewhere (CPU replicas and XLA report no power to settle)."""
+        if self.stress is not None:
+            return self.stress
+        return CUDA_STRESS_S if backend == "cuda" else 0.0
 
     def deadline_s(self) -> float:
         """Hard limit for the workers: generous, because a slow node is not a sick one."""
@@ -384,6 +414,21 @@ class _Planner:
             )
             return
         work = sum(costs[c] * rounds[c] for c in checks)
+        shortfall = self.target_shortfall(checks, rounds, costs, elapsed)
+        if shortfall is not None and self.opts.catch_shortfall == "refuse":
+            self.abort(f"plan: {shortfall}")
+            self.plan = RunPlan(
+                budget_s=budget,
+                startup_s=round(elapsed, 3),
+                startup_parts=parts,
+                planned_s=round(elapsed + work, 3),
+                rounds=rounds,
+                round_ms={c: round(1000 * s, 3) for c, s in self.round_s.items()},
+                error=f"refused: {shortfall}"[:300],
+            ).model_copy(update=self.target_fields(False, shortfall))
+            return
+        if shortfall is not None:  # said before any check runs, in the log and the result
+            print(f"sdcprobe: plan: {shortfall}", file=sys.stderr, flush=True)
         self.rounds = dict(rounds)
         self.first_rounds = dict(rounds)
         self._answer(0, checks, rounds, costs)
@@ -396,6 +441,40 @@ class _Planner:
             rounds=rounds,
             round_ms={c: round(1000 * s, 3) for c, s in self.round_s.items()},
             margin=round(self.margin, 4),
+        ).model_copy(update=self.target_fields(shortfall is None, shortfall))
+
+    def needed(self) -> int:
+        """Rounds every check needs for the catch target."""
+        return rounds_for_target(self.opts.catch_target, self.opts.catch_fraction)
+
+    def target_fields(self, met: bool, shortfall: str | None) -> dict[str, Any]:
+        """The plan's statement about the catch target, made before any check runs."""
+        return {
+            "catch_target": self.opts.catch_target,
+            "catch_fraction": self.opts.catch_fraction,
+            "rounds_needed": self.needed(),
+            "planned_target_met": met,
+            "shortfall": shortfall,
+        }
+
+    def target_shortfall(
+        self, checks: list[str], rounds: dict[str, int], costs: dict[str, float], elapsed: float
+    ) -> str | None:
+        """Why the planned rounds cannot reach the catch target, with the budget that
+        would (at this run's measured round costs and start-up); None when they reach it."""
+        needed = self.needed()
+        short = {c: rounds[c] for c in checks if rounds[c] < needed}
+        if not short:
+            return None
+        work = sum(costs[c] * max(rounds[c], needed) for c in checks)
+        budget = (elapsed + work + TAIL_S) / (1.0 - TAIL_SHARE)
+        target, fraction = self.opts.catch_target, self.opts.catch_fraction
+        return (
+            f"catch target {target:g} for a fault in {100 * fraction:g}% of rounds needs "
+            f"{needed} rounds per check; budget {self.opts.budget:g}s plans "
+            + ", ".join(f"{c} {n}" for c, n in short.items())
+            + f" (reaching {min(catch_probability(fraction, n) for n in short.values()):.3f}); "
+            f"a budget of about {math.ceil(budget)}s would reach it"
         )
 
 
@@ -447,7 +526,17 @@ def run_probe(opts: RunOptions) -> ProbeRun:
     if backend == "xla":
         ensure_pjrt_device()  # workers inherit it
     config = opts.config(backend)
-    count = local_device_count(backend, opts.cpu_devices)
+    mig = mig_instances() if backend == "cuda" else []
+    if backend == "cuda":
+        refusal = mig_refusal(list(opts.checks), mig, [] if mig else mig_enabled_gpus())
+        if refusal is not None:
+            result = ProbeResult(
+                verdict="inconclusive",
+                reason=f"refused: {refusal}",
+                duration_s=round(time.perf_counter() - start, 3),
+            )
+            return ProbeRun(result=result, reports={}, config=config)
+    count = len(mig) if mig else local_device_count(backend, opts.cpu_devices)
     workdir = tempfile.mkdtemp(prefix="sdcprobe-")
     try:
         plan = WorkerPlan(
@@ -459,6 +548,8 @@ def run_probe(opts: RunOptions) -> ProbeRun:
             world=count,
             workdir=workdir,
             plan_timeout_s=opts.deadline_s(),
+            stress_s=opts.stress_seconds(backend),
+            mig=mig,
         )
         planner = _Planner(opts, config, workdir, count)
         plan_path = Path(workdir) / "plan.json"
@@ -471,16 +562,19 @@ def run_probe(opts: RunOptions) -> ProbeRun:
             commands = []
         else:
             commands = [[*base, str(rank)] for rank in range(count)]
+        envs = [dict(env) for _ in commands]
+        for rank, instance in enumerate(mig):  # each worker sees only its own instance
+            envs[rank]["CUDA_VISIBLE_DEVICES"] = instance
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            for cmd in commands:
+            for cmd, cmd_env in zip(commands, envs, strict=True):
                 # stdout belongs to the result document: worker chatter goes to stderr.
                 # Own process group, so a hung worker and anything it started can be
                 # killed together; and it dies with us (see _die_with_parent).
                 procs.append(
                     subprocess.Popen(
                         cmd,
-                        env=env,
+                        env=cmd_env,
                         stdout=sys.stderr.fileno(),
                         start_new_session=True,
                         preexec_fn=_die_with_parent,
@@ -520,6 +614,7 @@ def run_probe(opts: RunOptions) -> ProbeRun:
                     for c, n in done.items()
                 },
             }
+            | _reached(opts, done)
         )
     result = judge(
         plan.checks,
@@ -531,6 +626,24 @@ def run_probe(opts: RunOptions) -> ProbeRun:
         plan=run_plan,
     )
     return ProbeRun(result=_say_overrun(result), reports=reports, config=config)
+
+
+def _reached(opts: RunOptions, done: dict[str, int]) -> dict[str, Any]:
+    """The catch chance each check reached with the rounds every device ran, whether
+    all of them reached the target, and if not, which fell short."""
+    fraction, target = opts.catch_fraction, opts.catch_target
+    chance = {c: catch_probability(fraction, n) for c, n in done.items()}
+    short = {c: p for c, p in chance.items() if p < target}
+    shortfall = None
+    if short:
+        shortfall = f"catch target {target:g} at {100 * fraction:g}% not reached by " + ", ".join(
+            f"{c} ({p:.3f}, {done[c]} rounds)" for c, p in short.items()
+        )
+    return {
+        "catch_chance": {c: round(p, 4) for c, p in chance.items()},
+        "target_met": not short,
+        "shortfall": shortfall,
+    }
 
 
 def _say_overrun(result: ProbeResult) -> ProbeResult:

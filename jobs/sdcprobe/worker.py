@@ -29,6 +29,7 @@ _PLAN_POLL_S = 0.01
 if TYPE_CHECKING:  # the worker imports torch only after setting the environment
     from sdcprobe.backends import Backend
     from sdcprobe.faults import Injector
+    from sdcprobe.telemetry import Telemetry
 
 
 class WorkerPlan(BaseModel):
@@ -44,6 +45,12 @@ class WorkerPlan(BaseModel):
     workdir: str
     calibrate: bool = True
     plan_timeout_s: float = 600.0
+    #: Seconds the warm-up may hold the device busy until its power and temperature
+    #: settle (0: no stress phase).
+    stress_s: float = 0.0
+    #: MIG instances to screen, one per worker (each worker sees only its own, as
+    #: CUDA device 0); empty when the GPUs are whole.
+    mig: list[str] = []
 
 
 class Calibration(BaseModel):
@@ -123,12 +130,15 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 class _Peaks:
-    """Same-run reference throughputs the checks report their ratios against."""
+    """Same-run reference throughputs the checks report their ratios against, the
+    stress phase's figures, and the device's telemetry."""
 
-    def __init__(self) -> None:
+    def __init__(self, telemetry: Telemetry | None = None) -> None:
         self.gemm: dict[str, float] = {}
         self.busbw: float | None = None
         self.copy: float | None = None
+        self.stress: dict[str, int | float | str | None] = {}
+        self.telemetry = telemetry
 
 
 def run_worker(
@@ -147,8 +157,10 @@ def run_worker(
         from sdcprobe.faults import Injector
         from sdcprobe.faultspec import parse_fault_spec
         from sdcprobe.fingerprint import device_facts
+        from sdcprobe.telemetry import Telemetry
 
-        backend = setup_backend(plan.backend, rank, plan.threads)
+        # A MIG instance is the only device its worker sees (CUDA_VISIBLE_DEVICES).
+        backend = setup_backend(plan.backend, 0 if plan.mig else rank, plan.threads)
         report.facts = device_facts(backend)
         spec = parse_fault_spec(plan.faults_json) if plan.faults_json else None
         phases["import"] = time.perf_counter() - start
@@ -156,7 +168,8 @@ def run_worker(
             t0 = time.perf_counter()
             init_group(backend.dist_backend, rank, world, str(Path(plan.workdir) / "store"))
             phases["group"] = time.perf_counter() - t0
-        peaks = _Peaks()
+        telemetry = Telemetry(backend.name, backend.index, report.facts.device_id)
+        peaks = _Peaks(telemetry)
         config = plan.config
         clocks: dict[str, RoundClock] = {}
         if plan.calibrate:
@@ -175,10 +188,14 @@ def run_worker(
         injector = Injector(spec, rank)
         for stage, check in enumerate(plan.checks, start=1):
             t0, c0 = time.perf_counter(), time.process_time()
+            before = telemetry.read(0.0).clock_mhz
             try:
                 report.checks[check] = _run_check(
                     check, config, backend, injector, rank, world, peaks, clocks.get(check)
                 )
+                # Clocks at the check's start and end: a device that throttles shows here.
+                report.checks[check].metrics["clock_mhz_start"] = before
+                report.checks[check].metrics["clock_mhz_end"] = telemetry.read(0.0).clock_mhz
             except Exception as exc:  # a broken check must not hide the others
                 traceback.print_exc(file=sys.stderr)
                 report.checks[check] = CheckTrace(
@@ -214,7 +231,7 @@ def run_worker(
 
 
 #: Warm-up rounds per check; those after the first are timed (it pays for lazy set-up).
-_WARMUP_ROUNDS = {"compute": 3, "collective": 3, "memory": 3, "golden": 4}
+_WARMUP_ROUNDS = {"compute": 2, "collective": 2, "memory": 2, "golden": 3}
 
 
 def _warm_up(
@@ -222,7 +239,7 @@ def _warm_up(
 ) -> Calibration:
     """Measure the peaks and one round of every check, fault-free and off the record."""
     from sdcprobe.checks.collective import measure_busbw
-    from sdcprobe.checks.compute import measure_peak
+    from sdcprobe.checks.compute import measure_peak, stress_until_settled
     from sdcprobe.checks.memory import measure_copy
     from sdcprobe.devices import xla_on_host
     from sdcprobe.faults import Injector
@@ -233,10 +250,16 @@ def _warm_up(
     # XLA on the host CPU (tests, CI): lazy tensors put compilation into every
     # timing, so peaks would mean nothing there and only cost compilations.
     measure = not (backend.name == "xla" and xla_on_host())
-    peaks_s = warmup_s = 0.0
+    peaks_s = warmup_s = stress_s = 0.0
     for check in plan.checks:
         try:
             t0 = time.perf_counter()
+            if check == "compute" and plan.stress_s > 0 and peaks.telemetry is not None:
+                peaks.stress = stress_until_settled(
+                    cfg.compute, backend, peaks.telemetry, plan.stress_s
+                )
+                stress_s = time.perf_counter() - t0
+                t0 = time.perf_counter()
             if check == "compute" and measure:
                 peaks.gemm = measure_peak(cfg.compute, backend)
             elif check == "collective":
@@ -255,6 +278,8 @@ def _warm_up(
             traceback.print_exc(file=sys.stderr)
             calibration.errors[check] = f"{type(exc).__name__}: {exc}"[:300]
     calibration.phases = {"peaks": peaks_s, "warmup": warmup_s}
+    if stress_s:
+        calibration.phases["stress"] = stress_s
     return calibration
 
 
@@ -301,7 +326,11 @@ def _run_check(
     data, base = cfg.data_seed, cfg.baseline_rounds.get(check, 0)
     if check == "compute":
         ins = Instrumentation(backend, injector)
-        return run_compute(cfg.compute, cfg.seed, ins, peaks.gemm, clock, data, base)
+        trace = run_compute(
+            cfg.compute, cfg.seed, ins, peaks.gemm, clock, data, base, peaks.telemetry
+        )
+        trace.metrics.update(peaks.stress)
+        return trace
     if check == "collective":
         ins = Instrumentation(backend, injector)
         return run_collective(

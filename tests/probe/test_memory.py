@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sdcprobe.backends import setup_backend
-from sdcprobe.checks.memory import pattern_row, plan_memory, row_keys, run_memory
+from sdcprobe.checks.memory import pattern_values, plan_memory, run_memory
 from sdcprobe.config import MEMORY_PATTERNS, MemoryConfig, plan_config
 from sdcprobe.faults import Injector
 from sdcprobe.faultspec import FaultSpec, FaultSpecError, parse_fault_spec
@@ -36,19 +36,19 @@ def as_unsigned(row: torch.Tensor) -> list[int]:
 
 
 def test_patterns_hold_what_they_promise() -> None:
-    ones = as_unsigned(pattern_row("walking-ones", 0, 64))
+    ones = as_unsigned(pattern_values("walking-ones", 0, 64))
     assert ones[:3] == [1, 2, 4] and ones[31] == 1 << 31 and ones[32] == 1
-    zeros = as_unsigned(pattern_row("walking-zeros", 0, 64))
+    assert as_unsigned(pattern_values("walking-ones", 0, 2, cycle=1)) == [2, 4]
+    zeros = as_unsigned(pattern_values("walking-zeros", 0, 64))
     assert all(a ^ b == 0xFFFFFFFF for a, b in zip(ones, zeros, strict=True))
-    board = as_unsigned(pattern_row("checkerboard", 0, 4))
+    board = as_unsigned(pattern_values("checkerboard", 0, 4))
     assert board == [0x55555555, 0xAAAAAAAA] * 2
-    assert as_unsigned(pattern_row("checkerboard-inverse", 0, 4)) == [0xAAAAAAAA, 0x55555555] * 2
-    rand = pattern_row("random", 0, 1024)
-    assert torch.equal(rand, pattern_row("random", 0, 1024))
-    assert not torch.equal(rand, pattern_row("random", 1, 1024))
-    keys = row_keys("random", 0, 4096)
-    assert keys is not None and keys.unique().numel() == 4096  # every row differs
-    assert row_keys("checkerboard", 0, 4) is None
+    assert as_unsigned(pattern_values("checkerboard-inverse", 0, 4)) == [0xAAAAAAAA, 0x55555555] * 2
+    rand = pattern_values("random", 0, 4096)
+    assert torch.equal(rand, pattern_values("random", 0, 4096))
+    assert not torch.equal(rand, pattern_values("random", 1, 4096))
+    assert not torch.equal(rand, pattern_values("random", 0, 4096, cycle=1))
+    assert rand.unique().numel() > 4090  # rows differ: an aliased row shows
 
 
 def test_healthy_memory_passes_and_digest_is_stable() -> None:

@@ -1,23 +1,43 @@
-"""``compute``: seeded GEMMs per dtype, replayed bitwise and checksummed (ABFT).
+"""``compute``: seeded GEMMs per dtype, replayed bitwise and checksummed (ABFT), on the device.
 
-Each round draws fresh inputs on the host from (seed, round, dtype), so every
-device and every run multiplies the same matrices. Each GEMM is computed twice
-in a row (a replay on the same device must agree to the bit) and its output is
-checked with row/column checksums against an fp64 reference (see
-:mod:`sdcprobe.abft`). The trace item per (round, dtype) is the output's digest.
+Each round draws fresh operands *on the device* from (seed, round, dtype) with a
+device generator (:mod:`sdcprobe.devicedata`), so every device of the node
+multiplies the same matrices and nothing crosses from the host. Each GEMM runs
+``repeats`` times back to back: the first output is the reference, every
+replay is compared with it bit for bit on the device, the first output is
+checked with row/column checksums against a reference computed on the device
+(see :mod:`sdcprobe.abft`), and its exact integer digest is taken on the device.
+What reaches the host per round is one small tensor: per dtype the digest, the
+number of replayed elements that differ, and four ABFT numbers. The trace item
+per (round, dtype) names that digest.
+
+The GEMMs dominate the round by construction (``gemm_busy``): drawing operands,
+digesting and checksumming are O(n^2) once per dtype per round; each replay
+costs one O(n^3) GEMM and one O(n^2) comparison.
 """
 
 from __future__ import annotations
 
+import itertools
+import struct
 import time
 
 import torch
 
-from sdcprobe.abft import GemmResidual, abft_residual
+from sdcprobe.abft import GemmResidual, abft_on_device, reference_dtype, residual_from
 from sdcprobe.backends import Backend
 from sdcprobe.config import ComputeConfig, round_seed
 from sdcprobe.deadline import RoundClock, round_spread
-from sdcprobe.instrument import Instrumentation, tensor_digest
+from sdcprobe.devicedata import (
+    device_generator,
+    digest_hex,
+    draw_normal,
+    seed_of,
+    tensor_kind,
+    word_digest,
+)
+from sdcprobe.instrument import Instrumentation
+from sdcprobe.telemetry import Telemetry, settled_after, summarise
 from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -28,22 +48,44 @@ _DTYPES: dict[str, torch.dtype] = {
 }
 
 
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as flat 32-bit words (16-bit types two to a word where they
+    pair up): replays are compared word for word."""
+    flat = tensor.reshape(-1)
+    if (flat.numel() * flat.element_size()) % 4 == 0:
+        return flat.view(torch.int32)
+    return flat.view(torch.int16)
+
+
 def gemm_inputs(
-    seed: int, step: int, dtype_name: str, size: int
+    seed: int, step: int, dtype_name: str, size: int, device: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Host operands of one GEMM, identical on every device and run."""
-    order = list(_DTYPES).index(dtype_name)
-    gen = torch.Generator().manual_seed(seed * 1_000_033 + step * 101 + order + 5)
+    """Operands of one GEMM, drawn on ``device``: identical on every device of one model
+    and software stack, and in every run. Dtypes of one size share a draw (each
+    rounds it to its own type): drawing costs a pass per element, and the GEMMs,
+    not the generator, are what the round is for."""
+    device = torch.device(device)
+    gen = device_generator(device, seed_of(seed, step, size))
     dtype = _DTYPES[dtype_name]
-    a = torch.randn(size, size, generator=gen, dtype=torch.float32).to(dtype)
-    b = torch.randn(size, size, generator=gen, dtype=torch.float32).to(dtype)
-    return a, b
+    key = (str(device), seed, step, size)
+    drawn = _DRAWN.get(key)
+    if drawn is None:
+        _DRAWN.clear()
+        a = draw_normal((size, size), gen, device, torch.float32)
+        b = draw_normal((size, size), gen, device, torch.float32)
+        drawn = _DRAWN[key] = (a, b)
+    a, b = drawn
+    return a.to(dtype), b.to(dtype)
+
+
+#: The last draw, reused by the dtypes of the same size in the same round.
+_DRAWN: dict[tuple[str, int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 #: GEMM sizes the peak microbenchmark tries, per backend (largest last).
 PEAK_LADDER: dict[str, tuple[int, ...]] = {
-    "cpu": (128, 256, 512, 1024),
-    "cuda": (1024, 2048, 4096, 8192),
+    "cpu": (256, 512),
+    "cuda": (2048, 4096, 8192),
     "xla": (512, 1024, 2048, 4096),
 }
 #: Stop growing a dtype's ladder once one GEMM takes longer than this (CPU fp16).
@@ -61,37 +103,76 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
     after one untimed call. A dtype whose GEMMs get slow stops early (CPU fp16
     has no fast kernel and is fastest small), and so does one whose throughput fell
     at a size at least twice the check's own (past its peak: the larger sizes cost
-    the most start-up time and only fall further)."""
+    the most start-up time and only fall further). Timed with the same stopwatch as
+    the check's GEMMs (device events on CUDA), one host sync per size."""
     ladder = PEAK_LADDER["xla" if backend.name == "xla" else backend.name]
+    watch = backend.stopwatch()
     peaks: dict[str, float] = {}
     for name in compute_dtypes(cfg, backend):
         best = last = 0.0
         for size in sorted({*ladder, cfg.sizes[name]}):
             if size > 2 * cfg.sizes[name] and best > last:
                 break  # the size before fell below the best: past the peak
-            gen = torch.Generator().manual_seed(size)
-            a = torch.randn(size, size, generator=gen).to(_DTYPES[name]).to(backend.device)
-            b = torch.randn(size, size, generator=gen).to(_DTYPES[name]).to(backend.device)
-            (a @ b).sum()
-            backend.sync()
-            reps, elapsed, fastest = 0, 0.0, float("inf")
-            while reps < 5 or (elapsed < 0.05 and reps < 64):
-                t0 = time.perf_counter()
+            a, b = gemm_inputs(size, 0, name, size, backend.device)
+            out = a @ b  # untimed: kernel selection, caches
+            # The fastest of several calls (at least 5, up to 50 ms or 32 calls): one
+            # call can land in a slow moment of a shared machine, the peak cannot.
+            marks = [watch.mark()]
+            t0 = time.perf_counter()
+            while len(marks) <= 5 or (time.perf_counter() - t0 < 0.05 and len(marks) <= 32):
                 out = a @ b
                 backend.step_boundary()
-                backend.sync()
-                took = time.perf_counter() - t0
-                fastest, elapsed, reps = min(fastest, took), elapsed + took, reps + 1
-                if took > _PEAK_GEMM_CAP_S and reps >= 2:
-                    break
+                marks.append(watch.mark())
+                if backend.name == "cuda" and len(marks) > 5:
+                    break  # events: the wall clock does not see the GEMMs finish
+            backend.sync()
+            fastest = min(watch.seconds(s, e) for s, e in itertools.pairwise(marks))
             del out
             # The fastest call: a load spike on a shared machine is not the device's peak.
-            last = 2 * size**3 / fastest / 1e9
+            last = 2 * size**3 / max(fastest, 1e-9) / 1e9
             best = max(best, last)
             if fastest > _PEAK_GEMM_CAP_S:
                 break
         peaks[name] = best
     return peaks
+
+
+def stress_until_settled(
+    cfg: ComputeConfig, backend: Backend, telemetry: Telemetry, cap_s: float
+) -> dict[str, int | float | str | None]:
+    """Hold the device busy with back-to-back GEMMs of its tensor-core dtype (bf16 where it
+    runs; the check's first dtype elsewhere) until its power and temperature settle, or
+    for ``cap_s`` seconds where the device does not report them, sampling the telemetry
+    twice a second. Run before the peaks are measured, so the peaks and the check's
+    ratios are those of a device at its steady clocks, as a fleet's stress test sees
+    it (DCGM's targeted power holds a GPU near its power limit the same way)."""
+    dtypes = compute_dtypes(cfg, backend)
+    if cap_s <= 0 or not dtypes:
+        return {}
+    name = "bfloat16" if "bfloat16" in dtypes else dtypes[0]
+    a, b = gemm_inputs(0, 0, name, cfg.sizes[name], backend.device)
+    start = time.perf_counter()
+    samples = [telemetry.read(0.0)]
+    settled: float | None = None
+    while True:
+        for _ in range(4):
+            out = a @ b
+        backend.step_boundary()
+        backend.sync()  # before any round: a sync here costs no round anything
+        elapsed = time.perf_counter() - start
+        if elapsed - samples[-1].at >= 0.5:
+            samples.append(telemetry.read(elapsed))
+            window = samples[-6:]
+            if len(window) == 6 and settled_after(window) == 0.0:
+                settled = elapsed
+                break
+        if elapsed >= cap_s:
+            break
+    del out
+    summary = {f"stress_{k}": v for k, v in summarise(samples).items()}
+    summary["stress_s"] = round(time.perf_counter() - start, 3)
+    summary["stress_settled_s"] = round(settled, 3) if settled is not None else None
+    return summary
 
 
 def run_compute(
@@ -102,6 +183,7 @@ def run_compute(
     clock: RoundClock | None = None,
     data_seed: int | None = None,
     fresh_from: int = 0,
+    telemetry: Telemetry | None = None,
 ) -> CheckTrace:
     """Run the compute check on ``ins.backend``; residuals are left in ``ins.residuals``.
 
@@ -110,62 +192,104 @@ def run_compute(
 
     ``peaks`` (GFLOP/s per dtype, from :func:`measure_peak` in the same run) turn
     the checked GEMMs' measured throughput into a ratio to the device's peak.
-    ``clock``: no round starts that would end past its deadline.
+    ``clock``: no round starts that would end past its deadline. ``telemetry`` is read
+    at every round's end (power, temperature, clocks; absent figures stay null).
     """
     backend = ins.backend
-    ins.abft_enabled = False  # residuals are computed below, outside the GEMM timing
+    ins.abft_enabled = False  # the check takes its own residuals, on the device
+    watch = backend.stopwatch()
     start, cpu0 = time.perf_counter(), time.process_time()
+    bytes0, transfers0 = backend.traffic.snapshot()
     steps: list[dict[str, str]] = []
     evidence: list[Evidence] = []
     dtypes = compute_dtypes(cfg, backend)
+    repeats = max(cfg.repeats, 2)
     gemm_s = dict.fromkeys(dtypes, 0.0)
     fastest = dict.fromkeys(dtypes, float("inf"))
     round_times: list[float] = []
     cut = False
+    ref = reference_dtype(backend.device)
+    samples = [telemetry.read(0.0)] if telemetry is not None else []
+    unchecked = torch.full((4,), -1, dtype=torch.int64, device=backend.device)
     for step in range(cfg.rounds):
         if clock is not None and not clock.allows(step, typical_round(round_times)):
             cut = True
             break
         r0 = time.perf_counter()
         ins.set_step(step)
-        items: dict[str, str] = {}
-        for name in dtypes:
+        data = round_seed(seed, data_seed, step, fresh_from)
+        marks: dict[str, list[object]] = {}
+        summaries: list[torch.Tensor] = []
+        kinds: list[str] = []
+        for order, name in enumerate(dtypes):
             size = cfg.sizes[name]
-            a_host, b_host = gemm_inputs(
-                round_seed(seed, data_seed, step, fresh_from), step, name, size
-            )
-            a, b = a_host.to(backend.device), b_host.to(backend.device)
-            backend.sync()
-            t0 = time.perf_counter()
+            # ABFT checks one dtype per round, in turn: its O(n^2) fp64 passes cost about
+            # one GEMM each, and what only ABFT sees (a fault that repeats identically on
+            # every replay and every device) repeats in the rounds that check it too.
+            checksum = (step + order) % len(dtypes) == 0
+            a, b = gemm_inputs(data, step, name, size, backend.device)
+            watched = [watch.mark()]
             first = ins.matmul(a, b, "matmul")
-            again = ins.matmul(a, b, "matmul")
+            watched.append(watch.mark())
+            first_bits = _bits(first)
+            # The replays' bits XOR-ed into one accumulator: one pass per replay. With an
+            # odd number of replays a healthy device leaves exactly the reference there;
+            # any replay that differs leaves the bits it got wrong (two replays would have
+            # to err identically, in the same words and bits, to cancel; a fault that
+            # hits every replay alike is left standing by the odd count). The words that
+            # differ are counted once per round.
+            acc = torch.zeros_like(first_bits)
+            for _ in range(repeats - 1):
+                watched.append(watch.mark())
+                again = ins.matmul(a, b, "matmul")
+                watched.append(watch.mark())
+                acc.bitwise_xor_(_bits(again))
+            if (repeats - 1) % 2:
+                acc.bitwise_xor_(first_bits)
+            differ = (acc != 0).sum()  # not count_nonzero: torch-xla types it as bool
             backend.step_boundary()
-            backend.sync()
-            took = time.perf_counter() - t0
-            gemm_s[name] += took
-            fastest[name] = min(fastest[name], took / 2)
-            first_digest = tensor_digest(first)
-            residual = abft_residual(a, b, first, label="matmul", step=step)
-            # A replay equal to the bit has the same residual: computed once (the fp64
-            # checksums cost about as much as the GEMM itself on the CPU).
-            replayed = tensor_digest(again) == first_digest
-            again_residual = (
-                residual if replayed else abft_residual(a, b, again, label="matmul", step=step)
+            marks[name] = watched
+            kinds.append(tensor_kind(first))
+            summaries.append(
+                torch.cat(
+                    [
+                        word_digest(first),
+                        differ.reshape(1),
+                        _as_int64(abft_on_device(a, b, first)) if checksum else unchecked,
+                    ]
+                )
             )
-            ins.residuals += [residual, again_residual]
-            if not replayed:
-                diff = int((backend.to_host(first) != backend.to_host(again)).sum())
+        # The round's only crossing: per dtype (digest, differing elements, the four ABFT
+        # numbers' bits), as one small int64 table.
+        table = backend.to_host(torch.stack(summaries), what=f"compute round {step} summary")
+        rows = table.tolist()
+        items: dict[str, str] = {}
+        for name, kind, row in zip(dtypes, kinds, rows, strict=True):
+            watched = marks[name]
+            times = [watch.seconds(s, e) for s, e in zip(watched[0::2], watched[1::2], strict=True)]
+            gemm_s[name] += sum(times)
+            fastest[name] = min(fastest[name], min(times))
+            digest = digest_hex(int(row[0]), kind)
+            items[name] = digest[:STEP_DIGEST_CHARS]
+            size = cfg.sizes[name]
+            if row[2:6] != [-1, -1, -1, -1]:
+                abft = _from_int64(row[2:6], ref)
+                shape = (size, size, size)
+                ins.residuals.append(residual_from(abft, _DTYPES[name], shape, "matmul", step))
+            if row[1]:
                 evidence.append(
                     Evidence(
                         kind="replay",
                         step=step,
                         item=name,
-                        detail=f"replay differs in {diff} elements",
+                        detail=f"replays differ in {int(row[1])} words",
                     )
                 )
-            items[name] = first_digest[:STEP_DIGEST_CHARS]
         steps.append(items)
         round_times.append(time.perf_counter() - r0)
+        if telemetry is not None:
+            samples.append(telemetry.read(time.perf_counter() - start))
+    _DRAWN.clear()  # operands are device memory: give it back to the checks that follow
     residuals = ins.residuals
     for r in residuals:
         if r.detected:
@@ -179,16 +303,24 @@ def run_compute(
             )
     wall = time.perf_counter() - start
     ran = len(steps)
-    gflops = {n: 2 * 2 * cfg.sizes[n] ** 3 * ran / s / 1e9 for n, s in gemm_s.items() if s > 0}
+    host_bytes, host_transfers = (
+        n - n0 for n, n0 in zip(backend.traffic.snapshot(), (bytes0, transfers0), strict=True)
+    )
+    gflops = {
+        n: 2 * repeats * cfg.sizes[n] ** 3 * ran / s / 1e9 for n, s in gemm_s.items() if s > 0
+    }
     metrics: dict[str, int | float | str | None] = {
         "rounds": ran,
-        "gemms": 2 * ran * len(dtypes),
+        "gemms": repeats * ran * len(dtypes),
+        "repeats": repeats,
         "dtypes": ",".join(dtypes),
         "sizes": ",".join(str(cfg.sizes[n]) for n in dtypes),
         "gflops": " ".join(f"{n}:{g:.4g}" for n, g in gflops.items()),
-        # Share of the check's time spent inside the GEMMs (the rest: drawing
-        # inputs, checksums, digests).
+        # Share of the check's wall time the device spent inside the GEMMs (the rest:
+        # drawing operands, comparing replays, checksums, digests, the host's share).
         "gemm_busy": round(sum(gemm_s.values()) / wall, 3) if wall > 0 else None,
+        "host_bytes_per_round": round(host_bytes / ran) if ran else None,
+        "host_syncs_per_round": round(host_transfers / ran, 2) if ran else None,
     }
     if peaks:
         # Fastest checked GEMM against the fastest microbenchmark GEMM: whether the
@@ -196,12 +328,13 @@ def run_compute(
         ratios = {
             n: 2 * cfg.sizes[n] ** 3 / fastest[n] / 1e9 / peaks[n]
             for n in dtypes
-            if peaks.get(n) and fastest[n] < float("inf")
+            if peaks.get(n) and 0 < fastest[n] < float("inf")
         }
         metrics["peak_gflops"] = " ".join(f"{n}:{peaks[n]:.4g}" for n in dtypes if n in peaks)
         metrics["peak_ratio"] = " ".join(f"{n}:{r:.3f}" for n, r in ratios.items())
         metrics["peak_ratio_min"] = round(min(ratios.values()), 3) if ratios else None
     metrics.update(_abft_metrics(residuals))
+    metrics.update(summarise(samples))
     return CheckTrace(
         digest=trace_digest(steps),
         steps=steps,
@@ -213,6 +346,21 @@ def run_compute(
         round_cv=round(round_spread(round_times), 4),
         cut_at_deadline=cut,
     )
+
+
+def _as_int64(values: torch.Tensor) -> torch.Tensor:
+    """Float values as int64 carrying their exact bits (one table, one transfer)."""
+    if values.dtype == torch.float64:
+        return values.view(torch.int64)
+    return values.to(torch.float32).view(torch.int32).to(torch.int64)
+
+
+def _from_int64(bits: list[int], ref: torch.dtype) -> list[float]:
+    """The floats :func:`_as_int64` packed, back on the host (plain Python: the table
+    is already here)."""
+    if ref == torch.float64:
+        return [struct.unpack("<d", struct.pack("<q", b))[0] for b in bits]
+    return [struct.unpack("<f", struct.pack("<I", b & 0xFFFFFFFF))[0] for b in bits]
 
 
 def _abft_metrics(residuals: list[GemmResidual]) -> dict[str, int | float | str | None]:

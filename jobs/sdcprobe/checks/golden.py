@@ -167,8 +167,10 @@ class _Training:
                 ins.corrupt_in_place(p, "param")
                 ins.record(f"param.{name}", p)
         backend.step_boundary()
-        loss_v, norm_v = float(loss.detach().to("cpu")), float(grad_norm.to("cpu"))
         digests = ins.digests()
+        # The loss and gradient norm as numbers for the curves: two floats, one transfer.
+        scalars = torch.stack([loss.detach().double(), grad_norm.detach().double()])
+        loss_v, norm_v = backend.to_host(scalars, what=f"step {step} loss").tolist()
         wall = time.perf_counter() - t_step
         trace = StepTrace(step, loss_v, _bits(loss_v), norm_v, _bits(norm_v), digests, wall)
         self.steps.append(trace)
@@ -223,6 +225,7 @@ def golden_check(
     The two advance in lockstep, a step of each per round, so ``clock`` can stop them
     together after any round: no round starts that would end past its deadline."""
     start, cpu0 = time.perf_counter(), time.process_time()
+    bytes0, transfers0 = backend.traffic.snapshot()
     run = _Training(cfg, injector, backend, abft=False)
     replay = _Training(cfg, injector, backend, abft=False)
     round_times: list[float] = []
@@ -259,6 +262,12 @@ def golden_check(
         "grad_norm_max": _round(max(first.grad_norms)),
         "step_ms": round(1000 * sum(round_times) / (2 * max(ran, 1)), 3),
     }
+    host_bytes, host_transfers = (
+        x - x0 for x, x0 in zip(backend.traffic.snapshot(), (bytes0, transfers0), strict=True)
+    )
+    if ran:  # a round is a step of the run and of its replay
+        metrics["host_bytes_per_round"] = round(host_bytes / ran)
+        metrics["host_syncs_per_round"] = round(host_transfers / ran, 2)
     return CheckTrace(
         digest=first.digest,
         steps=first.items,

@@ -2,24 +2,30 @@
 
 A share of the device's free memory (80% of free HBM by default on
 accelerators, a fixed 64 MiB per CPU replica) is filled, block by block, with
-each pattern in turn:
+each pattern in turn. A pattern gives every row of the buffer (``row_words``
+32-bit words, 64 KiB by default) one word, repeated along the row:
 
-* ``walking-ones``: word *i* holds ``1 << (i mod 32)``;
+* ``walking-ones``: row *r* holds ``1 << ((r + cycle) mod 32)``, so over a plan
+  every bit position of every word holds the lone one among zeros;
 * ``walking-zeros``: its complement;
 * ``checkerboard`` / ``checkerboard-inverse``: ``0x55555555`` and ``0xAAAAAAAA``
-  alternating from word to word, then swapped, so every bit holds both values;
-* ``random``: a seeded random row, XOR-ed with a key derived from the row's
-  index, so every row of the buffer holds different data and an address that
-  aliases another one shows up.
+  alternating from row to row, then swapped, so every bit holds both values;
+* ``random``: a seeded random word per row, drawn anew every cycle, so rows hold
+  different data and an address that aliases another row shows up.
 
-After a dwell the buffer is compared with the pattern regenerated on the
-device, bit for bit. The expected content is known exactly, so any difference
-is corruption: no tolerance, no baseline needed. Flips are reported with their
-byte offset in the tested buffer and bit position in the 32-bit word.
+After a dwell (``dwell_s``, the time the data sits unread: what retention faults
+need) every row is read back with one minimum and one maximum along the row, on
+the device: a row is intact exactly when both equal the row's word, so the
+read-back is a single streaming pass with no tolerance and no cancellation
+(a word-sum could let two opposite flips cancel). Only the count of bad rows
+crosses to the host per round; where there are any, the bad blocks are then
+compared word for word and flips are reported with their byte offset in the
+tested buffer and bit position in the 32-bit word.
 
-The digest covers the patterns and the configured sizes (and, if there were
-any, the flips), not the number of bytes tested: that depends on how much
-memory was free, which may differ between devices and runs that are healthy.
+The digest covers the patterns, their device-drawn row words and the configured
+sizes (and, if there were any, the flips), not the number of bytes tested: that
+depends on how much memory was free, which may differ between devices and runs
+that are healthy.
 """
 
 from __future__ import annotations
@@ -34,12 +40,12 @@ import torch
 from sdcprobe.backends import Backend
 from sdcprobe.config import MemoryConfig, round_seed
 from sdcprobe.deadline import RoundClock, round_spread
+from sdcprobe.devicedata import device_generator, draw_integers, seed_of, word_digest
 from sdcprobe.instrument import Instrumentation
 from sdcprobe.trace import STEP_DIGEST_CHARS, CheckTrace, Evidence, trace_digest, typical_round
 
 WORD_BYTES = 4
 _MIB = 1 << 20
-_KEY_MULTIPLIER = 0x9E3779B1  # odd, so distinct rows get distinct keys (mod 2^32)
 #: How many examples of flips one evidence line quotes.
 _QUOTED = 3
 
@@ -49,32 +55,27 @@ def _int32(values: torch.Tensor) -> torch.Tensor:
     return torch.where(values >= 1 << 31, values - (1 << 32), values).to(torch.int32)
 
 
-def pattern_row(name: str, seed: int, words: int, cycle: int = 0) -> torch.Tensor:
-    """One row of pattern ``name`` as ``words`` int32 words, on the host.
+def pattern_values(
+    name: str, seed: int, rows: int, cycle: int = 0, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """The word each of ``rows`` rows holds under pattern ``name``, as int32 on ``device``.
 
-    ``cycle`` counts how often the pattern list came round before: the fixed
-    patterns repeat, the random one is drawn anew every cycle."""
-    i = torch.arange(words, dtype=torch.int64)
+    ``cycle`` counts how often the pattern list came round before: walking patterns
+    move on by one bit, and the random words are drawn anew."""
+    device = torch.device(device)
+    r = torch.arange(rows, dtype=torch.int64, device=device)
     if name in ("walking-ones", "walking-zeros"):
-        ones = torch.bitwise_left_shift(torch.ones_like(i), i % 32)
+        ones = torch.bitwise_left_shift(torch.ones_like(r), (r + cycle) % 32)
         values = ones if name == "walking-ones" else 0xFFFFFFFF ^ ones
     elif name in ("checkerboard", "checkerboard-inverse"):
         even, odd = (0x55555555, 0xAAAAAAAA)[:: 1 if name == "checkerboard" else -1]
-        values = torch.where(i % 2 == 0, even, odd)
+        values = torch.where(r % 2 == 0, even, odd)
     elif name == "random":
-        gen = torch.Generator().manual_seed(seed * 1_000_039 + 11 + cycle * 7_919_011)
-        values = torch.randint(0, 1 << 32, (words,), generator=gen, dtype=torch.int64)
+        gen = device_generator(device, seed_of(seed, cycle, 11))
+        values = draw_integers((rows,), 0, 1 << 32, gen, device)
     else:
         raise ValueError(f"unknown memory pattern {name!r}")
     return _int32(values)
-
-
-def row_keys(name: str, first_row: int, rows: int) -> torch.Tensor | None:
-    """Per-row XOR keys of the rows ``[first_row, first_row + rows)`` (``random`` only)."""
-    if name != "random":
-        return None
-    r = torch.arange(first_row, first_row + rows, dtype=torch.int64)
-    return _int32((r * _KEY_MULTIPLIER) & 0xFFFFFFFF).reshape(rows, 1)
 
 
 def free_device_bytes(backend: Backend) -> int | None:
@@ -134,17 +135,6 @@ class _Flips:
     listed: list[tuple[str, int, int]] = field(default_factory=list)  # (pattern, offset, bit)
 
 
-def _expected(
-    row: torch.Tensor, keys: torch.Tensor | None, rows: int, materialise: bool = False
-) -> torch.Tensor:
-    """A block of the pattern: a broadcast view to compare against (no memory), or
-    materialised (a freshly written block)."""
-    block = row.expand(rows, row.numel())
-    if keys is not None:
-        return block ^ keys
-    return block.clone() if materialise else block
-
-
 def _allocate(plan: MemoryPlan, backend: Backend) -> tuple[list[torch.Tensor], MemoryPlan]:
     """The blocks under test, allocated once; fewer if memory was taken since we looked."""
     rows, words = plan.rows_per_block, plan.block_bytes // WORD_BYTES // plan.rows_per_block
@@ -162,33 +152,64 @@ def _allocate(plan: MemoryPlan, backend: Backend) -> tuple[list[torch.Tensor], M
     return blocks, plan
 
 
-def _fill(block: torch.Tensor, row: torch.Tensor, keys: torch.Tensor | None) -> None:
-    """Write one block of the pattern in place."""
-    view = row.expand(block.shape[0], row.numel())
-    if keys is None:
-        block.copy_(view)
+def along_row(
+    name: str, seed: int, words: int, cycle: int, device: torch.device
+) -> torch.Tensor | None:
+    """The random pattern's words along a row (drawn on the device anew every cycle),
+    which every row XORs with its own word; None for the fixed patterns, constant
+    along a row. Random data in every word is what a data-dependent defect needs
+    to be triggered by."""
+    if name != "random":
+        return None
+    gen = device_generator(device, seed_of(seed, cycle, 13))
+    return _int32(draw_integers((words,), 0, 1 << 32, gen, device))
+
+
+def _expected(
+    shape: tuple[int, int], words: torch.Tensor, along: torch.Tensor | None
+) -> torch.Tensor:
+    """What a block should hold, as a broadcast view (fixed patterns) or materialised."""
+    rows = words.unsqueeze(1).expand(shape)
+    return rows if along is None else torch.bitwise_xor(rows, along.unsqueeze(0))
+
+
+def _fill(block: torch.Tensor, words: torch.Tensor, along: torch.Tensor | None) -> None:
+    """Write one block: row i holds ``words[i]`` (XOR-ed with ``along`` word by word)."""
+    rows = words.unsqueeze(1).expand_as(block)
+    if along is None:
+        block.copy_(rows)
     else:
-        torch.bitwise_xor(view, keys, out=block)
+        torch.bitwise_xor(rows, along.unsqueeze(0).expand_as(block), out=block)
 
 
-def _count_wrong(block: torch.Tensor, expected: torch.Tensor, backend: Backend) -> torch.Tensor:
-    """Number of words that differ, as a device scalar (no host sync)."""
-    if backend.name == "xla":
-        # torch-xla's count_nonzero yields a tensor typed bool: sum instead.
-        return (block != expected).sum()
-    return torch.count_nonzero(block != expected)
+def _bad_rows(
+    block: torch.Tensor,
+    words: torch.Tensor,
+    along: torch.Tensor | None,
+    scratch: torch.Tensor | None,
+) -> torch.Tensor:
+    """Rows of ``block`` that do not hold their pattern, as a device count: a row is
+    intact exactly when its minimum and its maximum both equal its word (after the
+    random pattern's words along the row are XOR-ed off, one more pass)."""
+    if along is not None:
+        if scratch is None:
+            scratch = torch.empty_like(block)
+        block = torch.bitwise_xor(block, along.unsqueeze(0).expand_as(block), out=scratch)
+    wrong = (block.amax(dim=1) != words) | (block.amin(dim=1) != words)
+    return wrong.sum()  # not count_nonzero: torch-xla types its result as bool
 
 
 def _describe(
-    diff: torch.Tensor, base_offset: int, pattern: str, flips: _Flips
+    diff: torch.Tensor, base_offset: int, pattern: str, flips: _Flips, backend: Backend
 ) -> tuple[int, int, list[tuple[int, int]]]:
     """Count and locate the flipped bits in one block's XOR difference.
 
     Returns (words, bits, examples) for this block; ``flips`` is updated.
     """
     flat = diff.reshape(-1)
-    idx = flat.nonzero().reshape(-1).to("cpu")
-    values = flat[idx.to(flat.device)].to("cpu").to(torch.int64) & 0xFFFFFFFF
+    flipped = flat.nonzero().reshape(-1)
+    idx = backend.to_host(flipped, what="memory flipped words")
+    values = backend.to_host(flat[flipped], what="memory flipped bits").to(torch.int64) & 0xFFFFFFFF
     bits_here = 0
     examples: list[tuple[int, int]] = []
     for bit in range(32):
@@ -212,30 +233,27 @@ def _describe(
     return int(idx.numel()), bits_here, examples
 
 
-def _pattern_digest(cfg: MemoryConfig, name: str, row: torch.Tensor) -> hashlib._Hash:
-    h = hashlib.sha256(f"memory:{name}:{cfg.row_words}:{cfg.block_mib}:".encode())
-    h.update(row.numpy().tobytes())
-    return h
-
-
 def measure_copy(cfg: MemoryConfig, backend: Backend) -> float:
     """Plain device-to-device copy bandwidth now (GB/s, bytes read plus written, as
-    STREAM counts a copy) over one block of the check's size."""
+    STREAM counts a copy) over up to four blocks of the check's size (as the check
+    streams through its blocks, not one block that may stay in a cache), timed with
+    the same stopwatch as the check's passes."""
     plan = plan_memory(cfg, backend)
-    words = plan.block_bytes // WORD_BYTES
+    words = min(plan.blocks, 4) * plan.block_bytes // WORD_BYTES
     src = torch.ones(words, dtype=torch.int32, device=backend.device)
     dst = torch.empty_like(src)
     dst.copy_(src)
     backend.step_boundary()
     backend.sync()
-    reps, t0 = 0, time.perf_counter()
-    while reps < 3 or (time.perf_counter() - t0 < 0.02 and reps < 64):
+    watch = backend.stopwatch()
+    reps, t0, w0 = 0, time.perf_counter(), watch.mark()
+    while reps < 4 or (time.perf_counter() - t0 < 0.02 and reps < 64):
         dst.copy_(src)
         backend.step_boundary()
-        backend.sync()
         reps += 1
-    elapsed = time.perf_counter() - t0
-    return 2 * plan.block_bytes * reps / elapsed / 1e9
+    w1 = watch.mark()
+    backend.sync()
+    return 2 * words * WORD_BYTES * reps / max(watch.seconds(w0, w1), 1e-9) / 1e9
 
 
 def run_memory(
@@ -254,7 +272,9 @@ def run_memory(
     ``fresh_from`` on draw the random pattern from ``data_seed`` (the screening's own
     seed), the rounds before it from ``seed`` (what a baseline covers)."""
     backend = ins.backend
+    watch = backend.stopwatch()
     start, cpu0 = time.perf_counter(), time.process_time()
+    bytes0, transfers0 = backend.traffic.snapshot()
     plan = plan_memory(cfg, backend)
     flips = _Flips(limit=cfg.listed_flips)
     steps: list[dict[str, str]] = []
@@ -272,64 +292,79 @@ def run_memory(
             break
         r0 = time.perf_counter()
         name = cfg.patterns[step % len(cfg.patterns)]
+        cycle = step // len(cfg.patterns)
         ins.set_step(step)
         data = round_seed(seed, data_seed, step, fresh_from)
-        row_host = pattern_row(name, data, cfg.row_words, step // len(cfg.patterns))
-        row = row_host.to(backend.device)
-        keys = [row_keys(name, b * rows, rows) for b in range(plan.blocks)]
-        keys_dev = [k.to(backend.device) if k is not None else None for k in keys]
+        if reuse and not held:  # allocated once, rewritten every round
+            held, plan = _allocate(plan, backend)
+        words = pattern_values(name, data, plan.blocks * rows, cycle, backend.device)
+        per_block = [words[b * rows : (b + 1) * rows] for b in range(plan.blocks)]
+        along = along_row(name, data, plan.block_bytes // WORD_BYTES // rows, cycle, backend.device)
 
-        t0 = time.perf_counter()
+        w0 = watch.mark()
         if reuse:
-            if not held:  # allocated once, rewritten every round
-                held, plan = _allocate(plan, backend)
             for b, block in enumerate(held):
-                _fill(block, row, keys_dev[b])
+                _fill(block, per_block[b], along)
             blocks = held
         else:  # XLA tensors are immutable: every pattern gets fresh buffers
             blocks = []
             for b in range(plan.blocks):
-                blocks.append(_expected(row, keys_dev[b], rows, materialise=True))
+                shape = (rows, plan.block_bytes // WORD_BYTES // rows)
+                blocks.append(_expected(shape, per_block[b], along).clone())
                 backend.step_boundary()  # XLA: materialise each block before the next
-        backend.sync()
-        write_s += time.perf_counter() - t0
+        w1 = watch.mark()
         if cfg.dwell_s > 0:
+            backend.sync()  # the dwell starts once the pattern is written
             time.sleep(cfg.dwell_s)
         for block in blocks:  # the fault site: bits flip while the data sits in memory
             ins.corrupt_words(block)
 
-        t0 = time.perf_counter()
-        counts: list[torch.Tensor] = []
-        for b, block in enumerate(blocks):
-            expected = _expected(row, keys_dev[b], rows)
-            if reuse:
-                if scratch is None:
-                    scratch = torch.empty_like(block)
-                counts.append(torch.count_nonzero(torch.bitwise_xor(block, expected, out=scratch)))
-            else:
-                counts.append(_count_wrong(block, expected, backend))
-                backend.step_boundary()
-        wrong = backend.to_host(torch.stack(counts)).tolist()
-        read_s += time.perf_counter() - t0
+        t0 = watch.mark()
+        if along is not None and scratch is None and reuse:
+            scratch = torch.empty_like(blocks[0])
+        bad = [_bad_rows(block, per_block[b], along, scratch) for b, block in enumerate(blocks)]
+        backend.step_boundary()
+        t1 = watch.mark()
+        counts = torch.stack(bad)
+        summary = torch.cat(
+            [
+                counts.sum().reshape(1),
+                word_digest(per_block[0] if along is None else torch.cat([per_block[0], along])),
+                (counts > 0).sum().reshape(1),
+            ]
+        )
+        bad_rows, row_digest, _ = backend.to_host(
+            summary, what=f"memory round {step} summary"
+        ).tolist()
+        write_s += watch.seconds(w0, w1)
+        read_s += watch.seconds(t0, t1)
 
-        digest = _pattern_digest(cfg, name, row_host)
-        bad = [b for b, n in enumerate(wrong) if n]
-        if bad:
-            words = bits = 0
+        digest = hashlib.sha256(
+            f"memory:{name}:{cfg.row_words}:{cfg.block_mib}:{row_digest}".encode()
+        )
+        if bad_rows:
+            # Rare (a failing device): find the blocks, then every flipped word in them.
+            wrong = backend.to_host(counts, what=f"memory round {step} bad blocks").tolist()
+            nwords, nbits = 0, 0
             examples: list[tuple[int, int]] = []
-            for b in bad:
-                diff = blocks[b] ^ _expected(row, keys_dev[b], rows)
-                w, n, ex = _describe(diff, b * plan.block_bytes, name, flips)
-                words, bits = words + w, bits + n
+            for b, n in enumerate(wrong):
+                if not n:
+                    continue
+                shape = (blocks[b].shape[0], blocks[b].shape[1])
+                expected = _expected(shape, per_block[b], along)
+                w, n_bits, ex = _describe(
+                    blocks[b] ^ expected, b * plan.block_bytes, name, flips, backend
+                )
+                nwords, nbits = nwords + w, nbits + n_bits
                 examples.extend(ex[: _QUOTED - len(examples)])
-            digest.update(f"|flips:{words}:{bits}:{examples}".encode())
+            digest.update(f"|flips:{nwords}:{nbits}:{examples}".encode())
             quoted = ", ".join(f"byte 0x{off:x} bit {bit}" for off, bit in examples)
             evidence.append(
                 Evidence(
                     kind="memory",
                     step=step,
                     item=name,
-                    detail=f"{bits} bit flip(s) in {words} word(s) read back ({quoted})",
+                    detail=f"{nbits} bit flip(s) in {nwords} word(s) read back ({quoted})",
                 )
             )
         steps.append({name: digest.hexdigest()[:STEP_DIGEST_CHARS]})
@@ -343,6 +378,9 @@ def run_memory(
     passes = ran * plan.bytes
     write_gbps = passes / write_s / 1e9 if write_s > 0 else None
     read_gbps = passes / read_s / 1e9 if read_s > 0 else None
+    host_bytes, host_transfers = (
+        x - x0 for x, x0 in zip(backend.traffic.snapshot(), (bytes0, transfers0), strict=True)
+    )
     metrics: dict[str, int | float | str | None] = {
         "bytes_tested": plan.bytes,
         "free_bytes": plan.free_bytes,
@@ -353,9 +391,11 @@ def run_memory(
         "read_gbps": round(read_gbps, 3) if read_gbps is not None else None,
         "flips": flips.bits,
         "flipped_words": flips.words,
+        "host_bytes_per_round": round(host_bytes / ran) if ran else None,
+        "host_syncs_per_round": round(host_transfers / ran, 2) if ran else None,
     }
     if copy_gbps:
-        # A write pass moves each byte once and a copy twice (read and write):
+        # A write or read pass moves each byte once and a copy twice (read and write):
         # the ratios compare bytes per second of our passes with a copy's traffic.
         metrics["copy_gbps"] = round(copy_gbps, 3)
         if write_gbps is not None:
