@@ -403,12 +403,23 @@ def test_a_screening_that_fell_short_says_so_and_is_flagged() -> None:
     assert short.message == said
 
 
-def test_a_probe_that_claims_the_target_is_checked_against_its_own_chances() -> None:
-    # target_met True but compute's chance is below the target, golden has no figure.
+def test_a_probe_that_claims_the_target_against_its_own_chances_is_unusable() -> None:
+    """target_met True while compute's chance is below the target: the probe's result
+    model refuses a claim its own figures contradict, so the screening is Inconclusive
+    (never a Pass on the probe's word)."""
     chances = {"compute": 0.9, "collective": 0.9913}
     j = judge(result("pass", plan=_catch_plan(chances)))
+    assert j.verdict == Verdict.INCONCLUSIVE and j.reason == "InvalidResult"
+    assert j.catch.met is None
+
+
+def test_a_shortfall_the_probe_reports_is_recorded() -> None:
+    chances = {"compute": 0.9, "collective": 0.9913, "golden": 0.999}
+    shortfall = "compute reached 0.900 of 0.99; a budget of 1400s would reach it"
+    j = judge(result("pass", plan=_catch_plan(chances, target_met=False, shortfall=shortfall)))
+    assert j.verdict == Verdict.PASS
     assert j.catch.met is False
-    assert j.catch.shortfall == "catch target 0.99 not reached by compute 0.900; golden no figure"
+    assert "compute" in j.catch.shortfall
 
 
 @pytest.mark.parametrize(
@@ -418,15 +429,16 @@ def test_a_probe_that_claims_the_target_is_checked_against_its_own_chances() -> 
         {"compute": -0.1, "collective": 0.999, "golden": 0.999},
     ],
 )
-def test_malformed_catch_figures_are_no_figures(chances: dict[str, Any]) -> None:
+def test_malformed_catch_figures_are_never_a_pass(chances: dict[str, Any]) -> None:
+    """Chances outside [0, 1] make the result unusable: Inconclusive, no catch outcome
+    recorded, never a Pass."""
     j = judge(result("pass", plan=_catch_plan(chances)))
-    assert j.catch.met is False
-    statuses = {c.name: c.catch_chance for c in j.check_statuses()}
-    assert statuses["compute"] is None  # never out of the schema's range
+    assert j.verdict == Verdict.INCONCLUSIVE
+    assert all(c.catch_chance is None for c in j.check_statuses())
     nan = text(result("pass", plan=_catch_plan({})))
     nan = nan.replace('"catch_target":0.99', '"catch_target":NaN')
     j = judge(nan)
-    assert j.verdict == Verdict.PASS and j.catch.target is None and j.catch.met is None
+    assert j.verdict != Verdict.PASS or (j.catch.target is None and j.catch.met is None)
 
 
 def test_results_of_older_probes_record_no_catch_outcome() -> None:
