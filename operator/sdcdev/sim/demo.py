@@ -403,9 +403,9 @@ def run_demo(
                 GROUP,
                 VERSION,
                 "sdcpolicies",
-                # Fault injection makes every GEMM round dearer: under load a 10 s budget
-                # with the fault on did not hold the smallest plan (at a load of 29 on 2
-                # cores); 20 s does. The real node's row is not the demo's longest.
+                # Fault injection makes every GEMM round dearer: on a loaded machine a 10 s
+                # budget with the fault on may not hold the smallest plan; 20 s leaves
+                # room. The real node's row is not the demo's longest.
                 real_node_policy_body(
                     cfg.real_policy, max(20, cfg.settings.budget_seconds), cfg.settings.checks
                 ),

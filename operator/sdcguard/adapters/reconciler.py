@@ -631,8 +631,7 @@ class Reconciler:
             node_name = decision.node
             if count % 256 == 255:
                 # Most decisions of a full pass change nothing and write nothing; a
-                # probe's end must not wait for thousands of them (0.4 s of CPU at
-                # 20,000 nodes, seconds of wall time on a busy machine).
+                # probe's end must not wait for thousands of them.
                 self._serve_urgent()
             if self._skip(node_name):
                 continue  # urgent work decided it from fresher facts: its memory stands

@@ -91,8 +91,8 @@ class UrgentQueue:
 
         A node whose probe failed is decided first, in a pass of its own: probe ends
         decided together write every node's test status before any node patch, so a
-        quarantine waited behind the other nodes' writes (measured under load: the
-        writes before its patch took 0.23 s at p50, several times the patch)."""
+        quarantine would wait behind the other nodes' writes, several times as long as
+        its own patch under load."""
         if self.depth:
             return
         merged: dict[str, UrgentWork] = {}

@@ -212,9 +212,9 @@ class WorkloadBook:
         at once; returns the writes made.
 
         In parallel because each write waits for the API server: one at a time, a node's
-        create and status patch take two round trips, so 5,000 nodes given their first
-        training Pods at once took over five minutes to record on a loaded API server
-        (about 30 writes a second). A node's own writes stay in order (one worker
+        create and status patch take two round trips, so thousands of nodes given their
+        first training Pods at once would take minutes to record on a loaded API server.
+        A node's own writes stay in order (one worker
         writes all of a node's), and a failing node is marked for the next period."""
         if self.off is not None:
             return 0

@@ -31,9 +31,9 @@ the operator keeps the samples and ``trippedAt`` in the policy status (:func:`pr
 keeps what the state needs), so a restart reconstructs the same state;
 :func:`advance` does the whole step from one status to the next. :class:`Sweep` gives
 the same answers while screenings finish one by one, sweeping only the new samples: a
-fleet's window holds every node screened in the last hour (20,000 at 20,000 nodes), and
-sweeping all of them again at each probe's end cost 0.1 s of CPU before the node's
-release or quarantine could be written.
+fleet's window holds every node screened in the last hour (up to the whole fleet), and
+sweeping all of them again at each probe's end would delay the node's release or
+quarantine.
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ def iter_decisions(
     its decision does nothing and carries ``illegal``.
 
     ``between`` is called every 256 nodes while the pools are counted, before the first
-    decision (the caller's chance to serve urgent work there too: at 20,000 nodes the
-    count is some 0.1 s of CPU).
+    decision (the caller's chance to serve urgent work there too: on a large fleet the
+    count is long enough to matter).
     """
     ordered = sorted(observations, key=priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})

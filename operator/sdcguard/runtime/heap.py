@@ -1,13 +1,12 @@
 """The operator's heap and Python's cyclic garbage collector.
 
-The fleet copy is long-lived: at 20,000 nodes and 200,000 Pods some hundreds of
-thousands of tracked objects that change slowly (a Pod entry is replaced when its Pod
-changes, a node snapshot when its node does). Every full pass allocates enough
+The fleet copy is long-lived: on a large fleet, hundreds of thousands of tracked
+objects that change slowly (a Pod entry is replaced when its Pod changes, a node
+snapshot when its node does). Every full pass allocates enough
 survivors to start a full (generation 2) collection, and a full collection scans the
 whole heap with the GIL held: every thread stops, the one that serves probe ends
-included. In-process that is 0.26 s of full collections per full pass at 20,000 nodes
-(``bench.scale.passcost``), more in the operator, whose heap also holds Kopf, the
-API client and the probe Jobs and Pods, on a machine the API server keeps busy.
+included, once per full pass or more (``bench.scale.passcost`` measures it; the
+operator's heap also holds Kopf, the API client and the probe Jobs and Pods).
 
 After each full pass the live objects are frozen (``gc.freeze``): moved to the
 permanent generation, which collections skip. Reference counting still frees every
@@ -15,8 +14,8 @@ frozen object whose last reference goes (a replaced Pod entry), so only cyclic g
 that was alive-looking at a freeze escapes. To bound that, the heap is unfrozen,
 collected once and frozen again when the frozen set has doubled since the last full
 collection, or grown by a quarter and the last one is an hour old. A full collection of
-the 20,000-node operator's 1.2 million objects took 1.0 s, and with a bound of a quarter
-alone the fleet's qualification (growth that is not garbage) paid for four of them.
+a large operator's heap is a long pause, so growth alone (a fleet's qualification grows
+the heap without making garbage) must not trigger one at every quarter.
 
 Before any thread starts, glibc's malloc is held to two arenas
 (:func:`fewer_malloc_arenas`, called first by ``python -m sdcguard``).

@@ -22,7 +22,7 @@ The election is the Kubernetes client's ``leaderelection`` with its ``LeaseLock`
   scale benchmark's start-up faults) and a loaded API server leaves room for three
   tries in the deadline, a renewal fails about once in twenty (a try, a read and a
   replace, fails 36% of the time; three in a row 5%). A leader starting behind such
-  faults lost its Lease in two runs of three; with the retries a leader holds it
+  faults could lose its Lease; with the retries a leader holds it
   through 40% of requests failing (``tests/cluster/test_leader_faults.py``).
 - **Fence.** :meth:`LeaderElector.leading` is true only while the last successful
   renewal is younger than ``renew_deadline`` (monotonic clock); the operator's writer

@@ -13,18 +13,18 @@ with the fleet (and its history), so they come through a :class:`Mirror` instead
   every object as an ``ADDED`` event, then a bookmark that marks their end, and watches
   on from there in the same request. Memory peaks at one event, and there is no gap
   between list and watch: a paged list's resourceVersion is as old as its first page,
-  and a list of 200,000 Pods that took minutes on a busy API server ended with a
-  watch answered 410 (the version had left the watch cache), so a standby relisted
-  its Pods again and again. The objects replace the copy at the bookmark; a stream
-  that ends before it keeps nothing and starts over. A server that refuses streaming
+  and a list that takes minutes on a busy API server can end with a watch answered
+  410 (the version has left the watch cache), so a standby would relist again and
+  again. The objects replace the copy at the bookmark; a stream that ends before it
+  keeps nothing and starts over. A server that refuses streaming
   lists (400, 422) gets paged lists from then on.
 - **Paginated list** otherwise: ``limit``/``continue`` in pages of ``page_size``
-  (1,000 objects: against 500, 10% less time for a list of 40,000 Pods, from fewer
-  round trips): the peak memory of a list is one page's raw JSON plus the slim
-  snapshots kept so far. A continue token that expired (410) restarts the list from
-  the beginning. The garbage collector is paused while a page is parsed and slimmed
-  (:func:`_gc_paused`). Pages and events are parsed with orjson: at 20,000 nodes the
-  Pods' list is most of a start, and most of the operator's part of it is parsing.
+  (1,000 objects: fewer round trips than 500 for a large list): the peak memory of a
+  list is one page's raw JSON plus the slim snapshots kept so far. A continue token
+  that expired (410) restarts the list from the beginning. The garbage collector is
+  paused while a page is parsed and slimmed (:func:`_gc_paused`). Pages and events are
+  parsed with orjson: on a large fleet the Pods' list is most of a start, and most of
+  the operator's part of it is parsing.
 - **Then one watch** from the list's resourceVersion (a paged list's; a streaming list
   watches on already), with bookmarks, so a quiet kind still moves its
   resourceVersion forward. When the server ends a watch (its timeout,
@@ -36,9 +36,8 @@ with the fleet (and its history), so they come through a :class:`Mirror` instead
   ``Retry`` on the mirror's own API client), and any other failure is retried after a
   growing pause (0.5 s doubling to 30 s). A request cut after it delivered something
   (a page, an object of a stream, a watch event) was being served, so its retry starts
-  again from the first pause: a list cut five times in a row under the restart
-  benchmark's faults waited 15.5 s in pauses alone when every cut doubled it. The
-  mirror never gives up; its counters say what happened.
+  again from the first pause: a list cut again and again would otherwise wait longer
+  in pauses than in serving. The mirror never gives up; its counters say what happened.
 - **Complete or nothing.** :attr:`Mirror.synced` is set once the first list is
   complete; nothing that reads a kind is decided before its copy is (the inventory
   says which decisions read which kinds), so a node missing from a partial copy is
@@ -140,11 +139,11 @@ def _gc_paused() -> Iterator[None]:
 
     A page of 1,000 Pods is some 150,000 small objects alive at once; they survive the
     young collections and make the collector scan the whole heap (the fleet copy) again
-    and again: 2.0-2.2x the CPU of the list from 1,000 to 20,000 nodes
-    (``bench.scale.inventory`` measures it with and without the pause). JSON holds no
-    reference cycles, so reference counting frees the page when it is dropped. Nested
-    and concurrent pauses (one per mirror thread) count:
-    the collector runs again when the last one ends, if it ran before the first.
+    and again, which multiplies the list's CPU (``bench.scale.inventory`` measures it
+    with and without the pause). JSON holds no reference cycles, so reference counting
+    frees the page when it is dropped. Nested and concurrent pauses (one per mirror
+    thread) count: the collector runs again when the last one ends, if it ran before
+    the first.
     """
     global _gc_pauses, _gc_was_enabled
     with _gc_lock:

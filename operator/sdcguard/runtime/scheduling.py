@@ -241,8 +241,8 @@ class PassScheduler:
                     )
                     if self.heap is not None:
                         # What the pass left alive is the fleet copy and the policy's
-                        # memory: no collection scans it again (full collections stopped
-                        # every thread for 0.26 s a pass in-process at 20,000 nodes).
+                        # memory: no collection scans it again (a full collection over a
+                        # large fleet copy stops every thread, probe ends included).
                         self.heap.settle()
                 next_look = time.monotonic() + wake_in
         finally:
@@ -262,13 +262,11 @@ class PassScheduler:
         """
         loop = asyncio.get_running_loop()
         # The pass's copy of the fleet is made in a thread of its own, not the pass's: it
-        # costs O(fleet) (2.3 s at 10,000 nodes and 100,000 Pods, 2.7 s at 20,000 and
-        # 200,000), and made in the event loop or before the pass in the pass's thread,
-        # it held back every probe's end that arrived meanwhile (at 20,000 nodes a
-        # release waited up to 2.3 s behind it). Those are served now in the pass's
-        # thread while the copy is made, and the pass leaves the nodes they decided to
-        # them (``since``). What the event loop changes (Kopf's indexes: a few policies
-        # and baselines) is copied here, in the loop.
+        # costs O(fleet), and made in the event loop or before the pass in the pass's
+        # thread, it would hold back every probe's end that arrived meanwhile. Those are
+        # served in the pass's thread while the copy is made, and the pass leaves the
+        # nodes they decided to them (``since``). What the event loop changes (Kopf's
+        # indexes: a few policies and baselines) is copied here, in the loop.
         copies = passes.copy_indexes()
         mark = passes.mark()
         copying = loop.run_in_executor(self.view_executor, passes.view, copies)
@@ -351,8 +349,8 @@ class PassScheduler:
 
     def full_pass_interval(self, policy: str, took: float) -> float:
         """Seconds from the end of a full pass to the next one: ``resyncSeconds``, or
-        longer on a fleet whose full pass is dear (20,000 nodes: about 2 s of CPU, more
-        under load), so probe ends, joins and changed nodes keep the operator's time.
+        longer on a fleet whose full pass is dear (a large fleet, or a loaded machine),
+        so probe ends, joins and changed nodes keep the operator's time.
         Time-driven work (idle windows, expiry, back-off) asks for its own look and does
         not wait for it."""
         resync = self.resync_seconds
