@@ -240,17 +240,16 @@ def plan_config(
     # Seconds left for work after starting workers and importing torch.
     work = max(budget - (3.0 if backend == "cpu" else 20.0), 2.0)
     if backend == "cpu":
-        # Measured on one core per worker (bench/probe): fp32, bf16 and fp64
-        # GEMMs reach their large-GEMM throughput from 256 (0.86-1.0 of the best of
-        # 128-1024); CPU fp16 has no fast kernel and is fastest small (its
-        # throughput falls with size). A round of 256 costs an eighth of one of 512
-        # at the same throughput: more, shorter rounds in the same time.
+        # On one core per worker, fp32, bf16 and fp64 GEMMs of 512 run at their
+        # large-GEMM throughput and fill most of a round (gemm_busy, peak ratio:
+        # bench/results/probe.md); CPU fp16 has no fast kernel and is fastest small
+        # (its throughput falls with size).
         sizes = {"float32": 512, "bfloat16": 512, "float16": 128, "float64": 512}
         repeats = 12
         elements = 1 << 20  # 4 MiB messages: gloo on loopback is near its best from here
     elif backend == "cuda":
-        # Tensor-core dtypes reach their peak only from 8192 (0.62-0.68 of it at 4096 on
-        # an H200, bench/results/cuda.md); fp32 and fp64 at 4096 (0.96-0.97 for fp32).
+        # Tensor-core dtypes reach their peak only from 8192, fp32 and fp64 already at
+        # 4096 (bench/results/cuda.md).
         sizes = {"float32": 4096, "bfloat16": 8192, "float16": 8192, "float64": 4096}
         repeats = 8
         elements = 1 << 26  # 256 MiB messages: NVLink / ICI bus bandwidth saturates
@@ -423,8 +422,8 @@ def _plan_memory(
 ) -> MemoryConfig:
     on_host = backend == "cpu" or (backend == "xla" and xla_on_host())
     if on_host:
-        # One round (one pattern over 64 MiB) is ~0.1 s on one core; the dwell
-        # is per round, and every pattern comes back many times in a long plan.
+        # Host RAM stands in for a device here: a small buffer keeps a round short.
+        # The dwell is per round, and every pattern comes back many times in a long plan.
         return MemoryConfig(
             mib=mib if mib is not None else 64,
             fraction=fraction if fraction is not None else 0.8,
