@@ -5,7 +5,7 @@ SHELL := /bin/bash
 
 PYTHON3 ?= python3
 CACHE ?= $(or $(SDCGUARD_CACHE),$(HOME)/.cache/sdcguard)
-# The venv (torch and torch-xla make it ~7 GB) lives outside the checkout, keyed by
+# The venv (torch and torch-xla make it several GB) lives outside the checkout, keyed by
 # the three distributions' requirements and the dev group (tests/venv_requirements.py),
 # so every clone on a machine shares it.
 DEPS_KEY := $(shell $(PYTHON3) tests/venv_requirements.py --key)
@@ -123,8 +123,8 @@ bench-detection: venv
 	$(PY) -m bench.detection.run --mode $(or $(MODE),quick)
 
 # SCALE_SIZES: the end-to-end run's fleet sizes. 10,000 and 20,000 nodes (100,000 and
-# 200,000 Pods) take hours on 2 cores and need 9 and 17 GB free; they are refused
-# when the memory is not there: make bench-scale SCALE_SIZES=10000,20000
+# 200,000 Pods) take hours and many GB of memory (bench/results/scale.md); they are
+# refused when the memory is not there: make bench-scale SCALE_SIZES=10000,20000
 SCALE_SIZES ?= 100,1000,5000
 bench-scale: venv binaries
 	$(PY) -m bench.scale.run --sizes $(SCALE_SIZES)

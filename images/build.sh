@@ -17,7 +17,7 @@
 # builds each content once; `ctr images import` takes the archive. Python
 # packages come from a wheelhouse in the cache (pip download once, keyed by
 # the pinned versions) and are installed in the build with --no-index, so the
-# 4 GB of torch wheels are downloaded once per machine, not once per build.
+# several GB of torch wheels are downloaded once per machine, not once per build.
 # Prints one line per image on stdout: NAME REFERENCE ARCHIVE.
 #
 # Why buildah: it builds Dockerfiles without a daemon, runs as a plain command
@@ -135,7 +135,7 @@ build() {
     || { rm -rf "$ctx"; die "buildah bud of $name failed (see above)"; }
   rm -rf "$ctx"
   say "$name: built in $((SECONDS - t0))s; saving the OCI archive"
-  # Uncompressed layers: gzip of a torch layer costs minutes on 2 cores, and
+  # Uncompressed layers: gzip of a torch layer is slow, and
   # the archive is imported on this machine only (push to a registry compresses).
   "${BUILDAH[@]}" push --quiet --disable-compression "$ref" "oci-archive:$archive.tmp:$ref" >&2
   mv "$archive.tmp" "$archive"
