@@ -16,9 +16,9 @@ section of the results). Phases:
 ``make bench-detection`` also runs ``bench/detection/screenings.py`` (intermittent and
 data-dependent faults in every check over repeated screenings; ``--part`` picks one).
 
-``quick`` (the default of ``make bench-detection``) takes a few minutes on two
-cores; ``full`` (at least 73 trials per profile, 3,000 healthy runs) about an hour
-with ``--jobs 2``. Results: ``bench/results/detection.{json,md,png}``.
+``quick`` (the default of ``make bench-detection``) takes minutes; ``full`` (at
+least 73 trials per profile, 3,000 healthy runs) takes far longer (``--jobs`` spreads
+it over cores). Results: ``bench/results/detection.{json,md,png}``.
 """
 
 from __future__ import annotations

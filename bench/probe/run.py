@@ -206,8 +206,8 @@ def _ratios(text: Any) -> dict[str, float]:
 def stress_targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 38's targets: the stress ratios and host traffic on the CPU run at the
     default budget (60 s); start-up on the faster of the 60 s and 120 s runs (both
-    start warm, after the sweep); the catch target on the 120 s run (at 60 s two shared
-    cores under other work fall short, and the plan says so before it runs)."""
+    start warm, after the sweep); the catch target on the 120 s run (at 60 s a shared,
+    loaded CPU can fall short, and the plan says so before it runs)."""
     plain = [r for r in runs if r["device"] == "cpu" and not r["slowdown"] and r["plan"]]
     default = [r for r in plain if r["budget_s"] == 60.0]
     if not default:

@@ -1,8 +1,8 @@
 """The benchmark's side of the cluster: nodes, a fast fake kubelet, and watchers.
 
 Everything here talks raw JSON to the API server (``_preload_content=False``):
-at 5,000 nodes, deserializing into the client's models would cost the benchmark
-process more CPU than the operator it measures, on the same cores.
+on thousands of nodes, deserializing into the client's models would cost the
+benchmark process more CPU than the operator it measures, on the same cores.
 
 - :func:`register_nodes` creates Ready GPU nodes (``nvidia.com/gpu: 8``) with the
   gate taint, as kubelet ``--register-with-taints`` would; nothing heartbeats them
@@ -492,7 +492,7 @@ def _running_status(image: str = "bench/worker:1") -> dict[str, Any]:
 class RawPods:
     """Pod create / status / delete as pre-encoded JSON over one urllib3 pool: the
     client library's models and request building cost the benchmark more CPU per Pod
-    than the API server spends, on the same two cores."""
+    than the API server spends, on the same cores."""
 
     def __init__(self, api: client.ApiClient, connections: int) -> None:
         import urllib3

@@ -154,8 +154,8 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     # The smallest rank whose share of the values reaches q: ceil(q * n / 100). (Rounding
-    # q * n / 100 + 0.5 instead rounds halves to even, which took the slowest of 100
-    # values for the p99 instead of the 99th.)
+    # q * n / 100 + 0.5 instead rounds halves to even, which would take the slowest of
+    # 100 values for the p99 instead of the 99th.)
     rank = max(1, min(len(ordered), math.ceil(q * len(ordered) / 100 - 1e-9)))
     return ordered[rank - 1]
 
@@ -300,7 +300,7 @@ class Sampler(threading.Thread):
 
 
 # Quarantine latency samples per size while the fleet qualifies. By nearest rank the
-# p99 of n samples is the slowest for n < 100 (25 made it one outlier's value); of 100
+# p99 of n samples is the slowest for n < 100 (one outlier's value); of 100
 # it is the second slowest, of 200 the third. 100 SDC nodes are 2% of 5,000 and 10% of
 # 1,000, far under the breaker's half.
 SDC_SAMPLES = 100
@@ -1079,8 +1079,8 @@ def earlier_runs(path: Path, sizes: set[int]) -> list[dict[str, Any]]:
 
 
 def qualify_seconds(nodes: int) -> float:
-    """How long a size may take to qualify: about 400 nodes a minute were screened at
-    5,000 nodes on 2 cores (0.15 s a node), given more than twice that."""
+    """How long a size may take to qualify: more than twice the time a node took to
+    screen in the scale runs (bench/results/scale.md), so a slower machine is not cut off."""
     return max(1500.0, 0.35 * nodes)
 
 
@@ -1135,7 +1135,7 @@ def evaluate_targets(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ):
         p99 = big[key]["p99"]
         # The yardstick is the raw patch measured during the same phase, under the same
-        # load (runs before it had only the quiet one, which is kept beside it).
+        # load (older results have only the quiet one, which is kept beside it).
         same = (big.get(f"raw_node_patch_{phase}_s") or {}).get("p99")
         yardstick = same or raw
         ratio = round(p99 / yardstick, 1) if p99 is not None and yardstick else None
@@ -1192,7 +1192,7 @@ def _restart_targets(big: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     restart, standby = big.get("restart"), big.get("standby")
     if restart:
-        # Over several restarts, the slowest (runs before 2026-12-04 had one restart).
+        # Over several restarts, the slowest (older results record one restart).
         first = restart.get(
             "first_quarantine_after_restart_s_max",
             restart.get("first_quarantine_after_restart_s"),

@@ -270,9 +270,9 @@ def _worker(rank: int, world: int, port: int, trials_json: str, out_dir: str, th
         dist.barrier()  # every rank done with its collectives before any tears down
     finally:
         dist.destroy_process_group()
-    # A clean exit skips the interpreter's teardown: in one of five clean-clone test runs
-    # rank 0 aborted there ("terminate called without an active exception": a C++ thread
-    # still joinable as the process ended) after every rank had written its results.
+    # A clean exit skips the interpreter's teardown, where a rank can abort ("terminate
+    # called without an active exception": a C++ thread still joinable as the process
+    # ends) after every rank has written its results.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -11,7 +11,7 @@
 
 Writes bench/results/training.{json,md,png}. CPU only: no accelerator was used.
 ``--steps``, ``--seeds``, ``--overhead-steps`` and ``--reps`` size it (the defaults
-take about three minutes on two shared cores).
+take minutes on a CPU).
 """
 
 from __future__ import annotations
