@@ -23,6 +23,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from sdcguard.api import (
+    BaselineMode,
     RepairStrategy,
     Resolution,
     ScreeningReason,
@@ -32,6 +33,7 @@ from sdcguard.api import (
     parse_duration,
 )
 from sdcguard.domain import keys
+from sdcguard.domain.baselines import unreachable_quorum
 from sdcguard.domain.believed import believed_state
 from sdcguard.domain.budgets import can_reserve
 from sdcguard.domain.devicetaints import judge_devices
@@ -203,6 +205,24 @@ class Reader:
                 return found
         return Reading(None, f"{self.state}: nothing to do", requeue=REQUEUE_MAX)
 
+    def _awaiting_baseline(self, test_name: str) -> str:
+        """Why the test waits for a baseline, and, where its pool is smaller than the
+        quorum (a consensus that can never form), the command that ends the wait."""
+        quorum = self.policy.baseline.quorum
+        text = (
+            f"test {test_name} waits for a baseline: its digests are recorded, and "
+            f"{quorum} nodes must agree"
+        )
+        pool_nodes = self.obs.usage.nodes
+        if self.policy.baseline.mode == BaselineMode.CONSENSUS and unreachable_quorum(
+            pool_nodes, quorum
+        ):
+            text += (
+                f"; its pool has only {pool_nodes} node{'s' if pool_nodes != 1 else ''}, "
+                f"so approve its digests: kubectl sdc baselines approve --node {self.node.name}"
+            )
+        return text
+
     def _exclusion(self) -> Reading | None:
         if self.node.excluded:
             if self.state == S.EXCLUDED:
@@ -242,11 +262,7 @@ class Reader:
             return self._inconclusive(f"SDCTest {current} is gone")
         if not test.finished:
             if test.awaiting_baseline:
-                wait = Wait(
-                    W.AWAITING_BASELINE,
-                    f"test {test.name} waits for a baseline: its digests are recorded, and "
-                    f"{self.policy.baseline.quorum} nodes must agree",
-                )
+                wait = Wait(W.AWAITING_BASELINE, self._awaiting_baseline(test.name))
                 return Reading.waiting(wait, REQUEUE_TEST_RUNNING, test.name)
             if self.obs.probe_unschedulable:
                 wait = Wait(
