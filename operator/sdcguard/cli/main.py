@@ -198,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="workloads that used a node since its last passing screening (a ticket's window)",
     )
     blast.add_argument("name", metavar="NODE|TICKET")
+    cleanup = sub.add_parser(
+        "cleanup",
+        parents=[common],
+        help="before helm uninstall (operator stopped): release every node sdcguard holds, "
+        "except those quarantined for their hardware, and cancel tests in flight",
+    )
+    cleanup.add_argument("--yes", action="store_true", help="go on without asking")
+    cleanup.add_argument(
+        "-l",
+        "--selector",
+        default=None,
+        help="only nodes with these labels (kubectl's label selector) and their tests",
+    )
     shell = sub.add_parser(
         "completion",
         help="print the shell completion script (source <(kubectl-sdc completion bash))",
@@ -254,6 +267,12 @@ def run(args: argparse.Namespace, confirm: Confirm | None = None) -> Result:
         )
     if args.command == "baselines":
         return commands.baselines(conn)
+    if args.command == "cleanup":
+        from sdcguard.cli.cleanup import cleanup
+
+        return cleanup(
+            conn, confirm or (lambda _lines: True), dt.datetime.now(dt.UTC), args.selector
+        )
     if args.command == "hardware":
         return commands.hardware(conn, args.id)
     if args.command == "blast-radius":
@@ -272,8 +291,8 @@ def _ask(err: TextIO, stdin: TextIO | None) -> Confirm:
         for line in lines:
             err.write(line + "\n")
         if stdin is None and not source.isatty():
-            raise CliError("not approved: no terminal to ask on; add --yes to approve")
-        err.write("approve? [y/N] ")
+            raise CliError("nothing was changed: no terminal to ask on; add --yes to go on")
+        err.write("go on? [y/N] ")
         err.flush()
         answer = source.readline().strip().lower()
         return answer in ("y", "yes")
