@@ -16,7 +16,15 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sdcguard.api import PLURAL_TESTS, SDCTest, SDCTestPhase, SDCTestStatus, set_condition
+from sdcguard.api import (
+    GROUP,
+    PLURAL_TESTS,
+    VERSION,
+    SDCTest,
+    SDCTestPhase,
+    SDCTestStatus,
+    set_condition,
+)
 from sdcguard.builders.probe_job import TEST_LABEL, label_value
 from sdcguard.cli.kube import CliError, Connection, call, list_typed
 from sdcguard.cli.output import Result, Table
@@ -71,8 +79,8 @@ def _cancel(conn: Connection, test: SDCTest, now: dt.datetime) -> int:
     call(
         conn,
         conn.custom.patch_cluster_custom_object_status,
-        "sdcguard.dev",
-        "v1alpha1",
+        GROUP,
+        VERSION,
         PLURAL_TESTS,
         name,
         patch,
