@@ -27,6 +27,20 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         """Ignored: the stream is always the current ``sys.stderr``."""
 
 
+class HealthChecksAtDebug(logging.Filter):
+    """aiohttp's access log, whose only server here is Kopf's liveness endpoint, writes
+    every ``/healthz`` probe (one every few seconds) at INFO, burying what the operator
+    did. Its records become DEBUG records: shown only when the log level is debug."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and record.levelno < logging.WARNING:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(record.levelno)
+
+
+ACCESS_LOGGER = "aiohttp.access"
+
+
 def configure_logging(fmt: str = "json", level: str = "info") -> None:
     """Route structlog (and stdlib logging, e.g. kopf's) to one stream and format."""
     renderer: structlog.types.Processor = (
@@ -68,3 +82,6 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
     logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.filters[:] = [f for f in access.filters if not isinstance(f, HealthChecksAtDebug)]
+    access.addFilter(HealthChecksAtDebug())

@@ -336,6 +336,9 @@ def test_probe_priority_class_never_preempts(docs: list[dict[str, Any]]) -> None
     assert pc["preemptionPolicy"] == "Never" and pc["globalDefault"] is False
 
 
+OWN_TAINTS = ("quarantined", "testing", "unqualified")  # sdcguard's own, always tolerated
+
+
 def test_image_digest_and_extra_env_and_tolerations_maps() -> None:
     docs = render(
         {
@@ -365,6 +368,7 @@ def test_image_digest_and_extra_env_and_tolerations_maps() -> None:
     assert pod["tolerations"] == [
         {"key": "CriticalAddonsOnly", "operator": "Exists"},
         {"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "infra"},
+        *({"key": f"sdcguard.dev/{k}", "operator": "Exists"} for k in OWN_TAINTS),
     ]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
 

@@ -247,3 +247,27 @@ def test_node_counts_carry_their_total() -> None:
     counts = NodeCounts.model_validate({"qualified": 3, "testing": 1, "total": 99})
     assert counts.total == 4
     assert NodeCounts().total == 0
+
+
+def test_the_budget_deadline_messages_name_the_values_and_the_default() -> None:
+    """A person refused for a budget past the Job's deadline reads both numbers, and
+    whether the deadline is the default they never set."""
+    from sdcguard.api import SDCPolicySpec
+
+    with pytest.raises(ValueError) as refused:
+        SDCPolicySpec.model_validate({"suites": {"budgetSeconds": {"acceptance": 2400}}})
+    text = str(refused.value)
+    assert "at most spec.probe.activeDeadlineSeconds, here 1800 s (the default)" in text
+    assert "acceptance 2400 s" in text
+    with pytest.raises(ValueError) as refused:
+        SDCPolicySpec.model_validate(
+            {
+                "probe": {"budgetSeconds": 300, "activeDeadlineSeconds": 600},
+                "suites": {"budgetSeconds": {"repairVerification": 900}},
+            }
+        )
+    assert "here 600 s;" in str(refused.value) and "repairVerification 900 s" in str(refused.value)
+    with pytest.raises(ValueError, match=r"120 s must be at least budgetSeconds \(300 s\)"):
+        SDCPolicySpec.model_validate(
+            {"probe": {"budgetSeconds": 300, "activeDeadlineSeconds": 120}}
+        )

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from sdcguard.api import Finding, Resolution, ScreeningReason, Suite, TicketPhase, Verdict
+from sdcguard.api import (
+    Finding,
+    Resolution,
+    ScreeningReason,
+    SDCTestPhase,
+    Suite,
+    TicketPhase,
+    Verdict,
+)
 from sdcguard.domain import keys
 from sdcguard.domain.binding import Binder, Bound
 from sdcguard.domain.devicetaints import NodeDevices, SliceDevice, TicketMember
@@ -101,6 +109,9 @@ def _test(source: NodeState, event: Event) -> TestFacts | None:
         )
     if event in (E.TEST_INCONCLUSIVE, E.ACCEPTANCE_INCONCLUSIVE):
         return sdctest("t1", verdict=Verdict.INCONCLUSIVE)
+    if event in (E.TEST_CANCELLED, E.ACCEPTANCE_CANCELLED):
+        ended = sdctest("t1", phase=SDCTestPhase.CANCELLED)
+        return dataclasses.replace(ended, end_reason="NodeLeftPolicy")
     if event == E.TEST_STARTED:
         return sdctest("m1", reason=ScreeningReason.MANUAL)
     if source in (S.TESTING, S.SUSPECT, S.VERIFYING):
@@ -303,6 +314,14 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "Unqualified | - | - | inconclusive= owned-taints- retry-after= state-since= test- | "
         "- | Inconclusive | -"
     ),
+    (
+        S.TESTING,
+        E.TEST_CANCELLED,
+    ): "Qualified | - | - | owned-taints- state-since= test- | - | TestCancelled | -",
+    (
+        S.TESTING,
+        E.ACCEPTANCE_CANCELLED,
+    ): "Unqualified | - | - | owned-taints- state-since= test- | - | TestCancelled | -",
     (S.TESTING, E.OPTED_OUT): (
         "Excluded | - | - | owned-taints- state-since= test- | CancelTest | Excluded | -"
     ),

@@ -127,6 +127,8 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.TESTING, E.QUARANTINE_HELD): (S.SUSPECT, KEEP_SUSPECT | {"HoldQuarantine"}),
     (S.TESTING, E.TEST_INCONCLUSIVE): (S.QUALIFIED, BACK_OFF | {"-testing"}),
     (S.TESTING, E.ACCEPTANCE_INCONCLUSIVE): (S.UNQUALIFIED, BACK_OFF | {"-testing"}),
+    (S.TESTING, E.TEST_CANCELLED): (S.QUALIFIED, {"ForgetTest", "-testing"}),
+    (S.TESTING, E.ACCEPTANCE_CANCELLED): (S.UNQUALIFIED, {"ForgetTest", "-testing"}),
     (S.QUALIFIED, E.IDLE_DUE): (S.TESTING, {"+testing", "Test:requalification/ReturnFromUse"}),
     (S.QUALIFIED, E.EXPIRY_DUE): (S.TESTING, {"+testing", "Test:requalification/Expiry"}),
     (S.QUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+testing"}),

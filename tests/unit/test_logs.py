@@ -56,3 +56,20 @@ def test_a_record_goes_to_the_stderr_of_its_moment_not_to_a_closed_one(
     assert len(lines) == 2
     assert '"event": "from a thread"' in lines[0] and '"n": 2' in lines[0]
     assert "stdlib too" in lines[1]
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", False), ("debug", True)])
+def test_health_checks_are_logged_at_debug(
+    root_logging: None, monkeypatch: pytest.MonkeyPatch, level: str, shown: bool
+) -> None:
+    """Kopf's liveness endpoint answers through aiohttp, whose access log writes each
+    probe at INFO; they are debug lines, shown only at level debug."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    configure_logging("json", level)
+    logging.getLogger("aiohttp.access").info('127.0.0.1 "GET /healthz HTTP/1.1" 200 2')
+    structlog.get_logger("t").info("reconciled")
+    assert ("/healthz" in out.getvalue()) is shown
+    assert '"event": "reconciled"' in out.getvalue()
+    if shown:
+        assert '"level": "debug"' in out.getvalue()

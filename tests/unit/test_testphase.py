@@ -14,10 +14,13 @@ from sdcguard.domain.testphase import (
     DeleteJob,
     IllegalTestTransition,
     MarkAwaitingBaseline,
+    PolicyChange,
     TestEvent,
     WriteStatus,
+    ended_by_policy_change,
     phase_event,
     phase_transition,
+    policy_change_ending,
     verdict_phase,
 )
 
@@ -36,6 +39,7 @@ EXPECTED: dict[tuple[SDCTestPhase, TestEvent], tuple[SDCTestPhase, tuple[object,
     (P.RUNNING, E.NO_EVIDENCE): (P.INCONCLUSIVE, (WriteStatus(), DeleteJob())),
     **{(p, E.NODE_GONE): (P.INCONCLUSIVE, (WriteStatus(), DeleteJob())) for p in UNFINISHED},
     **{(p, E.CANCELLED): (P.CANCELLED, (WriteStatus(), DeleteJob())) for p in UNFINISHED},
+    **{(p, E.POLICY_CHANGED): (P.CANCELLED, (WriteStatus(), DeleteJob())) for p in UNFINISHED},
 }
 
 
@@ -96,6 +100,36 @@ def test_the_event_follows_the_observations() -> None:
     awaiting = event(P.RUNNING, verdict=Verdict.INCONCLUSIVE, awaiting_baseline=True)
     assert awaiting == E.AWAITING_BASELINE
     assert event(P.RUNNING, verdict=Verdict.SDC) == E.SDC_FOUND
+    assert event(P.RUNNING, owned=False, verdict=Verdict.PASS) == E.POLICY_CHANGED
+    assert event(P.PENDING, owned=False, reserved=False) == E.POLICY_CHANGED
+    assert event(P.RUNNING, owned=False, node_exists=False) == E.NODE_GONE
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason", "by_policy_change"),
+    [
+        (P.CANCELLED, "NodeLeftPolicy", True),
+        (P.CANCELLED, "PolicyDeleted", True),
+        (P.INCONCLUSIVE, "NodeLeftPolicy", True),  # as an operator before this rule wrote it
+        (P.CANCELLED, "Cancelled", False),  # a person's decision: their row decides
+        (P.INCONCLUSIVE, "NodeGone", False),
+        (P.INCONCLUSIVE, "CheckMissing", False),
+        (P.PASSED, "NodeLeftPolicy", False),
+    ],
+)
+def test_which_endings_are_a_policy_change(
+    phase: SDCTestPhase, reason: str, by_policy_change: bool
+) -> None:
+    assert ended_by_policy_change(phase, reason) is by_policy_change
+
+
+@pytest.mark.parametrize("change", list(PolicyChange))
+def test_a_policy_change_ending_names_the_node_the_policy_and_no_result(
+    change: PolicyChange,
+) -> None:
+    reason, message = policy_change_ending("gpu-1", "h100", change)
+    assert reason == change.value and ended_by_policy_change(P.CANCELLED, reason)
+    assert "gpu-1" in message and "h100" in message and "no result" in message
 
 
 def test_a_test_that_ends_without_its_own_verdict_takes_its_job_with_it() -> None:

@@ -602,8 +602,17 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(
                 ["kubectl", "get", "nodes", "-o", "wide"], env=cluster.env(), check=False
             )
-        log(f"export KUBECONFIG={cluster.kubeconfig}; PATH={':'.join(cluster.bin_dirs)}:$PATH")
-        log("stop with: python -m sdcdev.cluster.localcluster down")
+        # kubectl sdc: the checkout's launcher, run by this (the venv's) Python.
+        plugin = [*cluster.bin_dirs, str(REPO / "charts/krew")]
+        log(
+            f"export KUBECONFIG={cluster.kubeconfig} PATH={':'.join(plugin)}:$PATH "
+            f"SDCGUARD_PYTHON={sys.executable}"
+        )
+        if cluster.node is not None:
+            from sdcdev.cluster.operator_pod import install_command
+
+            log(f"install the operator: {install_command(cluster)}")
+        log("stop with: make cluster-down")
         return 0
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)

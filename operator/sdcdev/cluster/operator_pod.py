@@ -31,6 +31,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from sdcdev.cluster.helm import CHART, run_helm
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.cluster.realnode import ClusterError
@@ -90,6 +92,19 @@ def local_values(cluster: LocalCluster) -> dict[str, Any]:
             "sdcguard.dev/testing": {"operator": "Exists"},
         },
     }
+
+
+def install_command(cluster: LocalCluster, release: str = "sdcguard") -> str:
+    """The exact ``helm install`` of the chart for ``cluster``'s real node: writes the
+    values (image tags, API server port, free host ports) beside its kubeconfig and
+    returns the command that reads them, so a person installs with one line."""
+    assert cluster.state_dir is not None
+    path = cluster.state_dir / "sdcguard-values.yaml"
+    path.write_text(yaml.safe_dump(local_values(cluster), sort_keys=True))
+    return (
+        f"helm install {release} {CHART} -n sdcguard-system --create-namespace "
+        f"--set policy.mode=Observe -f {path}"
+    )
 
 
 def install_operator(

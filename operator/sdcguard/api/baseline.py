@@ -126,6 +126,11 @@ class SDCBaselineSpec(ApiModel):
     """Nodes whose results established the digests (for Recorded: the reference nodes)."""
     trusted: bool = False
     """Only a trusted baseline turns a digest difference into an SDC verdict."""
+    approved_by: ShortField | None = None
+    """Who approved the digests (source Approved): the user ``kubectl sdc baselines approve``
+    ran as, kept so that a trust no quorum established names the person behind it."""
+    approved_at: dt.datetime | None = None
+    """When they were approved."""
 
     @model_validator(mode="after")
     def _trusted_has_digests(self) -> SDCBaselineSpec:

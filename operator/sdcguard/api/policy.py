@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -440,8 +441,8 @@ class ProbeSpec(ApiModel):
         json_schema_extra=cel_rules(
             cel(
                 "self.activeDeadlineSeconds >= self.budgetSeconds",
-                "spec.probe.activeDeadlineSeconds: must be at least budgetSeconds, or the Job "
-                "is killed before the probe's own budget runs out",
+                "spec.probe.activeDeadlineSeconds: must be at least budgetSeconds (defaults: "
+                "1800 and 900), or the Job is killed before the probe's own budget runs out",
             )
         )
     )
@@ -484,8 +485,9 @@ class ProbeSpec(ApiModel):
     def _deadline_covers_budget(self) -> ProbeSpec:
         if self.active_deadline_seconds < self.budget_seconds:
             raise ValueError(
-                "spec.probe.activeDeadlineSeconds: must be at least budgetSeconds, or the Job "
-                "is killed before the probe's own budget runs out"
+                f"spec.probe.activeDeadlineSeconds: {self.active_deadline_seconds} s must be "
+                f"at least budgetSeconds ({self.budget_seconds} s), or the Job is killed "
+                "before the probe's own budget runs out"
             )
         return self
 
@@ -804,7 +806,23 @@ SUITE_BUDGET_DEADLINE = (
     "spec.probe.activeDeadlineSeconds (default 1800), or the Job is killed before the "
     "probe's own budget runs out; lower the budget or raise the deadline"
 )
+DEFAULT_DEADLINE_SECONDS = 1800
 _DEADLINE_CEL = "(has(self.probe) ? self.probe.activeDeadlineSeconds : 1800)"
+
+
+def suite_budget_deadline_message(budgets: Mapping[str, int], deadline: int) -> str:
+    """SUITE_BUDGET_DEADLINE with the values: the suites' budgets and the deadline (and
+    whether it is the default), so the fix can be chosen without looking anything up."""
+    default = " (the default)" if deadline == DEFAULT_DEADLINE_SECONDS else ""
+    given = "; ".join(f"{name} {value} s" for name, value in budgets.items())
+    return (
+        "spec.suites.budgetSeconds: each suite's budget must be at most "
+        f"spec.probe.activeDeadlineSeconds, here {deadline} s{default}; given: {given}; "
+        "the Job would be killed before the probe's own budget runs out: lower the budget "
+        "or raise the deadline"
+    )
+
+
 _SUITE_BUDGET_CEL = " && ".join(
     f"(!has(self.suites.budgetSeconds.{name}) "
     f"|| self.suites.budgetSeconds.{name} <= {_DEADLINE_CEL})"
@@ -870,10 +888,13 @@ class SDCPolicySpec(ApiModel):
     def _suite_budgets_fit_deadline(self) -> SDCPolicySpec:
         deadline = self.probe.active_deadline_seconds
         budgets = self.suites.budget_seconds
-        for suite in Suite:
-            value = getattr(budgets, _SUITE_FIELDS[suite])
-            if value is not None and value > deadline:
-                raise ValueError(SUITE_BUDGET_DEADLINE)
+        given = {
+            suite.value: value
+            for suite in Suite
+            if (value := getattr(budgets, _SUITE_FIELDS[suite])) is not None
+        }
+        if any(value > deadline for value in given.values()):
+            raise ValueError(suite_budget_deadline_message(given, deadline))
         return self
 
     def suite_budget(self, suite: Suite) -> int:

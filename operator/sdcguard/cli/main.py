@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from sdcguard.api import Resolution, Suite
@@ -150,8 +151,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="show only the latest N entries, N >= 1 (default: all)",
     )
 
-    sub.add_parser(
-        "baselines", parents=[common], help="golden-value baselines per hardware fingerprint"
+    baselines = sub.add_parser(
+        "baselines",
+        parents=[common],
+        help="golden-value baselines per hardware fingerprint (approve: trust candidate digests)",
+    )
+    baselines_sub = baselines.add_subparsers(dest="baselines_command", metavar="ACTION")
+    approve = baselines_sub.add_parser(
+        "approve",
+        parents=[common],
+        help="trust a fingerprint's candidate digests: how a pool smaller than the quorum "
+        "qualifies (shows them and who produced them, then asks)",
+    )
+    approve.add_argument(
+        "fingerprint",
+        metavar="FINGERPRINT",
+        nargs="?",
+        default=None,
+        help="the SDCBaseline's name, fingerprint hash or its first 8+ characters",
+    )
+    approve.add_argument(
+        "--node", help="approve this node's digests (of its latest screening) instead"
+    )
+    approve.add_argument("--yes", action="store_true", help="approve without asking")
+    approve.add_argument(
+        "--as",
+        dest="approver",
+        default=None,
+        help="who approves, as recorded on the baseline (default: your API user)",
     )
     hw = sub.add_parser(
         "hardware",
@@ -171,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="workloads that used a node since its last passing screening (a ticket's window)",
     )
     blast.add_argument("name", metavar="NODE|TICKET")
+    cleanup = sub.add_parser(
+        "cleanup",
+        parents=[common],
+        help="before helm uninstall (operator stopped): release every node sdcguard holds, "
+        "except those quarantined for their hardware, and cancel tests in flight",
+    )
+    cleanup.add_argument("--yes", action="store_true", help="go on without asking")
+    cleanup.add_argument(
+        "-l",
+        "--selector",
+        default=None,
+        help="only nodes with these labels (kubectl's label selector) and their tests",
+    )
     shell = sub.add_parser(
         "completion",
         help="print the shell completion script (source <(kubectl-sdc completion bash))",
@@ -191,10 +231,14 @@ def _seed(text: str) -> int:
     return value
 
 
-def run(args: argparse.Namespace) -> Result:
-    """Execute the parsed command."""
+Confirm = Callable[[list[str]], bool]
+
+
+def run(args: argparse.Namespace, confirm: Confirm | None = None) -> Result:
+    """Execute the parsed command; ``confirm`` shows what a write will do and says whether
+    to go on (None: go on, as with --yes)."""
     from sdcguard.cli import blast, commands
-    from sdcguard.cli.kube import CliError, connect
+    from sdcguard.cli.kube import CliError, connect, whoami
 
     conn = connect(args.kubeconfig, args.context)
     if args.command == "status":
@@ -208,8 +252,27 @@ def run(args: argparse.Namespace) -> Result:
         return commands.resolve_ticket(conn, args.ticket, Resolution(args.resolution), args.note)
     if args.command == "history":
         return commands.history(conn, args.node, args.limit)
+    if args.command == "baselines" and getattr(args, "baselines_command", None) == "approve":
+        from sdcguard.cli.approve import approve_baseline
+
+        if args.fingerprint is None and args.node is None:
+            raise CliError("name a FINGERPRINT or a node (--node NODE)")
+        return approve_baseline(
+            conn,
+            args.fingerprint,
+            args.node,
+            args.approver or whoami(conn),
+            confirm or (lambda _lines: True),
+            dt.datetime.now(dt.UTC),
+        )
     if args.command == "baselines":
         return commands.baselines(conn)
+    if args.command == "cleanup":
+        from sdcguard.cli.cleanup import cleanup
+
+        return cleanup(
+            conn, confirm or (lambda _lines: True), dt.datetime.now(dt.UTC), args.selector
+        )
     if args.command == "hardware":
         return commands.hardware(conn, args.id)
     if args.command == "blast-radius":
@@ -217,8 +280,31 @@ def run(args: argparse.Namespace) -> Result:
     raise CliError(f"unknown command {args.command}")  # argparse prevents this
 
 
+def _ask(err: TextIO, stdin: TextIO | None) -> Confirm:
+    """A confirmation on the terminal: the summary on stderr, then y/N from stdin. Without
+    a terminal (a script, a pipe) nothing is asked and the write is refused: --yes says so."""
+
+    def confirm(lines: list[str]) -> bool:
+        from sdcguard.cli.kube import CliError
+
+        source = stdin or sys.stdin
+        for line in lines:
+            err.write(line + "\n")
+        if stdin is None and not source.isatty():
+            raise CliError("nothing was changed: no terminal to ask on; add --yes to go on")
+        err.write("go on? [y/N] ")
+        err.flush()
+        answer = source.readline().strip().lower()
+        return answer in ("y", "yes")
+
+    return confirm
+
+
 def main(
-    argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+    argv: Sequence[str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
 ) -> int:
     """Entry point of ``kubectl-sdc``; returns the exit status (0 ok, 1 failed, 2 usage)."""
     out = stdout or sys.stdout
@@ -235,7 +321,7 @@ def main(
     from sdcguard.cli.kube import CliError
 
     try:
-        result = run(args)
+        result = run(args, None if getattr(args, "yes", True) else _ask(err, stdin))
     except CliError as exc:
         err.write(f"error: {exc}\n")
         return 1

@@ -229,3 +229,78 @@ def _against_trusted(
     differs = ", ".join(c for c, v in outcome.items() if v != "match")
     message = (f"{node} agrees" if agrees else f"{node} differs in {differs}") + note
     return BaselineUpdate(new_spec, new_status, extended, () if agrees else (node,), message)
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's approval of candidate digests, ready to write (see :func:`approve`)."""
+
+    spec: SDCBaselineSpec
+    """The spec to write: the digests, trusted, source Approved, who and when."""
+    producers: tuple[Candidate, ...]
+    """The candidates whose digests are approved (the nodes and tests behind them)."""
+    disagreeing: tuple[Candidate, ...]
+    """Candidates with other digests: suspects once the approved digests are trusted."""
+
+
+class ApprovalRefused(ValueError):
+    """Why no digests can be approved; the text says what to do instead."""
+
+
+def approve(
+    spec: SDCBaselineSpec,
+    status: SDCBaselineStatus | None,
+    *,
+    node: str | None,
+    by: str,
+    now: dt.datetime,
+) -> Approval:
+    """Trust one group of candidate digests because a person vouches for them.
+
+    This is how a pool smaller than the quorum qualifies: with one node of a fingerprint,
+    no consensus can form, and a person who knows the hardware is sound approves its digests.
+    ``node`` picks that node's digests; without it the candidates must agree (one group),
+    since choosing between groups is a judgement the command asks the person to make.
+    A trusted baseline is refused: replacing trusted digests is un-trusting them first.
+    """
+    if spec.trusted:
+        raise ApprovalRefused(
+            f"already trusted ({spec.source.value}): set spec.trusted to false first to "
+            "replace its digests"
+        )
+    candidates = [c for c in (status.candidates if status else []) if c.digests]
+    if not candidates:
+        raise ApprovalRefused("no candidate digests yet: screen a node of this fingerprint first")
+    if node is not None:
+        chosen = [c for c in candidates if c.node_name == node]
+        if not chosen:
+            names = ", ".join(sorted(c.node_name for c in candidates))
+            raise ApprovalRefused(f"node {node} has no candidate here (candidates: {names})")
+        digests = frozenset(chosen[0].digests.items())
+    else:
+        groups = _groups(candidates)
+        if len(groups) > 1:
+            sizes = "; ".join(f"{len(nodes)}: {', '.join(sorted(nodes))}" for _, nodes in groups)
+            raise ApprovalRefused(
+                f"candidates disagree ({sizes}): pick the digests with --node NODE"
+            )
+        digests = groups[0][0]
+    producers = tuple(c for c in candidates if frozenset(c.digests.items()) == digests)
+    disagreeing = tuple(c for c in candidates if c not in producers)
+    new_spec = spec.model_copy(
+        update={
+            "digests": dict(sorted(digests)),
+            "trusted": True,
+            "source": BaselineSource.APPROVED,
+            "recorded_from": sorted(c.node_name for c in producers),
+            "approved_by": by,
+            "approved_at": now,
+        }
+    )
+    return Approval(new_spec, producers, disagreeing)
+
+
+def unreachable_quorum(pool_nodes: int, quorum: int) -> bool:
+    """Whether a consensus of ``quorum`` nodes cannot form in a pool of ``pool_nodes``
+    (0: the pool's size is not known, so nothing is claimed)."""
+    return 0 < pool_nodes < quorum

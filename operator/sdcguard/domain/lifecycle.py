@@ -4,6 +4,8 @@
 
     Unqualified ──Joined──▶ Testing ──TestPassed──▶ Qualified ──IdleDue, ExpiryDue──▶ Testing
     Testing ──AcceptanceInconclusive──▶ Unqualified     (never qualified: still gated)
+    Testing ──TestCancelled, AcceptanceCancelled──▶ Qualified, Unqualified  (a policy
+                                                        change: no result, no back-off)
     Testing ──TestInconclusive──▶ Qualified             (released, screened again later)
     Testing ──TestFailedUnconfirmed, QuarantineHeld──▶ Suspect ◀──Suspected── Qualified
     Suspect ──(re-runs, Flaky, RetestDue)──▶ Suspect ──TestPassed──▶ Qualified
@@ -455,7 +457,29 @@ TRANSITIONS: tuple[Transition, ...] = (
         ForgetTest(),
         BackOff(),
         RemoveTaint(TESTING),
-        EmitEvent("Inconclusive", "{node}: {detail}; still gated, screened again later"),
+        EmitEvent("Inconclusive", "{node}: {detail}; not yet qualified, screened again later"),
+    ),
+    # A policy change is no result: the node is released without a back-off, and its
+    # (new) owner screens it as its triggers and budgets allow.
+    _row(
+        S.TESTING,
+        E.TEST_CANCELLED,
+        S.QUALIFIED,
+        ForgetTest(),
+        RemoveTaint(TESTING),
+        EmitEvent("TestCancelled", "{node}: {detail}; no result and no back-off"),
+    ),
+    _row(
+        S.TESTING,
+        E.ACCEPTANCE_CANCELLED,
+        S.UNQUALIFIED,
+        ForgetTest(),
+        RemoveTaint(TESTING),
+        EmitEvent(
+            "TestCancelled",
+            "{node}: {detail}; no result and no back-off: not yet qualified, screened "
+            "as soon as the budgets allow (now: kubectl sdc test {node})",
+        ),
     ),
     *_manual(S.TESTING),
     # Qualified: screened again after use, on expiry, or when suspected.
@@ -611,7 +635,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         E.OPTED_IN,
         S.UNQUALIFIED,
         RevokeQualification(),
-        EmitEvent("OptedIn", "{node} opted in again: gated until it passes acceptance"),
+        EmitEvent("OptedIn", "{node} opted in again: unqualified until it passes acceptance"),
     ),
 )
 

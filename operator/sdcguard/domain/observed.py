@@ -27,6 +27,7 @@ from sdcguard.domain.devicetaints import NodeDevices, SliceDevice, TicketMember
 from sdcguard.domain.hardware import HardwareFacts
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.quantity import whole_quantity
+from sdcguard.domain.testphase import ended_by_policy_change
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,13 @@ class TestFacts:
     the test holds its node but runs nothing (it does not use the test budget)."""
     data_seed: int | None = None
     """The data seed its probe was given (a confirmation re-run repeats it)."""
+    end_reason: str = ""
+    """Why it ended (status.reason: a verdict's reason, NodeGone, NodeLeftPolicy, ...)."""
+
+    @property
+    def ended_by_policy_change(self) -> bool:
+        """It ended because of a policy change, not of its node: no result at all."""
+        return self.finished and ended_by_policy_change(self.phase, self.end_reason)
 
     @property
     def finished(self) -> bool:
@@ -294,6 +302,7 @@ class TestFacts:
                 if c.verdict == CheckVerdict.SDC
             ),
             device_ids=tuple(status.device_ids) if status else (),
+            end_reason=(status.reason or "") if status else "",
             awaiting_baseline=any(
                 c.type == "AwaitingBaseline" and c.status == "True"
                 for c in (status.conditions if status else [])

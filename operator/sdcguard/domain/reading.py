@@ -23,6 +23,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from sdcguard.api import (
+    BaselineMode,
+    Mode,
     RepairStrategy,
     Resolution,
     ScreeningReason,
@@ -32,6 +34,7 @@ from sdcguard.api import (
     parse_duration,
 )
 from sdcguard.domain import keys
+from sdcguard.domain.baselines import unreachable_quorum
 from sdcguard.domain.believed import believed_state
 from sdcguard.domain.budgets import can_reserve
 from sdcguard.domain.devicetaints import judge_devices
@@ -155,7 +158,11 @@ class Reader:
         retry = node.retry_after
         if retry is not None and retry > self.now:
             until = keys.format_time(retry)
-            return Wait(W.BACK_OFF, f"backing off after inconclusive results until {until}")
+            return Wait(
+                W.BACK_OFF,
+                f"backing off after inconclusive results until {until} "
+                f"(kubectl sdc test {node.name} screens it now)",
+            )
         if obs.test is not None and not obs.test.finished:
             return Wait(W.ANOTHER_TEST, f"test {obs.test.name} still running")
         if takes_node and obs.pending_pod_needs_node:
@@ -203,6 +210,24 @@ class Reader:
                 return found
         return Reading(None, f"{self.state}: nothing to do", requeue=REQUEUE_MAX)
 
+    def _awaiting_baseline(self, test_name: str) -> str:
+        """Why the test waits for a baseline, and, where its pool is smaller than the
+        quorum (a consensus that can never form), the command that ends the wait."""
+        quorum = self.policy.baseline.quorum
+        text = (
+            f"test {test_name} waits for a baseline: its digests are recorded, and "
+            f"{quorum} nodes must agree"
+        )
+        pool_nodes = self.obs.usage.nodes
+        if self.policy.baseline.mode == BaselineMode.CONSENSUS and unreachable_quorum(
+            pool_nodes, quorum
+        ):
+            text += (
+                f"; its pool has only {pool_nodes} node{'s' if pool_nodes != 1 else ''}, "
+                f"so approve its digests: kubectl sdc baselines approve --node {self.node.name}"
+            )
+        return text
+
     def _exclusion(self) -> Reading | None:
         if self.node.excluded:
             if self.state == S.EXCLUDED:
@@ -242,11 +267,7 @@ class Reader:
             return self._inconclusive(f"SDCTest {current} is gone")
         if not test.finished:
             if test.awaiting_baseline:
-                wait = Wait(
-                    W.AWAITING_BASELINE,
-                    f"test {test.name} waits for a baseline: its digests are recorded, and "
-                    f"{self.policy.baseline.quorum} nodes must agree",
-                )
+                wait = Wait(W.AWAITING_BASELINE, self._awaiting_baseline(test.name))
                 return Reading.waiting(wait, REQUEUE_TEST_RUNNING, test.name)
             if self.obs.probe_unschedulable:
                 wait = Wait(
@@ -264,6 +285,11 @@ class Reader:
                 None, f"waiting for {test.name} ({test.phase})", requeue=REQUEUE_TEST_RUNNING
             )
 
+        if self.state == S.TESTING and test.ended_by_policy_change:
+            said = f"{test.name} was cancelled by a policy change ({test.end_reason})"
+            if self.node.qualified_at:
+                return Reading(E.TEST_CANCELLED, said)
+            return Reading(E.ACCEPTANCE_CANCELLED, said)
         if self.state == S.VERIFYING:
             if self.obs.ticket is not None and self.obs.ticket.members:
                 return self._verify_devices(test)
@@ -490,19 +516,25 @@ class Reader:
                     "(Karpenter NodePool startupTaints, kubelet --register-with-taints)",
                 )
             return Reading(E.ADMITTED, "already running workloads when first seen")
+        held = self.held_until_qualified()
         if self.obs.idle_since is None:
             return Reading(
-                None, "gated; waiting for accelerator pods to leave", requeue=REQUEUE_WAITING
+                None, f"{held}; waiting for accelerator pods to leave", requeue=REQUEUE_WAITING
             )
         blocked = self.blocked(takes_node=False)
         if blocked:
             wait = blocked.about("acceptance waits")
-            return Reading.waiting(wait, self._wait_requeue(), note=f"gated; {wait.message}")
+            return Reading.waiting(wait, self._wait_requeue(), note=f"{held}; {wait.message}")
         if hardware is not None and hardware.known:
-            return self._start(
-                E.REJOINED, f"{hardware.describe()}; test started, gated until it passes"
-            )
-        return self._start(E.JOINED, "started; the node stays gated until it passes")
+            return self._start(E.REJOINED, f"{hardware.describe()}; test started, {held}")
+        return self._start(E.JOINED, f"started; {held} until it passes")
+
+    def held_until_qualified(self) -> str:
+        """What an unqualified node is, in words true for the mode: Enforce gates it,
+        Observe changes no scheduling (an Event that said "gated" there would be false)."""
+        if self.policy.mode == Mode.OBSERVE:
+            return "not yet qualified (Observe: not gated)"
+        return "gated"
 
     def _requalify(self) -> Reading | None:
         triggers, idle_since = self.policy.triggers, self.obs.idle_since

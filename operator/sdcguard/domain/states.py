@@ -49,6 +49,12 @@ class Event(StrEnum):
     TEST_INCONCLUSIVE = "TestInconclusive"
     ACCEPTANCE_INCONCLUSIVE = "AcceptanceInconclusive"
     """A never-qualified node's test was inconclusive: back to the gate."""
+    TEST_CANCELLED = "TestCancelled"
+    """A policy change ended the node's test (it left the policy, the policy changed mode
+    or was deleted): no result, so no back-off; the owner screens it when due."""
+    ACCEPTANCE_CANCELLED = "AcceptanceCancelled"
+    """A policy change ended a never-qualified node's test: back to Unqualified, screened
+    again as soon as the budgets allow (no back-off)."""
     IDLE_DUE = "IdleDue"
     EXPIRY_DUE = "ExpiryDue"
     SUSPECTED = "Suspected"

@@ -10,6 +10,7 @@
     Running ──NoEvidence──▶ Inconclusive                   (Job deleted)
     Pending, Reserving, Running ──NodeGone──▶ Inconclusive (Job deleted)
     Pending, Reserving, Running ──Cancelled──▶ Cancelled   (Job deleted; a person decided)
+    Pending, Reserving, Running ──PolicyChanged──▶ Cancelled  (Job deleted; no result)
 
 A test that ends without a verdict of its own probe (Inconclusive, Cancelled) deletes
 its Job with propagation, so a Pod that may still hold every accelerator of the node
@@ -51,6 +52,9 @@ class TestEvent(StrEnum):
     """Crash, timeout, unreadable result, no baseline: no evidence either way."""
     NODE_GONE = "NodeGone"
     CANCELLED = "Cancelled"
+    POLICY_CHANGED = "PolicyChanged"
+    """The node is there but its policy no longer owns the test: the node left the policy
+    (labels or selectors changed), or the policy was deleted. No result: Cancelled."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,39 @@ TEST_TRANSITIONS: tuple[TestTransition, ...] = (
         TestTransition(p, E.CANCELLED, P.CANCELLED, (WriteStatus(), DeleteJob()))
         for p in UNFINISHED
     ),
+    *(
+        TestTransition(p, E.POLICY_CHANGED, P.CANCELLED, (WriteStatus(), DeleteJob()))
+        for p in UNFINISHED
+    ),
 )
+
+
+class PolicyChange(StrEnum):
+    """Why a policy no longer owns a test (the ended test's ``status.reason``)."""
+
+    NODE_LEFT_POLICY = "NodeLeftPolicy"
+    POLICY_DELETED = "PolicyDeleted"
+
+
+POLICY_CHANGE_REASONS = frozenset(PolicyChange)
+
+
+def ended_by_policy_change(phase: SDCTestPhase, reason: str) -> bool:
+    """A finished test ended by a policy change: Cancelled with one of those reasons, or
+    (written by an operator before this rule) Inconclusive with reason NodeLeftPolicy.
+    It says nothing about the node, so it counts as no result: no back-off."""
+    return phase in (P.CANCELLED, P.INCONCLUSIVE) and reason in POLICY_CHANGE_REASONS
+
+
+def policy_change_ending(node: str, policy: str, change: PolicyChange) -> tuple[str, str]:
+    """The reason and message of a test a policy change ended (phase Cancelled)."""
+    if change == PolicyChange.POLICY_DELETED:
+        return change.value, f"policy {policy} was deleted: node {node} is released, no result"
+    return change.value, (
+        f"node {node} is no longer selected by policy {policy} (its labels or the policies' "
+        "selectors changed): cancelled, no result; its new owner screens it"
+    )
+
 
 TEST_TABLE: Mapping[tuple[SDCTestPhase, TestEvent], TestTransition] = {
     (t.source, t.event): t for t in TEST_TRANSITIONS
@@ -159,14 +195,18 @@ def phase_event(
     reserved: bool,
     verdict: Verdict | None,
     awaiting_baseline: bool = False,
+    owned: bool = True,
 ) -> TestEvent | None:
     """The event of one unfinished test, from what the adapter observed: whether its node
     exists and is reserved, and (once the probe ended and was judged) the verdict, and
-    whether it should wait for a baseline's quorum instead. None: a finished test."""
+    whether it should wait for a baseline's quorum instead. ``owned`` False: the node is
+    there but the policy no longer selects it (or is being deleted). None: a finished test."""
     if phase.finished:
         return None
     if not node_exists:
         return E.NODE_GONE
+    if not owned:
+        return E.POLICY_CHANGED
     if phase in (P.PENDING, P.RESERVING):
         return E.RESERVED if reserved else E.NOT_RESERVED
     if verdict is None:

@@ -187,8 +187,9 @@ def standby_liveness(url: str) -> ThreadingHTTPServer | None:
             self.end_headers()
             self.wfile.write(b"standby\n" if ok else b"")
 
-        def log_message(self, *_: Any) -> None:
-            pass
+        def log_message(self, format: str, *args: Any) -> None:
+            """Each probe at debug, as Kopf's (``logs.HealthChecksAtDebug``)."""
+            log.debug("health check", request=format % args)
 
     address = (parsed.hostname or "0.0.0.0", parsed.port or 80)
     for _ in range(50):  # after a term, Kopf's endpoint may hold the port a moment longer

@@ -1,0 +1,136 @@
+"""A policy change costs nothing: a test it ended is no result (no back-off), the new
+owner screens an unqualified node at once where its budgets allow, and Events say
+"gated" only where something is gated (Enforce)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sdcguard.api import SDCTestPhase, Suite, Verdict
+from sdcguard.domain import keys
+from sdcguard.domain.actions import EmitEvent
+from sdcguard.domain.budgets import PoolUsage
+from sdcguard.domain.decide import Decision, decide
+from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.observed import Observed, TestFacts
+from sdcguard.domain.states import Event
+from sdcguard.domain.waits import WaitReason
+from tests.unit.factories import HOUR, NOW, node, policy, sdctest
+
+S, E = NodeState, Event
+ROOMY = PoolUsage(nodes=100)
+
+
+def _ended(phase: SDCTestPhase, reason: str, verdict: Verdict | None = None) -> TestFacts:
+    test = sdctest("t1", suite=Suite.ACCEPTANCE, verdict=verdict, phase=phase)
+    return dataclasses.replace(test, end_reason=reason)
+
+
+def _testing(test: TestFacts, *, qualified: bool, **annotations: str) -> Observed:
+    n = node(
+        state=S.TESTING,
+        annotations={keys.CURRENT_TEST: "t1", **annotations},
+        qualified_at=NOW - HOUR if qualified else None,
+    )
+    return Observed(node=n, test=test, idle_since=NOW - HOUR, usage=ROOMY)
+
+
+def _events(decision: Decision) -> list[EmitEvent]:
+    return [a for a in decision.actions if isinstance(a, EmitEvent)]
+
+
+@pytest.mark.parametrize(
+    ("test", "qualified", "event", "target"),
+    [
+        (
+            _ended(SDCTestPhase.CANCELLED, "NodeLeftPolicy"),
+            False,
+            E.ACCEPTANCE_CANCELLED,
+            S.UNQUALIFIED,
+        ),
+        (
+            _ended(SDCTestPhase.CANCELLED, "PolicyDeleted"),
+            False,
+            E.ACCEPTANCE_CANCELLED,
+            S.UNQUALIFIED,
+        ),
+        (_ended(SDCTestPhase.CANCELLED, "NodeLeftPolicy"), True, E.TEST_CANCELLED, S.QUALIFIED),
+        # Written Inconclusive by an operator before the rule: still no result.
+        (
+            _ended(SDCTestPhase.INCONCLUSIVE, "NodeLeftPolicy", Verdict.INCONCLUSIVE),
+            False,
+            E.ACCEPTANCE_CANCELLED,
+            S.UNQUALIFIED,
+        ),
+        # A probe that said nothing is a result: it backs off.
+        (
+            _ended(SDCTestPhase.INCONCLUSIVE, "CheckMissing", Verdict.INCONCLUSIVE),
+            False,
+            E.ACCEPTANCE_INCONCLUSIVE,
+            S.UNQUALIFIED,
+        ),
+    ],
+    ids=["left", "deleted", "left-qualified", "left-legacy", "probe-inconclusive"],
+)
+def test_a_test_a_policy_change_ended_starts_no_back_off(
+    test: TestFacts, qualified: bool, event: Event, target: NodeState
+) -> None:
+    decision = decide(_testing(test, qualified=qualified), policy(), NOW)
+    assert (decision.event, decision.state) == (event, target)
+    backs_off = event == E.ACCEPTANCE_INCONCLUSIVE
+    annotations = {k: v for a in decision.actions for k, v in getattr(a, "changes", ())}
+    assert (annotations.get(keys.RETRY_AFTER) is not None) is backs_off
+    assert (annotations.get(keys.INCONCLUSIVE) is not None) is backs_off
+
+
+@pytest.mark.parametrize("mode", ["Observe", "Enforce"])
+def test_after_a_cancelled_acceptance_the_owner_screens_at_once(mode: str) -> None:
+    """The next decision after the cancellation: an unqualified, idle node in a pool
+    with room starts its acceptance test (no back-off stands in the way)."""
+    n = node(state=S.UNQUALIFIED)
+    decision = decide(Observed(node=n, idle_since=NOW - HOUR, usage=ROOMY), policy(mode=mode), NOW)
+    assert decision.event == E.JOINED and decision.starts_test
+
+
+@pytest.mark.parametrize(
+    "observed",
+    [
+        pytest.param(
+            Observed(node=node(state=S.UNQUALIFIED), idle_since=NOW - HOUR, usage=ROOMY),
+            id="join",
+        ),
+        pytest.param(
+            _testing(
+                sdctest("t1", suite=Suite.ACCEPTANCE, verdict=Verdict.INCONCLUSIVE), qualified=False
+            ),
+            id="acceptance-inconclusive",
+        ),
+        pytest.param(
+            _testing(_ended(SDCTestPhase.CANCELLED, "NodeLeftPolicy"), qualified=False),
+            id="acceptance-cancelled",
+        ),
+    ],
+)
+def test_events_never_say_gated_in_observe(observed: Observed) -> None:
+    decision = decide(observed, policy(mode="Observe"), NOW)
+    texts = [e.message for e in _events(decision)]
+    assert texts, decision
+    assert not any("gated" in t.replace("not gated", "") for t in texts), texts
+
+
+def test_enforce_says_the_node_is_gated() -> None:
+    observed = Observed(node=node(state=S.UNQUALIFIED), idle_since=NOW - HOUR, usage=ROOMY)
+    decision = decide(observed, policy(mode="Enforce"), NOW)
+    assert any("gated until it passes" in e.message for e in _events(decision))
+
+
+def test_a_back_off_wait_names_the_command_that_skips_it() -> None:
+    retry = keys.format_time(NOW + HOUR)
+    n = node(state=S.UNQUALIFIED, annotations={keys.RETRY_AFTER: retry, keys.INCONCLUSIVE: "1"})
+    decision = decide(
+        Observed(node=n, idle_since=NOW - HOUR, usage=ROOMY), policy(mode="Enforce"), NOW
+    )
+    assert decision.wait is not None and decision.wait.reason == WaitReason.BACK_OFF
+    assert "kubectl sdc test gpu-1" in decision.wait.message
