@@ -42,9 +42,10 @@ def _events(api: client.ApiClient, node: str) -> list[Any]:
     )
 
 
-def test_a_test_that_ends_inconclusive_takes_its_probe_job_with_it(api_client, operator) -> None:
-    """The node leaves the policy while its probe runs: the test ends Inconclusive, says
-    truly why (the node exists), and its Job (whose Pod holds the node's GPUs) is gone."""
+def test_a_test_a_policy_change_ended_is_cancelled_and_takes_its_job(api_client, operator) -> None:
+    """The node leaves the policy while its probe runs: the test ends Cancelled (no
+    verdict, so no back-off), says truly why (the node exists), and its Job (whose Pod
+    holds the node's GPUs) is gone."""
     case = new_case()
     node = f"orphan-{case}"
     trusted_baseline(api_client)
@@ -58,12 +59,13 @@ def test_a_test_that_ends_inconclusive_takes_its_probe_job_with_it(api_client, o
             lambda: [
                 t
                 for t in list_custom(api_client, "sdctests", node)
-                if (t.get("status") or {}).get("phase") == "Inconclusive"
+                if (t.get("status") or {}).get("phase") == "Cancelled"
             ],
             60,
-            "the test to end Inconclusive",
+            "the test to end Cancelled",
         )[0]
         assert test["status"]["reason"] == "NodeLeftPolicy"
+        assert not test["status"].get("verdict")
         assert "no longer exists" not in test["status"]["message"]
         wait_for(lambda: not _jobs(api_client, node), 30, "the probe Job to be deleted")
 

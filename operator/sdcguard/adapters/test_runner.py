@@ -49,9 +49,12 @@ from sdcguard.domain.testphase import (
     CreateJob,
     DeleteJob,
     MarkAwaitingBaseline,
+    PolicyChange,
+    TestEvent,
     WriteStatus,
     phase_event,
     phase_transition,
+    policy_change_ending,
     verdict_phase,
 )
 from sdcguard.metrics import Metrics
@@ -371,9 +374,12 @@ class TestRunner:
             # The reservation is another test's: this one waits for it to end, and is
             # adopted then (the node's decision says so on the test and the node).
             reserved = False
+        # A node that is there but no longer this policy's (its labels or the selectors
+        # changed) ends the test Cancelled: no result, no back-off, its new owner screens.
         event = phase_event(
             status.phase,
-            node_exists=node is not None and node_body is not None,
+            node_exists=node_body is not None,
+            owned=node is not None,
             reserved=reserved,
             verdict=judgement.verdict if judgement else None,
             awaiting_baseline=awaiting,
@@ -385,10 +391,8 @@ class TestRunner:
         if node_body is None:
             message = f"node {test.spec.node_name} no longer exists"
         else:  # the Node is there, but this policy no longer selects it
-            reason = "NodeLeftPolicy"
-            message = (
-                f"node {test.spec.node_name} is no longer selected by policy "
-                f"{policy.metadata.name} (its labels or the policies' selectors changed)"
+            reason, message = policy_change_ending(
+                test.spec.node_name, policy.metadata.name, PolicyChange.NODE_LEFT_POLICY
             )
         if judgement is not None:
             verdict, reason, message = judgement.verdict, judgement.reason, judgement.message
@@ -440,7 +444,10 @@ class TestRunner:
                             }
                         )
                         status = record_catch(status, judgement, now)
-                    finished = self._finish(test, status, verdict, reason, message, now, counts)
+                    ended = row.target if event == TestEvent.POLICY_CHANGED else None
+                    finished = self._finish(
+                        test, status, verdict, reason, message, now, counts, phase=ended
+                    )
                 case _:
                     raise ValueError(f"{type(step).__name__} is not an SDCTest step")
         if finished is not None:
@@ -523,8 +530,12 @@ class TestRunner:
         message: str,
         now: dt.datetime,
         counts: Counter[str],
+        phase: SDCTestPhase | None = None,
     ) -> SDCTest:
-        phase = verdict_phase(verdict)
+        """Write the test's end: the verdict's phase, or ``phase`` where the row says
+        (Cancelled by a policy change, which records no verdict)."""
+        phase = phase or verdict_phase(verdict)
+        cancelled = phase == SDCTestPhase.CANCELLED
         conditions = set_condition(
             status.conditions, "Complete", "True", reason or verdict.value, bounded(message), now
         )
@@ -533,7 +544,7 @@ class TestRunner:
         status = status.model_copy(
             update={
                 "phase": phase,
-                "verdict": verdict,
+                "verdict": None if cancelled else verdict,
                 "reason": (reason or verdict.value)[:64],
                 "message": bounded(message, 4096),
                 "completion_time": now,
