@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client
 from pydantic import ValidationError
 
+from sdcdev.sim.fleet import parse_fleet
+from sdcdev.sim.nodes import node_manifest, node_status
 from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import SDCPolicy, SDCPolicySpec, SDCTest, Toleration
 from sdcguard.builders.probe_job import build_probe_job
@@ -19,7 +21,7 @@ from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Taint
 from sdcguard.domain.waits import WaitReason
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
-from tests.unit.factories import NOW, policy
+from tests.unit.factories import HOUR, NOW, policy
 from tests.unit.test_apply_order import _Recorder
 from tests.unit.test_waits import _verifying
 
@@ -314,3 +316,49 @@ def test_without_the_policys_placement_the_operator_settings_apply() -> None:
     assert spec["priorityClassName"] == "sdcguard-probe"
     assert "runtimeClassName" not in spec and "imagePullSecrets" not in spec
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in spec["tolerations"]
+
+
+# ---------------------------------------------------------------- simulated shapes
+
+
+def _simulated(entry: dict[str, Any]) -> NodeSnapshot:
+    """The Node the simulator registers for a one-node fleet file ``entry``."""
+    fleet = parse_fleet({"name": "shapes", "nodes": [entry]})
+    cfg = fleet.nodes[0]
+    body = node_manifest(cfg, NOW)
+    body["status"] = node_status(cfg, NOW, NOW - HOUR)
+    return NodeSnapshot.from_body(body)
+
+
+def test_a_simulated_mig_node_is_screened_on_all_its_instances() -> None:
+    snapshot = _simulated({"name": "mig-0", "instanceType": "p4de.24xlarge"})
+    spec = SDCPolicySpec()
+    facts = NodeFacts.from_snapshot(snapshot, spec.accelerators)
+    # 8 A100s, all-balanced: 16 x 1g.10gb, 8 x 2g.20gb, 8 x 3g.40gb; no whole GPU.
+    assert (facts.accelerators, facts.mixed_mig) == (32, "")
+    assert snapshot.labels["nvidia.com/mig.strategy"] == "mixed"
+    requests = _pod({}, dict(snapshot.allocatable))["spec"]["containers"][0]["resources"][
+        "requests"
+    ]
+    assert {k: v for k, v in requests.items() if k.startswith("nvidia.com/")} == {
+        "nvidia.com/mig-1g.10gb": "16",
+        "nvidia.com/mig-2g.20gb": "8",
+        "nvidia.com/mig-3g.40gb": "8",
+    }
+
+
+def test_a_simulated_gke_pool_taint_is_tolerated_by_default() -> None:
+    snapshot = _simulated(
+        {
+            "name": "gke-0",
+            "instanceType": "a3-highgpu-8g",
+            "taints": ["nvidia.com/gpu=present:NoSchedule"],
+        }
+    )
+    assert [(t.key, t.value, t.effect) for t in snapshot.taints] == [
+        ("nvidia.com/gpu", "present", "NoSchedule")
+    ]
+    reason, starts, note = _due(snapshot.taints)
+    assert reason is None and starts, note
+    reason, _, message = _due(snapshot.taints, probe={"tolerations": []})
+    assert reason == WaitReason.FOREIGN_TAINT and "spec.probe.tolerations" in message
