@@ -17,11 +17,11 @@ from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import SDCPolicy, SDCPolicySpec, SDCTest, Toleration
 from sdcguard.builders.probe_job import build_probe_job
 from sdcguard.domain.decide import decide
-from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Taint
+from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, Taint
 from sdcguard.domain.waits import WaitReason
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
-from tests.unit.factories import HOUR, NOW, policy
+from tests.unit.factories import HOUR, NOW, node, policy
 from tests.unit.test_apply_order import _Recorder
 from tests.unit.test_waits import _verifying
 
@@ -362,3 +362,27 @@ def test_a_simulated_gke_pool_taint_is_tolerated_by_default() -> None:
     assert reason is None and starts, note
     reason, _, message = _due(snapshot.taints, probe={"tolerations": []})
     assert reason == WaitReason.FOREIGN_TAINT and "spec.probe.tolerations" in message
+
+
+# ---------------------------------------------------------------- new gated nodes
+
+
+@pytest.mark.parametrize(
+    ("taints", "ready", "written", "reason"),
+    [
+        # A wait only a person ends: the never-labelled node says it.
+        ((GKE_TAINT,), True, True, WaitReason.FOREIGN_TAINT),
+        # A wait that passes on its own: no write until the test starts.
+        ((), False, False, None),
+    ],
+)
+def test_a_new_gated_node_is_written_only_for_a_wait_a_person_must_end(
+    taints: tuple[Taint, ...], ready: bool, written: bool, reason: WaitReason | None
+) -> None:
+    gate = Taint("sdcguard.dev/unqualified", "NoSchedule")
+    n = dataclasses.replace(node(taints=(gate, *taints)), ready=ready)
+    d = decide(Observed(node=n, idle_since=NOW - HOUR), policy(probe={"tolerations": []}), NOW)
+    assert bool(d.actions) is written
+    assert (d.wait.reason if d.wait else None) == reason
+    if written:
+        assert d.wait is not None and "spec.probe.tolerations" in d.wait.message
