@@ -386,3 +386,62 @@ def test_a_new_gated_node_is_written_only_for_a_wait_a_person_must_end(
     assert (d.wait.reason if d.wait else None) == reason
     if written:
         assert d.wait is not None and "spec.probe.tolerations" in d.wait.message
+
+
+# ---------------------------------------------------------------- MIG pods
+
+
+def test_pods_on_mig_instances_make_the_node_busy_and_pending_ones_hold_it() -> None:
+    """A policy listing nvidia.com/gpu: a Pod using one MIG instance keeps its node from
+    a routine screening, and a pending Pod asking for a profile holds screening back."""
+    from sdcguard.adapters import observe
+    from sdcguard.adapters.reconciler import FleetView
+    from tests.unit.test_apply_order import _pod as workload
+
+    def mig_node(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": name,
+                "uid": f"{name}-uid",
+                "resourceVersion": "3",
+                "creationTimestamp": "2025-06-01T10:00:00Z",
+                "labels": {"sdcguard.dev/state": "Qualified"},
+                "annotations": {"sdcguard.dev/qualified-at": "2025-05-01T10:00:00Z"},
+            },
+            "spec": {"taints": []},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "56"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    pol = SDCPolicy.model_validate(
+        {
+            "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
+            "spec": {
+                "triggers": {"maxQualificationAge": "1h"},
+                "budgets": {"maxUnavailable": "100%"},
+            },
+        }
+    )
+
+    def tests_started(pods: list[dict[str, Any]]) -> int:
+        metrics = Metrics()
+        writer = _Recorder(api=client.ApiClient(), metrics=metrics)
+        rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+        view = FleetView(
+            nodes={n: NodeSnapshot.from_body(mig_node(n)) for n in ("mig-1", "mig-2")},
+            policies={"fleet": {}},
+        )
+        for pod in pods:
+            if (use := observe.pod_use(pod)) is not None:
+                view.busy.setdefault(use.node_name, []).append(use)
+            if (demand := observe.pending_demand(pod)) is not None:
+                view.pending.append(demand)
+        rec.run_pass(pol, view, NOW)
+        return sum(1 for kind, _ in writer.calls if kind == "sdctests-create")
+
+    assert tests_started([]) == 2, "both expired qualifications are screened"
+    assert tests_started([workload("mig-1", {"nvidia.com/mig-1g.10gb": "1"})]) == 1
+    pending = workload(None, {"nvidia.com/mig-1g.10gb": "2"}, phase="Pending")
+    assert tests_started([pending]) == 0, "a pending pod needs these nodes"
