@@ -111,7 +111,7 @@ def mixed_mig_message(offered: str) -> str:
     return (
         f"node offers whole GPUs and MIG instances at once ({offered}): sdcguard screens "
         "a node whose GPUs are all whole or all partitioned into MIG instances; "
-        "repartition it (every GPU MIG-enabled, or none) or use MIG strategy single"
+        "repartition it so that every GPU is MIG-enabled, or none is"
     )
 
 
