@@ -244,6 +244,79 @@ CASES = [
         {"probe": {"memoryDwellSeconds": -1}},
         ("spec.probe.memoryDwellSeconds",),
     ),
+    # A probe must never land on a quarantined node it was not sent to: a toleration of
+    # the quarantine taint (by its key, the renamed key, or an empty key that tolerates
+    # every taint) is refused.
+    Case(
+        "policy-toleration-of-the-quarantine-taint",
+        "sdcpolicies",
+        {"probe": {"tolerations": [{"key": "sdcguard.dev/quarantined", "operator": "Exists"}]}},
+        ("spec.probe.tolerations", "quarantine taint", "never land on a quarantined node"),
+    ),
+    Case(
+        "policy-toleration-of-every-taint",
+        "sdcpolicies",
+        {"probe": {"tolerations": [{"operator": "Exists"}]}},
+        ("spec.probe.tolerations", "an empty key, which tolerates every taint"),
+    ),
+    Case(
+        "policy-toleration-of-a-renamed-quarantine-taint",
+        "sdcpolicies",
+        {
+            "taints": {"quarantine": "example.com/broken"},
+            "probe": {
+                "tolerations": [{"key": "example.com/broken", "operator": "Equal", "value": "true"}]
+            },
+        },
+        ("spec.probe.tolerations", "spec.taints.quarantine"),
+    ),
+    Case(
+        "policy-toleration-exists-with-a-value",
+        "sdcpolicies",
+        {"probe": {"tolerations": [{"key": "a/b", "operator": "Exists", "value": "x"}]}},
+        ("spec.probe.tolerations[0]", "operator Exists takes no value"),
+    ),
+    Case(
+        "policy-toleration-seconds-without-NoExecute",
+        "sdcpolicies",
+        {
+            "probe": {
+                "tolerations": [
+                    {
+                        "key": "a/b",
+                        "operator": "Exists",
+                        "effect": "NoSchedule",
+                        "tolerationSeconds": 30,
+                    }
+                ]
+            }
+        },
+        ("spec.probe.tolerations[0]", "effect NoExecute only"),
+    ),
+    Case(
+        "policy-toleration-unknown-operator",
+        "sdcpolicies",
+        {"probe": {"tolerations": [{"key": "a/b", "operator": "Gt"}]}},
+        ("spec.probe.tolerations[0].operator", "Unsupported value", "Gt"),
+    ),
+    Case(
+        "policy-probe-label-sdcguard-sets",
+        "sdcpolicies",
+        {"probe": {"labels": {"sdcguard.dev/test": "mine"}}},
+        ("spec.probe.labels", "set by sdcguard on the probe Pod"),
+    ),
+    Case(
+        "policy-probe-annotation-sdcguard-sets",
+        "sdcpolicies",
+        {"probe": {"annotations": {"karpenter.sh/do-not-disrupt": "false"}}},
+        ("spec.probe.annotations", "set by sdcguard on the probe Pod"),
+    ),
+    Case(
+        "policy-runtime-class-not-a-name",
+        "sdcpolicies",
+        {"probe": {"runtimeClassName": "NVIDIA runtime"}},
+        ("spec.probe.runtimeClassName", 'Invalid value: "NVIDIA runtime"'),
+    ),
     Case(
         "policy-negative-idleFor",
         "sdcpolicies",

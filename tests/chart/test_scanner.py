@@ -45,8 +45,7 @@ def probe_job(spec: SDCPolicySpec | None = None) -> dict[str, Any]:
             budget_seconds=spec.probe.budget_seconds,
             active_deadline_seconds=spec.probe.active_deadline_seconds,
             ttl_seconds_after_finished=spec.probe.ttl_seconds_after_finished,
-            accelerator_resource="nvidia.com/gpu",
-            accelerator_count=8,
+            accelerators=(("nvidia.com/gpu", 8),),
             tolerated_taint_keys=(spec.taints.gate, spec.taints.testing, spec.taints.quarantine),
             resources={
                 "requests": {k: str(v) for k, v in spec.probe.resources.requests.items()},

@@ -115,8 +115,7 @@ def _probe_job(namespace: str) -> dict[str, Any]:
             budget_seconds=10,
             active_deadline_seconds=600,
             ttl_seconds_after_finished=600,
-            accelerator_resource="nvidia.com/gpu",
-            accelerator_count=8,
+            accelerators=(("nvidia.com/gpu", 8),),
             tolerated_taint_keys=("sdcguard.dev/testing",),
         )
     )

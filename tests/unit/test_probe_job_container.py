@@ -19,8 +19,7 @@ def _job(env: tuple[tuple[str, str], ...] = ()) -> dict:  # type: ignore[type-ar
             budget_seconds=10,
             active_deadline_seconds=60,
             ttl_seconds_after_finished=60,
-            accelerator_resource="nvidia.com/gpu",
-            accelerator_count=8,
+            accelerators=(("nvidia.com/gpu", 8),),
             tolerated_taint_keys=(),
             env=env,
         )

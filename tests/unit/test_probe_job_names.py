@@ -31,8 +31,7 @@ def request() -> ProbeJobRequest:
         budget_seconds=5,
         active_deadline_seconds=60,
         ttl_seconds_after_finished=60,
-        accelerator_resource="nvidia.com/gpu",
-        accelerator_count=8,
+        accelerators=(("nvidia.com/gpu", 8),),
         tolerated_taint_keys=("sdcguard.dev/testing",),
     )
 

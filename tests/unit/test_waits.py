@@ -61,6 +61,12 @@ def _awaiting_baseline() -> Observed:
     )
 
 
+def _mixed_mig() -> Observed:
+    observed = _verifying()
+    offered = "nvidia.com/gpu: 4, nvidia.com/mig-1g.10gb: 14"
+    return dataclasses.replace(observed, node=dataclasses.replace(observed.node, mixed_mig=offered))
+
+
 SCENARIOS: dict[WaitReason, tuple[Callable[[], Observed], dict[str, object]]] = {
     W.PROBE_UNSCHEDULABLE: (
         lambda: _testing(probe_unschedulable="0/1 nodes are available: 1 Insufficient gpu."),
@@ -73,6 +79,7 @@ SCENARIOS: dict[WaitReason, tuple[Callable[[], Observed], dict[str, object]]] = 
         {},
     ),
     W.NO_ACCELERATORS: (lambda: _verifying(accelerators=0), {}),
+    W.MIXED_MIG: (_mixed_mig, {}),
     W.BREAKER_OPEN: (_replacement_under_open_breaker, {"repair": {"strategy": "Replace"}}),
     W.BACK_OFF: (
         lambda: _verifying(annotations={keys.RETRY_AFTER: keys.format_time(NOW + HOUR)}),

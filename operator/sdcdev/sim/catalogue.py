@@ -53,7 +53,8 @@ class InstanceType:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Type-specific labels (device plugin, cloud); instance type and zone are added."""
     extra_resources: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    """Further extended resources, e.g. Neuron cores next to Neuron devices."""
+    """Further extended resources, e.g. Neuron cores next to Neuron devices, or the MIG
+    profiles (nvidia.com/mig-<profile>) of a node whose GPUs are all partitioned."""
     max_pods: int = 110
 
     @property
@@ -163,6 +164,41 @@ CATALOGUE: Mapping[str, InstanceType] = MappingProxyType(
                     },
                 ),
                 extra_resources=MappingProxyType({"vpc.amazonaws.com/efa": 4}),
+                os=_AL2023,
+            ),
+            # Every A100 partitioned by the GPU Operator's MIG manager (all-balanced:
+            # per GPU two 1g.10gb, one 2g.20gb and one 3g.40gb), advertised with the
+            # mixed strategy: one resource per profile and nvidia.com/gpu at 0.
+            InstanceType(
+                name="p4de.24xlarge",
+                provider="aws",
+                cpu=96,
+                memory_gib=1152,
+                accelerator_resource="nvidia.com/gpu",
+                accelerator_count=0,
+                accelerator_model="NVIDIA A100-SXM4-80GB (MIG all-balanced)",
+                region="us-east-1",
+                zones=("us-east-1a", "us-east-1b", "us-east-1c"),
+                pool_label="eks.amazonaws.com/nodegroup",
+                labels=_labels(
+                    **_nvidia_gfd("NVIDIA-A100-SXM4-80GB", 8, 81920, "ampere"),
+                    **{
+                        "nvidia.com/mig.strategy": "mixed",
+                        "nvidia.com/mig.config": "all-balanced",
+                        "nvidia.com/mig.capable": "true",
+                        "karpenter.k8s.aws/instance-gpu-name": "a100",
+                        "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
+                        "karpenter.k8s.aws/instance-family": "p4de",
+                    },
+                ),
+                extra_resources=MappingProxyType(
+                    {
+                        "nvidia.com/mig-1g.10gb": 16,
+                        "nvidia.com/mig-2g.20gb": 8,
+                        "nvidia.com/mig-3g.40gb": 8,
+                        "vpc.amazonaws.com/efa": 4,
+                    }
+                ),
                 os=_AL2023,
             ),
             InstanceType(

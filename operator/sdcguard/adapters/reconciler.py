@@ -95,6 +95,7 @@ from sdcguard.api import (
     SDCPolicySpec,
     SDCTest,
     TicketPhase,
+    accelerator_resources,
 )
 from sdcguard.domain.decide import Decision
 from sdcguard.domain.devicetaints import NodeDevices
@@ -556,6 +557,10 @@ class Reconciler:
                 counts["nodes-awaiting-pods"] += 1
                 continue
             ticket = self._open_ticket(view.tickets.get(node_name, []))
+            # The policy's accelerators, with a MIG node's profiles (spec.accelerators).
+            accelerators = accelerator_resources(
+                spec.accelerators, view.nodes[node_name].allocatable
+            )
             observations.append(
                 Observed(
                     node=node,
@@ -564,8 +569,8 @@ class Reconciler:
                     probe_unschedulable=unschedulable(test, view),
                     ticket=ticket,
                     devices=self._devices(spec, node_name, test, ticket),
-                    idle_since=idle_since(node_name, spec.accelerators, view),
-                    pending_pod_needs_node=needed(node_name, spec.accelerators, view),
+                    idle_since=idle_since(node_name, accelerators, view),
+                    pending_pod_needs_node=needed(node_name, list(accelerators), view),
                     breaker_open=breaker_open,
                     joined_after_start=(
                         node.created is not None

@@ -29,6 +29,7 @@ from sdcguard.api import (
     SDCTestPhase,
     SDCTestStatus,
     Verdict,
+    accelerator_resources,
     baseline_name,
     find_condition,
     set_condition,
@@ -43,6 +44,7 @@ from sdcguard.domain.judging import Judgement, PodEnd, judge_result, record_catc
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.plan import Plan
+from sdcguard.domain.quantity import whole_quantity
 from sdcguard.domain.screening_time import running_fields
 from sdcguard.domain.seeds import data_seed, screening_seed
 from sdcguard.domain.testphase import (
@@ -150,8 +152,13 @@ class TestRunner:
         spec = policy.spec
         checks = spec.suites.checks(suite_of(test))
         capacity = node_body.allocatable
-        resource = next((r for r in spec.accelerators if str(capacity.get(r, "0")) != "0"), None)
-        count = int(str(capacity.get(resource, "0"))) if resource else 0
+        # Every accelerator resource the node offers, in full: a MIG node's profiles
+        # all together, so the probe screens every instance and no Pod shares one.
+        accelerators = tuple(
+            (name, count)
+            for name in accelerator_resources(spec.accelerators, capacity)
+            if (count := whole_quantity(capacity.get(name, 0))) > 0
+        )
         budget = spec.suite_budget(suite_of(test))
         params: list[tuple[str, str]] = []
         for check in checks:
@@ -167,15 +174,19 @@ class TestRunner:
             budget_seconds=budget,
             active_deadline_seconds=spec.probe.active_deadline_seconds,
             ttl_seconds_after_finished=spec.probe.ttl_seconds_after_finished,
-            accelerator_resource=resource,
-            accelerator_count=count,
+            accelerators=accelerators,
             tolerated_taint_keys=(spec.taints.gate, spec.taints.testing, spec.taints.quarantine),
             cpu_devices=spec.probe.cpu_devices or None,
             resources={
                 "requests": {k: str(v) for k, v in spec.probe.resources.requests.items()},
                 "limits": {k: str(v) for k, v in spec.probe.resources.limits.items()},
             },
-            priority_class=self.settings.probe_priority_class,
+            priority_class=spec.probe.priority_class_name or self.settings.probe_priority_class,
+            runtime_class=spec.probe.runtime_class_name or "",
+            image_pull_secrets=tuple(spec.probe.image_pull_secrets),
+            tolerations=tuple(t.pod_toleration() for t in spec.probe.tolerations),
+            pod_labels=tuple(sorted(spec.probe.labels.items())),
+            pod_annotations=tuple(sorted(spec.probe.annotations.items())),
             check_params=tuple(dict.fromkeys(params)),
             command=tuple(spec.probe.command or ()),
             extra_args=tuple(spec.probe.args or ()),

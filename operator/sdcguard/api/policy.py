@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -14,6 +14,7 @@ from pydantic.config import JsonDict
 
 from sdcguard.api.common import (
     CONDITIONS_LIST,
+    QUALIFIED_NAME_PATTERN,
     SET_LIST,
     ApiModel,
     Condition,
@@ -434,6 +435,130 @@ class CatchTarget(ApiModel):
         return self
 
 
+class TolerationOperator(StrEnum):
+    """How a toleration matches a taint's value, as in Kubernetes."""
+
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+TolerationKey = Annotated[
+    str, StringConstraints(pattern="^$|" + QUALIFIED_NAME_PATTERN, max_length=316)
+]
+TOLERATION_EXISTS_VALUE = "spec.probe.tolerations[].value: operator Exists takes no value"
+TOLERATION_SECONDS_EFFECT = (
+    "spec.probe.tolerations[].tolerationSeconds: applies to effect NoExecute only; "
+    "set effect: NoExecute or drop tolerationSeconds"
+)
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration for the probe Pod (core/v1 Toleration)."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        json_schema_extra=cel_rules(
+            cel(
+                "!has(self.operator) || self.operator != 'Exists' "
+                "|| !has(self.value) || self.value == ''",
+                TOLERATION_EXISTS_VALUE,
+            ),
+            cel(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                TOLERATION_SECONDS_EFFECT,
+            ),
+        ),
+    )
+
+    key: TolerationKey = ""
+    """The taint key it tolerates. Empty would tolerate every taint (sdcguard's
+    quarantine taint too) and is refused."""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    """Equal: the taint's value must equal value. Exists: any value."""
+    value: LabelValue = ""
+    """The taint value for operator Equal; empty for Exists."""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    """The taint effect it tolerates; empty: every effect."""
+    toleration_seconds: int | None = Field(default=None, ge=0, le=31536000)
+    """Effect NoExecute only: how long the Pod stays once the taint is added."""
+
+    @model_validator(mode="after")
+    def _operator_and_seconds(self) -> Toleration:
+        if self.operator == TolerationOperator.EXISTS and self.value:
+            raise ValueError(TOLERATION_EXISTS_VALUE)
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError(TOLERATION_SECONDS_EFFECT)
+        return self
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        """Whether this toleration matches a taint (key, value, effect), by the
+        Kubernetes rules: an empty effect matches every effect, an empty key (with
+        Exists) every key, Exists any value, Equal only the same value."""
+        if self.effect and self.effect != effect:
+            return False
+        if self.key and self.key != key:
+            return False
+        if self.operator == TolerationOperator.EXISTS:
+            return True
+        return self.value == value
+
+    def pod_toleration(self) -> dict[str, str | int]:
+        """The toleration as the Pod spec writes it (empty fields left out)."""
+        out: dict[str, str | int] = {"operator": self.operator.value}
+        if self.key:
+            out["key"] = self.key
+        if self.value:
+            out["value"] = self.value
+        if self.effect:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
+def _default_tolerations() -> list[Toleration]:
+    return [Toleration(key=key, operator=TolerationOperator.EXISTS) for key in DEFAULT_ACCELERATORS]
+
+
+RESERVED_POD_KEYS = (
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/managed-by",
+    "karpenter.sh/do-not-disrupt",
+)
+"""Labels and annotations of the probe Pod that sdcguard sets itself (with every key
+in the sdcguard.dev/ domain): spec.probe.labels and annotations may not name them."""
+_RESERVED_KEYS_CEL = (
+    "self.all(k, !k.startsWith('sdcguard.dev/') && !(k in ["
+    + ", ".join(f"'{k}'" for k in RESERVED_POD_KEYS)
+    + "]))"
+)
+
+
+def reserved_keys_message(field: str) -> str:
+    """The refusal of a probe Pod label or annotation key that sdcguard sets itself."""
+    return (
+        f"spec.probe.{field}: keys in the sdcguard.dev/ domain and "
+        f"{', '.join(RESERVED_POD_KEYS)} are set by sdcguard on the probe Pod; pick another key"
+    )
+
+
+def _reserved_keys_rule(field: str) -> JsonDict:
+    return cel_rules(cel(_RESERVED_KEYS_CEL, reserved_keys_message(field)))
+
+
+def _no_reserved_keys(keys: dict[str, str], field: str) -> None:
+    if any(k.startswith("sdcguard.dev/") or k in RESERVED_POD_KEYS for k in keys):
+        raise ValueError(reserved_keys_message(field))
+
+
+QUARANTINE_TOLERATION = (
+    "spec.probe.tolerations: a toleration must not match sdcguard's quarantine taint "
+    "(the key in spec.taints.quarantine, or an empty key, which tolerates every taint): a "
+    "probe must never land on a quarantined node it was not sent to; name the foreign "
+    "taint's key instead"
+)
+
+
 class ProbeSpec(ApiModel):
     """The probe Job that runs the checks on a node."""
 
@@ -480,6 +605,41 @@ class ProbeSpec(ApiModel):
     """Seconds each memory pattern sits unread before it is read back, for retention
     faults (probe flag --memory-dwell). Unset: the probe's default for the device
     (see the probe's README)."""
+    tolerations: list[Toleration] = Field(default_factory=_default_tolerations, max_length=32)
+    """Tolerations of the probe Pod besides sdcguard's own taints and the cordon, which
+    it always tolerates. A node with a NoSchedule or NoExecute taint these do not
+    tolerate is not screened: it waits (ForeignTaint) with a message naming the taint.
+    Default: Exists for the resource names of the default accelerators
+    (nvidia.com/gpu, aws.amazon.com/neuron, google.com/tpu, amd.com/gpu), the keys GKE,
+    EKS and AKS GPU and TPU pools are tainted with (GKE: nvidia.com/gpu=present:
+    NoSchedule): such a taint keeps off pods that do not use the accelerator, and the
+    probe uses all of it. Fixed rather than derived from spec.accelerators, so what the
+    probe tolerates is what the object says; setting the list replaces the default
+    (list those you still want). Refused: a toleration of the quarantine taint
+    (spec.taints.quarantine) or with an empty key (it tolerates every taint)."""
+    image_pull_secrets: list[NodeName] = Field(
+        default_factory=list, max_length=16, json_schema_extra=SET_LIST
+    )
+    """Names of Secrets in the operator's namespace to pull the probe image with
+    (the Pod's imagePullSecrets)."""
+    runtime_class_name: NodeName | None = None
+    """The probe Pod's RuntimeClass, e.g. nvidia where the GPU Operator installs the
+    NVIDIA container runtime as a runtime class rather than the node's default. Empty:
+    the node's default runtime."""
+    priority_class_name: NodeName | None = None
+    """The probe Pod's PriorityClass. Empty: the operator's setting
+    (SDCGUARD_PROBE_PRIORITY_CLASS, the chart's probe.priorityClass)."""
+    labels: dict[QualifiedName, LabelValue] = Field(
+        default_factory=dict, max_length=32, json_schema_extra=_reserved_keys_rule("labels")
+    )
+    """Extra labels of the probe Pod (e.g. for a cost report or a network policy).
+    Keys sdcguard sets itself (sdcguard.dev/*, app.kubernetes.io/component and
+    managed-by) are refused."""
+    annotations: dict[QualifiedName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, max_length=32, json_schema_extra=_reserved_keys_rule("annotations")
+    )
+    """Extra annotations of the probe Pod (e.g. a service mesh opt-out). Keys sdcguard
+    sets itself (sdcguard.dev/*, karpenter.sh/do-not-disrupt) are refused."""
 
     @model_validator(mode="after")
     def _deadline_covers_budget(self) -> ProbeSpec:
@@ -489,6 +649,8 @@ class ProbeSpec(ApiModel):
                 f"at least budgetSeconds ({self.budget_seconds} s), or the Job is killed "
                 "before the probe's own budget runs out"
             )
+        _no_reserved_keys(self.labels, "labels")
+        _no_reserved_keys(self.annotations, "annotations")
         return self
 
 
@@ -787,6 +949,25 @@ def _accelerators() -> list[str]:
     return list(DEFAULT_ACCELERATORS)
 
 
+FULL_GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""NVIDIA's device plugin with the mixed MIG strategy advertises each MIG profile as
+its own resource, nvidia.com/mig-<profile> (nvidia.com/mig-1g.10gb)."""
+
+
+def is_mig_resource(name: str) -> bool:
+    """Whether ``name`` is a MIG profile's resource (nvidia.com/mig-<profile>)."""
+    return name.startswith(MIG_RESOURCE_PREFIX)
+
+
+def accelerator_resources(listed: Sequence[str], offered: Iterable[str]) -> tuple[str, ...]:
+    """The accelerator resources of a node offering ``offered`` (its allocatable's
+    names) under a policy listing ``listed``: those listed, and, when nvidia.com/gpu is
+    listed, every MIG profile's resource it offers (spec.accelerators)."""
+    migs = sorted(n for n in offered if is_mig_resource(n) and n not in listed)
+    return (*listed, *migs) if FULL_GPU_RESOURCE in listed else tuple(listed)
+
+
 ExtendedResourceName = Annotated[
     str,
     StringConstraints(
@@ -840,7 +1021,14 @@ class SDCPolicySpec(ApiModel):
                 + _SUITE_BUDGET_CEL
                 + ")",
                 SUITE_BUDGET_DEADLINE,
-            )
+            ),
+            cel(
+                "!has(self.probe) || !has(self.probe.tolerations) || "
+                "self.probe.tolerations.all(t, has(t.key) && t.key != '' && t.key != "
+                "(has(self.taints) && has(self.taints.quarantine) ? self.taints.quarantine "
+                f": '{DEFAULT_QUARANTINE_TAINT}'))",
+                QUARANTINE_TOLERATION,
+            ),
         )
     )
 
@@ -850,7 +1038,13 @@ class SDCPolicySpec(ApiModel):
         default=list(DEFAULT_ACCELERATORS), min_length=1, max_length=16, json_schema_extra=SET_LIST
     )
     """Extended resources that make a node an accelerator node; their allocatable count is the
-    node's device count."""
+    node's device count, and the probe requests all of them. nvidia.com/gpu also stands
+    for NVIDIA's MIG instances (nvidia.com/mig-<profile>, the mixed MIG strategy): a node
+    offering them is screened on every instance it has, each counted as a device; a node
+    offering both whole GPUs and MIG instances is not screened (it waits, MixedMig), as
+    a probe cannot tell which instances share a GPU with a whole one. Listed by name
+    rather than by pattern so the profiles need no policy change when they are
+    repartitioned."""
     triggers: Triggers = Field(default_factory=Triggers)
     """When nodes are screened."""
     suites: Suites = Field(default_factory=Suites)
@@ -883,6 +1077,13 @@ class SDCPolicySpec(ApiModel):
         if len(set(value)) != len(value):
             raise ValueError("spec.accelerators: list each resource name once")
         return value
+
+    @model_validator(mode="after")
+    def _probe_stays_off_quarantine(self) -> SDCPolicySpec:
+        quarantine = self.taints.quarantine
+        if any(not t.key or t.key == quarantine for t in self.probe.tolerations):
+            raise ValueError(QUARANTINE_TOLERATION)
+        return self
 
     @model_validator(mode="after")
     def _suite_budgets_fit_deadline(self) -> SDCPolicySpec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,8 +73,9 @@ class ProbeJobRequest:
     budget_seconds: int
     active_deadline_seconds: int
     ttl_seconds_after_finished: int
-    accelerator_resource: str | None
-    accelerator_count: int
+    accelerators: tuple[tuple[str, int], ...]
+    """Every accelerator resource of the node with its full allocatable count (all of
+    a MIG node's profiles), requested so no other Pod shares the node's devices."""
     tolerated_taint_keys: tuple[str, ...]
     cpu_devices: int | None = None
     seed: int | None = None
@@ -89,6 +91,14 @@ class ProbeJobRequest:
     """Added after the arguments sdcguard passes (spec.probe.args)."""
     tuning: ProbeTuning | None = None
     """Catch target and memory dwell (None: the probe's defaults)."""
+    tolerations: tuple[Mapping[str, str | int], ...] = ()
+    """The policy's tolerations (spec.probe.tolerations), as the Pod spec writes them."""
+    image_pull_secrets: tuple[str, ...] = ()
+    runtime_class: str = ""
+    pod_labels: tuple[tuple[str, str], ...] = ()
+    """Extra labels of the Pod (spec.probe.labels); sdcguard's own are kept."""
+    pod_annotations: tuple[tuple[str, str], ...] = ()
+    """Extra annotations of the Pod (spec.probe.annotations)."""
 
 
 def label_value(text: str) -> str:
@@ -163,9 +173,10 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
         **DEFAULT_PROBE_REQUESTS,
         **dict(req.resources.get("requests", {})),
     }
-    if req.accelerator_resource and req.accelerator_count > 0:
-        limits[req.accelerator_resource] = str(req.accelerator_count)
-        requests[req.accelerator_resource] = str(req.accelerator_count)
+    for resource, count in req.accelerators:
+        if count > 0:
+            limits[resource] = str(count)
+            requests[resource] = str(count)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -188,11 +199,13 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                 }
             }
         },
-        # Our own taints, and the cordon (a quarantined node is verified while cordoned).
+        # Our own taints, and the cordon (a quarantined node is verified while cordoned),
+        # then the policy's (accelerator pool taints and the like).
         "tolerations": [
             {"key": key, "operator": "Exists"}
             for key in sorted({*req.tolerated_taint_keys, UNSCHEDULABLE_TAINT})
-        ],
+        ]
+        + [dict(t) for t in req.tolerations],
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": 65532,
@@ -236,6 +249,18 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
     }
     if req.priority_class:
         pod_spec["priorityClassName"] = req.priority_class
+    if req.runtime_class:
+        pod_spec["runtimeClassName"] = req.runtime_class
+    if req.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in req.image_pull_secrets]
+    # The policy's extra labels and annotations first: sdcguard's own (which the API
+    # refuses in spec.probe) always hold.
+    pod_labels = {**dict(req.pod_labels), **labels}
+    pod_annotations = {
+        **dict(req.pod_annotations),
+        "karpenter.sh/do-not-disrupt": "true",
+        TEST_ANNOTATION: req.test_name,
+    }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -261,13 +286,7 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             "activeDeadlineSeconds": req.active_deadline_seconds,
             "ttlSecondsAfterFinished": req.ttl_seconds_after_finished,
             "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {
-                        "karpenter.sh/do-not-disrupt": "true",
-                        TEST_ANNOTATION: req.test_name,
-                    },
-                },
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": pod_spec,
             },
         },

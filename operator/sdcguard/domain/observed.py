@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdcguard.api import (
+    FULL_GPU_RESOURCE,
     CheckVerdict,
     Finding,
     RepairTicket,
@@ -19,6 +20,8 @@ from sdcguard.api import (
     Suite,
     TicketPhase,
     Verdict,
+    accelerator_resources,
+    is_mig_resource,
     suite_of,
 )
 from sdcguard.domain import keys
@@ -126,7 +129,12 @@ class NodeFacts:
     unschedulable: bool = False
     ready: bool = True
     accelerators: int = 0
-    """Allocatable devices of the policy's accelerator resources."""
+    """Allocatable devices of the policy's accelerator resources (each MIG instance
+    counts as one, see spec.accelerators)."""
+    mixed_mig: str = ""
+    """What a node offers when it has whole GPUs and MIG instances at once (NVIDIA's
+    mixed strategy with some GPUs unpartitioned), e.g. "nvidia.com/gpu: 4,
+    nvidia.com/mig-1g.10gb: 14"; empty otherwise. Such a node is not screened."""
     pool: str = ""
     """Value of the policy's pool label ("" without one)."""
     created: dt.datetime | None = None
@@ -148,6 +156,10 @@ class NodeFacts:
     ) -> NodeFacts:
         """Facts from the snapshot the index keeps, for a policy's accelerators and pools."""
         allocatable = node.allocatable
+        names = accelerator_resources(accelerators, allocatable)
+        offered = {n: c for n in names if (c := whole_quantity(allocatable.get(n, 0))) > 0}
+        migs = [n for n in offered if is_mig_resource(n)]
+        mixed = bool(migs) and offered.get(FULL_GPU_RESOURCE, 0) > 0
         return cls(
             name=node.name,
             uid=node.uid,
@@ -156,7 +168,10 @@ class NodeFacts:
             taints=node.taints,
             unschedulable=node.unschedulable,
             ready=node.ready,
-            accelerators=sum(whole_quantity(allocatable.get(name, 0)) for name in accelerators),
+            accelerators=sum(offered.values()),
+            mixed_mig=(
+                ", ".join(f"{n}: {offered[n]}" for n in (FULL_GPU_RESOURCE, *migs)) if mixed else ""
+            ),
             pool=node.labels.get(pool_label, "") if pool_label else "",
             created=node.created,
         )

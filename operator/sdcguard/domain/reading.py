@@ -109,6 +109,15 @@ def _covering_suite(policy: SDCPolicySpec, checks: frozenset[str]) -> Suite:
     return Suite.REQUALIFICATION
 
 
+def mixed_mig_message(offered: str) -> str:
+    """Why a node with whole GPUs and MIG instances at once is not screened."""
+    return (
+        f"node offers whole GPUs and MIG instances at once ({offered}): sdcguard screens "
+        "a node whose GPUs are all whole or all partitioned into MIG instances; "
+        "repartition it so that every GPU is MIG-enabled, or none is"
+    )
+
+
 def _until(when: dt.datetime, now: dt.datetime) -> float:
     return min(REQUEUE_MAX, max(1.0, (when - now).total_seconds()))
 
@@ -140,7 +149,13 @@ class Reader:
             return Wait(W.NODE_NOT_READY, "node not Ready")
         foreign = self.untolerated_taints()
         if foreign:
-            return Wait(W.FOREIGN_TAINT, f"taint {foreign[0]} keeps probes off the node too")
+            return Wait(
+                W.FOREIGN_TAINT,
+                f"taint {foreign[0]} keeps probes off the node: tolerate it in "
+                "spec.probe.tolerations",
+            )
+        if node.mixed_mig:
+            return Wait(W.MIXED_MIG, mixed_mig_message(node.mixed_mig))
         if node.accelerators <= 0:
             return Wait(W.NO_ACCELERATORS, "no allocatable accelerators yet")
         return None
@@ -178,15 +193,19 @@ class Reader:
         return None if check.allowed else Wait(W.BUDGET, check.reason)
 
     def untolerated_taints(self) -> list[str]:
-        """Taints of others that repel probe Pods (they tolerate only sdcguard's own taints
-        and the cordon), so a test started now could never run."""
+        """Taints of others that repel probe Pods, so a test started now could never run:
+        a NoSchedule or NoExecute taint tolerated neither by sdcguard's own tolerations
+        (its taints and the cordon) nor by the policy's (spec.probe.tolerations, matched
+        as Kubernetes matches them: key, operator, value, effect). As key=value:effect."""
         ours = {self.policy.taints.gate, self.policy.taints.testing, self.policy.taints.quarantine}
+        tolerations = self.policy.probe.tolerations
         return sorted(
-            f"{t.key}:{t.effect}"
+            f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
             for t in self.node.taints
             if t.effect in ("NoSchedule", "NoExecute")
             and t.key not in ours
             and t.key != PROBE_TOLERATED_CORDON
+            and not any(tol.tolerates(t.key, t.value, t.effect) for tol in tolerations)
         )
 
     def next_attempt(self) -> int:

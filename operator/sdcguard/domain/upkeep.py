@@ -14,7 +14,9 @@ repair enters repair too.
 
 One node is left unwritten: a gated node never labelled that only waits for its
 acceptance test. Its gate taint says all there is to say, so a node costs no write
-until its test starts (:func:`stays_unwritten`).
+until its test starts (:func:`stays_unwritten`). Not so a wait that lasts until a
+person changes the cluster or the policy (a taint the probe does not tolerate, a node
+with whole GPUs and MIG instances at once): that node is written, so it says why.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.reading import Reader, Reading
 from sdcguard.domain.states import NodeState
+from sdcguard.domain.waits import WaitReason
 
 S = NodeState
 G = Guard
@@ -123,6 +126,12 @@ _ROWS: Mapping[tuple[NodeState, Scope, bool], tuple[RowAction, ...]] = {
 }
 
 
+NEEDS_A_PERSON = frozenset({WaitReason.FOREIGN_TAINT, WaitReason.MIXED_MIG})
+"""Waits that last until a person changes the cluster or the policy: even a gated node
+never labelled is written to say them (the others pass on their own: a node not yet
+Ready, a device plugin not yet up, a budget)."""
+
+
 def stays_unwritten(reader: Reader, reading: Reading) -> bool:
     """Never labelled, still Unqualified, gated, and nothing to do but wait: no write
     (its only action would adopt the gate taint it already carries). A test a person
@@ -137,4 +146,5 @@ def stays_unwritten(reader: Reader, reading: Reading) -> bool:
         and not node.annotations.get(keys.CURRENT_TEST)
         and node.has_taint(reader.policy.taints.gate)
         and reader.policy.mode != Mode.OBSERVE
+        and (reading.wait is None or reading.wait.reason not in NEEDS_A_PERSON)
     )

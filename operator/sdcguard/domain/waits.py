@@ -37,6 +37,9 @@ class WaitReason(StrEnum):
     """Someone else's taint keeps probe Pods off the node."""
     NO_ACCELERATORS = "NoAccelerators"
     """The node has no allocatable accelerators yet."""
+    MIXED_MIG = "MixedMig"
+    """The node offers whole GPUs and MIG instances at once (NVIDIA's mixed MIG strategy
+    with some GPUs unpartitioned): it is not screened until all are one or the other."""
     BREAKER_OPEN = "BreakerOpen"
     BACK_OFF = "BackOff"
     """Inconclusive results: the node is screened again only after a back-off."""
