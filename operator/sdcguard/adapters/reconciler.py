@@ -565,7 +565,9 @@ class Reconciler:
                     ticket=ticket,
                     devices=self._devices(spec, node_name, test, ticket),
                     idle_since=idle_since(node_name, spec.accelerators, view),
-                    pending_pod_needs_node=needed(node_name, spec.accelerators, view),
+                    pending_pod_needs_node=needed(
+                        node_name, spec.accelerators, view, spec.taints.testing
+                    ),
                     breaker_open=breaker_open,
                     joined_after_start=(
                         node.created is not None
