@@ -85,6 +85,7 @@ from sdcguard.adapters.pass_state import (
     _has_outcome,
 )
 from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
+from sdcguard.adapters.recertification import Recertification
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.adapters.tickets import RepairTickets
 from sdcguard.adapters.urgent import UrgentQueue
@@ -157,6 +158,7 @@ class Reconciler:
         self.reporter = PolicyStatusReporter(
             writer, metrics, self.known, self.permission, status_sender
         )
+        self.recertification = Recertification(writer, metrics)
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()
         """What the last pass (not an urgent one) did, by kind."""
@@ -439,6 +441,7 @@ class Reconciler:
             wake = min(wake, max(0.0, (soonest - now).total_seconds()))
 
         states = Counter(memory.states.values())
+        self.recertification.mark(policy, memory, view, facts, now, counts)
         if (
             full
             or memory.illegal != illegal_before
@@ -452,7 +455,16 @@ class Reconciler:
                 }
             )
             self.reporter.write(
-                policy, breaker, breaker_status, states, now, memory.illegal, memory.overlaps
+                policy,
+                breaker,
+                breaker_status,
+                states,
+                now,
+                memory.illegal,
+                memory.overlaps,
+                capacity=self.recertification.capacity(policy, memory, tests_by_node)
+                if full
+                else None,
             )
             memory.status_at = now
         elif memory.status_at is not None:
