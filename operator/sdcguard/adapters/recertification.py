@@ -10,12 +10,11 @@ from collections.abc import Iterable, Mapping
 
 import structlog
 
-from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage
 from sdcguard.adapters.pass_state import FleetView, KnownTest, PolicyMemory
 from sdcguard.api import SDCPolicy, Suite
 from sdcguard.api.common import parse_duration
 from sdcguard.domain import keys
-from sdcguard.domain.nodepatch import NodePatch
 from sdcguard.domain.recertification import (
     LABEL_OVERDUE,
     Capacity,
@@ -39,8 +38,8 @@ class Recertification:
     """Marks overdue nodes and measures whether the budgets keep up. Keeps no state of
     its own: the overdue set lives in the policy's :class:`PolicyMemory`."""
 
-    def __init__(self, writer: KubeWriter, metrics: Metrics) -> None:
-        self._writer = writer
+    def __init__(self, node_patch: NodePatchStage, metrics: Metrics) -> None:
+        self._node_patch = node_patch
         self._metrics = metrics
 
     def mark(
@@ -76,7 +75,7 @@ class Recertification:
             if change is False:
                 continue
             value = change if isinstance(change, str) else None
-            self._writer.patch_node(name, NodePatch(labels={LABEL_OVERDUE: value}).body())
+            self._node_patch.label(name, LABEL_OVERDUE, value)
             counts["overdue-marked" if overdue else "overdue-cleared"] += 1
             if overdue:
                 log.warning("qualification overdue", node=name, policy=policy.metadata.name)

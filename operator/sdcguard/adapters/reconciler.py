@@ -158,7 +158,7 @@ class Reconciler:
         self.reporter = PolicyStatusReporter(
             writer, metrics, self.known, self.permission, status_sender
         )
-        self.recertification = Recertification(writer, metrics)
+        self.recertification = Recertification(node_patch, metrics)
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()
         """What the last pass (not an urgent one) did, by kind."""
