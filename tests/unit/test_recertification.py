@@ -14,7 +14,10 @@ from sdcguard.adapters import observe
 from sdcguard.adapters.reconciler import FleetView, Reconciler
 from sdcguard.api import SDCPolicy
 from sdcguard.domain import keys
-from sdcguard.domain.observed import NodeSnapshot
+from sdcguard.domain.budgets import PoolUsage
+from sdcguard.domain.decide import decide
+from sdcguard.domain.lifecycle import Drain, Event, NodeState
+from sdcguard.domain.observed import NodeSnapshot, Observed
 from sdcguard.domain.recertification import (
     LABEL_OVERDUE,
     is_overdue,
@@ -24,7 +27,7 @@ from sdcguard.domain.recertification import (
 )
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
-from tests.unit.factories import NOW
+from tests.unit.factories import NOW, applied, node, policy
 from tests.unit.test_apply_order import _Recorder
 
 WEEK = dt.timedelta(hours=168)
@@ -116,7 +119,7 @@ def _busy(name: str) -> dict[str, Any]:
 
 
 def _pass(nodes: list[NodeSnapshot], **spec: Any) -> tuple[_Recorder, Metrics]:
-    policy = SDCPolicy.model_validate(
+    fleet = SDCPolicy.model_validate(
         {
             "apiVersion": "sdcguard.dev/v1alpha1",
             "kind": "SDCPolicy",
@@ -128,11 +131,11 @@ def _pass(nodes: list[NodeSnapshot], **spec: Any) -> tuple[_Recorder, Metrics]:
     writer = _Recorder(api=client.ApiClient(), metrics=metrics)
     rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
     view = FleetView(nodes={n.name: n for n in nodes}, policies={"fleet": {}})
-    for node in nodes:  # kept busy: expiry never finds an idle window
-        use = observe.pod_use(_busy(node.name))
+    for snapshot in nodes:  # kept busy: expiry never finds an idle window
+        use = observe.pod_use(_busy(snapshot.name))
         assert use is not None
-        view.busy.setdefault(node.name, []).append(use)
-    rec.run_pass(policy, view, NOW)
+        view.busy.setdefault(snapshot.name, []).append(use)
+    rec.run_pass(fleet, view, NOW)
     return writer, metrics
 
 
@@ -180,3 +183,64 @@ def test_a_budget_too_small_for_the_age_warns_in_status_and_an_event() -> None:
     statuses = [body for kind, body in writer.calls if kind == "sdcpolicies-status"]
     (condition,) = [c for c in statuses[-1]["conditions"] if c["type"] == "RecertificationCapacity"]
     assert condition["status"] == "True"
+
+
+# Forced re-screening (triggers.overdue.action Drain) -----------------------------------
+
+FORCE = {"maxQualificationAge": "168h", "overdue": {"action": "Drain", "gracePeriod": "24h"}}
+
+
+def test_an_overdue_busy_node_is_held_then_drained_and_screened_when_idle() -> None:
+
+    spec = policy(triggers=FORCE)
+    busy = {"idle_since": None, "usage": PoolUsage(nodes=100)}
+    n = node(state=NodeState.QUALIFIED, qualified_at=NOW - dt.timedelta(hours=170))
+    d = decide(Observed(node=n, **busy), spec, NOW)
+    assert d.event == Event.OVERDUE_HELD and d.state == NodeState.QUALIFIED
+    held = applied(n, d)
+    assert "sdcguard.dev/testing" in {t.key for t in held.taints}, "no new work lands"
+    waits = decide(Observed(node=held, **busy), spec, NOW)
+    assert waits.event is None and "held, waiting for running work" in waits.note
+    # Its work ends: screened at once, a pending pod no longer comes first.
+    idle = decide(
+        Observed(
+            node=held,
+            idle_since=NOW - dt.timedelta(minutes=1),
+            pending_pod_needs_node=True,
+            usage=PoolUsage(nodes=100),
+        ),
+        spec,
+        NOW,
+    )
+    assert idle.event == Event.EXPIRY_DUE and idle.starts_test
+    # Its work outlasts the grace period: drained, PDBs honoured, until it is idle.
+    later = NOW + dt.timedelta(hours=23)
+    drain = decide(Observed(node=held, **busy), spec, later)
+    assert drain.event == Event.OVERDUE_DRAIN_DUE
+    assert [a for a in drain.actions if isinstance(a, Drain)]
+
+
+@pytest.mark.parametrize(
+    "triggers",
+    [
+        {"maxQualificationAge": "168h"},  # action Warn, the default
+        {**FORCE, "maxQualificationAge": "0"},
+    ],
+)
+def test_warn_or_no_expiry_never_holds(triggers: dict[str, Any]) -> None:
+
+    n = node(state=NodeState.QUALIFIED, qualified_at=NOW - dt.timedelta(hours=400))
+    d = decide(
+        Observed(node=n, idle_since=None, usage=PoolUsage(nodes=100)),
+        policy(triggers=triggers),
+        NOW,
+    )
+    assert d.event is None
+
+
+def test_observe_mode_never_holds() -> None:
+
+    n = node(state=NodeState.QUALIFIED, qualified_at=NOW - dt.timedelta(hours=400))
+    spec = policy(triggers=FORCE, mode="Observe")
+    d = decide(Observed(node=n, idle_since=None, usage=PoolUsage(nodes=100)), spec, NOW)
+    assert d.event is None and "waiting for an idle window" in d.note

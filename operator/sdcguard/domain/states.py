@@ -51,6 +51,11 @@ class Event(StrEnum):
     """A never-qualified node's test was inconclusive: back to the gate."""
     IDLE_DUE = "IdleDue"
     EXPIRY_DUE = "ExpiryDue"
+    OVERDUE_HELD = "OverdueHeld"
+    """triggers.overdue.action Drain: a busy node past maxQualificationAge takes no new
+    work (the testing taint), so it is screened once its work ends."""
+    OVERDUE_DRAIN_DUE = "OverdueDrainDue"
+    """A held overdue node's work outlasted triggers.overdue.gracePeriod: drain it."""
     SUSPECTED = "Suspected"
     RETEST_DUE = "RetestDue"
     REPAIR_STARTED = "RepairStarted"
