@@ -244,3 +244,16 @@ def test_observe_mode_never_holds() -> None:
     spec = policy(triggers=FORCE, mode="Observe")
     d = decide(Observed(node=n, idle_since=None, usage=PoolUsage(nodes=100)), spec, NOW)
     assert d.event is None and "waiting for an idle window" in d.note
+
+
+def test_a_hold_outliving_its_reason_still_ends_in_a_screening() -> None:
+    """Held while overdue, then the policy stops forcing (action Warn, a longer age):
+    the node is screened once idle, so the hold is not left behind."""
+    spec = policy(triggers=FORCE)
+    busy = {"idle_since": None, "usage": PoolUsage(nodes=100)}
+    n = node(state=NodeState.QUALIFIED, qualified_at=NOW - dt.timedelta(hours=170))
+    held = applied(n, decide(Observed(node=n, **busy), spec, NOW))
+    relaxed = policy(triggers={"maxQualificationAge": "720h"})
+    idle = Observed(node=held, idle_since=NOW - dt.timedelta(minutes=1), usage=PoolUsage(nodes=100))
+    d = decide(idle, relaxed, NOW)
+    assert d.event == Event.EXPIRY_DUE and d.starts_test

@@ -520,6 +520,10 @@ class Reader:
             due.append(
                 (idle_since + idle_for, E.IDLE_DUE, f"idle since {keys.format_time(idle_since)}")
             )
+        if self.holding():
+            # Held for an overdue re-screening: screened once idle, even if the policy
+            # no longer forces it (the hold must not outlive its reason).
+            due.append((self.now, E.EXPIRY_DUE, "held for its overdue re-screening"))
         if not due:
             return Reading(None, "qualified; no re-screening configured", requeue=REQUEUE_MAX)
         when, event, why = min(due, key=lambda d: d[0])
