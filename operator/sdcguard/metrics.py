@@ -152,6 +152,13 @@ class Metrics:
             ["policy", "pool", "budget"],
             registry=r,
         )
+        self.qualification_overdue = Gauge(
+            "sdcguard_qualification_overdue_nodes",
+            "Qualified nodes whose qualification is older than maxQualificationAge "
+            "(labelled sdcguard.dev/overdue=true).",
+            ["policy"],
+            registry=r,
+        )
         self.illegal_transitions = Counter(
             "sdcguard_illegal_transitions_total",
             "Transitions outside the lifecycle table (always a bug).",
@@ -245,6 +252,7 @@ class Metrics:
             self.budget_in_use,
             self.retention_held,
             self.retention_unreadable,
+            self.qualification_overdue,
         ):
             gauge.clear()
         self.oldest_ticket.set(0)

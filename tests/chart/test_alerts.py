@@ -44,6 +44,7 @@ def test_every_alert_is_evaluated_here() -> None:
         "SdcguardOperatorDown",
         "SdcguardCircuitBreakerOpen",
         "SdcguardNodesQuarantined",
+        "SdcguardQualificationOverdue",
         "SdcguardTestsInconclusive",
         "SdcguardRepairTicketOverSLA",
         "SdcguardTicketNotificationFailing",
@@ -69,6 +70,18 @@ def test_breaker_open_fires_for_its_policy() -> None:
     metrics.breaker_open.labels(policy=POLICY).set(1)
     history = [first, scrape_registry(metrics.registry)]
     assert firing(alert_expr("SdcguardCircuitBreakerOpen"), history) == [{"policy": POLICY}]
+
+
+def test_overdue_qualifications_fire_for_their_policy() -> None:
+    metrics, first = _healthy()
+    metrics.qualification_overdue.labels(policy=POLICY).set(0)
+    assert (
+        firing(alert_expr("SdcguardQualificationOverdue"), [scrape_registry(metrics.registry)])
+        == []
+    )
+    metrics.qualification_overdue.labels(policy=POLICY).set(3)
+    history = [first, scrape_registry(metrics.registry)]
+    assert firing(alert_expr("SdcguardQualificationOverdue"), history) == [{"policy": POLICY}]
 
 
 def test_quarantined_nodes_over_the_threshold_fire() -> None:

@@ -78,7 +78,7 @@ def test_fleet_summary_by_policy_pool_and_state() -> None:
     nodes = [
         node("a", {**labels, keys.LABEL_STATE: "Qualified"}),
         node("b", {**labels, keys.LABEL_STATE: "Quarantined"}),
-        node("c", {**labels, keys.LABEL_STATE: "Qualified"}),
+        node("c", {**labels, keys.LABEL_STATE: "Qualified", "sdcguard.dev/overdue": "true"}),
         node("d", labels),  # covered, not labelled yet
         node("e", {keys.LABEL_STATE: "Retired"}),  # labelled, no policy any more
         node("f", {}),  # not part of the fleet
@@ -95,11 +95,12 @@ def test_fleet_summary_by_policy_pool_and_state() -> None:
         "New": 1,
     }
     assert summary.pools == [
-        {"policy": "-", "pool": "-", "nodes": 1, "states": {"Retired": 1}},
+        {"policy": "-", "pool": "-", "nodes": 1, "overdue": 0, "states": {"Retired": 1}},
         {
             "policy": "gpus",
             "pool": "p5",
             "nodes": 5,
+            "overdue": 1,  # past maxQualificationAge, labelled by the operator
             "states": {"Unqualified": 1, "Qualified": 2, "Quarantined": 1, "New": 1},
         },
     ]

@@ -348,6 +348,10 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
     (S.QUALIFIED, E.SUSPECTED): (
         "Suspect | testing | - | owned-taints= state-since= | - | Suspected | -"
     ),
+    (S.QUALIFIED, E.OVERDUE_HELD): (
+        "Qualified | testing | - | owned-taints= | - | QualificationOverdue | -"
+    ),
+    (S.QUALIFIED, E.OVERDUE_DRAIN_DUE): "Qualified | - | - | - | - | - | evicts",
     (S.QUALIFIED, E.OPTED_OUT): "Excluded | - | - | state-since= | - | Excluded | -",
     (S.QUALIFIED, E.MANUAL_QUARANTINE): (
         "Quarantined | quarantine | cordoned | "

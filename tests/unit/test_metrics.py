@@ -57,6 +57,7 @@ def test_standing_by_drops_the_fleet_gauges_and_keeps_the_counters() -> None:
     metrics.nodes.labels(policy="gpus", state="Quarantined").set(3)
     metrics.breaker_open.labels(policy="gpus").set(1)
     metrics.budget_in_use.labels(policy="gpus", pool="", budget="tests").set(2)
+    metrics.qualification_overdue.labels(policy="gpus").set(2)
     metrics.tickets_open.labels(age="1d").set(1)
     metrics.hardware_records.labels(kind="ProviderID", retired="false").set(4)
     metrics.oldest_ticket.set(7200)
@@ -69,6 +70,7 @@ def test_standing_by_drops_the_fleet_gauges_and_keeps_the_counters() -> None:
         "sdcguard_nodes",
         "sdcguard_circuit_breaker_open",
         "sdcguard_budget_in_use",
+        "sdcguard_qualification_overdue_nodes",
         "sdcguard_repair_tickets_open",
         "sdcguard_hardware_records",
     ):

@@ -71,3 +71,8 @@ class NodePatchStage:
             return False
         self._writer.patch_node(node_name, NodePatch(annotations=changes).body())
         return True
+
+    def label(self, node_name: str, key: str, value: str | None) -> None:
+        """Set (None: remove) one sdcguard label that no decision writes (the overdue
+        label): a merge patch of labels replaces no list, so it needs no resourceVersion."""
+        self._writer.patch_node(node_name, NodePatch(labels={key: value}).body())

@@ -15,7 +15,7 @@ from sdcguard.adapters.pass_state import (
     FleetView,
     KnownTest,
 )
-from sdcguard.domain import keys
+from sdcguard.domain import demand, keys
 from sdcguard.domain.observed import NodeFacts, TestFacts
 
 log = structlog.get_logger("sdcguard.reconcile")
@@ -100,14 +100,22 @@ def idle_since(name: str, accelerators: Iterable[str], view: FleetView) -> dt.da
     return view.nodes[name].created or _EPOCH
 
 
-def needed(name: str, accelerators: list[str], view: FleetView) -> bool:
-    """A pending pod asks for this node's kind of accelerator and would fit its labels."""
+def needed(name: str, accelerators: list[str], view: FleetView, testing_taint: str = "") -> bool:
+    """A pending pod asks for this node's kind of accelerator and the scheduler could
+    place it there (``domain.demand``): its selector and required affinity select the
+    node, it tolerates the node's taints other than sdcguard's own (the ``testing_taint``
+    key and those the node records as ours), and its requests fit the node.
+
+    A pod that fits no node is demand for none, so it holds no screening back."""
     node = view.nodes[name]
     labels, allocatable = node.labels, node.allocatable
     offered = {r for r in accelerators if str(allocatable.get(r, "0")) not in ("0", "")}
-    for demand in view.pending:
-        if not offered & set(demand.resources):
+    reserved = frozenset(keys.split_list(node.annotations.get(keys.OWNED_TAINTS)))
+    if testing_taint:
+        reserved |= {testing_taint}
+    for pending in view.pending:
+        if not offered & set(pending.resources):
             continue
-        if all(labels.get(k) == v for k, v in demand.node_selector.items()):
+        if demand.could_run_on(pending.placement, name, labels, node.taints, allocatable, reserved):
             return True
     return False

@@ -11,17 +11,19 @@ from __future__ import annotations
 import datetime as dt
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
 
 from sdcguard.api import GROUP, RepairTicket
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, TEST_ANNOTATION, TEST_LABEL
+from sdcguard.domain.demand import NodeSelectorTerm, PodPlacement, Requirement, Toleration
 from sdcguard.domain.judging import NEVER_STARTED_REASONS
 from sdcguard.domain.keys import parse_time
 from sdcguard.domain.observed import NodeSnapshot
-from sdcguard.domain.quantity import whole_quantity
+from sdcguard.domain.quantity import parse_quantity, whole_quantity
 
 
 def node_claim(node: NodeSnapshot | None) -> str | None:
@@ -124,12 +126,78 @@ def pod_use(body: Mapping[str, Any], resources: Iterable[str] | None = None) -> 
 
 @dataclass(frozen=True)
 class PendingDemand:
-    """An unscheduled pod asking for accelerators: idle capacity it may need."""
+    """An unscheduled pod asking for accelerators: idle capacity it may need, where the
+    scheduler could place it (``placement``, judged by ``domain.demand``)."""
 
     namespace: str
     name: str
     resources: Mapping[str, int]
-    node_selector: Mapping[str, str]
+    placement: PodPlacement = field(default_factory=PodPlacement)
+
+
+def _requirements(raw: Any) -> tuple[Requirement, ...]:
+    return tuple(
+        Requirement(
+            key=str(item.get("key", "")),
+            operator=str(item.get("operator", "")),
+            values=tuple(str(v) for v in item.get("values") or ()),
+        )
+        for item in raw or ()
+        if isinstance(item, Mapping)
+    )
+
+
+def _required_terms(spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...] | None:
+    node_affinity = ((spec.get("affinity") or {}).get("nodeAffinity")) or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return None
+    return tuple(
+        NodeSelectorTerm(
+            match_expressions=_requirements(term.get("matchExpressions")),
+            match_fields=_requirements(term.get("matchFields")),
+        )
+        for term in required.get("nodeSelectorTerms") or ()
+        if isinstance(term, Mapping)
+    )
+
+
+def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            key=str(t.get("key") or ""),
+            operator=str(t.get("operator") or "Equal"),
+            value=str(t.get("value") or ""),
+            effect=str(t.get("effect") or ""),
+        )
+        for t in spec.get("tolerations") or ()
+        if isinstance(t, Mapping)
+    )
+
+
+def _effective_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Per resource, the larger of the containers' sum and any one init container (a
+    limit stands for a missing request, as the API server defaults it)."""
+
+    def requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+        res = container.get("resources") or {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        out: dict[str, Decimal] = {}
+        for name, value in merged.items():
+            try:
+                out[str(name)] = parse_quantity(value)
+            except ValueError:
+                continue
+        return out
+
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or ():
+        for name, amount in requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    for container in spec.get("initContainers") or ():
+        for name, amount in requests(container).items():
+            total[name] = max(total.get(name, Decimal(0)), amount)
+    return total
 
 
 def pending_demand(
@@ -145,7 +213,12 @@ def pending_demand(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         resources=wanted,
-        node_selector=dict(spec.get("nodeSelector") or {}),
+        placement=PodPlacement(
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            required_terms=_required_terms(spec),
+            tolerations=_tolerations(spec),
+            requests=_effective_requests(spec),
+        ),
     )
 
 

@@ -160,9 +160,12 @@ class PolicyMemory:
     overlaps: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """Nodes this policy selects that other policies select too: node -> (the owner,
     every policy that selects it)."""
+    overdue: set[str] = field(default_factory=set)
+    """Qualified nodes whose qualification is older than maxQualificationAge."""
 
     def forget(self, node: str) -> None:
         self.pools.forget(node)
+        self.overdue.discard(node)
         for table in (self.waiting, self.due, self.states, self.illegal, self.overlaps):
             table.pop(node, None)
         self.held.discard(node)

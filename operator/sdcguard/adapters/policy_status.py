@@ -6,7 +6,7 @@ import datetime as dt
 import threading
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -20,6 +20,7 @@ from sdcguard.adapters.pass_state import (
     PolicyMemory,
 )
 from sdcguard.api import (
+    GROUP,
     BreakerSample,
     BreakerStatus,
     Condition,
@@ -37,6 +38,7 @@ from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.recertification import Capacity
 from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.reconcile")
@@ -210,8 +212,10 @@ class PolicyStatusReporter:
         now: dt.datetime,
         illegal: Mapping[str, str],
         overlaps: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+        capacity: Capacity | None = None,
     ) -> None:
-        """Write the policy's status if it changed."""
+        """Write the policy's status if it changed (``capacity``: the re-certification
+        verdict of a full pass; None keeps the stored condition)."""
         old = policy.status or SDCPolicyStatus()
         bad = sorted(illegal.items())
         conditions = set_condition(
@@ -238,6 +242,8 @@ class PolicyStatusReporter:
             policy.metadata.generation,
         )
         conditions = self._replace_condition(policy, conditions, now)
+        if capacity is not None:
+            conditions = self._capacity_condition(policy, old.conditions, conditions, capacity, now)
         shared = sorted((overlaps or {}).items())
         conditions = set_condition(
             conditions,
@@ -299,6 +305,39 @@ class PolicyStatusReporter:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def _capacity_condition(
+        self,
+        policy: SDCPolicy,
+        old: list[Condition],
+        conditions: list[Condition],
+        capacity: Capacity,
+        now: dt.datetime,
+    ) -> list[Condition]:
+        """RecertificationCapacity, with its arithmetic; a warning Event when it turns
+        False, a normal one when it recovers. A warning, never a refusal."""
+        status: Literal["True", "False"] = "True" if capacity.sufficient else "False"
+        before = next((c.status for c in old if c.type == "RecertificationCapacity"), None)
+        if (before is not None and before != status) or (before is None and status == "False"):
+            self._writer.event(
+                kind="SDCPolicy",
+                name=policy.metadata.name,
+                uid=policy.metadata.uid or None,
+                reason="RecertificationCapacity" + ("Short" if status == "False" else "Met"),
+                message=bounded(capacity.message),
+                now=now,
+                warning=status == "False",
+                api_version=f"{GROUP}/v1alpha1",
+            )
+        return set_condition(
+            conditions,
+            "RecertificationCapacity",
+            status,
+            "WithinMaxQualificationAge" if capacity.sufficient else "BudgetTooSmall",
+            bounded(capacity.message),
+            now,
+            policy.metadata.generation,
+        )
 
     def _replace_condition(
         self, policy: SDCPolicy, conditions: list[Condition], now: dt.datetime

@@ -85,6 +85,7 @@ from sdcguard.adapters.pass_state import (
     _has_outcome,
 )
 from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
+from sdcguard.adapters.recertification import Recertification
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.adapters.tickets import RepairTickets
 from sdcguard.adapters.urgent import UrgentQueue
@@ -158,6 +159,7 @@ class Reconciler:
         self.reporter = PolicyStatusReporter(
             writer, metrics, self.known, self.permission, status_sender
         )
+        self.recertification = Recertification(node_patch, metrics)
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()
         """What the last pass (not an urgent one) did, by kind."""
@@ -440,6 +442,7 @@ class Reconciler:
             wake = min(wake, max(0.0, (soonest - now).total_seconds()))
 
         states = Counter(memory.states.values())
+        self.recertification.mark(policy, memory, view, facts, now, counts)
         if (
             full
             or memory.illegal != illegal_before
@@ -453,7 +456,16 @@ class Reconciler:
                 }
             )
             self.reporter.write(
-                policy, breaker, breaker_status, states, now, memory.illegal, memory.overlaps
+                policy,
+                breaker,
+                breaker_status,
+                states,
+                now,
+                memory.illegal,
+                memory.overlaps,
+                capacity=self.recertification.capacity(policy, memory, tests_by_node)
+                if full
+                else None,
             )
             memory.status_at = now
         elif memory.status_at is not None:
@@ -570,7 +582,9 @@ class Reconciler:
                     ticket=ticket,
                     devices=self._devices(spec, node_name, test, ticket),
                     idle_since=idle_since(node_name, accelerators, view),
-                    pending_pod_needs_node=needed(node_name, list(accelerators), view),
+                    pending_pod_needs_node=needed(
+                        node_name, list(accelerators), view, spec.taints.testing
+                    ),
                     breaker_open=breaker_open,
                     joined_after_start=(
                         node.created is not None

@@ -149,6 +149,27 @@ class ReturnFromUse(ApiModel):
     """How long a node must be idle (no pod using accelerators) before it is screened."""
 
 
+class OverdueAction(StrEnum):
+    """What happens to a node whose qualification is overdue."""
+
+    WARN = "Warn"
+    """Label and count it (sdcguard.dev/overdue), and wait for an idle window."""
+    DRAIN = "Drain"
+    """Hold it (the testing taint: no new work lands), screen it once its running work
+    ends, and drain it after gracePeriod if the work has not ended by then."""
+
+
+class OverdueTrigger(ApiModel):
+    """Force the re-screening of a node kept busy past maxQualificationAge."""
+
+    action: OverdueAction = OverdueAction.WARN
+    """Warn (the default) only labels, counts and alerts; Drain holds the node and
+    screens it when its work ends, draining it after gracePeriod."""
+    grace_period: Duration = "24h"
+    """With action Drain: how long a held overdue node's running work may go on before
+    its pods are evicted (PodDisruptionBudgets are honoured) so it can be screened."""
+
+
 class Triggers(ApiModel):
     """When nodes are screened."""
 
@@ -166,7 +187,10 @@ class Triggers(ApiModel):
             )
         ),
     )
-    """A qualification older than this is renewed in the node's next idle window. "0": never."""
+    """A qualification older than this is renewed in the node's next idle window. "0": never.
+    Until then the node is Overdue (the sdcguard.dev/overdue label); see overdue."""
+    overdue: OverdueTrigger = Field(default_factory=OverdueTrigger)
+    """What to do with an Overdue node: only warn (default), or hold and drain it."""
     on_suspect: bool = True
     """Honour the sdcguard.dev/suspect node annotation that workloads and people set."""
     hold_suspects: bool = True

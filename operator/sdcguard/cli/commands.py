@@ -67,6 +67,7 @@ from sdcguard.domain.hardware import candidates, record_name
 from sdcguard.domain.lifecycle import TABLE, NodeState
 from sdcguard.domain.lifecycle import Event as LifecycleEvent
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
+from sdcguard.domain.recertification import LABEL_OVERDUE
 from sdcguard.domain.selection import most_specific, selects
 
 PLUGIN = "kubectl-sdc"
@@ -171,6 +172,7 @@ def summarize_fleet(nodes: Iterable[Node], policies: Sequence[SDCPolicy]) -> Fle
     carries the policy's gate taint (it waits for its acceptance test, which labels it)
     and "New" otherwise (not seen yet)."""
     counts: dict[tuple[str, str], Counter[str]] = {}
+    overdue: Counter[tuple[str, str]] = Counter()
     totals: Counter[str] = Counter()
     for node in nodes:
         state = node.state
@@ -186,12 +188,14 @@ def summarize_fleet(nodes: Iterable[Node], policies: Sequence[SDCPolicy]) -> Fle
             pool = node.labels.get(policy.spec.budgets.pool_label) or NO_POOL
         key = (policy.metadata.name if policy else NO_POLICY, pool)
         counts.setdefault(key, Counter())[state] += 1
+        overdue[key] += node.labels.get(LABEL_OVERDUE) == "true"
         totals[state] += 1
     pools = [
         {
             "policy": policy_name,
             "pool": pool,
             "nodes": sum(states.values()),
+            "overdue": overdue[(policy_name, pool)],
             "states": dict(sorted(states.items(), key=lambda kv: _state_sort_key(kv[0]))),
         }
         for (policy_name, pool), states in sorted(counts.items())
@@ -319,13 +323,14 @@ def status(conn: Connection) -> Result:
             "or install the chart with policy.create=true.",
         ),
         Table(
-            ["policy", "pool", "nodes", *columns],
+            ["policy", "pool", "nodes", *columns, "overdue"],
             [
                 [
                     row["policy"],
                     row["pool"],
                     str(row["nodes"]),
                     *[str(row["states"].get(s, 0)) for s in columns],
+                    str(row["overdue"]),
                 ]
                 for row in summary.pools
             ],

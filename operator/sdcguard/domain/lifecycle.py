@@ -3,6 +3,7 @@
 ::
 
     Unqualified ──Joined──▶ Testing ──TestPassed──▶ Qualified ──IdleDue, ExpiryDue──▶ Testing
+    Qualified ──OverdueHeld, OverdueDrainDue──▶ Qualified  (overdue.action Drain: hold, drain)
     Testing ──AcceptanceInconclusive──▶ Unqualified     (never qualified: still gated)
     Testing ──TestCancelled, AcceptanceCancelled──▶ Qualified, Unqualified  (a policy
                                                         change: no result, no back-off)
@@ -499,6 +500,18 @@ TRANSITIONS: tuple[Transition, ...] = (
         CreateTest(Suite.REQUALIFICATION, ScreeningReason.EXPIRY),
         EmitEvent("TestStarted", "{node}'s qualification expired: {detail}", routine=True),
     ),
+    # Overdue, with triggers.overdue.action Drain: hold (no new work lands), then drain
+    # once the grace period is over; the expiry screening starts when the node is idle.
+    _row(
+        S.QUALIFIED,
+        E.OVERDUE_HELD,
+        S.QUALIFIED,
+        AddTaint(TESTING),
+        EmitEvent(
+            "QualificationOverdue", "{node}: {detail}; no new work until re-screened", warning=True
+        ),
+    ),
+    _row(S.QUALIFIED, E.OVERDUE_DRAIN_DUE, S.QUALIFIED, Drain()),
     _row(S.QUALIFIED, E.TEST_STARTED, S.TESTING, AdoptTest(), AddTaint(TESTING)),
     _row(
         S.QUALIFIED,

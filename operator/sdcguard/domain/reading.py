@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from sdcguard.api import (
     BaselineMode,
     Mode,
+    OverdueAction,
     RepairStrategy,
     Resolution,
     ScreeningReason,
@@ -569,6 +570,10 @@ class Reader:
             due.append(
                 (idle_since + idle_for, E.IDLE_DUE, f"idle since {keys.format_time(idle_since)}")
             )
+        if self.holding():
+            # Held for an overdue re-screening: screened once idle, even if the policy
+            # no longer forces it (the hold must not outlive its reason).
+            due.append((self.now, E.EXPIRY_DUE, "held for its overdue re-screening"))
         if not due:
             return Reading(None, "qualified; no re-screening configured", requeue=REQUEUE_MAX)
         when, event, why = min(due, key=lambda d: d[0])
@@ -579,11 +584,50 @@ class Reader:
                 requeue=_until(when, self.now),
             )
         if idle_since is None:
+            forced = self._force_overdue(qualified_at)
+            if forced is not None:
+                return forced
             return Reading(None, f"{why}; waiting for an idle window", requeue=REQUEUE_MAX)
-        blocked = self.blocked(takes_node=True, routine=True)
+        # Held for an overdue re-screening: pending pods no longer come first.
+        blocked = self.blocked(takes_node=not self.holding(), routine=True)
         if blocked:
             return Reading(None, f"{why}; waits: {blocked.message}", requeue=self._wait_requeue())
         return self._start(event, why)
+
+    def _force_overdue(self, qualified_at: dt.datetime | None) -> Reading | None:
+        """triggers.overdue.action Drain, for a busy node whose qualification is older
+        than maxQualificationAge: hold it (no new work lands; its screening starts once
+        it is idle), and drain it once gracePeriod has passed since it became overdue.
+        None: only warn (action Warn, Observe mode, or not overdue)."""
+        triggers = self.policy.triggers
+        if (
+            triggers.overdue.action != OverdueAction.DRAIN
+            or self.policy.mode == Mode.OBSERVE
+            or triggers.max_qualification_age == "0"
+            or qualified_at is None
+        ):
+            return None
+        overdue_at = qualified_at + dt.timedelta(
+            seconds=parse_duration(triggers.max_qualification_age)
+        )
+        if overdue_at > self.now:
+            return None
+        since = f"overdue since {keys.format_time(overdue_at)}"
+        if not self.holding():
+            return Reading(E.OVERDUE_HELD, since, requeue=REQUEUE_WAITING)
+        drain_at = overdue_at + dt.timedelta(seconds=parse_duration(triggers.overdue.grace_period))
+        if drain_at <= self.now:
+            return Reading(
+                E.OVERDUE_DRAIN_DUE,
+                f"{since}; grace period over, draining for its re-screening",
+                requeue=REQUEUE_WAITING,
+            )
+        return Reading(
+            None,
+            f"{since}; held, waiting for running work to finish (drained at "
+            f"{keys.format_time(drain_at)})",
+            requeue=min(REQUEUE_WAITING, _until(drain_at, self.now)),
+        )
 
     def _retest_suspect(self) -> Reading | None:
         if keys.HELD in self.node.annotations and self.obs.breaker_open:

@@ -57,6 +57,11 @@ class Event(StrEnum):
     again as soon as the budgets allow (no back-off)."""
     IDLE_DUE = "IdleDue"
     EXPIRY_DUE = "ExpiryDue"
+    OVERDUE_HELD = "OverdueHeld"
+    """triggers.overdue.action Drain: a busy node past maxQualificationAge takes no new
+    work (the testing taint), so it is screened once its work ends."""
+    OVERDUE_DRAIN_DUE = "OverdueDrainDue"
+    """A held overdue node's work outlasted triggers.overdue.gracePeriod: drain it."""
     SUSPECTED = "Suspected"
     RETEST_DUE = "RetestDue"
     REPAIR_STARTED = "RepairStarted"
