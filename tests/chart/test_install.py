@@ -163,6 +163,10 @@ ALLOWED = [
     ("patch", "sdcreports.sdcguard.dev/status", "team-a"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("watch", "namespaces", ""),
+    # Retention deletes history past its bounds (operator.retention).
+    ("delete", "sdctests.sdcguard.dev", ""),
+    ("delete", "repairtickets.sdcguard.dev", ""),
+    ("delete", "sdcreports.sdcguard.dev", "team-a"),
 ]
 DENIED = [
     ("get", "secrets", "*"),
@@ -193,9 +197,7 @@ DENIED = [
     ("create", "sdcpolicies.sdcguard.dev", ""),
     ("delete", "sdcpolicies.sdcguard.dev", ""),
     ("update", "sdcpolicies.sdcguard.dev", ""),
-    ("delete", "sdctests.sdcguard.dev", ""),
     ("patch", "sdctests.sdcguard.dev", ""),
-    ("delete", "repairtickets.sdcguard.dev", ""),
     ("update", "sdctests.sdcguard.dev/status", ""),
     ("patch", "events", "{ns}"),
     ("create", "events.events.k8s.io", "default"),
@@ -207,7 +209,6 @@ DENIED = [
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),
     ("impersonate", "serviceaccounts", "*"),
     ("create", "sdcreports.sdcguard.dev", "team-a"),
-    ("delete", "sdcreports.sdcguard.dev", "team-a"),
 ]
 
 

@@ -16,16 +16,13 @@ from tests.chart.helm import find, render, render_error
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (
-            {"testsPerNode": 0},
-            "operator.retention.testsPerNode: Must be greater than or equal to 1",
-        ),
-        ({"testsDays": -5}, "operator.retention.testsDays: Must be greater than or equal to 1"),
-        ({"closedTicketsDays": 0}, "operator.retention.closedTicketsDays"),
-        ({"reportsDays": 0}, "operator.retention.reportsDays"),
-        ({"baselinesDays": -1}, "operator.retention.baselinesDays"),
-        ({"deletesPerSecond": 0}, "operator.retention.deletesPerSecond"),
-        ({"keepForever": True}, "Additional property keepForever is not allowed"),
+        ({"testsPerNode": 0}, "at '/operator/retention/testsPerNode': minimum: got 0, want 1"),
+        ({"testsDays": -5}, "at '/operator/retention/testsDays': minimum: got -5, want 1"),
+        ({"closedTicketsDays": 0}, "/operator/retention/closedTicketsDays"),
+        ({"reportsDays": 0}, "/operator/retention/reportsDays"),
+        ({"baselinesDays": -1}, "/operator/retention/baselinesDays"),
+        ({"deletesPerSecond": 0}, "/operator/retention/deletesPerSecond"),
+        ({"keepForever": True}, "additional properties 'keepForever' not allowed"),
     ],
 )
 def test_zero_or_negative_retention_is_refused(values: dict[str, Any], message: str) -> None:

@@ -142,6 +142,8 @@ def chart_values(resync_seconds: float) -> dict[str, Any]:
         "policy": {"create": False},
         "operator": {"logFormat": "json", "resyncSeconds": int(resync_seconds)},
         "metrics": {"dashboard": {"enabled": False}, "service": {"enabled": False}},
+        # helm test reads /metrics through the Service, which a local operator has not.
+        "helmTest": {"enabled": False},
     }
 
 
