@@ -71,6 +71,13 @@ class Metrics:
             ["suite", "phase"],
             registry=r,
         )
+        self.catch_shortfalls = Counter(
+            "sdcguard_screening_catch_shortfall_total",
+            "Finished SDCTests whose checks fell short of the policy's catch target "
+            "(status.catchTargetMet false): screenings that ran but caught less than asked.",
+            ["suite"],
+            registry=r,
+        )
         self.screening_duration = Histogram(
             "sdcguard_screening_duration_seconds",
             "SDCTest start to verdict.",

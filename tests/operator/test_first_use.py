@@ -226,6 +226,7 @@ def test_a_policy_that_selects_no_node_says_so(api_client, operator) -> None:
     message = condition("NoNodesSelected")["message"]
     assert f"sdcguard.test/case={case}" in message and "selects no node" in message
     assert condition("Ready")["reason"] == "NoNodesSelected"
+    assert condition("Ready")["status"] == "False", "a policy that screens nothing is not Ready"
     node = f"none-{case}"
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
         wait_for(

@@ -91,3 +91,17 @@ def test_a_standby_serves_its_metrics() -> None:
         text = resp.read().decode()
     assert "sdcguard_leader 0.0" in text
     assert "process_resident_memory_bytes" in text
+
+
+def test_a_screening_short_of_its_catch_target_is_counted() -> None:
+    """A shortfall is never silent: the test records it and the metric counts it."""
+    from prometheus_client import CollectorRegistry
+
+    from sdcguard.metrics import Metrics
+
+    metrics = Metrics(registry=CollectorRegistry())
+    metrics.catch_shortfalls.labels(suite="requalification").inc()
+    value = metrics.registry.get_sample_value(
+        "sdcguard_screening_catch_shortfall_total", {"suite": "requalification"}
+    )
+    assert value == 1.0

@@ -38,6 +38,7 @@ from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.policy_conditions import ready_condition
 from sdcguard.domain.recertification import Capacity
 from sdcguard.metrics import Metrics
 
@@ -273,14 +274,15 @@ class PolicyStatusReporter:
             now,
             policy.metadata.generation,
         )
+        # Ready is False while nothing is selected: a policy that screens no node
+        # protects nothing, and a selector typo must not read as healthy.
+        ready = ready_condition(selected, policy.spec.mode, policy.spec.paused)
         conditions = set_condition(
             conditions,
             "Ready",
-            "True",
-            "Reconciled" if selected else "NoNodesSelected",
-            f"{selected} nodes; mode {policy.spec.mode.value}"
-            + ("; paused" if policy.spec.paused else "")
-            + ("" if selected else "; the selector matches no node (see NoNodesSelected)"),
+            ready.status,
+            ready.reason,
+            ready.message,
             now,
             policy.metadata.generation,
         )

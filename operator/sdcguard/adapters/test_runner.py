@@ -565,6 +565,8 @@ class TestRunner:
         self.write_status(test, status)
         counts[f"tests-{phase.value.lower()}"] += 1
         self.metrics.tests.labels(suite=suite_of(test).value, phase=phase.value).inc()
+        if status.catch_target_met is False:  # never silent: counted, and on the test
+            self.metrics.catch_shortfalls.labels(suite=suite_of(test).value).inc()
         if status.start_time is not None:
             self.metrics.screening_duration.labels(suite=suite_of(test).value).observe(
                 max(0.0, (now - status.start_time).total_seconds())
