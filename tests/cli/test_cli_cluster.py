@@ -277,6 +277,7 @@ def test_status_json(fleet: Fleet) -> None:
         "pool": "h100",
         "nodes": 2,
         "states": {"Qualified": 1, "Repairing": 1},
+        "overdue": 0,
     }
     (ticket,) = [t for t in data["openTickets"] if t["name"] == fleet.ticket]
     assert ticket["node"] == fleet.sick and ticket["phase"] == "InRepair"
