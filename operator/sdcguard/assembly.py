@@ -100,6 +100,8 @@ class Operator:
             addresses=ticket_sinks.sink_addresses(settings),
         )
         """Delivers the tickets' events to their policies' sinks (not a Kopf timer)."""
+        self.deleting: set[str] = set()
+        """Policies marked for deletion: none is an heir of another's nodes."""
         self.stopping = False
         self.retention = retention_sweeper(
             settings, reconciler.writer, metrics, self.inventory, now
@@ -170,6 +172,10 @@ class Operator:
         """A policy as its index saw it. A change of spec (generation) or of our
         annotations (a breaker reset) makes every loop look at all nodes; our own
         status writes do not."""
+        if meta.get("deletionTimestamp"):
+            self.deleting.add(name)
+        else:
+            self.deleting.discard(name)
         ours = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(GROUP)}
         seen = (meta.get("generation"), sorted(ours.items()))
         if self.policy_seen.get(name) != seen:
@@ -191,6 +197,36 @@ class Operator:
             name, body, self.reconciler, self.inventory, indexes, self.started
         )
         await self.scheduler.run(passes, stopped)
+
+    async def release_policy(
+        self, name: str, body: Mapping[str, Any], selectors: kopf.Index[str, NodeSelector]
+    ) -> None:
+        """A deleted policy (its Kopf deletion handler, before the finalizer goes): its
+        unfinished tests end Cancelled and its nodes are released, or handed over to a
+        policy that stays (``adapters/policy_release.py``)."""
+        policy = SDCPolicy.model_validate(
+            {"metadata": body.get("metadata", {}), "spec": body.get("spec") or {}}
+        )
+        self.deleting.add(name)
+        if not await self.inventory.wait_synced(lambda: self.stopping, probes=True):
+            raise kopf.TemporaryError("the operator is stopping; released on its return", delay=5)
+        others = {
+            p: selector
+            for p, found in selectors.items()
+            if p != name and p not in self.deleting
+            for selector in list(found)[:1]
+        }
+        tests = [
+            snapshot.known.running
+            for snapshots in self.inventory.tests_by_node().values()
+            for snapshot in snapshots
+            if snapshot.known is not None
+            and snapshot.known.policy == name
+            and snapshot.known.running is not None
+        ]
+        nodes = list(self.inventory.node_bodies().values())
+        await asyncio.to_thread(self.reconciler.release_policy, policy, others, nodes, tests, now())
+        self.scheduler.poke()  # the heirs of handed-over nodes look at them now
 
     async def report_seen(self, body: Mapping[str, Any]) -> None:
         """A training job's SDCReport: admitted once (status written), remembered after."""

@@ -111,6 +111,13 @@ async def policy_loop(
     )
 
 
+@kopf.on.delete(GROUP, VERSION, "sdcpolicies")
+async def policy_deleted(name: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A deleted policy releases its nodes and ends its tests before its finalizer goes
+    (``adapters/policy_release.py``); its loop (a daemon) has stopped already."""
+    await _op(memo).release_policy(name, body, kwargs["policies_index"])
+
+
 @kopf.on.event(GROUP, VERSION, "sdcreports")
 async def report_seen(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A training job's SDCReport: admitted once (status written), remembered after."""

@@ -129,3 +129,65 @@ def test_an_older_releases_kopf_finalizer_leaves_the_tickets(api_client, operato
             GROUP, VERSION, "repairtickets", name, {"metadata": {"finalizers": None}}
         )
         custom.delete_cluster_custom_object(GROUP, VERSION, "repairtickets", name)
+
+
+def _sinks_ready(api: client.ApiClient, policy: str) -> dict[str, Any] | None:
+    body = client.CustomObjectsApi(api).get_cluster_custom_object(
+        GROUP, VERSION, "sdcpolicies", policy
+    )
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "TicketSinksReady"), None)
+
+
+def test_a_missing_sink_secret_or_key_shows_before_any_quarantine(api_client, operator) -> None:
+    """TicketSinksReady is False, naming the Secret, while the sink's Secret is missing,
+    still False (naming the key) when it lacks the key, and True once it has it: no
+    quarantine is needed to find out."""
+    case = uuid.uuid4().hex[:6]
+    node, secret = f"sinkcheck-{case}", f"hook-{case}"
+    sink = {
+        "type": "webhook",
+        "url": "https://repairs.example.com/sdc",
+        "secretRef": {"name": secret, "namespace": NS, "key": "token"},
+    }
+    body = policy_body(
+        f"p-{case}",
+        match_labels={"sdcguard.test/case": case},
+        repair={"maxRepairCycles": 2, "ticketSinks": [sink]},
+    )
+    core = client.CoreV1Api(api_client)
+    with gpu_nodes(api_client, [node], case=case):
+        client.CustomObjectsApi(api_client).create_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", body
+        )
+        policy = f"p-{case}"
+        missing = wait_for(
+            lambda: (c := _sinks_ready(api_client, policy)) and c["status"] == "False" and c,
+            60,
+            "TicketSinksReady False",
+        )
+        assert missing["reason"] == "SecretMissing"
+        assert f"Secret {NS}/{secret} not found" in missing["message"]
+        core.create_namespaced_secret(
+            NS,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name=secret),
+                data={"other": base64.b64encode(KEY).decode()},
+            ),
+        )
+        wait_for(
+            lambda: (
+                "has no key token" in (_sinks_ready(api_client, policy) or {}).get("message", "")
+            ),
+            60,
+            "TicketSinksReady to name the missing key",
+        )
+        core.patch_namespaced_secret(
+            secret, NS, {"data": {"token": base64.b64encode(KEY).decode()}}
+        )
+        wait_for(
+            lambda: (_sinks_ready(api_client, policy) or {}).get("status") == "True",
+            60,
+            "TicketSinksReady True",
+        )
+        core.delete_namespaced_secret(secret, NS)

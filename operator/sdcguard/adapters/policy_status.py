@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import structlog
@@ -30,6 +30,7 @@ from sdcguard.api import (
     RetireAction,
     SDCPolicy,
     SDCPolicyStatus,
+    TicketSink,
     set_condition,
     to_body,
 )
@@ -38,7 +39,12 @@ from sdcguard.domain import keys
 from sdcguard.domain.budgets import PoolUsage
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
-from sdcguard.domain.policy_conditions import ready_condition
+from sdcguard.domain.policy_conditions import (
+    TICKET_SINKS_READY,
+    ready_condition,
+    secrets_to_read,
+    ticket_sinks_condition,
+)
 from sdcguard.domain.recertification import Capacity
 from sdcguard.metrics import Metrics
 
@@ -286,6 +292,19 @@ class PolicyStatusReporter:
             now,
             policy.metadata.generation,
         )
+        sinks = policy.spec.repair.ticket_sinks
+        secrets = self._sink_secrets(sinks)
+        if secrets is not None:  # None: not read just now; the stored condition stands
+            told = ticket_sinks_condition(sinks, secrets)
+            conditions = set_condition(
+                conditions,
+                TICKET_SINKS_READY,
+                told.status,
+                told.reason,
+                bounded(told.message),
+                now,
+                policy.metadata.generation,
+            )
         new = old.model_copy(
             update={
                 "observed_generation": policy.metadata.generation,
@@ -307,6 +326,26 @@ class PolicyStatusReporter:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def _sink_secrets(
+        self, sinks: Sequence[TicketSink]
+    ) -> dict[tuple[str, str], frozenset[str] | None] | None:
+        """The keys of each Secret the ticket sinks name (None: it does not exist, or the
+        operator may not read it); None when the API could not be asked."""
+        found: dict[tuple[str, str], frozenset[str] | None] = {}
+        for namespace, name in sorted(secrets_to_read(sinks)):
+            try:
+                secret = self._writer.core.read_namespaced_secret(name, namespace)
+            except ApiException as exc:
+                if exc.status not in (403, 404):
+                    return None
+                found[(namespace, name)] = None
+                continue
+            except Exception as exc:  # a dropped connection: asked again next time
+                log.warning("ticket sink Secret not read", secret=name, error=repr(exc)[:200])
+                return None
+            found[(namespace, name)] = frozenset((secret.data or {}).keys())
+        return found
 
     def _capacity_condition(
         self,

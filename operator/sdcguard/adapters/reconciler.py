@@ -84,6 +84,7 @@ from sdcguard.adapters.pass_state import (
     UrgentWork,
     _has_outcome,
 )
+from sdcguard.adapters.policy_release import PolicyRelease
 from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
 from sdcguard.adapters.recertification import Recertification
 from sdcguard.adapters.test_runner import TestRunner
@@ -160,6 +161,10 @@ class Reconciler:
             writer, metrics, self.known, self.permission, status_sender
         )
         self.recertification = Recertification(node_patch, metrics)
+        self.releaser = PolicyRelease(writer, self.runner)
+        self.deleted: set[str] = set()
+        """The uids of policies whose deletion released their nodes: a pass of one (urgent
+        work offered before it went) decides nothing."""
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()
         """What the last pass (not an urgent one) did, by kind."""
@@ -220,6 +225,23 @@ class Reconciler:
             finally:
                 self._serve_urgent()
                 self.urgent.end_pass()
+
+    def release_policy(
+        self,
+        policy: SDCPolicy,
+        others: Mapping[str, Selector],
+        nodes: Iterable[NodeSnapshot],
+        tests: Iterable[SDCTest],
+        now: dt.datetime,
+    ) -> Counter[str]:
+        """A deleted policy's tests end and its nodes are released or handed over
+        (``adapters/policy_release.py``), between passes; no later pass of it acts."""
+        with self._lock:
+            name = policy.metadata.name
+            if policy.metadata.uid:
+                self.deleted.add(policy.metadata.uid)
+            self._memory.pop(name, None)
+            return self.releaser.release(name, policy.spec.node_selector, others, nodes, tests, now)
 
     def mark(self) -> int:
         """Where urgent work stands now: take it before copying a pass's view."""
@@ -384,6 +406,8 @@ class Reconciler:
         *,
         fill: bool,
     ) -> float:
+        if policy.metadata.uid and policy.metadata.uid in self.deleted:
+            return REQUEUE_MAX_SECONDS  # released: nothing of it acts again
         counts: Counter[str] = Counter()
         writes_before = Counter(self.writer.writes)
         name = policy.metadata.name

@@ -465,6 +465,43 @@ class TestRunner:
             return finished
         return test.model_copy(update={"status": status})
 
+    def end_by_policy_change(
+        self,
+        policy: str,
+        test: SDCTest,
+        change: PolicyChange,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> SDCTest:
+        """End an unfinished test that ``policy`` no longer owns, by its row of the phase
+        table (``PolicyChanged``: Cancelled, no verdict, its Job deleted); a finished test
+        is returned as it is."""
+        status = test.status or SDCTestStatus()
+        if status.phase.finished:
+            return test
+        row = phase_transition(status.phase, TestEvent.POLICY_CHANGED)
+        reason, message = policy_change_ending(test.spec.node_name, policy, change)
+        finished = test
+        for step in Plan.of(row.actions).steps:
+            match step:
+                case DeleteJob():
+                    self.writer.delete_job(self.settings.namespace, job_name(test.metadata.name))
+                    counts["jobs-deleted"] += 1
+                case WriteStatus():
+                    finished = self._finish(
+                        test,
+                        status,
+                        Verdict.INCONCLUSIVE,
+                        reason,
+                        message,
+                        now,
+                        counts,
+                        phase=row.target,
+                    )
+                case _:
+                    raise ValueError(f"{type(step).__name__} is not a policy change's step")
+        return finished
+
     def _end_predecessors(self, test: SDCTest, view: FleetView, counts: Counter[str]) -> None:
         """Delete the still-active probe Jobs of the node's finished tests, so a new test
         never waits behind the Pod of one that ended (a Job left by an older release, or
