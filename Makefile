@@ -15,7 +15,7 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-retention bench-training bench-exposure cluster-up cluster-down clean
+.PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-retention bench-training bench-exposure cluster-up cluster-install cluster-down clean
 
 help:
 	@echo "make demo    - the operator as the chart's Pod on a real containerd node; a simulated"
@@ -24,6 +24,7 @@ help:
 	@echo "make test    - lint, type check, unit, cluster and end-to-end tests"
 	@echo "make images  - build the operator and probe images (buildah; cached by content)"
 	@echo "make cluster-up | cluster-down - local control plane with a real containerd node"
+	@echo "make cluster-install - helm install the operator on it, as cluster-up printed"
 	@echo "make crds    - regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make docs    - the docs site (MkDocs, strict) into site/; reference pages from the code"
 	@echo "make bench-detection | bench-scale | bench-probe | bench-training | bench-exposure"
@@ -115,6 +116,10 @@ demo: hooks venv binaries
 
 cluster-up: venv binaries images
 	$(PY) -m sdcdev.cluster.localcluster up --real-node
+
+# The exact helm install that cluster-up printed (images, API server and ports filled in).
+cluster-install: venv
+	$(PY) -m sdcdev.cluster.localcluster install
 
 cluster-down: venv
 	$(PY) -m sdcdev.cluster.localcluster down

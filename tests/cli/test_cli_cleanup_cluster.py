@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import wait_for
 from sdcguard.builders.probe_job import TEST_LABEL
 from sdcguard.cli import main
 
@@ -142,3 +143,72 @@ def test_cleanup_releases_what_it_may_and_keeps_quarantines(
     assert code == 0, err
     again = json.loads(out)  # idempotent: only the kept quarantine is left to report
     assert again["nodes"] == [] and again["cancelledTests"] == [] and again["kept"] == [quarantined]
+
+
+def test_stop_operator_scales_it_down_and_unholds_the_policies(
+    cluster: LocalCluster, api_client: client.ApiClient, held: tuple[str, str, str]
+) -> None:
+    """The chart's pre-delete hook: the operator's Deployment is scaled to zero and its
+    Pods are gone before anything is released, and every SDCPolicy loses Kopf's
+    finalizer, so deleting one no longer waits for an operator that is gone."""
+    case = uuid.uuid4().hex[:6]
+    apps = client.AppsV1Api(api_client)
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    labels = {"app": f"op-{case}"}
+    apps.create_namespaced_deployment(
+        "default",
+        client.V1Deployment(
+            metadata=client.V1ObjectMeta(name=f"op-{case}"),
+            spec=client.V1DeploymentSpec(
+                replicas=1,
+                selector=client.V1LabelSelector(match_labels=labels),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels),
+                    spec=client.V1PodSpec(
+                        containers=[client.V1Container(name="operator", image="op:none")],
+                        node_selector={"sdcguard.test/nowhere": case},
+                    ),
+                ),
+            ),
+        ),
+    )
+    policy = f"held-{case}"
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "sdcpolicies",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SDCPolicy",
+            "metadata": {"name": policy, "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"]},
+            "spec": {"nodeSelector": {"matchLabels": {"sdcguard.test/case": case}}},
+        },
+    )
+    try:
+
+        def pods() -> list[client.V1Pod]:
+            return list(core.list_namespaced_pod("default", label_selector=f"app=op-{case}").items)
+
+        wait_for(pods, 60, "the Deployment's Pod")
+        code, out, err = _sdc(
+            str(cluster.kubeconfig),
+            "cleanup",
+            "-l",
+            f"sdcguard.test/case={held[0]}",
+            "--yes",
+            "--stop-operator",
+            f"default/op-{case}",
+            "--jobs-namespace",
+            "default",
+            "-o",
+            "json",
+        )
+        assert code == 0, err
+        assert apps.read_namespaced_deployment(f"op-{case}", "default").spec.replicas == 0
+        assert not pods()
+        assert policy in json.loads(out)["unheldPolicies"]
+        body = custom.get_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)
+        assert not body["metadata"].get("finalizers")
+    finally:
+        apps.delete_namespaced_deployment(f"op-{case}", "default")
+        custom.delete_cluster_custom_object(GROUP, VERSION, "sdcpolicies", policy)

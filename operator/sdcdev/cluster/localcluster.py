@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -561,6 +562,34 @@ def down(state_dir: Path) -> int:
     return stopped
 
 
+INSTALL_COMMAND = "install-command"
+"""The helm install ``up`` printed, kept in the state directory for ``install``."""
+
+
+def install(state_dir: Path) -> int:
+    """Run the exact ``helm install`` that ``up`` printed for this cluster (image tags,
+    API server port and host ports filled in), with its kubeconfig and binaries."""
+    saved = state_dir / INSTALL_COMMAND
+    if not saved.is_file():
+        raise ClusterError(
+            f"no install command in {state_dir}: start the cluster with a real node first "
+            "(make cluster-up)"
+        )
+    command = saved.read_text().strip()
+    env = dict(os.environ)
+    env["KUBECONFIG"] = str(state_dir / "kubeconfig")
+    env["PATH"] = os.pathsep.join([*binary_path(), env.get("PATH", "")])
+    log(f"running: {command}")
+    proc = subprocess.run(shlex.split(command), env=env, check=False)
+    if proc.returncode != 0:
+        return proc.returncode
+    log(
+        "installed; watch it come up with: kubectl -n sdcguard-system get pods -w "
+        f"(KUBECONFIG={env['KUBECONFIG']})"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -574,12 +603,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     down_p = sub.add_parser("down", help="stop a control plane started with up")
     down_p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    install_p = sub.add_parser(
+        "install", help="run the helm install that up printed (the operator on the real node)"
+    )
+    install_p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     sub.add_parser("build", help="build/fetch the binaries only")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
             print(":".join(binary_path()))
             return 0
+        if args.cmd == "install":
+            return install(args.state_dir)
         if args.cmd == "down":
             n = down(args.state_dir)
             log(f"stopped {n} process(es)" if n else "nothing was running")
@@ -611,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:
         if cluster.node is not None:
             from sdcdev.cluster.operator_pod import install_command
 
-            log(f"install the operator: {install_command(cluster)}")
+            command = install_command(cluster)
+            (args.state_dir / INSTALL_COMMAND).write_text(command + "\n")
+            log(f"install the operator: {command}  (or: make cluster-install)")
         log("stop with: make cluster-down")
         return 0
     except ClusterError as exc:

@@ -211,6 +211,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="only nodes with these labels (kubectl's label selector) and their tests",
     )
+    cleanup.add_argument(
+        "--stop-operator",
+        metavar="NAMESPACE/DEPLOYMENT",
+        default=None,
+        help="scale the operator's Deployment to zero and wait for its Pods first, then "
+        "take Kopf's finalizer off every SDCPolicy (the chart's pre-delete hook does this)",
+    )
+    cleanup.add_argument(
+        "--jobs-namespace",
+        metavar="NAMESPACE",
+        default=None,
+        help="look for probe Jobs only in the operator's namespace (default: every namespace)",
+    )
     shell = sub.add_parser(
         "completion",
         help="print the shell completion script (source <(kubectl-sdc completion bash))",
@@ -271,7 +284,12 @@ def run(args: argparse.Namespace, confirm: Confirm | None = None) -> Result:
         from sdcguard.cli.cleanup import cleanup
 
         return cleanup(
-            conn, confirm or (lambda _lines: True), dt.datetime.now(dt.UTC), args.selector
+            conn,
+            confirm or (lambda _lines: True),
+            dt.datetime.now(dt.UTC),
+            args.selector,
+            stop=args.stop_operator,
+            jobs_namespace=args.jobs_namespace,
         )
     if args.command == "hardware":
         return commands.hardware(conn, args.id)
