@@ -162,6 +162,11 @@ class PolicyMemory:
     every policy that selects it)."""
     overdue: set[str] = field(default_factory=set)
     """Qualified nodes whose qualification is older than maxQualificationAge."""
+    mode: str | None = None
+    """The policy's mode as the last pass of its own loop saw it."""
+    enforced_since: dt.datetime | None = None
+    """When this operator saw the policy switch from Observe to Enforce (None: in Observe,
+    or no switch seen since it started)."""
 
     def forget(self, node: str) -> None:
         self.pools.forget(node)

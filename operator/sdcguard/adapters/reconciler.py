@@ -92,6 +92,8 @@ from sdcguard.adapters.tickets import RepairTickets
 from sdcguard.adapters.urgent import UrgentQueue
 from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
+    GROUP,
+    Mode,
     QuarantineScope,
     SDCPolicy,
     SDCPolicySpec,
@@ -414,6 +416,8 @@ class Reconciler:
         spec = policy.spec
         full = scope is None
         memory = self._memory.setdefault(name, PolicyMemory())
+        if fill:  # the policy's own loop: urgent work may carry an older copy of it
+            self._note_mode(policy, memory, now)
         if full:
             self._prune(view)
 
@@ -610,6 +614,7 @@ class Reconciler:
                         node_name, list(accelerators), view, spec.taints.testing
                     ),
                     breaker_open=breaker_open,
+                    enforced_since=memory.enforced_since,
                     joined_after_start=(
                         node.created is not None
                         and view.operator_started is not None
@@ -726,6 +731,38 @@ class Reconciler:
                 memory.due[node_name] = min(memory.due.get(node_name, history), history)
                 wake = min(wake, max((history - now).total_seconds(), 1.0))
         return wake
+
+    def _note_mode(self, policy: SDCPolicy, memory: PolicyMemory, now: dt.datetime) -> None:
+        """A switch from Observe to Enforce gates every node not yet qualified: remember
+        when (a back-off from Observe no longer holds those nodes) and say it in an Event
+        that names the command screening one now."""
+        mode = policy.spec.mode
+        if memory.mode == Mode.OBSERVE.value and mode == Mode.ENFORCE:
+            memory.enforced_since = now
+            waiting = sorted(
+                n
+                for n, s in memory.states.items()
+                if s in (NodeState.UNQUALIFIED.value, NodeState.TESTING.value)
+            )
+            shown = ", ".join(waiting[:10]) + (" ..." if len(waiting) > 10 else "")
+            nodes = f"{len(waiting)} unqualified or under test: {shown}" if waiting else "none now"
+            self.writer.event(
+                kind="SDCPolicy",
+                name=policy.metadata.name,
+                uid=policy.metadata.uid or None,
+                reason="EnforceStarted",
+                message=bounded(
+                    f"mode Enforce: a node not yet qualified is gated until it passes "
+                    f"({nodes}); each is screened as soon as the budgets allow (a back-off "
+                    "from Observe is waived); kubectl sdc test NODE screens one now"
+                ),
+                now=now,
+                api_version=f"{GROUP}/v1alpha1",
+            )
+            log.info("mode switched to Enforce", policy=policy.metadata.name, gated=len(waiting))
+        elif mode == Mode.OBSERVE:
+            memory.enforced_since = None
+        memory.mode = mode.value
 
     def _note_illegal(self, policy: str, memory: PolicyMemory, decision: Decision) -> None:
         """A node whose event has no row costs only that node: counted, logged with the

@@ -453,6 +453,9 @@ class Observed:
     devices: NodeDevices | None = None
     """The node's devices in ResourceSlices; read only when a quarantine of scope Device
     may follow (None: not read)."""
+    enforced_since: dt.datetime | None = None
+    """When the policy switched from Observe to Enforce (None: no switch seen). A back-off
+    from an inconclusive result before it no longer holds a node the switch gated."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).

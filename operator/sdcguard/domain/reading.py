@@ -172,7 +172,7 @@ class Reader:
         if routine and obs.breaker_open:
             return Wait(W.BREAKER_OPEN, "circuit breaker open: routine screening stopped")
         retry = node.retry_after
-        if retry is not None and retry > self.now:
+        if retry is not None and retry > self.now and not self.back_off_waived():
             until = keys.format_time(retry)
             return Wait(
                 W.BACK_OFF,
@@ -192,6 +192,15 @@ class Reader:
         )
         self.budget_blocked = not check.allowed
         return None if check.allowed else Wait(W.BUDGET, check.reason)
+
+    def back_off_waived(self) -> bool:
+        """The policy switched from Observe to Enforce after the result that started the
+        back-off, and the node is not qualified: the switch gated it, so it is screened
+        as soon as the budgets allow instead of waiting gated and idle."""
+        since, test = self.obs.enforced_since, self.obs.test
+        if since is None or self.node.qualified_at is not None or test is None:
+            return False
+        return test.completed_at is not None and test.completed_at <= since
 
     def untolerated_taints(self) -> list[str]:
         """Taints of others that repel probe Pods, so a test started now could never run:

@@ -1,6 +1,6 @@
-"""Deleting a policy, against the real control plane: the operator releases the nodes it
-held (a confirmed failure stays quarantined) and ends its tests Cancelled, before the
-policy's finalizer lets it go."""
+"""Policy changes against the real control plane: deleting a policy releases the nodes it
+held (a confirmed failure stays quarantined) and ends its tests Cancelled before its
+finalizer lets it go; switching Observe to Enforce screens a gated node at once."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcdev.harness import (
+    GATE,
     GROUP,
     NS,
     QUARANTINE,
@@ -95,3 +96,55 @@ def test_deleting_a_policy_releases_its_nodes_and_cancels_its_tests(api_client, 
             "default", field_selector=f"involvedObject.name={bad}"
         )
         assert any(e.reason == "PolicyDeletedNodeKept" for e in events.items)
+
+
+def test_switching_to_enforce_screens_a_node_backing_off_from_observe(api_client, operator) -> None:
+    """An inconclusive acceptance in Observe starts a long back-off; the switch to Enforce
+    gates the node, waives that back-off so a new acceptance test starts at once, and an
+    Event on the policy names kubectl sdc test."""
+    case = new_case()
+    node = f"enforce-{case}"
+    trusted_baseline(api_client)
+    with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "garbage"}):
+        policy = create_policy(
+            api_client, case, mode="Observe", triggers={"inconclusiveBackoff": "1h"}
+        )
+
+        def tests() -> list[dict[str, Any]]:
+            return list_custom(api_client, "sdctests", node)
+
+        wait_for(
+            lambda: any((t.get("status") or {}).get("phase") == "Inconclusive" for t in tests()),
+            90,
+            "the Observe acceptance test to end Inconclusive",
+        )
+        wait_for(
+            lambda: (
+                "sdcguard.dev/retry-after"
+                in (read_node(api_client, node).metadata.annotations or {})
+            ),
+            30,
+            "the back-off",
+        )
+        before = {t["metadata"]["name"] for t in tests()}
+        client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", policy, {"spec": {"mode": "Enforce"}}
+        )
+        wait_for(
+            lambda: [t for t in tests() if t["metadata"]["name"] not in before],
+            60,
+            "a new acceptance test despite the back-off from Observe",
+        )
+        assert GATE in {t.key for t in read_node(api_client, node).spec.taints or []}
+        events = wait_for(
+            lambda: [
+                e
+                for e in client.CoreV1Api(api_client)
+                .list_namespaced_event("default", field_selector=f"involvedObject.name={policy}")
+                .items
+                if e.reason == "EnforceStarted"
+            ],
+            30,
+            "the EnforceStarted Event",
+        )
+        assert "kubectl sdc test" in events[0].message
