@@ -967,3 +967,64 @@ def test_network_policy_values_narrow_it_or_turn_it_off() -> None:
         },
     ]
     assert not find_all(render({"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def _hooked(docs: list[dict[str, Any]], hook: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == hook]
+
+
+def test_uninstall_runs_the_cleanup_before_anything_is_deleted(
+    docs: list[dict[str, Any]],
+) -> None:
+    """helm uninstall's pre-delete hook: the operator's image and ServiceAccount run
+    kubectl sdc cleanup, which stops this release's operator first; the only rights it
+    adds, while it runs, are get on Nodes and patch on this Deployment's scale."""
+    hooked = _hooked(docs, "pre-delete")
+    assert sorted(d["kind"] for d in hooked) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Job",
+        "Role",
+        "RoleBinding",
+    ]
+    for d in hooked:
+        policy = d["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+        assert policy == "before-hook-creation,hook-succeeded"
+    job = next(d for d in hooked if d["kind"] == "Job")
+    pod = job["spec"]["template"]["spec"]
+    deployment = find(docs, "Deployment")
+    operator = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == operator["serviceAccountName"]
+    (container,) = pod["containers"]
+    assert container["image"] == operator["containers"][0]["image"]
+    assert container["command"] == [
+        "kubectl-sdc",
+        "cleanup",
+        "--yes",
+        "--stop-operator",
+        f"{NS}/{deployment['metadata']['name']}",
+        "--jobs-namespace",
+        NS,
+    ]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # Like the operator, it runs on a node sdcguard left tainted.
+    assert {t["key"] for t in pod["tolerations"]} >= {
+        "sdcguard.dev/unqualified",
+        "sdcguard.dev/testing",
+        "sdcguard.dev/quarantined",
+    }
+    rules = {d["kind"]: d["rules"] for d in hooked if d["kind"] in ("ClusterRole", "Role")}
+    assert rules["ClusterRole"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert rules["Role"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments/scale"],
+            "resourceNames": [deployment["metadata"]["name"]],
+            "verbs": ["patch"],
+        }
+    ]
+    # Without the chart's RBAC, only the Job (its rights are the user's to grant).
+    bare = _hooked(
+        render({"rbac": {"create": False}, "serviceAccount": {"name": "x"}}), "pre-delete"
+    )
+    assert [d["kind"] for d in bare] == ["Job"]
