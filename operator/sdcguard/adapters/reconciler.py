@@ -243,7 +243,11 @@ class Reconciler:
             if policy.metadata.uid:
                 self.deleted.add(policy.metadata.uid)
             self._memory.pop(name, None)
-            return self.releaser.release(name, policy.spec.node_selector, others, nodes, tests, now)
+            # A status we wrote that the copy does not show yet (a verdict) is the truth.
+            settled = [self.expectations.settle_test(t) for t in tests]
+            return self.releaser.release(
+                name, policy.spec.node_selector, others, nodes, settled, now
+            )
 
     def mark(self) -> int:
         """Where urgent work stands now: take it before copying a pass's view."""
