@@ -135,7 +135,11 @@ def test_switching_to_enforce_screens_a_node_backing_off_from_observe(api_client
             60,
             "a new acceptance test despite the back-off from Observe",
         )
-        assert GATE in {t.key for t in read_node(api_client, node).spec.taints or []}
+        wait_for(
+            lambda: GATE in {t.key for t in read_node(api_client, node).spec.taints or []},
+            30,
+            "the gate taint under Enforce",
+        )
         events = wait_for(
             lambda: [
                 e
