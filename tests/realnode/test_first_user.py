@@ -124,23 +124,27 @@ def first_install(real_cluster: LocalCluster) -> Iterator[str]:
         env=real_cluster.env(),
         check=False,
     )
-    for kind in ("sdcpolicies", "sdctests", "sdcbaselines"):
+    # Its policies go (another module's policy would share the node with them).
+    subprocess.run(
+        ["kubectl", "delete", "sdcpolicies", "--all", "--wait=false"],
+        env=real_cluster.env(),
+        capture_output=True,
+        check=False,
+    )
+    # A policy left Terminating (no hook ran) must not hold the next test's node.
+    listed = subprocess.run(
+        ["kubectl", "get", "sdcpolicies", "-o", "name"],
+        env=real_cluster.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for policy in listed.stdout.split():
         subprocess.run(
-            ["kubectl", "delete", kind, "--all", "--wait=false"],
+            ["kubectl", "patch", policy, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'],
             env=real_cluster.env(),
             capture_output=True,
             check=False,
-        )
-    policies = json.loads(kubectl(real_cluster, "get", "sdcpolicies", "-o", "json"))["items"]
-    for policy in policies:
-        kubectl(
-            real_cluster,
-            "patch",
-            "sdcpolicy",
-            policy["metadata"]["name"],
-            "--type=merge",
-            "-p",
-            '{"metadata":{"finalizers":null}}',
         )
 
 
