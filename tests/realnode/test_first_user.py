@@ -110,9 +110,37 @@ def _wait(what: str, timeout: float, predicate: Any) -> Any:
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def _remove_policies(cluster: LocalCluster) -> None:
+    """Delete every SDCPolicy, and take the finalizer off one no operator will release:
+    a policy an earlier module kept (keepOnUninstall) would share the node with ours."""
+    env = cluster.env()
+    subprocess.run(
+        ["kubectl", "delete", "sdcpolicies", "--all", "--wait=false"],
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    listed = subprocess.run(
+        ["kubectl", "get", "sdcpolicies", "-o", "name"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for policy in listed.stdout.split():
+        subprocess.run(
+            ["kubectl", "patch", policy, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'],
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+
+
 @pytest.fixture
 def first_install(real_cluster: LocalCluster) -> Iterator[str]:
-    """The printed install; afterwards, whatever happened, nothing of it is left."""
+    """The printed install, on a cluster with no policy yet; afterwards, whatever
+    happened, the release and its policies are gone."""
+    _remove_policies(real_cluster)
     command = install_command(real_cluster)
     yield command
     run_helm(
@@ -124,28 +152,7 @@ def first_install(real_cluster: LocalCluster) -> Iterator[str]:
         env=real_cluster.env(),
         check=False,
     )
-    # Its policies go (another module's policy would share the node with them).
-    subprocess.run(
-        ["kubectl", "delete", "sdcpolicies", "--all", "--wait=false"],
-        env=real_cluster.env(),
-        capture_output=True,
-        check=False,
-    )
-    # A policy left Terminating (no hook ran) must not hold the next test's node.
-    listed = subprocess.run(
-        ["kubectl", "get", "sdcpolicies", "-o", "name"],
-        env=real_cluster.env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for policy in listed.stdout.split():
-        subprocess.run(
-            ["kubectl", "patch", policy, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'],
-            env=real_cluster.env(),
-            capture_output=True,
-            check=False,
-        )
+    _remove_policies(real_cluster)
 
 
 def test_first_policy_qualifies_and_uninstall_leaves_the_node_clean(
