@@ -12,6 +12,7 @@ from typing import Any, cast
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage
 from sdcguard.adapters.policy_release import PolicyRelease
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api.policy import NodeSelector
@@ -82,7 +83,8 @@ def test_a_deleted_policy_releases_keeps_and_hands_over() -> None:
         "shared": _body("shared", "Testing"),
     }
     writer, runner = FakeWriter(bodies, conflicts=1), FakeRunner()
-    release = PolicyRelease(cast(KubeWriter, writer), cast(TestRunner, runner))
+    kube = cast(KubeWriter, writer)
+    release = PolicyRelease(kube, cast(TestRunner, runner), NodePatchStage(kube))
     nodes = [
         _snapshot("free"),
         _snapshot("bad"),

@@ -16,6 +16,7 @@ from typing import get_args
 
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.pass_state import Expectations
+from sdcguard.domain.cleanup import NodeRelease
 from sdcguard.domain.lifecycle import Action, Annotate
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts
@@ -76,3 +77,11 @@ class NodePatchStage:
         """Set (None: remove) one sdcguard label that no decision writes (the overdue
         label): a merge patch of labels replaces no list, so it needs no resourceVersion."""
         self._writer.patch_node(node_name, NodePatch(labels={key: value}).body())
+
+    def release(self, release: NodeRelease, resource_version: str | None) -> None:
+        """A node released by sdcguard leaving it (a deleted policy): the cleanup's one
+        merge patch, guarded by the resourceVersion the plan was made from (a 409 means
+        the node changed: read it and plan again)."""
+        self._writer.patch_node(release.node, release.patch(resource_version))
+        if self._expectations is not None and resource_version:
+            self._expectations.wrote_node(release.node, resource_version)

@@ -30,6 +30,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.kube import KubeWriter
+from sdcguard.adapters.node_writes import NodePatchStage
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.api import SDCTest
 from sdcguard.domain.cleanup import NodeRelease, plan_release
@@ -46,9 +47,10 @@ CONFLICT_RETRIES = 5
 class PolicyRelease:
     """Releases a deleted policy's nodes and ends its tests (see the module docstring)."""
 
-    def __init__(self, writer: KubeWriter, runner: TestRunner) -> None:
+    def __init__(self, writer: KubeWriter, runner: TestRunner, node_patch: NodePatchStage) -> None:
         self.writer = writer
         self.runner = runner
+        self.node_patch = node_patch
 
     def release(
         self,
@@ -110,7 +112,7 @@ class PolicyRelease:
             if not plan.changes:
                 return plan
             try:
-                self.writer.patch_node(node.name, plan.patch(meta.get("resourceVersion")))
+                self.node_patch.release(plan, meta.get("resourceVersion"))
             except ApiException as exc:
                 if exc.status == 409:
                     continue

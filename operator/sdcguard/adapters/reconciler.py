@@ -163,7 +163,7 @@ class Reconciler:
             writer, metrics, self.known, self.permission, status_sender
         )
         self.recertification = Recertification(node_patch, metrics)
-        self.releaser = PolicyRelease(writer, self.runner)
+        self.releaser = PolicyRelease(writer, self.runner, node_patch)
         self.deleted: set[str] = set()
         """The uids of policies whose deletion released their nodes: a pass of one (urgent
         work offered before it went) decides nothing."""
