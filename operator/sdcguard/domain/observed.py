@@ -450,6 +450,9 @@ class Observed:
     """A pending pod could run only on this node (or nodes like it): screening yields."""
     usage: PoolUsage = field(default_factory=PoolUsage)
     """The node's pool, before this node's decision."""
+    topology_wait: str = ""
+    """Why taking this node would exceed a topology domain's budget (budgets.topology),
+    before this node's decision; "" when every domain of the node has room."""
     breaker_open: bool = False
     """The policy's circuit breaker is open: no new quarantines."""
     probe_unschedulable: str | None = None

@@ -37,7 +37,7 @@ from sdcguard.api import (
 from sdcguard.domain import keys
 from sdcguard.domain.baselines import unreachable_quorum
 from sdcguard.domain.believed import believed_state
-from sdcguard.domain.budgets import can_reserve
+from sdcguard.domain.budgets import BudgetCheck, can_reserve
 from sdcguard.domain.devicetaints import judge_devices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Outcome, assess, retry_time
@@ -190,6 +190,8 @@ class Reader:
             devices=obs.devices_serving,
             own=obs.pool_member().devices_held,
         )
+        if check.allowed and takes_node and obs.topology_wait:
+            check = BudgetCheck(False, obs.topology_wait)
         self.budget_blocked = not check.allowed
         return None if check.allowed else Wait(W.BUDGET, check.reason)
 
