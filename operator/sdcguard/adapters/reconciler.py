@@ -86,6 +86,7 @@ from sdcguard.adapters.pass_state import (
 )
 from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
 from sdcguard.adapters.recertification import Recertification
+from sdcguard.adapters.runtime_class import RuntimeClasses
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.adapters.tickets import RepairTickets
 from sdcguard.adapters.urgent import UrgentQueue
@@ -145,6 +146,7 @@ class Reconciler:
         node_patch = NodePatchStage(writer, self.expectations)
         self.device_taints = LazyDeviceTaints(writer)
         self.permission = NodeDeletePermission(writer)
+        self.runtime_classes = RuntimeClasses(writer.api)
         self.runner = TestRunner(
             writer, settings, metrics, self.known, self.expectations, node_patch
         )
@@ -582,6 +584,9 @@ class Reconciler:
         """What ``decide`` reads about each node to decide (observation assembly); skips
         nodes whose last write has not come back through the watch."""
         observations: list[Observed] = []
+        runtime_missing = bool(facts) and self.runtime_classes.missing(
+            spec.probe.runtime_class_name, now
+        )
         for count, (node_name, node) in enumerate(facts.items()):
             if count % 256 == 255:
                 self._serve_urgent()
@@ -626,6 +631,7 @@ class Reconciler:
                         node_name, list(accelerators), view, spec.taints.testing
                     ),
                     breaker_open=breaker_open,
+                    runtime_class_missing=runtime_missing,
                     joined_after_start=(
                         node.created is not None
                         and view.operator_started is not None

@@ -450,6 +450,8 @@ class Observed:
     """A pending pod could run only on this node (or nodes like it): screening yields."""
     usage: PoolUsage = field(default_factory=PoolUsage)
     """The node's pool, before this node's decision."""
+    runtime_class_missing: bool = False
+    """The policy's spec.probe.runtimeClassName names a RuntimeClass that does not exist."""
     topology_wait: str = ""
     """Why taking this node would exceed a topology domain's budget (budgets.topology),
     before this node's decision; "" when every domain of the node has room."""

@@ -157,6 +157,14 @@ class Reader:
             )
         if node.mixed_mig:
             return Wait(W.MIXED_MIG, mixed_mig_message(node.mixed_mig))
+        if self.obs.runtime_class_missing:
+            name = self.policy.probe.runtime_class_name
+            return Wait(
+                W.RUNTIME_CLASS_MISSING,
+                f"RuntimeClass {name} (spec.probe.runtimeClassName) does not exist, so the "
+                "API server would refuse the probe Pod: create it (GPU Operator installs "
+                "name it nvidia) or clear the field",
+            )
         if node.accelerators <= 0:
             return Wait(W.NO_ACCELERATORS, "no allocatable accelerators yet")
         return None
