@@ -193,3 +193,21 @@ def test_without_a_clock_the_stage_writes_no_condition() -> None:
     n = node(state=S.QUALIFIED)
     stage.apply(n, (SetLabel(S.QUARANTINED),), "7", Counter())
     assert [k for k, _ in writer.calls] == ["node"]
+
+
+def test_a_decision_from_a_snapshot_older_than_the_condition_does_not_write_it_again() -> None:
+    """The status write follows the node patch; a decision made before the watch brings
+    the condition back must not write it again, nor move its lastTransitionTime."""
+    writer = _Recorder(api=client.ApiClient(), metrics=Metrics())
+    stage = NodePatchStage(writer)
+    certified = node(state=S.QUALIFIED, qualified_at=NOW)
+    certified = dataclasses.replace(certified, condition=("True", "Certified"))
+    stage.apply(certified, (SetLabel(S.QUARANTINED),), "7", Counter(), now=NOW)
+    assert [k for k, _ in writer.calls] == ["node", "status"]
+    # Later, from a snapshot that still shows True: Quarantined -> Repairing.
+    writer.calls.clear()
+    stale = node(state=S.QUARANTINED)
+    stale = dataclasses.replace(stale, condition=("True", "Certified"))
+    stage.apply(stale, (SetLabel(S.REPAIRING),), "8", Counter(), now=NOW + HOUR)
+    (cond,) = writer.calls[-1][1]["status"]["conditions"]
+    assert cond["reason"] == "InRepair" and "lastTransitionTime" not in cond

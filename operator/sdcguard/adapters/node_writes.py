@@ -45,6 +45,10 @@ class NodePatchStage:
     def __init__(self, writer: KubeWriter, expectations: Expectations | None = None) -> None:
         self._writer = writer
         self._expectations = expectations
+        self._conditions: dict[str, tuple[str, str]] = {}
+        """The SDCQualified condition last written per node, until the node's snapshot
+        shows it (a decision made from an older snapshot must not write it again, nor
+        move its lastTransitionTime)."""
 
     def apply(
         self,
@@ -90,9 +94,17 @@ class NodePatchStage:
             keys.QUALIFIED_AT, node.annotations.get(keys.QUALIFIED_AT)
         )
         wanted = condition_for(state, certified=bool(qualified_at), enforce=enforce)
-        body = condition_patch(node.condition, wanted, now)
+        current = node.condition
+        written = self._conditions.get(node.name)
+        if written is not None:
+            if written == current:
+                del self._conditions[node.name]  # the snapshot caught up
+            else:
+                current = written
+        body = condition_patch(current, wanted, now)
         if body is not None:
             self._writer.patch_node_status(node.name, body)
+            self._conditions[node.name] = (wanted.status, wanted.reason)
             counts["node-conditions"] += 1
 
     def annotate(self, node_name: str, plan: Plan) -> bool:
