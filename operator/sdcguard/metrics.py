@@ -159,6 +159,14 @@ class Metrics:
             ["policy", "pool", "budget"],
             registry=r,
         )
+        self.topology_domains = Gauge(
+            "sdcguard_topology_domains",
+            "Per topology budget (spec.budgets.topology): its domains (domains), those whose "
+            "held nodes reached maxUnavailable (at_limit), and the most nodes held in one "
+            "domain (most_held). domains 0: no node carries the label key.",
+            ["policy", "label_key", "measure"],
+            registry=r,
+        )
         self.qualification_overdue = Gauge(
             "sdcguard_qualification_overdue_nodes",
             "Qualified nodes whose qualification is older than maxQualificationAge "
@@ -257,6 +265,7 @@ class Metrics:
             self.breaker_open,
             self.breaker_fraction,
             self.budget_in_use,
+            self.topology_domains,
             self.retention_held,
             self.retention_unreadable,
             self.qualification_overdue,

@@ -543,3 +543,39 @@ def test_history_names_a_missed_catch_target() -> None:
     entry = _test_entry(test)
     assert entry["catchTargetMet"] is False
     assert "catch target missed: compute reached 0.90" in entry["detail"]
+
+
+def test_status_shows_topology_budgets_and_warns_about_a_key_on_no_node() -> None:
+    policy = SDCPolicy.model_validate(
+        {
+            "metadata": {"name": "gb200"},
+            "spec": {
+                "budgets": {
+                    "topology": [
+                        {"labelKey": "nvidia.com/gpu.clique", "maxUnavailable": 1},
+                        {"labelKey": "example.com/rack", "maxUnavailable": "10%"},
+                        {"labelKey": "topology.kubernetes.io/zone", "maxUnavailable": 2},
+                    ]
+                }
+            },
+            "status": {
+                "topology": [
+                    {
+                        "labelKey": "nvidia.com/gpu.clique",
+                        "domains": 4,
+                        "atLimit": 1,
+                        "mostHeld": 1,
+                    },
+                    {"labelKey": "example.com/rack", "domains": 0},
+                ]
+            },
+        }
+    )
+    rows = commands._topology_rows([policy])
+    assert [(r["labelKey"], r["domains"], r["atLimit"], r["mostHeld"]) for r in rows] == [
+        ("nvidia.com/gpu.clique", 4, 1, 1),
+        ("example.com/rack", 0, 0, 0),
+        ("topology.kubernetes.io/zone", None, None, None),  # not counted yet
+    ]
+    (warning,) = commands._topology_warnings(rows)
+    assert "no node carries the label example.com/rack" in warning

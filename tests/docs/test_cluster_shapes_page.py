@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from sdcguard.api import SDCPolicy, Suite, Toleration
+from sdcguard.domain.lifecycle import NodeState
+from sdcguard.domain.nodecondition import condition_for
 
 PAGE = Path(__file__).parents[2] / "docs" / "guides" / "cluster-shapes.md"
 
@@ -31,9 +33,39 @@ def _tolerated(tolerations: list[Toleration], key: str, value: str, effect: str)
 
 def test_the_page_has_a_section_and_a_policy_per_shape() -> None:
     text = PAGE.read_text()
-    for heading in ("## Tainted GPU pools", "## Runtime classes", "## MIG"):
+    for heading in (
+        "## Tainted GPU pools",
+        "## Runtime classes",
+        "## MIG",
+        "## NVLink domains",
+        "## Remediators that read Node conditions",
+    ):
         assert heading in text
-    assert set(_policies()) == {"aks-gpu", "gke-h100", "gpu-operator", "mig-mixed"}
+    assert set(_policies()) == {"aks-gpu", "gb200", "gke-h100", "gpu-operator", "mig-mixed"}
+
+
+def test_the_clique_policy_holds_one_node_a_clique() -> None:
+    (budget,) = _policies()["gb200"].spec.budgets.topology
+    assert (budget.label_key, budget.max_unavailable) == ("nvidia.com/gpu.clique", 1)
+
+
+def test_the_condition_table_says_what_the_operator_writes() -> None:
+    """Each row of the page's SDCQualified table is what condition_for gives."""
+    text = PAGE.read_text()
+    for state, certified in (
+        (NodeState.QUALIFIED, True),
+        (NodeState.UNQUALIFIED, False),
+        (NodeState.SUSPECT, False),
+        (NodeState.QUARANTINED, False),
+        (NodeState.REPAIRING, False),
+        (NodeState.VERIFYING, False),
+        (NodeState.RETIRED, False),
+        (NodeState.EXCLUDED, False),
+    ):
+        c = condition_for(state, certified=certified, enforce=True)
+        assert f"| `{c.status}` | `{c.reason}` |" in text, (state, c)
+    observe = condition_for(NodeState.QUALIFIED, certified=True, enforce=False)
+    assert f"| `{observe.status}` | `{observe.reason}` |" in text
 
 
 @pytest.mark.parametrize(

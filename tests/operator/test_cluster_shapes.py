@@ -6,10 +6,11 @@ is screened with every instance requested (docs/guides/cluster-shapes.md)."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from sdcdev.harness import (
     GATE,
@@ -122,3 +123,133 @@ def test_a_mig_node_is_screened_with_every_instance_requested(api_client, operat
             "nvidia.com/mig-2g.20gb": "8",
             "nvidia.com/mig-3g.40gb": "8",
         }
+
+
+def test_a_runtime_class_that_does_not_exist_reserves_no_node(api_client, operator) -> None:
+    """The API server would refuse every probe Pod naming a RuntimeClass it does not
+    have: the node waits unreserved with a reason that names the field, and is screened
+    once the class exists."""
+    case = new_case()
+    node = f"rc-{case}"
+    runtime_class = f"missing-{case}"
+    node_api = client.NodeV1Api(api_client)
+    trusted_baseline(api_client)
+    with (
+        _nodes(api_client, [node], case, "p5.48xlarge"),
+        ProbeKubelet(api_client, {node: "pass"}),
+    ):
+        create_policy(api_client, case, probe={"runtimeClassName": runtime_class})
+
+        def waiting() -> str:
+            return (read_node(api_client, node).metadata.annotations or {}).get(keys.WAITING, "")
+
+        wait_for(lambda: "RuntimeClassMissing" in waiting(), 60, "the RuntimeClassMissing wait")
+        assert f"RuntimeClass {runtime_class} (spec.probe.runtimeClassName)" in waiting()
+        assert taint_keys(api_client, node) == {"sdcguard.dev/unqualified"}, "not reserved"
+        assert not list_custom(api_client, "sdctests", node)
+        node_api.create_runtime_class(
+            client.V1RuntimeClass(metadata=client.V1ObjectMeta(name=runtime_class), handler="runc")
+        )
+        try:
+            # The operator reads the class again within a minute.
+            wait_for(lambda: node_state(api_client, node) == "Qualified", 150, f"{node} Qualified")
+            (pod,) = _probe_pods(api_client, node)
+            assert pod.spec.runtime_class_name == runtime_class
+        finally:
+            node_api.delete_runtime_class(runtime_class)
+
+
+def test_no_nvlink_clique_has_more_than_its_allowance_held(api_client, operator) -> None:
+    """36 serving nodes in NVL72-like cliques of 18 (admitted without acceptance, so each
+    screening takes a node from work), pool budgets out of the way, at most 2 held per
+    clique: every change to the nodes, read from a watch in the API server's order,
+    never shows a clique with more than 2 nodes reserved, each clique uses its 2, and
+    every node is screened."""
+    case = new_case()
+    names = [f"nvl-{case}-{i:02d}" for i in range(36)]
+    fleet = parse_fleet(
+        {
+            "name": "cliques",
+            "nodes": [
+                {
+                    "namePrefix": f"nvl-{case}-",
+                    "count": 36,
+                    "instanceType": "p5.48xlarge",
+                    "cliqueSize": 18,
+                    "labels": {"sdcguard.test/case": case},
+                }
+            ],
+            "workloads": {"enabled": False},
+            "repair": {"enabled": False},
+        }
+    )
+    clique_of = {n.name: n.labels["nvidia.com/gpu.clique"] for n in fleet.nodes}
+    held: dict[str, set[str]] = {c: set() for c in set(clique_of.values())}
+    most: dict[str, int] = dict.fromkeys(held, 0)
+    stop = threading.Event()
+    core = client.CoreV1Api(api_client)
+
+    def watch_nodes() -> None:
+        w = watch.Watch()
+        for ev in w.stream(
+            core.list_node, label_selector=f"sdcguard.test/case={case}", timeout_seconds=300
+        ):
+            n = ev["object"]
+            name = n.metadata.name
+            if name not in clique_of:
+                continue
+            taints = {t.key for t in (n.spec.taints or [])}
+            mine = held[clique_of[name]]
+            if "sdcguard.dev/testing" in taints and ev["type"] != "DELETED":
+                mine.add(name)
+            else:
+                mine.discard(name)
+            most[clique_of[name]] = max(most[clique_of[name]], len(mine))
+            if stop.is_set():
+                w.stop()
+
+    trusted_baseline(api_client)
+    watcher = threading.Thread(target=watch_nodes, daemon=True)
+    with (
+        registered_nodes(api_client, list(fleet.nodes)),
+        ProbeKubelet(api_client, dict.fromkeys(names, "pass")),
+    ):
+        watcher.start()
+        create_policy(
+            api_client,
+            case,
+            triggers={"onJoin": False},
+            budgets={
+                "maxConcurrentTests": 36,
+                "maxUnavailable": "100%",
+                "topology": [{"labelKey": "nvidia.com/gpu.clique", "maxUnavailable": 2}],
+            },
+        )
+
+        def screened(n: str) -> bool:
+            annotations = read_node(api_client, n).metadata.annotations or {}
+            return node_state(api_client, n) == "Qualified" and keys.QUALIFIED_AT in annotations
+
+        for n in names:
+            wait_for(lambda n=n: screened(n), 300, f"{n} screened")
+        stop.set()
+        assert most == dict.fromkeys(held, 2), most
+
+        def topology() -> list[dict[str, Any]]:
+            (policy,) = [
+                p
+                for p in list_custom(api_client, "sdcpolicies")
+                if p["metadata"]["name"] == f"p-{case}"
+            ]
+            return (policy.get("status") or {}).get("topology") or []
+
+        wait_for(
+            lambda: (
+                topology()
+                == [
+                    {"labelKey": "nvidia.com/gpu.clique", "domains": 2, "atLimit": 0, "mostHeld": 0}
+                ]
+            ),
+            60,
+            "the policy's topology status after a full pass",
+        )

@@ -45,6 +45,14 @@ def _events(api: client.ApiClient, node: str) -> list[str]:
     return [e.reason for e in items]
 
 
+def _condition(api_client, node: str, kind: str) -> tuple[str, str, dt.datetime | None]:
+    """A Node condition's (status, reason, lastTransitionTime); ("", "", None) if absent."""
+    for c in read_node(api_client, node).status.conditions or []:
+        if c.type == kind:
+            return c.status, c.reason or "", c.last_transition_time
+    return "", "", None
+
+
 def test_join_acceptance_qualifies_and_removes_gate(api_client, operator) -> None:
     case = new_case()
     nodes = [f"join-{case}-{i}" for i in range(2)]
@@ -63,6 +71,11 @@ def test_join_acceptance_qualifies_and_removes_gate(api_client, operator) -> Non
             assert [t["spec"]["reason"] for t in tests] == ["Join"]
             assert tests[0]["status"]["phase"] == "Passed"
             assert tests[0]["status"]["verdict"] == "Pass"
+            wait_for(
+                lambda n=n: _condition(api_client, n, "SDCQualified")[:2] == ("True", "Certified"),
+                30,
+                f"{n} SDCQualified=True",
+            )
             # The screening said when it would end: its budget plus the start allowance,
             # within the Job's deadline (30 s budget, 120 s deadline in this policy).
             status = tests[0]["status"]
@@ -152,6 +165,15 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
         policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Quarantined", 90, "quarantine")
+        # The SDCQualified condition follows the node patch (remediators read it), and
+        # the kubelet's Ready condition stays beside it.
+        wait_for(
+            lambda: _condition(api_client, node, "SDCQualified")[:2] == ("False", "Quarantined"),
+            30,
+            "SDCQualified=False",
+        )
+        assert _condition(api_client, node, "Ready")[0] == "True"
+        quarantined_at = _condition(api_client, node, "SDCQualified")[2]
         n = read_node(api_client, node)
         assert QUARANTINE in taint_keys(api_client, node)
         assert n.spec.unschedulable is True
@@ -202,6 +224,13 @@ def test_failure_confirmed_quarantines_then_repair_returns_node(api_client, oper
             {"spec": {"resolution": "Repaired", "resolutionNote": "GPU 1 reseated"}},
         )
         wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "return to the pool")
+        wait_for(
+            lambda: _condition(api_client, node, "SDCQualified")[:2] == ("True", "Certified"),
+            30,
+            "SDCQualified=True",
+        )
+        assert _condition(api_client, node, "SDCQualified")[2] >= quarantined_at
+        assert _condition(api_client, node, "Ready")[0] == "True"
         n = read_node(api_client, node)
         assert not n.spec.unschedulable
         assert taint_keys(api_client, node) & {GATE, TESTING, QUARANTINE} == set()

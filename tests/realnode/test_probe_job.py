@@ -9,6 +9,7 @@ operator reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.cluster.realnode import PROBE_RUNTIME_HANDLER
 from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job
 from sdcprobe.result import parse_result
 from tests.realnode.conftest import kubectl
@@ -94,6 +96,40 @@ def test_probe_job_as_built_runs_in_a_container_and_reports_through_the_kubelet(
     finally:
         # Pass or fail, its Pod must not hold the node's GPUs for the tests after it.
         kubectl(real_cluster, "delete", "namespace", ns, "--wait=false")
+
+
+def test_a_probe_runs_under_a_runtime_class_the_node_configures(
+    real_cluster: LocalCluster,
+) -> None:
+    """A RuntimeClass names the node's second containerd handler (as GPU Operator installs
+    name "nvidia"); the probe Job built with it runs there and passes. A handler the node
+    lacked would fail the Pod's sandbox, so the pass is the handler's."""
+    ns = f"rn-rc-{uuid.uuid4().hex[:5]}"
+    runtime_class = f"probe-{uuid.uuid4().hex[:5]}"
+    kubectl(real_cluster, "create", "namespace", ns)
+    kubectl_apply(
+        real_cluster,
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": runtime_class},
+            "handler": PROBE_RUNTIME_HANDLER,
+        },
+    )
+    name = "t-rc"
+    request = dataclasses.replace(_request(real_cluster, name, ns), runtime_class=runtime_class)
+    job = build_probe_job(request)
+    job["metadata"].pop("ownerReferences")
+    try:
+        kubectl_apply(real_cluster, job)
+        pod = _wait_pod_finished(real_cluster, ns, name, timeout=240)
+        assert pod["spec"]["runtimeClassName"] == runtime_class  # type: ignore[index]
+        term = pod["status"]["containerStatuses"][0]["state"]["terminated"]  # type: ignore[index]
+        assert term["exitCode"] == 0, term
+        assert parse_result(term["message"]).verdict == "pass"
+    finally:
+        kubectl(real_cluster, "delete", "namespace", ns, "--wait=false")
+        kubectl(real_cluster, "delete", "runtimeclass", runtime_class, "--wait=false")
 
 
 def _plain_process_seconds() -> float:

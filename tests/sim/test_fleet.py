@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,25 @@ def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
     bad.write_text("- a\n- b\n")
     with pytest.raises(FleetError, match="mapping"):
         load_fleet(bad)
+
+
+def test_a_group_is_labelled_in_nvlink_cliques() -> None:
+    fleet = parse_fleet(
+        {
+            "name": "nvl",
+            "nodes": [
+                {"namePrefix": "gb-", "count": 40, "instanceType": "p5.48xlarge", "cliqueSize": 18}
+            ],
+        }
+    )
+    cliques = Counter(n.labels["nvidia.com/gpu.clique"] for n in fleet.nodes)
+    assert cliques == {"gb.0": 18, "gb.1": 18, "gb.2": 4}
+    with pytest.raises(FleetError, match="cliqueSize"):
+        parse_fleet(
+            {
+                "name": "nvl",
+                "nodes": [
+                    {"namePrefix": "g-", "count": 2, "instanceType": "p5.48xlarge", "cliqueSize": 0}
+                ],
+            }
+        )

@@ -34,6 +34,9 @@ class _Recorder(KubeWriter):
     def patch_node(self, name: str, patch: dict[str, Any]) -> None:
         self.calls.append(("node-patch", patch))
 
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> None:
+        self.calls.append(("node-status-patch", patch))
+
     def create_custom(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
         self.calls.append((f"{plural}-create", body))
         return body
@@ -114,6 +117,7 @@ def test_a_quarantine_writes_objects_then_the_node_then_evicts_then_statuses_the
     assert kinds == [
         "repairtickets-create",
         "node-patch",
+        "node-status-patch",  # the SDCQualified condition: False
         "evict",
         "repairtickets-status",
         "event",
@@ -124,7 +128,7 @@ def test_a_quarantine_writes_objects_then_the_node_then_evicts_then_statuses_the
     assert patch["spec"]["unschedulable"] is True
     assert keys.DRAIN_UNTIL in patch["metadata"]["annotations"]
     # Every pod was asked to leave: the drain's deadline goes at once.
-    assert writer.calls.index(done) == 3
+    assert writer.calls.index(done) == 4
 
 
 def test_evictions_refused_by_a_pdb_leave_the_drain_pending() -> None:

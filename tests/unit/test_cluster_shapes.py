@@ -443,5 +443,12 @@ def test_pods_on_mig_instances_make_the_node_busy_and_pending_ones_hold_it() -> 
 
     assert tests_started([]) == 2, "both expired qualifications are screened"
     assert tests_started([workload("mig-1", {"nvidia.com/mig-1g.10gb": "1"})]) == 1
+    # A pod holding devices through a DRA ResourceClaim names no resource: its node is
+    # busy all the same (the claim's devices may be the node's GPUs).
+    claimed = workload("mig-2", {})
+    claimed["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "all"}]
+    assert tests_started([claimed]) == 1, "the claim-holding pod's node is busy"
+    use = observe.pod_use(claimed)
+    assert use is not None and use.node_name == "mig-2" and use.uses_any(["nvidia.com/gpu"])
     pending = workload(None, {"nvidia.com/mig-1g.10gb": "2"}, phase="Pending")
     assert tests_started([pending]) == 0, "a pending pod needs these nodes"

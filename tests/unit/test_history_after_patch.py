@@ -101,9 +101,14 @@ def test_a_quarantine_writes_its_history_after_the_taint_and_the_ticket() -> Non
     view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
     rec.executor.apply(POLICY, decision, view, NOW, Counter())
     kinds = [kind for kind, _ in writer.calls]
-    assert kinds[:3] == ["repairtickets-create", "node-patch", "repairtickets-status"], kinds
-    assert sorted(kinds[3:9]) == ["sdchardwares-create"] * 3 + ["sdchardwares-status"] * 3
-    assert kinds[9:] == ["event"]
+    assert kinds[:4] == [
+        "repairtickets-create",
+        "node-patch",
+        "node-status-patch",  # the SDCQualified condition turns False
+        "repairtickets-status",
+    ], kinds
+    assert sorted(kinds[4:10]) == ["sdchardwares-create"] * 3 + ["sdchardwares-status"] * 3
+    assert kinds[10:] == ["event"]
     patch = writer.calls[1][1]
     assert any(t["key"] == "sdcguard.dev/quarantined" for t in patch["spec"]["taints"])
     assert patch["metadata"]["annotations"][keys.HISTORY] == changes[keys.HISTORY]

@@ -50,6 +50,9 @@ class _Recorder(KubeWriter):
     def patch_node(self, name: str, patch: dict[str, Any]) -> None:
         self.calls.append(("node-patch", (name, patch)))
 
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> None:
+        self.calls.append(("node-status-patch", (name, patch)))
+
     def event(self, **kw: Any) -> None:
         self.calls.append(("event", kw["reason"]))
 

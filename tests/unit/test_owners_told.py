@@ -123,8 +123,8 @@ def test_the_owners_are_told_before_the_tickets_status() -> None:
     counts: Counter[str] = Counter()
     rec.executor.apply(POLICY, _quarantine(), view, NOW, counts)
     kinds = [kind for kind, _ in writer.calls]
-    assert kinds[:2] == ["repairtickets-create", "node-patch"], kinds
-    assert kinds[2:5] == ["event", "event", "repairtickets-status"], kinds
+    assert kinds[:3] == ["repairtickets-create", "node-patch", "node-status-patch"], kinds
+    assert kinds[3:6] == ["event", "event", "repairtickets-status"], kinds
     assert _owners(writer) == [("team-a", "train"), ("team-b", "notebook")]
     assert counts["blast-radius-events"] == 2
     created = next(b for kind, b in writer.calls if kind == "repairtickets-create")
@@ -149,9 +149,10 @@ def test_a_repeat_after_a_conflicting_node_patch_tells_the_owners_once() -> None
     counts: Counter[str] = Counter()
     rec.executor.apply(POLICY, _quarantine(), view, NOW, counts)
     kinds = [kind for kind, _ in writer.calls]
-    assert kinds[:5] == [
+    assert kinds[:6] == [
         "repairtickets-exists",
         "node-patch",
+        "node-status-patch",
         "event",
         "event",
         "repairtickets-status",

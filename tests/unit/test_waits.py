@@ -80,6 +80,10 @@ SCENARIOS: dict[WaitReason, tuple[Callable[[], Observed], dict[str, object]]] = 
     ),
     W.NO_ACCELERATORS: (lambda: _verifying(accelerators=0), {}),
     W.MIXED_MIG: (_mixed_mig, {}),
+    W.RUNTIME_CLASS_MISSING: (
+        lambda: dataclasses.replace(_verifying(), runtime_class_missing=True),
+        {"probe": {"runtimeClassName": "nvidia"}},
+    ),
     W.BREAKER_OPEN: (_replacement_under_open_breaker, {"repair": {"strategy": "Replace"}}),
     W.BACK_OFF: (
         lambda: _verifying(annotations={keys.RETRY_AFTER: keys.format_time(NOW + HOUR)}),

@@ -69,6 +69,8 @@ NODE_LINK = "sdcg-node0"
 NODE_IP = "10.245.255.1"
 POD_SUBNET = "10.244.0.0/24"
 CNI_BIN_DIR = Path("/usr/lib/cni")
+PROBE_RUNTIME_HANDLER = "sdcguard-probe"
+"""A containerd runtime handler besides runc, for a probe RuntimeClass to name."""
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 NETNS_DIR = Path("/var/run/netns")
 LOCK_FILE = Path("/run/sdcguard-realnode.lock")
@@ -535,6 +537,12 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+    # A second handler, as GPU Operator installs add "nvidia": probes may name it
+    # through a RuntimeClass (spec.probe.runtimeClassName).
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{PROBE_RUNTIME_HANDLER}]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{PROBE_RUNTIME_HANDLER}.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"

@@ -53,6 +53,10 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _TAINT_TEXT = re.compile(r"^(?P<key>[^=:\s]+)(=(?P<value>[^:\s]*))?:(?P<effect>\w+)$")
 
 
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+"""NVIDIA's NVLink clique label (GPU Feature Discovery on multi-node NVLink systems)."""
+
+
 class FleetError(ValueError):
     """A fleet file that cannot be used; the one-line message says where and why."""
 
@@ -169,6 +173,10 @@ class NodeEntry(_Model):
     dra: bool | None = None
     """Publish the node's GPUs as NVIDIA's DRA driver does (ResourceSlices of
     ``gpu.nvidia.com``); NVIDIA GPU instance types only. Default: ``defaults.dra``."""
+    clique_size: int | None = Field(default=None, ge=1, le=10000)
+    """Label the group in NVLink cliques of this many nodes, as GB200 NVL72 racks are:
+    ``nvidia.com/gpu.clique=<namePrefix>.<n>`` for the n-th run of ``cliqueSize`` nodes
+    (for topology budgets, ``budgets.topology``)."""
 
     @field_validator("instance_type")
     @classmethod
@@ -336,6 +344,14 @@ def _provider_id(itype: InstanceType, zone: str, name: str) -> str:
     return f"gce://sdcguard-sim/{zone}/{name}"
 
 
+def _clique(entry: NodeEntry, name: str, index: int) -> dict[str, str]:
+    """The NVLink clique label of the group's ``index``-th node, with ``cliqueSize``."""
+    if not entry.clique_size:
+        return {}
+    group = (entry.name_prefix or name).rstrip("-.")
+    return {CLIQUE_LABEL: f"{group}.{index // entry.clique_size}"}
+
+
 def _resolve(
     entry: NodeEntry, index: int, label: str, fleet: FleetFile
 ) -> tuple[list[NodeConfig], str | None]:
@@ -364,6 +380,7 @@ def _resolve(
             **itype.labels,
             **fleet.defaults.labels,
             **entry.labels,
+            **_clique(entry, name, i),
             FLEET_LABEL: fleet.name,
         }
         nodes.append(

@@ -24,6 +24,7 @@ from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.adapters.tickets import RepairTickets
 from sdcguard.api import (
     BlastRadius,
+    Mode,
     ObjectMeta,
     SDCPolicy,
     SDCTest,
@@ -139,7 +140,12 @@ class Executor:
         for step in plan.stage(Stage.OBJECTS):
             self._apply_object(policy, body, step, view, now, counts, opened)
         patch = self._node_patch.apply(
-            node, plan.stage(Stage.NODE_PATCH), body.resource_version, counts
+            node,
+            plan.stage(Stage.NODE_PATCH),
+            body.resource_version,
+            counts,
+            enforce=policy.spec.mode == Mode.ENFORCE,
+            now=now,
         )
         if plan.stage(Stage.EVICTIONS):
             self._drain(node_name, patch, node, counts)

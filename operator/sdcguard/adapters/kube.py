@@ -121,6 +121,12 @@ class KubeWriter:
         if self._count("node-patch"):
             self.core.patch_node(name, patch, field_manager=FIELD_MANAGER)
 
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> None:
+        """Strategic-merge-patch a Node's status: conditions merge by ``type``, so the
+        kubelet's (Ready and the pressures) and other components' stay as they are."""
+        if self._count("node-status-patch"):
+            self.core.patch_node_status(name, patch, field_manager=FIELD_MANAGER)
+
     def may(self, verb: str, resource: str, group: str = "") -> bool | None:
         """Whether this ServiceAccount may ``verb`` ``resource`` (cluster-wide), from a
         SelfSubjectAccessReview; None when the review could not be asked."""

@@ -10,17 +10,21 @@ suspect. No adapter builds a Node patch body of its own.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from collections.abc import Iterable
 from typing import get_args
 
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.pass_state import Expectations
+from sdcguard.domain import keys
 from sdcguard.domain.cleanup import NodeRelease
 from sdcguard.domain.lifecycle import Action, Annotate
+from sdcguard.domain.nodecondition import condition_for, condition_patch
 from sdcguard.domain.nodepatch import NodePatch, plan_node_patch
 from sdcguard.domain.observed import NodeFacts
 from sdcguard.domain.plan import Plan, Step
+from sdcguard.domain.states import NodeState
 
 _LIFECYCLE_ACTIONS = get_args(Action)
 
@@ -42,20 +46,67 @@ class NodePatchStage:
     def __init__(self, writer: KubeWriter, expectations: Expectations | None = None) -> None:
         self._writer = writer
         self._expectations = expectations
+        self._conditions: dict[str, tuple[str, str]] = {}
+        """The SDCQualified condition last written per node, until the node's snapshot
+        shows it (a decision made from an older snapshot must not write it again, nor
+        move its lastTransitionTime)."""
 
     def apply(
-        self, node: NodeFacts, steps: Iterable[Step], resource_version: str, counts: Counter[str]
+        self,
+        node: NodeFacts,
+        steps: Iterable[Step],
+        resource_version: str,
+        counts: Counter[str],
+        *,
+        enforce: bool = True,
+        now: dt.datetime | None = None,
     ) -> NodePatch:
         """A decision's node patch: labels, annotations, taints, cordon and ownership in
         one write that carries the resourceVersion it was computed from (a stale pass
-        gets a 409). Returns the patch (empty: nothing was written)."""
+        gets a 409). Returns the patch (empty: nothing was written).
+
+        With ``now``, the ``SDCQualified`` condition follows (``domain.nodecondition``)
+        once that write has succeeded, through the Node's status (a Node's conditions
+        cannot travel in a write to its spec): only when its status or reason changes,
+        which a clean re-qualification of a certified node never does."""
         patch = plan_node_patch(node, node_actions(steps))
         if not patch.empty:
             self._writer.patch_node(node.name, patch.body(resource_version))
             if self._expectations is not None:
                 self._expectations.wrote_node(node.name, resource_version)
             counts["node-patches"] += 1
+        if now is not None:
+            self._condition(node, patch, enforce, now, counts)
         return patch
+
+    def _condition(
+        self,
+        node: NodeFacts,
+        patch: NodePatch,
+        enforce: bool,
+        now: dt.datetime,
+        counts: Counter[str],
+    ) -> None:
+        label = patch.labels.get(keys.LABEL_STATE, node.state_label)
+        state = next((s for s in NodeState if s.value == label), None)
+        if state is None:
+            return
+        qualified_at = patch.annotations.get(
+            keys.QUALIFIED_AT, node.annotations.get(keys.QUALIFIED_AT)
+        )
+        wanted = condition_for(state, certified=bool(qualified_at), enforce=enforce)
+        current = node.condition
+        written = self._conditions.get(node.name)
+        if written is not None:
+            if written == current:
+                del self._conditions[node.name]  # the snapshot caught up
+            else:
+                current = written
+        body = condition_patch(current, wanted, now)
+        if body is not None:
+            self._writer.patch_node_status(node.name, body)
+            self._conditions[node.name] = (wanted.status, wanted.reason)
+            counts["node-conditions"] += 1
 
     def annotate(self, node_name: str, plan: Plan) -> bool:
         """A plan whose node-patch steps only set annotations: written without the

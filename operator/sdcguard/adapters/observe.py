@@ -83,6 +83,12 @@ def owner_ref(meta: Mapping[str, Any]) -> OwnerRef | None:
     )
 
 
+CLAIMED_DEVICES = "resource.k8s.io/claims"
+"""What a pod that holds devices through DRA ResourceClaims (``spec.resourceClaims``)
+uses: its claims' devices are not named in the pod, so it counts as using every
+accelerator of its node (its node is busy, and it is in the node's blast radius)."""
+
+
 @dataclass(frozen=True)
 class PodUse:
     """A workload pod that holds accelerators on a node."""
@@ -99,7 +105,7 @@ class PodUse:
     starts looking for the top owner."""
 
     def uses_any(self, accelerators: Iterable[str]) -> bool:
-        return not self.resources.isdisjoint(accelerators)
+        return CLAIMED_DEVICES in self.resources or not self.resources.isdisjoint(accelerators)
 
 
 def pod_use(body: Mapping[str, Any], resources: Iterable[str] | None = None) -> PodUse | None:
@@ -112,13 +118,14 @@ def pod_use(body: Mapping[str, Any], resources: Iterable[str] | None = None) -> 
     if _is_daemonset_pod(meta) or is_probe_pod(meta):
         return None
     requested = _requests(spec, resources)
-    if not requested:
+    claims = bool(spec.get("resourceClaims"))
+    if not requested and not claims:
         return None
     return PodUse(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         node_name=node,
-        resources=frozenset(requested),
+        resources=frozenset(requested) | ({CLAIMED_DEVICES} if claims else frozenset()),
         devices=sum(requested.values()),
         owner=owner_ref(meta),
     )

@@ -31,6 +31,7 @@ from sdcguard.api import (
     SDCPolicy,
     SDCPolicyStatus,
     TicketSink,
+    TopologyStatus,
     set_condition,
     to_body,
 )
@@ -46,6 +47,7 @@ from sdcguard.domain.policy_conditions import (
     ticket_sinks_condition,
 )
 from sdcguard.domain.recertification import Capacity
+from sdcguard.domain.topology import missing_keys
 from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.reconcile")
@@ -220,9 +222,11 @@ class PolicyStatusReporter:
         illegal: Mapping[str, str],
         overlaps: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
         capacity: Capacity | None = None,
+        topology: Sequence[TopologyStatus] | None = None,
     ) -> None:
         """Write the policy's status if it changed (``capacity``: the re-certification
-        verdict of a full pass; None keeps the stored condition)."""
+        verdict of a full pass; None keeps the stored condition; ``topology``: the
+        topology budgets' domains as a full pass counted them, None keeps the stored)."""
         old = policy.status or SDCPolicyStatus()
         bad = sorted(illegal.items())
         conditions = set_condition(
@@ -305,11 +309,14 @@ class PolicyStatusReporter:
                 now,
                 policy.metadata.generation,
             )
+        if topology is not None:
+            conditions = self._topology_condition(policy, conditions, topology, now)
         new = old.model_copy(
             update={
                 "observed_generation": policy.metadata.generation,
                 "conditions": conditions,
                 "breaker": breaker_status,
+                "topology": list(topology) if topology is not None else old.topology,
                 "counts": NodeCounts.model_validate(
                     {s.value.lower(): states.get(s.value, 0) for s in NodeState}
                 ),
@@ -346,6 +353,34 @@ class PolicyStatusReporter:
                 return None
             found[(namespace, name)] = frozenset((secret.data or {}).keys())
         return found
+
+    @staticmethod
+    def _topology_condition(
+        policy: SDCPolicy,
+        conditions: list[Condition],
+        topology: Sequence[TopologyStatus],
+        now: dt.datetime,
+    ) -> list[Condition]:
+        """TopologyKeysFound: False (a warning, not a refusal) while a topology budget's
+        label key is on no node of the policy, so it limits nothing."""
+        if not topology:
+            return [c for c in conditions if c.type != "TopologyKeysFound"]
+        missing = missing_keys(topology)
+        return set_condition(
+            conditions,
+            "TopologyKeysFound",
+            "False" if missing else "True",
+            "KeyOnNoNode" if missing else "KeysFound",
+            bounded(
+                f"no node of this policy carries the label {', '.join(missing)}: "
+                "spec.budgets.topology limits nothing for it (check the key's spelling "
+                "and that the nodes are labelled)"
+            )
+            if missing
+            else ", ".join(f"{t.label_key}: {t.domains} domains" for t in topology),
+            now,
+            policy.metadata.generation,
+        )
 
     def _capacity_condition(
         self,
@@ -430,6 +465,18 @@ class PolicyStatusReporter:
         # Before the first full pass (status_at None) the memory holds only the nodes
         # urgent work decided: counts from it would tell a fleet of a few nodes.
         return memory.status_at is not None and now - memory.status_at >= STATUS_EVERY
+
+    def export_topology(self, policy: str, topology: Sequence[TopologyStatus]) -> None:
+        """The topology budgets' domains, at limit and most held, per label key."""
+        for t in topology:
+            for measure, value in (
+                ("domains", t.domains),
+                ("at_limit", t.at_limit),
+                ("most_held", t.most_held),
+            ):
+                self._metrics.topology_domains.labels(
+                    policy=policy, label_key=t.label_key, measure=measure
+                ).set(value)
 
     def export_usage(
         self,

@@ -87,6 +87,7 @@ from sdcguard.adapters.pass_state import (
 from sdcguard.adapters.policy_release import PolicyRelease
 from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
 from sdcguard.adapters.recertification import Recertification
+from sdcguard.adapters.runtime_class import RuntimeClasses
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.adapters.tickets import RepairTickets
 from sdcguard.adapters.urgent import UrgentQueue
@@ -108,6 +109,13 @@ from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
 from sdcguard.domain.scheduling import iter_decisions, member_after, priority
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
+from sdcguard.domain.topology import (
+    Domain,
+    DomainUsage,
+    count_node,
+    domains_of,
+    topology_status,
+)
 from sdcguard.metrics import Metrics
 from sdcguard.settings import Settings
 
@@ -141,6 +149,7 @@ class Reconciler:
         node_patch = NodePatchStage(writer, self.expectations)
         self.device_taints = LazyDeviceTaints(writer)
         self.permission = NodeDeletePermission(writer)
+        self.runtime_classes = RuntimeClasses(writer.api)
         self.runner = TestRunner(
             writer, settings, metrics, self.known, self.expectations, node_patch
         )
@@ -458,7 +467,12 @@ class Reconciler:
         others = memory.pools.usage_without((o.node.name for o in observations), serve)
         by_node = {o.node.name: o for o in observations}
         decisions: list[Decision] = []
-        decided = iter_decisions(observations, spec, now, others, between=serve)
+        other_domains = (
+            self._domain_usage(spec, memory, view, by_node) if spec.budgets.topology else None
+        )
+        decided = iter_decisions(
+            observations, spec, now, others, between=serve, other_domains=other_domains
+        )
         for count, decision in enumerate(decided):
             if count % 256 == 255:
                 self._serve_urgent()
@@ -475,6 +489,13 @@ class Reconciler:
 
         states = Counter(memory.states.values())
         self.recertification.mark(policy, memory, view, facts, now, counts)
+        # The topology budgets' domains, counted on full passes (a walk of the policy's
+        # nodes, only when the policy has topology budgets).
+        topology = (
+            topology_status(self._domain_usage(spec, memory, view), spec.budgets.topology)
+            if full
+            else None
+        )
         if (
             full
             or memory.illegal != illegal_before
@@ -498,6 +519,7 @@ class Reconciler:
                 capacity=self.recertification.capacity(policy, memory, tests_by_node)
                 if full
                 else None,
+                topology=topology,
             )
             memory.status_at = now
         elif memory.status_at is not None:
@@ -508,6 +530,7 @@ class Reconciler:
             self.reporter.export_nodes(name, states, breaker)
         if full:
             self.reporter.export_usage(name, memory.pools.usage, view, now)
+            self.reporter.export_topology(name, topology or ())
         self.metrics.reconcile_passes.inc()
         writes = Counter(self.writer.writes)
         writes.subtract(writes_before)
@@ -522,6 +545,25 @@ class Reconciler:
         if not self.urgent.depth:
             self.last_counts = counts
         return wake
+
+    @staticmethod
+    def _domain_usage(
+        spec: SDCPolicySpec,
+        memory: PolicyMemory,
+        view: FleetView,
+        skip: Mapping[str, object] | None = None,
+    ) -> dict[Domain, DomainUsage]:
+        """Usage by topology domain of the policy's nodes as last decided, but ``skip``."""
+        budgets = spec.budgets.topology
+        usage: dict[Domain, DomainUsage] = {}
+        if not budgets:
+            return usage
+        for node, member in memory.pools.members.items():
+            snap = view.nodes.get(node)
+            if snap is None or (skip is not None and node in skip):
+                continue
+            count_node(usage, domains_of(snap.labels, budgets), member.held)
+        return usage
 
     def _advance_tests(
         self,
@@ -574,6 +616,9 @@ class Reconciler:
         """What ``decide`` reads about each node to decide (observation assembly); skips
         nodes whose last write has not come back through the watch."""
         observations: list[Observed] = []
+        runtime_missing = bool(facts) and self.runtime_classes.missing(
+            spec.probe.runtime_class_name, now
+        )
         for count, (node_name, node) in enumerate(facts.items()):
             if count % 256 == 255:
                 self._serve_urgent()
@@ -619,6 +664,7 @@ class Reconciler:
                     ),
                     breaker_open=breaker_open,
                     enforced_since=memory.enforced_since,
+                    runtime_class_missing=runtime_missing,
                     joined_after_start=(
                         node.created is not None
                         and view.operator_started is not None

@@ -694,6 +694,28 @@ def allowed_unavailable(max_unavailable: int | str, nodes: int) -> int:
     return max(1, math.floor(nodes * percent / 100))
 
 
+class TopologyBudget(ApiModel):
+    """A limit per topology domain: the nodes that share one value of ``labelKey``
+    (an NVLink clique, a rack, a zone) form a domain, and sdcguard holds at most
+    ``maxUnavailable`` of each domain's nodes at once."""
+
+    label_key: QualifiedName
+    """Label key whose values name the domains, e.g. nvidia.com/gpu.clique or
+    topology.kubernetes.io/zone. A node without the label belongs to no domain of it."""
+    max_unavailable: int | Annotated[str, StringConstraints(max_length=8)] = Field(
+        json_schema_extra={"minimum": 0, "pattern": PERCENT_0_100}
+    )
+    """An int-or-string: nodes of one domain sdcguard may hold (testing or quarantined),
+    as a count (1) or a percent of the domain's nodes from "0%" to "100%", rounded down
+    (a non-zero percent allows one). A screening that would take a domain past it waits
+    (Budget); a quarantine never waits, it uses the domain's share up."""
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _count_or_percent(cls, value: int | str) -> int | str:
+        return _count_or_percent(value, "topology[].maxUnavailable", "node")
+
+
 class Budgets(ApiModel):
     """Limits on how much of each pool sdcguard takes away at once."""
 
@@ -722,6 +744,31 @@ class Budgets(ApiModel):
     pool_label: QualifiedName | None = None
     """Label key that groups nodes into pools (e.g. node.kubernetes.io/instance-type);
     budgets apply per pool. Empty: all nodes of the policy form one pool."""
+    topology: list[TopologyBudget] = Field(
+        default_factory=list,
+        max_length=8,
+        # The API server refuses a key listed twice (a map keyed by labelKey).
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["labelKey"],
+        },
+    )
+    """Budgets per topology domain, on top of the pool's: for each label key, no
+    domain (the nodes sharing one value of it) has more than its maxUnavailable held.
+    A key that no node of the policy carries is reported in the policy's status
+    (condition TopologyKeysFound)."""
+
+    @field_validator("topology")
+    @classmethod
+    def _distinct_keys(cls, value: list[TopologyBudget]) -> list[TopologyBudget]:
+        keys = [t.label_key for t in value]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(
+                f"spec.budgets.topology: label key {', '.join(twice)} is listed twice; "
+                "give each key one maxUnavailable"
+            )
+        return value
 
     @field_validator("max_unavailable")
     @classmethod
@@ -1234,6 +1281,20 @@ _STATE_COUNTS = (
 )
 
 
+class TopologyStatus(ApiModel):
+    """How held one topology budget's domains are, as the last full pass saw them."""
+
+    label_key: Annotated[str, StringConstraints(max_length=317)]
+    """The budget's label key."""
+    domains: int = Field(default=0, ge=0)
+    """Domains (distinct values of the key) among the policy's nodes; 0: no node
+    carries the key, so the budget limits nothing."""
+    at_limit: int = Field(default=0, ge=0)
+    """Domains whose held nodes reached their maxUnavailable (screening waits there)."""
+    most_held: int = Field(default=0, ge=0)
+    """The most nodes held in any one domain."""
+
+
 class SDCPolicyStatus(ApiModel):
     """What the operator observed for this policy."""
 
@@ -1247,6 +1308,9 @@ class SDCPolicyStatus(ApiModel):
     """The circuit breaker."""
     counts: NodeCounts = Field(default_factory=NodeCounts)
     """Nodes by lifecycle state."""
+    topology: list[TopologyStatus] = Field(default_factory=list, max_length=8)
+    """Per topology budget (spec.budgets.topology): domains, those at their limit, and
+    the most held in one."""
 
 
 class SDCPolicy(ApiModel):

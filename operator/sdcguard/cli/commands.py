@@ -256,6 +256,37 @@ def _ends_in(expected_end: str | None, now: dt.datetime) -> str:
     return f"in {age(now, end)}"
 
 
+def _topology_rows(policies: Iterable[SDCPolicy]) -> list[dict[str, Any]]:
+    """Each policy's topology budgets with the domains its last full pass counted (None:
+    not counted yet)."""
+    rows = []
+    for p in sorted(policies, key=lambda p: p.metadata.name):
+        counted = {t.label_key: t for t in (p.status.topology if p.status else [])}
+        for budget in p.spec.budgets.topology:
+            seen = counted.get(budget.label_key)
+            rows.append(
+                {
+                    "policy": p.metadata.name,
+                    "labelKey": budget.label_key,
+                    "maxUnavailable": budget.max_unavailable,
+                    "domains": seen.domains if seen else None,
+                    "atLimit": seen.at_limit if seen else None,
+                    "mostHeld": seen.most_held if seen else None,
+                }
+            )
+    return rows
+
+
+def _topology_warnings(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """A line per topology key that no node carries (the budget limits nothing)."""
+    return [
+        f"warning: policy {r['policy']}: no node carries the label {r['labelKey']}, so "
+        "budgets.topology limits nothing for it"
+        for r in rows
+        if r["domains"] == 0
+    ]
+
+
 def status(conn: Connection) -> Result:
     """Fleet by state and pool, each policy's mode and breaker, the screenings running
     (budget and expected end), and the open tickets."""
@@ -290,8 +321,10 @@ def status(conn: Connection) -> Result:
                 },
             }
         )
+    topology = _topology_rows(policies)
     data = {
         "policies": policy_rows,
+        "topology": topology,
         "nodes": summary.nodes,
         "states": summary.states,
         "pools": summary.pools,
@@ -389,6 +422,22 @@ def status(conn: Connection) -> Result:
             empty="No accelerator devices found.",
         ),
         Table(
+            ["policy", "label key", "maxUnavailable", "domains", "at limit", "most held"],
+            [
+                [
+                    t["policy"],
+                    t["labelKey"],
+                    str(t["maxUnavailable"]),
+                    cell(t["domains"]),
+                    cell(t["atLimit"]),
+                    cell(t["mostHeld"]),
+                ]
+                for t in topology
+            ],
+            title="Topology budgets (nodes held per domain; a domain at its limit screens no "
+            "more until one returns):",
+        ),
+        Table(
             ["node", "state", "for", "why", "since"],
             [
                 [
@@ -423,7 +472,11 @@ def status(conn: Connection) -> Result:
             empty="No screening in progress.",
         ),
     ]
-    return Result(data=data, tables=tables, lines=[*listed.warnings, *listed_tests.warnings])
+    return Result(
+        data=data,
+        tables=tables,
+        lines=[*listed.warnings, *listed_tests.warnings, *_topology_warnings(topology)],
+    )
 
 
 def _delivered(status: RepairTicketStatus | None) -> bool | None:

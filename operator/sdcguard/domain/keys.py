@@ -90,3 +90,8 @@ def join_list(items: tuple[str, ...] | list[str] | frozenset[str]) -> str | None
     """The annotation value for ``items``; None (remove the annotation) when empty."""
     ordered = sorted(items) if isinstance(items, frozenset) else list(dict.fromkeys(items))
     return ",".join(ordered) or None
+
+
+NODE_CONDITION = "SDCQualified"
+"""The Node condition sdcguard keeps (``domain.nodecondition``): True while the node is
+certified, False while it is quarantined, in repair or retired, Unknown otherwise."""

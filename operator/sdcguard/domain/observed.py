@@ -74,6 +74,8 @@ class NodeSnapshot:
     machine_id: str = ""
     node_claim: str = ""
     """The Karpenter NodeClaim that owns the Node (its owner reference), if any."""
+    condition: tuple[str, str] | None = None
+    """sdcguard's Node condition (``keys.NODE_CONDITION``) as (status, reason), if set."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> NodeSnapshot:
@@ -114,6 +116,14 @@ class NodeSnapshot:
                 ),
                 "",
             ),
+            condition=next(
+                (
+                    (str(c.get("status") or ""), str(c.get("reason") or ""))
+                    for c in status.get("conditions") or []
+                    if c.get("type") == keys.NODE_CONDITION
+                ),
+                None,
+            ),
         )
 
 
@@ -139,6 +149,8 @@ class NodeFacts:
     """Value of the policy's pool label ("" without one)."""
     created: dt.datetime | None = None
     """The Node's creationTimestamp."""
+    condition: tuple[str, str] | None = None
+    """sdcguard's Node condition as (status, reason), if the node carries it."""
 
     @classmethod
     def from_body(
@@ -174,6 +186,7 @@ class NodeFacts:
             ),
             pool=node.labels.get(pool_label, "") if pool_label else "",
             created=node.created,
+            condition=node.condition,
         )
 
     @property
@@ -437,6 +450,11 @@ class Observed:
     """A pending pod could run only on this node (or nodes like it): screening yields."""
     usage: PoolUsage = field(default_factory=PoolUsage)
     """The node's pool, before this node's decision."""
+    runtime_class_missing: bool = False
+    """The policy's spec.probe.runtimeClassName names a RuntimeClass that does not exist."""
+    topology_wait: str = ""
+    """Why taking this node would exceed a topology domain's budget (budgets.topology),
+    before this node's decision; "" when every domain of the node has room."""
     breaker_open: bool = False
     """The policy's circuit breaker is open: no new quarantines."""
     probe_unschedulable: str | None = None

@@ -37,7 +37,7 @@ from sdcguard.api import (
 from sdcguard.domain import keys
 from sdcguard.domain.baselines import unreachable_quorum
 from sdcguard.domain.believed import believed_state
-from sdcguard.domain.budgets import can_reserve
+from sdcguard.domain.budgets import BudgetCheck, can_reserve
 from sdcguard.domain.devicetaints import judge_devices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import Outcome, assess, retry_time
@@ -157,6 +157,14 @@ class Reader:
             )
         if node.mixed_mig:
             return Wait(W.MIXED_MIG, mixed_mig_message(node.mixed_mig))
+        if self.obs.runtime_class_missing:
+            name = self.policy.probe.runtime_class_name
+            return Wait(
+                W.RUNTIME_CLASS_MISSING,
+                f"RuntimeClass {name} (spec.probe.runtimeClassName) does not exist, so the "
+                "API server would refuse the probe Pod: create it (GPU Operator installs "
+                "name it nvidia) or clear the field",
+            )
         if node.accelerators <= 0:
             return Wait(W.NO_ACCELERATORS, "no allocatable accelerators yet")
         return None
@@ -190,6 +198,8 @@ class Reader:
             devices=obs.devices_serving,
             own=obs.pool_member().devices_held,
         )
+        if check.allowed and takes_node and obs.topology_wait:
+            check = BudgetCheck(False, obs.topology_wait)
         self.budget_blocked = not check.allowed
         return None if check.allowed else Wait(W.BUDGET, check.reason)
 

@@ -15,6 +15,7 @@ from sdcguard.domain.lifecycle import IllegalTransition, TaintDevices
 from sdcguard.domain.observed import Observed
 from sdcguard.domain.reading import REQUEUE_WAITING
 from sdcguard.domain.states import NodeState
+from sdcguard.domain.topology import Domain, DomainUsage, count_node, domains_of, topology_wait
 
 S = NodeState
 
@@ -44,6 +45,7 @@ def iter_decisions(
     now: dt.datetime,
     others: Mapping[str, PoolUsage] | None = None,
     between: Callable[[], None] | None = None,
+    other_domains: Mapping[Domain, DomainUsage] | None = None,
 ) -> Iterator[Decision]:
     """Decide nodes of a policy in one pass, so budgets hold across nodes; lazily, so
     a caller may attend to something urgent between two nodes of a long pass.
@@ -59,6 +61,11 @@ def iter_decisions(
     ``between`` is called every 256 nodes while the pools are counted, before the first
     decision (the caller's chance to serve urgent work there too: on a large fleet the
     count is long enough to matter).
+
+    With topology budgets, the domains are counted like the pools (``other_domains``:
+    the usage by domain of the policy's nodes not decided in this pass) and each
+    decision that takes a node counts in its domains before the next node is decided
+    (:class:`DomainCaps`).
     """
     ordered = sorted(observations, key=priority)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
@@ -70,10 +77,17 @@ def iter_decisions(
         member = observed.pool_member(holding)
         add_member(pools, member)
         members.append(member)
+    caps = DomainCaps(policy, other_domains)
+    for observed, before in zip(ordered, members, strict=True):
+        caps.add(observed, before.held)
     for observed, before in zip(ordered, members, strict=True):
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
         try:
-            decision = decide(dataclasses.replace(observed, usage=usage), policy, now)
+            decision = decide(
+                dataclasses.replace(observed, usage=usage, topology_wait=caps.wait(observed)),
+                policy,
+                now,
+            )
         except IllegalTransition as exc:
             yield Decision(
                 node=observed.node.name,
@@ -100,7 +114,39 @@ def iter_decisions(
         if grown != before:
             add_member(pools, before, -1)
             add_member(pools, grown)
+        caps.taken(observed, before.held, grown.held)
         yield decision
+
+
+class DomainCaps:
+    """The per-domain cap of ``budgets.topology`` over one pass: usage by domain, and
+    whether one more node of a node's domains fits (a filter, whatever the order in
+    which nodes are decided)."""
+
+    def __init__(
+        self, policy: SDCPolicySpec, others: Mapping[Domain, DomainUsage] | None = None
+    ) -> None:
+        self._budgets = policy.budgets.topology
+        self.usage: dict[Domain, DomainUsage] = dict(others or {})
+
+    def _domains(self, observed: Observed) -> tuple[Domain, ...]:
+        return domains_of(observed.node.labels, self._budgets) if self._budgets else ()
+
+    def add(self, observed: Observed, held: bool) -> None:
+        """Count a node of this pass into its domains."""
+        count_node(self.usage, self._domains(observed), held)
+
+    def wait(self, observed: Observed) -> str:
+        """Why the node may not be taken now ("" when its domains have room)."""
+        domains = self._domains(observed)
+        return topology_wait(domains, self.usage, self._budgets) if domains else ""
+
+    def taken(self, observed: Observed, before: bool, after: bool) -> None:
+        """A decision that holds a node not held before counts at once (like the pools)."""
+        if after and not before:
+            domains = self._domains(observed)
+            count_node(self.usage, domains, False, -1)
+            count_node(self.usage, domains, True)
 
 
 _ALWAYS_HELD = frozenset({NodeState.QUARANTINED, NodeState.REPAIRING, NodeState.VERIFYING})

@@ -37,6 +37,8 @@ class WaitReason(StrEnum):
     """Someone else's taint keeps probe Pods off the node."""
     NO_ACCELERATORS = "NoAccelerators"
     """The node has no allocatable accelerators yet."""
+    RUNTIME_CLASS_MISSING = "RuntimeClassMissing"
+    """The policy's probe RuntimeClass does not exist: a probe Pod would be refused."""
     MIXED_MIG = "MixedMig"
     """The node offers whole GPUs and MIG instances at once (NVIDIA's mixed MIG strategy
     with some GPUs unpartitioned): it is not screened until all are one or the other."""
