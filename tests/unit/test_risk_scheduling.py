@@ -7,12 +7,17 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import random
+from typing import Any
 
-from sdcguard.adapters.pass_state import PolicyMemory
-from sdcguard.adapters.risk_book import count_overtaken, node_screenings
+from prometheus_client import CollectorRegistry
+
+from sdcguard.adapters.observe import TicketSnapshot
+from sdcguard.adapters.pass_state import FleetView, PolicyMemory, TestSnapshot
+from sdcguard.adapters.risk_book import RiskBook, count_overtaken, node_screenings
 from sdcguard.api import SDCTestPhase, Verdict
+from sdcguard.domain import keys
 from sdcguard.domain.lifecycle import NodeState
-from sdcguard.domain.observed import Observed, TestFacts
+from sdcguard.domain.observed import NodeSnapshot, Observed, TestFacts
 from sdcguard.domain.risk import NodeRisk, RiskOrder, TypeHistory, todays_order
 from sdcguard.domain.scheduling import (
     RiskContext,
@@ -23,6 +28,7 @@ from sdcguard.domain.scheduling import (
     rank,
     tier,
 )
+from sdcguard.metrics import Metrics
 from tests.unit.factories import HOUR, NOW, node, policy, sdctest
 
 HISTORY = {
@@ -131,3 +137,52 @@ def test_clocks_that_jump_never_starve_a_due_node_in_the_operators_memory() -> N
             break
     assert started_at is not None, "the quiet node starved"
     assert started_at <= order.max_overtaken + 1
+
+
+def _sdctest_body(name: str, node: str, hours: float, verdict: str, catch: float) -> dict[str, Any]:
+    phase = "Passed" if verdict == "Pass" else "Failed"
+    return {
+        "apiVersion": "sdcguard.dev/v1alpha1",
+        "kind": "SDCTest",
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "spec": {"nodeName": node, "policyRef": "p"},
+        "status": {
+            "phase": phase,
+            "verdict": verdict,
+            "completionTime": keys.format_time(NOW - hours * HOUR),
+            "checks": [{"name": "gemm", "verdict": verdict, "catchChance": catch}],
+        },
+    }
+
+
+def test_a_full_pass_exports_the_fleet_figures_and_measures_the_types() -> None:
+    registry = CollectorRegistry()
+    book = RiskBook(Metrics(registry=registry), reports=lambda: [("h1", NOW - 150 * HOUR)])
+    labels = {"nvidia.com/gpu.product": "H100", keys.LABEL_STATE: "Qualified"}
+    nodes = {n: NodeSnapshot(name=n, labels=labels) for n in ("h1", "h2")}
+    tests = {
+        "h1": [
+            TestSnapshot.slim(_sdctest_body("a", "h1", 300, "Pass", 0.9)),
+            TestSnapshot.slim(_sdctest_body("b", "h1", 100, "SDC", 0.9)),
+        ],
+        "h2": [
+            TestSnapshot.slim(_sdctest_body("c", "h2", 200, "Pass", 0.8)),
+            TestSnapshot.slim(_sdctest_body("d", "h2", 20, "Pass", 0.6)),
+        ],
+    }
+    tickets = {"h1": [TicketSnapshot(name="h1-1", node_name="h1", opened_at=NOW - 99 * HOUR)]}
+    view = FleetView(nodes=nodes, tests=tests, tickets=tickets)
+    book.refresh(view)
+    assert book.history == {"H100": TypeHistory(4, 1, 200 + 180)}
+    value = registry.get_sample_value
+    assert value("sdcguard_hardware_type_screenings", {"type": "H100", "outcome": "all"}) == 4
+    assert value("sdcguard_hardware_type_screenings", {"type": "H100", "outcome": "failed"}) == 1
+    assert value("sdcguard_onset_to_quarantine_hours", {"bound": "low"}) == 51
+    assert value("sdcguard_onset_to_quarantine_hours", {"bound": "high"}) == 201
+    assert value("sdcguard_exposure_estimate_hours", {"basis": "screenings"}) is not None
+    context = book.context(view, PolicyMemory(), ["h1", "h2"])
+    assert context.nodes["h1"].reports == 1
+    assert (context.nodes["h2"].last_pass_at, context.nodes["h2"].last_pass_catch) == (
+        NOW - 20 * HOUR,
+        0.6,
+    )

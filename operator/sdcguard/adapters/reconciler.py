@@ -180,7 +180,7 @@ class Reconciler:
             writer, metrics, self.known, self.permission, status_sender
         )
         self.recertification = Recertification(node_patch, metrics)
-        self.risk = RiskBook()
+        self.risk = RiskBook(metrics)
         """The risk order's inputs (its report counts are wired at assembly)."""
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()

@@ -197,15 +197,12 @@ class ReportAdmission:
         for node in nodes:
             self.follow(node, node_body(node), now)
 
-    def recent_by_node(self) -> dict[str, int]:
-        """Node -> reports about it accepted within the limits' window (the risk order's
-        recent reports; a routine node's were not confirmed by its re-test)."""
+    def recent(self) -> list[tuple[str, dt.datetime]]:
+        """Reports accepted within the limits' window, (node, accepted at): the risk
+        order's recent reports (a routine node's were not confirmed by its re-test) and
+        the fleet figures' first evidence."""
         with self._lock:
-            accepted = list(self.accepted.values())
-        counts: dict[str, int] = {}
-        for report in accepted:
-            counts[report.node_name] = counts.get(report.node_name, 0) + 1
-        return counts
+            return [(r.node_name, r.accepted_at) for r in self.accepted.values()]
 
     def awaits(self, node: str) -> bool:
         """Whether an accepted report about ``node`` waits for its outcome (cheap)."""

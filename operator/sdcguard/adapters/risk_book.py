@@ -23,11 +23,13 @@ from dataclasses import dataclass
 
 from sdcguard.adapters.pass_state import FleetView, PolicyMemory
 from sdcguard.api import Verdict
+from sdcguard.domain import keys
 from sdcguard.domain.decide import Decision
-from sdcguard.domain.fleetstats import hardware_type
+from sdcguard.domain.fleetstats import Screening, Share, fleet_figures, hardware_type
 from sdcguard.domain.observed import Observed, TestFacts
 from sdcguard.domain.risk import ROUTINE_TIER, NodeRisk, TypeHistory
 from sdcguard.domain.scheduling import RiskContext, tier
+from sdcguard.metrics import Metrics
 
 _HOUR = 3600.0
 
@@ -75,6 +77,26 @@ def _facts(view: FleetView, node: str) -> list[TestFacts]:
     return [s.known.facts for s in view.tests.get(node, []) if s.known is not None]
 
 
+def screenings(view: FleetView) -> list[Screening]:
+    """Every node's finished screenings with its hardware type, for the fleet figures."""
+    rows = []
+    for node, snapshot in view.nodes.items():
+        kind = hardware_type(snapshot.labels)
+        for t in _facts(view, node):
+            if t.completed_at is not None and t.verdict in _SCREENED:
+                failed = t.verdict == Verdict.SDC
+                rows.append(Screening(node, kind, t.completed_at, failed, t.catch_chance))
+    return rows
+
+
+def busy_share(view: FleetView) -> float:
+    """The share of qualified nodes where a workload holds accelerators now."""
+    qualified = [n for n, s in view.nodes.items() if s.labels.get(keys.LABEL_STATE) == "Qualified"]
+    if not qualified:
+        return 0.0
+    return sum(1 for n in qualified if view.busy.get(n)) / len(qualified)
+
+
 def type_history(view: FleetView) -> dict[str, TypeHistory]:
     """Per hardware type, what sdcguard measured over every node's tests."""
     counts: dict[str, list[float]] = {}
@@ -92,20 +114,64 @@ def type_history(view: FleetView) -> dict[str, TypeHistory]:
 class RiskBook:
     """The risk order's inputs for the reconciler's passes."""
 
-    def __init__(self, reports: Callable[[], Mapping[str, int]] | None = None) -> None:
-        self.reports = reports or dict
-        """Node -> recent accepted reports (the report admission's, set at assembly)."""
+    def __init__(
+        self,
+        metrics: Metrics | None = None,
+        reports: Callable[[], list[tuple[str, dt.datetime]]] | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.reports = reports or list
+        """Recent accepted reports, (node, accepted at) (the report admission's, set at
+        assembly)."""
         self.history: dict[str, TypeHistory] = {}
         """Per hardware type, as of the last full pass."""
 
     def refresh(self, view: FleetView) -> None:
-        """Re-measure the hardware types (a full pass, whose view has every test)."""
-        if view.complete:
-            self.history = type_history(view)
+        """Re-measure the hardware types and export the fleet figures (a full pass,
+        whose view has every test)."""
+        if not view.complete:
+            return
+        self.history = type_history(view)
+        if self.metrics is not None:
+            self.export(view)
+
+    def export(self, view: FleetView) -> None:
+        """The fleet figures (``domain.fleetstats``) as gauges for the dashboard row."""
+        opened = (
+            (t.node_name, t.opened_at or t.created) for ts in view.tickets.values() for t in ts
+        )
+        figures = fleet_figures(
+            screenings(view),
+            [(node, at) for node, at in opened if at is not None],
+            self.reports(),
+            Share(0, 0),  # the dashboard divides the overdue gauge by the Qualified nodes
+            busy_share(view),
+        )
+        m = self.metrics
+        if m is None:
+            return
+        m.type_screenings.clear()
+        m.type_failure_rate.clear()
+        for row in figures.types:
+            kind = row.hardware_type or "unlabelled"
+            m.type_screenings.labels(type=kind, outcome="all").set(row.screenings)
+            m.type_screenings.labels(type=kind, outcome="failed").set(row.failures)
+            for bound, value in (("low", row.low), ("mean", row.rate), ("high", row.high)):
+                m.type_failure_rate.labels(type=kind, bound=bound).set(value)
+        m.onset_to_quarantine.clear()
+        for bound, hours in (
+            ("low", figures.onset.median_low_hours),
+            ("high", figures.onset.median_high_hours),
+        ):
+            if hours is not None:
+                m.onset_to_quarantine.labels(bound=bound).set(hours)
+        m.exposure_estimate.clear()
+        if figures.estimate is not None:
+            m.exposure_estimate.labels(basis="screenings").set(figures.estimate.hours)
 
     def context(self, view: FleetView, memory: PolicyMemory, nodes: Iterable[str]) -> RiskContext:
         """The order's context for ``nodes`` of one policy."""
-        reports = self.reports()
+        reports: Counter[str] = Counter(node for node, _ in self.reports())
         known: dict[str, NodeRisk] = {}
         for name in nodes:
             snapshot = view.nodes.get(name)
@@ -116,7 +182,7 @@ class RiskBook:
                 hardware_type=hardware_type(snapshot.labels),
                 last_pass_at=seen.last_pass_at,
                 last_pass_catch=seen.last_pass_catch,
-                reports=reports.get(name, 0),
+                reports=reports[name],
                 overtaken=memory.overtaken.get(name, 0),
             )
         return RiskContext(history=self.history, nodes=known)
