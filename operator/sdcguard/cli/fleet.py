@@ -205,7 +205,7 @@ def render(f: FleetFigures) -> Result:
                 ]
                 for t in f.types
             ],
-            title="Failures per hardware type (screenings with an SDC verdict):",
+            title="Failures per hardware type (a failure: a screening with an SDC verdict):",
             empty="No screening has finished yet: no failure rate to show.",
         ),
     ]
@@ -228,7 +228,7 @@ def render(f: FleetFigures) -> Result:
 def _meaning(low: float, high: float) -> str:
     """How much the interval pins the rate down (a wide one says how little it means)."""
     if low <= 0:
-        return f"no failure ruled out below {high:.1e}"
+        return f"no failure yet: the rate may still be as high as {high:.1e}"
     ratio = high / low
     if ratio >= 10:
         return f"too few screenings: known only within x{ratio:.0f}"

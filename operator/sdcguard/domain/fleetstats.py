@@ -48,6 +48,11 @@ class Screening:
     """Its weakest check's catch chance (status.checks[].catchChance), if the probe said."""
 
 
+def _h(hours: float) -> str:
+    """Hours with the precision they deserve: 0.4h, 12h, 730h."""
+    return f"{hours:.1f}h" if hours < 10 else f"{hours:.0f}h"
+
+
 @dataclass(frozen=True)
 class TypeFailures:
     """Failures of one hardware type per screening, with its 95% interval."""
@@ -127,7 +132,7 @@ class OnsetToQuarantine:
             else "unknown (no pass)"
         )
         return (
-            f"{self.incidents} quarantines: median onset-to-quarantine between "
+            f"{self.incidents} quarantine(s): median onset-to-quarantine between "
             f"{self.median_low_hours:.1f}h and {high}"
         )
 
@@ -298,8 +303,8 @@ class FleetFigures:
                 "recorded its catch chance"
             )
         return (
-            f"{self.estimate.hours:.0f}h of work per fault before a screening catches it: "
-            f"screenings {self.hours_between:.0f}h apart, each catching "
+            f"{_h(self.estimate.hours)} of work per fault before a screening catches it: "
+            f"screenings {_h(self.hours_between or 0.0)} apart, each catching "
             f"{self.catch_chance:.2f} of a fault as faint as the catch target's, nodes busy "
             f"{self.busy_share:.0%} of the time; reports from training jobs only shorten it"
         )
