@@ -12,7 +12,7 @@ What comes from sdcguard (nothing of it is re-implemented here):
 - the catch chance of a screening: the probe's planner (``sdcprobe.config.plan_rounds``
   and ``catch_probability``) at the probe's measured round costs and the policy's
   budget;
-- the order: today's (``domain.risk.todays_key``, the order of ``decide.priority``) or
+- the order: today's (``domain.risk.todays_key``, the order of ``scheduling.priority``) or
   the risk order (``domain.risk.rank_due_nodes``), fed with what the simulated fleet
   measured, as the operator would.
 

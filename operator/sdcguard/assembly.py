@@ -91,6 +91,7 @@ class Operator:
         """Work started from the inventory's changes (kept referenced until done)."""
         self.reports = reports.ReportAdmission(reconciler.writer, settings.report_limits())
         """Admits training jobs' SDCReports, with the caps the settings set."""
+        reconciler.risk.reports = self.reports.recent
         self.announcer = ticket_sinks.Announcer(
             self.inventory.tickets.items,
             reconciler.writer,

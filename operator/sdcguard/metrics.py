@@ -174,6 +174,36 @@ class Metrics:
             ["policy"],
             registry=r,
         )
+        self.type_screenings = Gauge(
+            "sdcguard_hardware_type_screenings",
+            "Finished screenings with a verdict on the hardware (Pass or SDC) per hardware "
+            "type, and how many failed (outcome), over the SDCTests kept.",
+            ["type", "outcome"],
+            registry=r,
+        )
+        self.type_failure_rate = Gauge(
+            "sdcguard_hardware_type_failure_rate",
+            "Failures per screening of each hardware type: the Jeffreys mean (bound=mean) "
+            "and the 95% Wilson interval (low, high).",
+            ["type", "bound"],
+            registry=r,
+        )
+        self.onset_to_quarantine = Gauge(
+            "sdcguard_onset_to_quarantine_hours",
+            "Median hours from a fault's onset to its quarantine, bracketed: at least "
+            "quarantine minus first evidence (low), at most quarantine minus last pass (high).",
+            ["bound"],
+            registry=r,
+        )
+        self.exposure_estimate = Gauge(
+            "sdcguard_exposure_estimate_hours",
+            "Hours a fault serves work before a screening catches it under the current "
+            "policy (screenings alone), from the measured interval, catch chance and busy "
+            "share (basis=screenings: reports from training jobs only shorten it); "
+            "absent until a node was screened twice with a catch chance recorded.",
+            ["basis"],
+            registry=r,
+        )
         self.illegal_transitions = Counter(
             "sdcguard_illegal_transitions_total",
             "Transitions outside the lifecycle table (always a bug).",
@@ -269,6 +299,10 @@ class Metrics:
             self.retention_held,
             self.retention_unreadable,
             self.qualification_overdue,
+            self.type_screenings,
+            self.type_failure_rate,
+            self.onset_to_quarantine,
+            self.exposure_estimate,
         ):
             gauge.clear()
         self.oldest_ticket.set(0)

@@ -301,6 +301,50 @@ def test_status_yaml(fleet: Fleet) -> None:
     assert any(p["name"] == fleet.policy for p in yaml.safe_load(out)["policies"])
 
 
+def test_status_shows_the_next_nodes_for_budget_and_why(fleet: Fleet) -> None:
+    why = "chance 3.00e-02: fault began since the last pass 400h ago"
+    _custom(fleet.api).patch_cluster_custom_object_status(
+        GROUP,
+        VERSION,
+        "sdcpolicies",
+        fleet.policy,
+        {
+            "status": {
+                "budgetOrder": [
+                    {"node": fleet.healthy, "basis": "risk", "chance": 0.03, "reason": why}
+                ]
+            }
+        },
+    )
+    data = fleet.sdc_json("status")
+    (row,) = [r for r in data["budgetOrder"] if r["policy"] == fleet.policy]
+    assert (row["place"], row["node"], row["basis"], row["reason"]) == (
+        1,
+        fleet.healthy,
+        "risk",
+        why,
+    )
+    code, out, _ = fleet.sdc("status")
+    assert code == 0 and "Next for test budget" in out and why in out
+
+
+# ---------------------------------------------------------------- fleet
+
+
+def test_fleet_figures_from_the_objects_sdcguard_keeps(fleet: Fleet) -> None:
+    data = fleet.sdc_json("fleet")
+    assert sum(t["failures"] for t in data["hardwareTypes"]) >= 1, "the sick node's SDC verdict"
+    for row in data["hardwareTypes"]:
+        assert 0 <= row["low"] <= row["rate"] <= row["high"] <= 1
+    assert data["onsetToQuarantine"]["incidents"] >= 1, "the sick node's ticket"
+    assert 0 <= data["pastRecertification"]["share"] <= 1
+    assert "note" in data["exposure"]
+    code, out, err = fleet.sdc("fleet")
+    assert code == 0, err
+    assert "Failures per hardware type" in out and "Onset to quarantine" in out
+    assert "Exposure estimate for the current policy" in out
+
+
 # ---------------------------------------------------------------- test
 
 

@@ -618,3 +618,56 @@ def test_the_budget_gauges_tell_the_pools_as_the_pass_left_them() -> None:
     rec, _ = _reconciler()
     rec.run_pass(_policy_body(2), _view(fleet), NOW)
     assert (gauge("tests"), gauge("unavailable")) == (0, 1)
+
+
+def _expired_body(name: str, product: str, hours: float) -> NodeSnapshot:
+    """A qualified node whose qualification is older than maxQualificationAge."""
+    qualified_at = keys.format_time(NOW - dt.timedelta(hours=hours))
+    labels = {keys.LABEL_STATE: "Qualified", "nvidia.com/gpu.product": product}
+    return _body(name, 1, labels, {keys.QUALIFIED_AT: qualified_at}, {})
+
+
+def _finished(name: str, node_name: str, hours: float, verdict: str) -> TestSnapshot:
+    return TestSnapshot.slim(
+        {
+            "apiVersion": "sdcguard.dev/v1alpha1",
+            "kind": "SDCTest",
+            "metadata": {"name": name, "resourceVersion": "1"},
+            "spec": {"nodeName": node_name, "policyRef": "fleet"},
+            "status": {
+                "phase": "Passed" if verdict == "Pass" else "Failed",
+                "verdict": verdict,
+                "completionTime": keys.format_time(NOW - dt.timedelta(hours=hours)),
+                "checks": [{"name": "gemm", "verdict": verdict, "catchChance": 0.95}],
+            },
+        }
+    )
+
+
+def test_a_pass_gives_budget_in_the_risk_order_and_says_why_in_the_status() -> None:
+    # Three expired nodes wait for one test slot. Today's order takes the oldest
+    # qualification (old-a); the risk order takes the node a training job reported.
+    nodes = {
+        "old-a": _expired_body("old-a", "A100", 900),
+        "reported-h": _expired_body("reported-h", "H100", 400),
+        "plain-h": _expired_body("plain-h", "H100", 500),
+    }
+    history = {
+        "seen-a": [_finished("a1", "seen-a", 300, "Pass"), _finished("a2", "seen-a", 10, "Pass")],
+        "seen-h": [_finished("h1", "seen-h", 300, "Pass"), _finished("h2", "seen-h", 10, "SDC")],
+    }
+    for name, product in (("seen-a", "A100"), ("seen-h", "H100")):
+        nodes[name] = _expired_body(name, product, 10)  # qualified again since: not due
+    view = dataclasses.replace(_view(nodes), tests=history)
+    rec, writer = _reconciler()
+    rec.risk.reports = lambda: [("reported-h", NOW - dt.timedelta(hours=48))]
+    rec.run_pass(_policy_body(1), view, NOW)
+    assert writer.writes["sdctests-create"] == 1
+    memory = rec._memory["fleet"]
+    waiting = {"plain-h", "old-a", "seen-a", "seen-h"}  # the seen ones: back from use
+    assert set(memory.waiting) == waiting, "reported-h got the slot"
+    first = memory.budget_order[0]
+    assert [n.node for n in memory.budget_order][:1] == ["plain-h"]
+    assert first.basis == "risk" and first.chance
+    assert "type 1/2 failed" in first.reason and "500h ago" in first.reason
+    assert memory.overtaken == dict.fromkeys(waiting, 1)

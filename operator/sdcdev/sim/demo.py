@@ -25,7 +25,9 @@ One command, on a machine with nothing running:
    returned to the pool;
 6. ends when the faulty nodes are back Qualified after their repair and every node is
    Qualified (or after ``--timeout`` seconds, saying what it still waited for), prints a
-   summary and writes ``demo-out/summary.json``, ``demo-out/timeline.png`` (one row per
+   summary and what ``kubectl sdc fleet`` shows of the demo fleet (failures per hardware
+   type, onset to quarantine, re-certification, exposure; also in ``demo-out/fleet.txt``)
+   and writes ``demo-out/summary.json``, ``demo-out/timeline.png`` (one row per
    node coloured by state over time, a marker per test verdict) and the operator's and
    simulator's logs.
 
@@ -74,6 +76,7 @@ from sdcdev.sim.demo_install import (
     LocalOperator,
     PolicySettings,
     install,
+    kubectl_sdc,
     policy_body,
     start_operator,
     uninstall,
@@ -172,6 +175,9 @@ class DemoResult:
     """The real node's tests: each probe result from its Pod's termination message."""
     summary_path: Path | None = None
     timeline_path: Path | None = None
+    fleet_figures: str = ""
+    """What ``kubectl sdc fleet`` printed on the demo fleet at the end."""
+    fleet_path: Path | None = None
 
 
 def _list(api: client.ApiClient, plural: str) -> list[JsonDict]:
@@ -450,6 +456,7 @@ def run_demo(
         lifecycle_seconds = recorder.now()
         view = recorder.view()
         events = _settled_events(api, view.nodes)
+        figures = kubectl_sdc(cp.kubeconfig, "fleet")
         summary = build_summary(
             view,
             outcome=outcome,
@@ -484,8 +491,11 @@ def run_demo(
             if isinstance(operator, ChartOperator)
             else "a local process (python -m sdcguard) with the chart's ServiceAccount token",
             kubelet_verdicts=dict(script.verdicts) if script is not None else {},
+            fleet_figures=figures,
         )
         if cfg.out_dir is not None:
+            result.fleet_path = out_dir / "fleet.txt"
+            result.fleet_path.write_text(figures)
             result.summary_path = out_dir / "summary.json"
             result.summary_path.write_text(json.dumps(summary, indent=1, default=str) + "\n")
             result.timeline_path = plot_timeline(summary, out_dir / "timeline.png")
@@ -701,9 +711,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for line in summary_lines(result.summary):
         print(line)
+    print(f"\nkubectl sdc fleet on the demo fleet:\n{result.fleet_figures.rstrip()}\n")
     print(f"the operator ran as {result.operator_where}")
     print(
-        f"\nwrote {result.timeline_path}, {result.summary_path}, {result.operator_log} "
+        f"\nwrote {result.timeline_path}, {result.summary_path}, {result.fleet_path}, "
+        f"{result.operator_log} "
         f"and {out / 'simulator.log'}"
     )
     if result.outcome == "interrupted":

@@ -281,6 +281,27 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def kubectl_sdc(kubeconfig: Path, *args: str, timeout: float = 120) -> str:
+    """Run the ``kubectl sdc`` plugin (``python -m sdcguard.cli``) against the demo's
+    cluster as a person would; returns what it printed (its error output on failure)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "operator"), str(REPO / "jobs"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    command = [sys.executable, "-m", "sdcguard.cli", *args, "--kubeconfig", str(kubeconfig)]
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"kubectl sdc {' '.join(args)}: no answer in {timeout:.0f}s"
+    if done.returncode != 0:
+        return f"kubectl sdc {' '.join(args)} failed: {done.stderr.strip()[-2000:]}"
+    return done.stdout
+
+
 class LocalOperator:
     """``python -m sdcguard`` as a local process with the chart's env and a ServiceAccount
     kubeconfig."""

@@ -19,6 +19,7 @@ from sdcguard.adapters.devicetaints import DeviceTaints
 from sdcguard.adapters.hardware import HardwareRecord
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.api import (
+    NextNode,
     SDCBaseline,
     SDCPolicy,
     SDCTest,
@@ -146,8 +147,8 @@ class PolicyMemory:
 
     pools: PoolLedger = field(default_factory=PoolLedger)
     """Every owned node's share of its pool's budgets, and their sums."""
-    waiting: dict[str, tuple[tuple[int, dt.datetime, str], str]] = field(default_factory=dict)
-    """Nodes with a test due but no budget: node -> (priority, pool)."""
+    waiting: dict[str, tuple[tuple[object, ...], str]] = field(default_factory=dict)
+    """Nodes with a test due but no budget: node -> (place in the budget order, pool)."""
     due: dict[str, dt.datetime] = field(default_factory=dict)
     """When each node asked to be decided again."""
     states: dict[str, str] = field(default_factory=dict)
@@ -167,11 +168,17 @@ class PolicyMemory:
     enforced_since: dt.datetime | None = None
     """When this operator saw the policy switch from Observe to Enforce (None: in Observe,
     or no switch seen since it started)."""
+    overtaken: dict[str, int] = field(default_factory=dict)
+    """Routine nodes waiting for budget: routine screenings of their pool started since
+    they began to wait (the risk order's starvation counter)."""
+    budget_order: list[NextNode] = field(default_factory=list)
+    """The waiting nodes first in the budget order, with why, as of the last full pass."""
 
     def forget(self, node: str) -> None:
         self.pools.forget(node)
         self.overdue.discard(node)
-        for table in (self.waiting, self.due, self.states, self.illegal, self.overlaps):
+        tables = (self.waiting, self.due, self.states, self.illegal, self.overlaps)
+        for table in (*tables, self.overtaken):
             table.pop(node, None)
         self.held.discard(node)
 
@@ -222,6 +229,7 @@ KEPT_CHECK_FIELDS = (
     "oddDevice",
     "firstDivergentStep",
     "firstDivergentSubmodule",
+    "catchChance",  # the risk order's credit for a pass
 )
 
 

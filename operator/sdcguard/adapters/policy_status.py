@@ -25,6 +25,7 @@ from sdcguard.api import (
     BreakerStatus,
     Condition,
     IdentityKind,
+    NextNode,
     NodeCounts,
     RepairStrategy,
     RetireAction,
@@ -223,10 +224,12 @@ class PolicyStatusReporter:
         overlaps: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
         capacity: Capacity | None = None,
         topology: Sequence[TopologyStatus] | None = None,
+        budget_order: list[NextNode] | None = None,
     ) -> None:
         """Write the policy's status if it changed (``capacity``: the re-certification
         verdict of a full pass; None keeps the stored condition; ``topology``: the
-        topology budgets' domains as a full pass counted them, None keeps the stored)."""
+        topology budgets' domains as a full pass counted them, None keeps the stored;
+        ``budget_order``: the first nodes waiting for budget, None keeps the stored list)."""
         old = policy.status or SDCPolicyStatus()
         bad = sorted(illegal.items())
         conditions = set_condition(
@@ -320,6 +323,7 @@ class PolicyStatusReporter:
                 "counts": NodeCounts.model_validate(
                     {s.value.lower(): states.get(s.value, 0) for s in NodeState}
                 ),
+                "budget_order": old.budget_order if budget_order is None else budget_order,
             }
         )
         body = to_body(SDCPolicyStatus.model_validate(to_body(new)))

@@ -37,6 +37,8 @@ HardwareHistory       ``written``, ``failed``, ``due``: history notes settled, f
 NodeDeletePermission  ``_asked``: whether Nodes may be deleted, and when that was asked
 LazyDeviceTaints      ``_made``: the DRA client, made at first use (scope Device only)
 PolicyStatusReporter  nothing but its ``sender`` (a :class:`StatusSender`, or None)
+RiskBook              ``history``: each hardware type's screenings and failures as of the
+                      last full pass; ``reports``: the report admission's recent reports
 NodePatchStage        nothing: writes plans' node-patch stage, notes Expectations
 ====================  =====================================================================
 
@@ -87,6 +89,7 @@ from sdcguard.adapters.pass_state import (
 from sdcguard.adapters.policy_release import PolicyRelease
 from sdcguard.adapters.policy_status import PolicyStatusReporter, StatusSender
 from sdcguard.adapters.recertification import Recertification
+from sdcguard.adapters.risk_book import RiskBook, count_overtaken
 from sdcguard.adapters.runtime_class import RuntimeClasses
 from sdcguard.adapters.test_runner import TestRunner
 from sdcguard.adapters.tickets import RepairTickets
@@ -95,6 +98,7 @@ from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import (
     GROUP,
     Mode,
+    NextNode,
     QuarantineScope,
     SDCPolicy,
     SDCPolicySpec,
@@ -107,7 +111,7 @@ from sdcguard.domain.devicetaints import NodeDevices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
-from sdcguard.domain.scheduling import iter_decisions, member_after, priority
+from sdcguard.domain.scheduling import RiskContext, budget_key, iter_decisions, member_after, rank
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 from sdcguard.domain.topology import (
     Domain,
@@ -122,6 +126,22 @@ from sdcguard.settings import Settings
 log = structlog.get_logger("sdcguard.reconcile")
 
 __all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
+
+
+def _budget_order(
+    memory: PolicyMemory, by_node: Mapping[str, Observed], risk: RiskContext, now: dt.datetime
+) -> list[NextNode]:
+    """The first nodes waiting for budget in the order they get it, each with why."""
+    waiting = [by_node[n] for n in memory.waiting if n in by_node]
+    return [
+        NextNode(
+            node=observed.node.name,
+            basis=ranked.basis.value,
+            chance=ranked.score.chance if ranked.score is not None else None,
+            reason=bounded(ranked.reason, 512),
+        )
+        for observed, ranked in rank(waiting, risk, now)[:10]
+    ]
 
 
 def _ticket_names(ticket: TicketFacts) -> tuple[str, ...]:
@@ -176,6 +196,8 @@ class Reconciler:
         self.deleted: set[str] = set()
         """The uids of policies whose deletion released their nodes: a pass of one (urgent
         work offered before it went) decides nothing."""
+        self.risk = RiskBook(metrics)
+        """The risk order's inputs (its report counts are wired at assembly)."""
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()
         """What the last pass (not an urgent one) did, by kind."""
@@ -466,12 +488,21 @@ class Reconciler:
         serve = self._serve_urgent
         others = memory.pools.usage_without((o.node.name for o in observations), serve)
         by_node = {o.node.name: o for o in observations}
+        if full:
+            self.risk.refresh(view)
+        risk = self.risk.context(view, memory, by_node)
         decisions: list[Decision] = []
         other_domains = (
             self._domain_usage(spec, memory, view, by_node) if spec.budgets.topology else None
         )
         decided = iter_decisions(
-            observations, spec, now, others, between=serve, other_domains=other_domains
+            observations,
+            spec,
+            now,
+            others,
+            between=serve,
+            other_domains=other_domains,
+            risk=risk,
         )
         for count, decision in enumerate(decided):
             if count % 256 == 255:
@@ -481,8 +512,11 @@ class Reconciler:
         for decision in decisions:
             self._note_illegal(name, memory, decision)
         wake = self._act(
-            policy, memory, view, decisions, by_node, tests_by_node, holding, now, counts
+            policy, memory, view, decisions, by_node, tests_by_node, holding, now, counts, risk
         )
+        count_overtaken(memory, decisions, by_node)
+        if full:
+            memory.budget_order = _budget_order(memory, by_node, risk, now)
         if not full and memory.due:
             soonest = min(memory.due.values())
             wake = min(wake, max(0.0, (soonest - now).total_seconds()))
@@ -520,6 +554,7 @@ class Reconciler:
                 if full
                 else None,
                 topology=topology,
+                budget_order=memory.budget_order,
             )
             memory.status_at = now
         elif memory.status_at is not None:
@@ -718,6 +753,7 @@ class Reconciler:
         holding: frozenset[str],
         now: dt.datetime,
         counts: Counter[str],
+        risk: RiskContext | None = None,
     ) -> float:
         """Apply the decisions and remember what they leave; returns seconds until the
         next look a decision asked for."""
@@ -767,7 +803,7 @@ class Reconciler:
             else:
                 memory.held.discard(node_name)
             if decision.waits_for_budget:
-                memory.waiting[node_name] = (priority(observed), observed.node.pool)
+                memory.waiting[node_name] = (budget_key(observed, now, risk), observed.node.pool)
             else:
                 memory.waiting.pop(node_name, None)
             if decision.requeue_after is not None:

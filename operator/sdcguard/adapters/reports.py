@@ -197,6 +197,13 @@ class ReportAdmission:
         for node in nodes:
             self.follow(node, node_body(node), now)
 
+    def recent(self) -> list[tuple[str, dt.datetime]]:
+        """Reports accepted within the limits' window, (node, accepted at): the risk
+        order's recent reports (a routine node's were not confirmed by its re-test) and
+        the fleet figures' first evidence."""
+        with self._lock:
+            return [(r.node_name, r.accepted_at) for r in self.accepted.values()]
+
     def awaits(self, node: str) -> bool:
         """Whether an accepted report about ``node`` waits for its outcome (cheap)."""
         return bool(self.awaiting.get(node))

@@ -1295,6 +1295,22 @@ class TopologyStatus(ApiModel):
     """The most nodes held in any one domain."""
 
 
+class NextNode(ApiModel):
+    """A node waiting for test budget, with why it has its place in the order."""
+
+    node: Annotated[str, StringConstraints(max_length=253)]
+    """The Node's name."""
+    basis: Annotated[str, StringConstraints(max_length=32)]
+    """risk (the chance it holds an undetected fault), todays-order (no screening history
+    in the fleet yet), overdue (waited past the starvation bound) or tier (a repair, new
+    node or suspect, ahead of routine re-screenings)."""
+    chance: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The risk order's chance that the node holds an undetected fault (basis risk)."""
+    reason: Annotated[str, StringConstraints(max_length=512)] = ""
+    """Every input behind its place: hours since its last pass and that pass's catch
+    chance, its hardware type's measured failures, its repairs and reports."""
+
+
 class SDCPolicyStatus(ApiModel):
     """What the operator observed for this policy."""
 
@@ -1311,6 +1327,9 @@ class SDCPolicyStatus(ApiModel):
     topology: list[TopologyStatus] = Field(default_factory=list, max_length=8)
     """Per topology budget (spec.budgets.topology): domains, those at their limit, and
     the most held in one."""
+    budget_order: list[NextNode] = Field(default_factory=list, max_length=10)
+    """The first nodes waiting for test budget, in the order they get it (as of the last
+    full pass), each with its risk inputs (``kubectl sdc status``)."""
 
 
 class SDCPolicy(ApiModel):

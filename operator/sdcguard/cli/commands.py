@@ -297,6 +297,7 @@ def status(conn: Connection) -> Result:
     screenings = _screening_rows(listed_tests.items, now)
     summary = summarize_fleet(nodes, policies)
     waiting = _waiting_rows(nodes)
+    next_nodes = _next_rows(policies)
     listed = list_typed(conn, RepairTicket, PLURAL_TICKETS)
     open_tickets = [t for t in listed.items if _ticket_phase(t) not in CLOSED_PHASES]
     opened = sorted(((_ticket_row(t, now), t) for t in open_tickets), key=_opened_first)
@@ -333,6 +334,7 @@ def status(conn: Connection) -> Result:
         "deviceBudget": device_budget,
         "waiting": waiting,
         "screenings": screenings,
+        "budgetOrder": next_nodes,
     }
     columns = [s for s in [*STATE_ORDER, "New"] if s in summary.states]
     columns += sorted(s for s in summary.states if s not in columns)
@@ -471,12 +473,47 @@ def status(conn: Connection) -> Result:
             title="Screenings in progress:",
             empty="No screening in progress.",
         ),
+        Table(
+            ["policy", "#", "node", "basis", "chance", "why"],
+            [
+                [
+                    n["policy"],
+                    str(n["place"]),
+                    n["node"],
+                    n["basis"],
+                    f"{n['chance']:.1e}" if n["chance"] is not None else "-",
+                    n["reason"],
+                ]
+                for n in next_nodes
+            ],
+            title="Next for test budget (the risk order, as of the last full pass):",
+            empty="No node waits for test budget.",
+        ),
     ]
     return Result(
         data=data,
         tables=tables,
         lines=[*listed.warnings, *listed_tests.warnings, *_topology_warnings(topology)],
     )
+
+
+def _next_rows(policies: Iterable[SDCPolicy]) -> list[dict[str, Any]]:
+    """Each policy's first nodes waiting for test budget, in order, with why (its status's
+    budgetOrder: the risk order's inputs and score per node)."""
+    rows = []
+    for p in sorted(policies, key=lambda p: p.metadata.name):
+        for place, n in enumerate(p.status.budget_order if p.status else [], start=1):
+            rows.append(
+                {
+                    "policy": p.metadata.name,
+                    "place": place,
+                    "node": n.node,
+                    "basis": n.basis,
+                    "chance": n.chance,
+                    "reason": n.reason,
+                }
+            )
+    return rows
 
 
 def _delivered(status: RepairTicketStatus | None) -> bool | None:

@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="fleet summary by state and pool, circuit breakers, open tickets",
     )
 
+    sub.add_parser(
+        "fleet",
+        parents=[common],
+        help="failures per hardware type, onset to quarantine, re-certification, exposure",
+    )
+
     test = sub.add_parser(
         "test", parents=[common], help="screen a node now (creates an SDCTest, reason Manual)"
     )
@@ -256,6 +262,10 @@ def run(args: argparse.Namespace, confirm: Confirm | None = None) -> Result:
     conn = connect(args.kubeconfig, args.context)
     if args.command == "status":
         return commands.status(conn)
+    if args.command == "fleet":
+        from sdcguard.cli.fleet import fleet
+
+        return fleet(conn)
     if args.command == "test":
         suite = Suite(args.suite) if args.suite else None
         return commands.start_test(conn, args.node, suite, args.policy, args.seed, args.data_seed)

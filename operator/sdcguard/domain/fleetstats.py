@@ -16,14 +16,23 @@ node qualification annotations, repair tickets, workload reports): pure function
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sdcguard.domain.risk import TypeHistory, jeffreys_mean, wilson_interval
 
 _HOUR = 3600.0
+#: Node labels that name a node's hardware type, first found wins: GPU feature
+#: discovery's product, then the cloud's instance type.
+HARDWARE_TYPE_LABELS = ("nvidia.com/gpu.product", "node.kubernetes.io/instance-type")
+
+
+def hardware_type(labels: Mapping[str, str]) -> str:
+    """The node's hardware type ("" when no label names one)."""
+    return next((labels[k] for k in HARDWARE_TYPE_LABELS if labels.get(k)), "")
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,13 @@ class Screening:
     finished_at: dt.datetime
     failed: bool
     """A confirmed SDC verdict (not inconclusive)."""
+    catch_chance: float | None = None
+    """Its weakest check's catch chance (status.checks[].catchChance), if the probe said."""
+
+
+def _h(hours: float) -> str:
+    """Hours with the precision they deserve: 0.4h, 12h, 730h."""
+    return f"{hours:.1f}h" if hours < 10 else f"{hours:.0f}h"
 
 
 @dataclass(frozen=True)
@@ -116,7 +132,7 @@ class OnsetToQuarantine:
             else "unknown (no pass)"
         )
         return (
-            f"{self.incidents} quarantines: median onset-to-quarantine between "
+            f"{self.incidents} quarantine(s): median onset-to-quarantine between "
             f"{self.median_low_hours:.1f}h and {high}"
         )
 
@@ -142,6 +158,9 @@ def onset_to_quarantine(incidents: Iterable[Incident]) -> OnsetToQuarantine:
 class Share:
     count: int
     of: int
+
+    def __add__(self, other: Share) -> Share:
+        return Share(self.count + other.count, self.of + other.of)
 
     @property
     def fraction(self) -> float:
@@ -220,3 +239,104 @@ def exposure_estimate(
     if weight <= 0:
         return ExposureEstimate(0.0, 0.0)
     return ExposureEstimate(hours=total / weight, screening_hours=screening / weight)
+
+
+def incidents(
+    quarantines: Iterable[tuple[str, dt.datetime]],
+    screenings: Iterable[Screening],
+    reports: Iterable[tuple[str, dt.datetime]] = (),
+) -> list[Incident]:
+    """Each quarantine (a node and when its ticket opened) with the evidence around it:
+    the node's last passing screening before it, and its first report or failing
+    screening after that pass (none: the quarantine itself, e.g. a person's)."""
+    by_node: dict[str, list[Screening]] = {}
+    for s in screenings:
+        by_node.setdefault(s.node, []).append(s)
+    reported: dict[str, list[dt.datetime]] = {}
+    for node, at in reports:
+        reported.setdefault(node, []).append(at)
+    out = []
+    for node, at in quarantines:
+        seen = [s for s in by_node.get(node, []) if s.finished_at <= at]
+        passes = [s.finished_at for s in seen if not s.failed]
+        last_pass = max(passes) if passes else None
+        after = [s.finished_at for s in seen if s.failed]
+        after += [r for r in reported.get(node, []) if r <= at]
+        after = [t for t in after if last_pass is None or t > last_pass]
+        out.append(Incident(node, at, min(after) if after else at, last_pass))
+    return out
+
+
+def hours_between_screenings(screenings: Iterable[Screening]) -> float | None:
+    """The mean hours between one node's consecutive screenings, over the fleet (None:
+    no node was screened twice yet)."""
+    by_node: dict[str, list[dt.datetime]] = {}
+    for s in screenings:
+        by_node.setdefault(s.node, []).append(s.finished_at)
+    total, gaps = 0.0, 0
+    for times in by_node.values():
+        times.sort()
+        for before, after in itertools.pairwise(times):
+            total += max((after - before).total_seconds(), 0.0) / _HOUR
+            gaps += 1
+    return total / gaps if gaps else None
+
+
+@dataclass(frozen=True)
+class FleetFigures:
+    """What ``kubectl sdc fleet`` and the dashboard row show."""
+
+    types: list[TypeFailures]
+    onset: OnsetToQuarantine
+    past_recertification: Share
+    hours_between: float | None
+    catch_chance: float | None
+    """The mean catch chance of the passing screenings that recorded one."""
+    busy_share: float
+    estimate: ExposureEstimate | None
+    """None: too little history (no node screened twice, or no catch chance recorded)."""
+
+    def explain_estimate(self) -> str:
+        if self.estimate is None:
+            return (
+                "no estimate yet: it needs a node screened twice and a screening that "
+                "recorded its catch chance"
+            )
+        return (
+            f"{_h(self.estimate.hours)} of work per fault before a screening catches it: "
+            f"screenings {_h(self.hours_between or 0.0)} apart, each catching "
+            f"{self.catch_chance:.2f} of a fault as faint as the catch target's, nodes busy "
+            f"{self.busy_share:.0%} of the time; reports from training jobs only shorten it"
+        )
+
+
+def fleet_figures(
+    screenings: Iterable[Screening],
+    quarantines: Iterable[tuple[str, dt.datetime]],
+    reports: Iterable[tuple[str, dt.datetime]],
+    past: Share,
+    busy_share: float,
+) -> FleetFigures:
+    """The fleet figures from what sdcguard keeps (SDCTests, RepairTickets, SDCReports,
+    and ``past``: :func:`past_recertification` per policy, summed) and the share of
+    nodes at work now. The exposure estimate is the
+    screenings-alone one (:func:`exposure_estimate`, one class at the measured catch
+    chance): reports are counted in the onset bracket, not guessed into a rate."""
+    screenings = list(screenings)
+    catches = [s.catch_chance for s in screenings if not s.failed and s.catch_chance is not None]
+    catch = sum(catches) / len(catches) if catches else None
+    between = hours_between_screenings(screenings)
+    estimate = (
+        exposure_estimate(between, busy_share, [FaultClass(1.0, catch)])
+        if between is not None and catch is not None
+        else None
+    )
+    return FleetFigures(
+        types=failures_by_type(screenings),
+        onset=onset_to_quarantine(incidents(quarantines, screenings, reports)),
+        past_recertification=past,
+        hours_between=between,
+        catch_chance=catch,
+        busy_share=min(max(busy_share, 0.0), 1.0),
+        estimate=estimate,
+    )

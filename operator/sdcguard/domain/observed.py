@@ -279,6 +279,9 @@ class TestFacts:
     """The data seed its probe was given (a confirmation re-run repeats it)."""
     end_reason: str = ""
     """Why it ended (status.reason: a verdict's reason, NodeGone, NodeLeftPolicy, ...)."""
+    catch_chance: float | None = None
+    """The screening's chance of catching a fault active in status.catchFraction of the
+    rounds: its weakest check's (status.checks[].catchChance); None where no check says."""
 
     @property
     def ended_by_policy_change(self) -> bool:
@@ -336,6 +339,9 @@ class TestFacts:
                 for c in (status.conditions if status else [])
             ),
             data_seed=status.data_seed if status else None,
+            catch_chance=min(
+                (c.catch_chance for c in checks if c.catch_chance is not None), default=None
+            ),
         )
 
 

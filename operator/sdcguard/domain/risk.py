@@ -1,10 +1,10 @@
 """Risk order: which due node to screen first when budgets allow fewer screenings than
 nodes are due.
 
-Today's order (``decide.priority``) puts repairs and new nodes first, then suspects,
-then the longest-qualified nodes. The risk order keeps those tiers and, among the
-routine re-screenings, looks first where an undetected fault is likeliest, from what
-the fleet already knows about each node:
+Today's order (``scheduling.priority``, :func:`todays_order`) puts repairs and new
+nodes first, then suspects, then the longest-qualified nodes. The risk order keeps
+those tiers and, among the routine re-screenings, looks first where an undetected
+fault is likeliest, from what the fleet already knows about each node:
 
 - the hours since its last passing screening, and that screening's catch chance (a
   weak pass earns little credit);
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 #: The tier of a routine re-screening of a qualified node in today's order
-#: (``decide.priority``: repairs 0, new nodes 1, suspects 2, testing 3, qualified 4).
+#: (``scheduling.priority``: repairs 0, new nodes 1, suspects 2, testing 3, qualified 4).
 ROUTINE_TIER = 4
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _HOUR = 3600.0
@@ -110,7 +110,7 @@ class RiskInputs:
     due_since: dt.datetime
     """When the node became due (its trigger's time)."""
     tier: int = ROUTINE_TIER
-    """Today's tier (``decide.priority``); only routine re-screenings are risk-ordered."""
+    """Today's tier (``scheduling.priority``); only routine re-screenings are risk-ordered."""
     qualified_at: dt.datetime | None = None
     last_pass_at: dt.datetime | None = None
     """The last passing screening's end (``qualified_at`` when unknown)."""
@@ -124,6 +124,18 @@ class RiskInputs:
     overtaken: int = 0
     """Routine screenings of its pool started ahead of it while it was due, since its own
     last screening (the starvation counter)."""
+
+
+@dataclass(frozen=True)
+class NodeRisk:
+    """What the order reads of a node beyond its lifecycle facts, gathered by the
+    operator from the objects it keeps (SDCTests, SDCReports, its own pass memory)."""
+
+    hardware_type: str = ""
+    last_pass_at: dt.datetime | None = None
+    last_pass_catch: float | None = None
+    reports: int = 0
+    overtaken: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,6 +200,9 @@ class RankedNode:
     basis: Basis
     score: RiskScore | None
     note: str = ""
+    key: tuple[object, ...] = ()
+    """Its place: sorting by it gives the order (nodes ranked apart, in another pass,
+    compare by it too)."""
 
     @property
     def reason(self) -> str:
@@ -196,9 +211,18 @@ class RankedNode:
         return self.score.explain() if self.score is not None else self.note
 
 
+def todays_order(
+    tier: int, qualified_at: dt.datetime | None, name: str
+) -> tuple[int, dt.datetime, str]:
+    """Today's order: tier, then the oldest qualification (a node never qualified
+    first), then the name. ``scheduling.priority`` is this, read from a node's
+    observation; the risk order keeps it for tiers and ties."""
+    return (tier, qualified_at or _EPOCH, name)
+
+
 def todays_key(node: RiskInputs) -> tuple[int, dt.datetime, str]:
-    """Today's order (``decide.priority``): tier, then the oldest qualification."""
-    return (node.tier, node.qualified_at or _EPOCH, node.node)
+    """Today's order (:func:`todays_order`) of a ranked node's inputs."""
+    return todays_order(node.tier, node.qualified_at, node.node)
 
 
 def fleet_rate_per_hour(types: Iterable[TypeHistory]) -> float:
@@ -285,34 +309,27 @@ def rank_due_nodes(
     fleet = fleet_rate_per_hour(history.values())
     rates = {kind: _TypeRate.of(h, fleet) for kind, h in history.items()}
     unknown = _TypeRate.of(TypeHistory(), fleet)
-    keyed: list[tuple[tuple[object, ...], RankedNode]] = []
+    ranked: list[RankedNode] = []
+    key: tuple[object, ...]
     for node in candidates:
         today = todays_key(node)
         if node.tier != ROUTINE_TIER:
-            ranked = RankedNode(node, Basis.TIER, None, f"tier {node.tier} goes before routine")
-            keyed.append(((node.tier, 0, 0.0, today), ranked))
-            continue
-        if is_overdue(node, order):
-            ranked = RankedNode(
-                node,
-                Basis.OVERDUE,
-                None,
+            note = f"tier {node.tier} goes before routine"
+            ranked.append(RankedNode(node, Basis.TIER, None, note, (node.tier, 0, 0.0, today)))
+        elif is_overdue(node, order):
+            note = (
                 f"overdue: {node.overtaken} routine screenings started ahead of it while "
-                f"it was due (bound {order.max_overtaken})",
+                f"it was due (bound {order.max_overtaken})"
             )
-            keyed.append(((node.tier, 0, -node.overtaken, node.due_since, today), ranked))
-            continue
-        if not has_history:
-            ranked = RankedNode(
-                node,
-                Basis.TODAYS_ORDER,
-                None,
-                "no screening history in the fleet yet: today's order (oldest qualification)",
-            )
-            keyed.append(((node.tier, 1, 0.0, today), ranked))
-            continue
-        score = _score(node, rates.get(node.hardware_type, unknown), now, order)
-        ranked = RankedNode(node, Basis.RISK, score)
-        keyed.append(((node.tier, 1, -score.chance, today), ranked))
-    keyed.sort(key=lambda pair: pair[0])
-    return [ranked for _, ranked in keyed]
+            key = (node.tier, 0, -node.overtaken, node.due_since, today)
+            ranked.append(RankedNode(node, Basis.OVERDUE, None, note, key))
+        elif not has_history:
+            note = "no screening history in the fleet yet: today's order (oldest qualification)"
+            key = (node.tier, 1, 0.0, today)
+            ranked.append(RankedNode(node, Basis.TODAYS_ORDER, None, note, key))
+        else:
+            score = _score(node, rates.get(node.hardware_type, unknown), now, order)
+            key = (node.tier, 1, -score.chance, today)
+            ranked.append(RankedNode(node, Basis.RISK, score, "", key))
+    ranked.sort(key=lambda r: r.key)
+    return ranked

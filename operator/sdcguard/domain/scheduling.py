@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sdcguard.api import SDCPolicySpec
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member
@@ -14,6 +15,15 @@ from sdcguard.domain.decide import Decision, decide
 from sdcguard.domain.lifecycle import IllegalTransition, TaintDevices
 from sdcguard.domain.observed import Observed
 from sdcguard.domain.reading import REQUEUE_WAITING
+from sdcguard.domain.risk import (
+    NodeRisk,
+    RankedNode,
+    RiskInputs,
+    RiskOrder,
+    TypeHistory,
+    rank_due_nodes,
+    todays_order,
+)
 from sdcguard.domain.states import NodeState
 from sdcguard.domain.topology import Domain, DomainUsage, count_node, domains_of, topology_wait
 
@@ -32,11 +42,76 @@ _PRIORITY = {
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+def tier(observed: Observed) -> int:
+    """The node's tier: repairs 0, new nodes 1, suspects 2, testing 3, qualified 4."""
+    return _PRIORITY.get(observed.node.state or S.UNQUALIFIED, 5)
+
+
 def priority(observed: Observed) -> tuple[int, dt.datetime, str]:
-    """The order in which nodes get budget: repairs and new nodes first, then suspects,
-    then the longest-qualified nodes."""
-    state = observed.node.state or S.UNQUALIFIED
-    return (_PRIORITY.get(state, 5), observed.node.qualified_at or _EPOCH, observed.node.name)
+    """Today's order in which nodes get budget (``risk.todays_order``): repairs and new
+    nodes first, then suspects, then the longest-qualified nodes."""
+    return todays_order(tier(observed), observed.node.qualified_at, observed.node.name)
+
+
+@dataclass(frozen=True)
+class RiskContext:
+    """What the risk order reads beyond each node's observation: per hardware type what
+    sdcguard measured, and per node what the operator gathered (:class:`NodeRisk`)."""
+
+    history: Mapping[str, TypeHistory] = field(default_factory=dict)
+    nodes: Mapping[str, NodeRisk] = field(default_factory=dict)
+    order: RiskOrder = field(default_factory=RiskOrder)
+
+
+def risk_inputs(observed: Observed, known: NodeRisk) -> RiskInputs:
+    """One node's inputs to the risk order: its tier and qualification from its
+    observation, its repairs from its hardware record (failures it came back from)."""
+    node = observed.node
+    qualified = node.qualified_at
+    return RiskInputs(
+        node=node.name,
+        due_since=qualified or _EPOCH,
+        tier=tier(observed),
+        qualified_at=qualified,
+        last_pass_at=known.last_pass_at or qualified,
+        last_pass_catch=known.last_pass_catch,
+        repairs=observed.hardware.failures if observed.hardware is not None else 0,
+        reports=known.reports,
+        hardware_type=known.hardware_type,
+        overtaken=known.overtaken,
+    )
+
+
+def rank(
+    observations: Sequence[Observed], risk: RiskContext, now: dt.datetime
+) -> list[tuple[Observed, RankedNode]]:
+    """The observations in the risk order (``risk.rank_due_nodes``), each with why."""
+    by_name = {o.node.name: o for o in observations}
+    none = NodeRisk()
+    inputs = [risk_inputs(o, risk.nodes.get(o.node.name, none)) for o in observations]
+    ranked = rank_due_nodes(inputs, dict(risk.history), now, risk.order)
+    return [(by_name[r.inputs.node], r) for r in ranked]
+
+
+def budget_order(
+    observations: Iterable[Observed], now: dt.datetime, risk: RiskContext | None = None
+) -> list[Observed]:
+    """The order in which nodes get budget: today's (:func:`priority`) without a risk
+    context, else the risk order, which keeps today's tiers and orders the routine
+    re-screenings by the chance each holds an undetected fault (``domain.risk``)."""
+    if risk is None:
+        return sorted(observations, key=priority)
+    return [o for o, _ in rank(list(observations), risk, now)]
+
+
+def budget_key(
+    observed: Observed, now: dt.datetime, risk: RiskContext | None = None
+) -> tuple[object, ...]:
+    """The node's place in :func:`budget_order`, comparable with the places of nodes
+    ordered in another pass (the operator's memory of who waits for budget)."""
+    if risk is None:
+        return priority(observed)
+    return rank([observed], risk, now)[0][1].key
 
 
 def iter_decisions(
@@ -46,14 +121,15 @@ def iter_decisions(
     others: Mapping[str, PoolUsage] | None = None,
     between: Callable[[], None] | None = None,
     other_domains: Mapping[Domain, DomainUsage] | None = None,
+    risk: RiskContext | None = None,
 ) -> Iterator[Decision]:
     """Decide nodes of a policy in one pass, so budgets hold across nodes; lazily, so
     a caller may attend to something urgent between two nodes of a long pass.
 
     Pool usage is computed from all observations plus ``others`` (the usage by pool of
     the policy's nodes not decided in this pass, as last seen), then each decision
-    that starts a test reserves its share before the next node is decided. Repairs and
-    new nodes go first, then suspects, then the longest-qualified nodes.
+    that starts a test reserves its share before the next node is decided, in
+    :func:`budget_order` (the risk order with ``risk``, else today's).
 
     A node whose event has no row in the lifecycle table (a bug) costs only that node:
     its decision does nothing and carries ``illegal``.
@@ -67,7 +143,7 @@ def iter_decisions(
     decision that takes a node counts in its domains before the next node is decided
     (:class:`DomainCaps`).
     """
-    ordered = sorted(observations, key=priority)
+    ordered = budget_order(observations, now, risk)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
     pools = dict(others or {})
     members = []
