@@ -141,6 +141,35 @@ class Settings(BaseSettings):
         description="A further report about a node reported this recently is evidence only "
         "(AlreadySuspected): it raises no second suspicion.",
     )
+    report_per_cluster: int = Field(
+        default=30, ge=1, description="SDCReports accepted in the whole cluster within the window."
+    )
+    report_pool_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Share of a pool's nodes that accepted SDCReports may hold awaiting their "
+        "screening at once (at least one node); a pool is the nodes sharing the value of "
+        "report_pool_label.",
+    )
+    report_pool_label: str = Field(
+        default="node.kubernetes.io/instance-type",
+        max_length=317,
+        description="The node label whose value names a node's pool for report_pool_share "
+        "(empty: the whole cluster is one pool).",
+    )
+    report_refused_per_reporter: int = Field(
+        default=5,
+        ge=1,
+        description="Refused SDCReports per reporting Pod within the window after which its "
+        "further reports are refused unread (Throttled).",
+    )
+    report_refused_per_namespace: int = Field(
+        default=20, ge=1, description="The same as report_refused_per_reporter, per namespace."
+    )
+    report_refused_per_cluster: int = Field(
+        default=100, ge=1, description="The same as report_refused_per_reporter, per cluster."
+    )
 
     retention_tests_per_node: int = Field(
         default=10,
@@ -200,6 +229,11 @@ class Settings(BaseSettings):
             max_nodes_per_job=self.report_max_nodes_per_job,
             per_namespace=self.report_per_namespace,
             node_window=dt.timedelta(seconds=self.report_node_window_seconds),
+            per_cluster=self.report_per_cluster,
+            pool_share=self.report_pool_share,
+            refused_per_reporter=self.report_refused_per_reporter,
+            refused_per_namespace=self.report_refused_per_namespace,
+            refused_per_cluster=self.report_refused_per_cluster,
         )
 
 
