@@ -40,7 +40,13 @@ from sdcguard.api import (
 from sdcguard.builders.probe_job import ProbeJobRequest, ProbeTuning, build_probe_job, job_name
 from sdcguard.domain import baselines, keys
 from sdcguard.domain.echo import bounded
-from sdcguard.domain.judging import Judgement, PodEnd, judge_result, record_catch
+from sdcguard.domain.judging import (
+    Judgement,
+    NodeExpectation,
+    PodEnd,
+    judge_result,
+    record_catch,
+)
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.plan import Plan
@@ -265,7 +271,8 @@ class TestRunner:
         """Judge, and take part in baseline consensus when no baseline is trusted yet."""
         expected = [c.name.value for c in policy.spec.suites.checks(suite_of(test))]
         known = self._baseline_specs(view)
-        judgement = judge_result(end, expected, known)
+        node = self._expectation(test, view)
+        judgement = judge_result(end, expected, known, node)
         fp = judgement.fingerprint
         if (
             fp is None
@@ -283,11 +290,21 @@ class TestRunner:
             return judgement
         trusted = self._record_candidate(policy, test, judgement, view, now)
         if trusted is not None:
-            return judge_result(end, expected, {**known, fp.hash: trusted})
+            return judge_result(end, expected, {**known, fp.hash: trusted}, node)
         return judgement
 
+    def _expectation(self, test: SDCTest, view: FleetView) -> NodeExpectation:
+        """What the node's labels and earlier screenings say its fingerprint should be."""
+        snapshot = view.nodes.get(test.spec.node_name)
+        earlier = [
+            t.known.facts.fingerprint
+            for t in view.tests.get(test.spec.node_name, [])
+            if t.known is not None and t.name != test.metadata.name
+        ]
+        return NodeExpectation.of(snapshot.labels if snapshot else {}, earlier)
+
     def _baseline_specs(self, view: FleetView) -> dict[str, SDCBaselineSpec]:
-        return {b.spec.fingerprint.hash: b.spec for b in view.baselines.values()}
+        return baselines.bound_baselines({name: b.spec for name, b in view.baselines.items()})
 
     def _record_candidate(
         self,
