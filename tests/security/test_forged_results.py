@@ -96,9 +96,7 @@ def test_a_second_baseline_cannot_shadow_the_one_named_for_its_hash() -> None:
     bound = bound_baselines(objects)
     assert bound == {REAL["hash"]: real}
     broken = {c: check(value="broken") for c in CHECKS}
-    j = judge_result(
-        PodEnd(text(result("pass", broken, fingerprint=REAL)), 0), CHECKS, bound, None
-    )
+    j = judge_result(PodEnd(text(result("pass", broken, fingerprint=REAL)), 0), CHECKS, bound, None)
     assert j.verdict == Verdict.SDC
     # Alone, under a name not its hash's, it counts for nothing.
     assert bound_baselines({"zz-shadow": shadow}) == {}
