@@ -7,6 +7,7 @@ variable, instead of surfacing as odd behaviour hours later.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -32,6 +33,30 @@ class Settings(BaseSettings):
     probe_priority_class: str = Field(
         default="", description="PriorityClass for probe Pods (empty: none)."
     )
+    probe_attestation_key_file: str = Field(
+        default="",
+        max_length=4096,
+        description="File holding the operator's attestation key (hex, at least 16 bytes; "
+        "the chart mounts one from a Secret it makes): each screening's probe seals its "
+        "result with a nonce and key derived from it, and a result not sealed for its "
+        "screening is Inconclusive (Unattested). Empty: results are not sealed.",
+    )
+
+    def attestation_key(self) -> bytes | None:
+        """The attestation key's bytes, read from its file on every call so a rotated
+        Secret is used (None: attestation is off). Raises ValueError for a file that is
+        set but unreadable or not a key: a screening is then not started unsealed."""
+        if not self.probe_attestation_key_file:
+            return None
+        try:
+            text = Path(self.probe_attestation_key_file).read_text().strip()
+            key = bytes.fromhex(text)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"attestation key file unreadable: {exc}") from exc
+        if len(key) < 16:
+            raise ValueError("the attestation key must hold at least 16 bytes")
+        return key
+
     resync_seconds: float = Field(
         default=30.0, gt=0, description="Full re-evaluation period of every node."
     )

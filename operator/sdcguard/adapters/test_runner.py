@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from dataclasses import replace
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -37,8 +38,16 @@ from sdcguard.api import (
     to_body,
     unnamed_suite,
 )
-from sdcguard.builders.probe_job import ProbeJobRequest, ProbeTuning, build_probe_job, job_name
+from sdcguard.builders.probe_job import (
+    ProbeJobRequest,
+    ProbeTuning,
+    attestation_secret_name,
+    build_attestation_secret,
+    build_probe_job,
+    job_name,
+)
 from sdcguard.domain import baselines, keys
+from sdcguard.domain.attestation import Attestation
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.judging import (
     Judgement,
@@ -272,7 +281,8 @@ class TestRunner:
         expected = [c.name.value for c in policy.spec.suites.checks(suite_of(test))]
         known = self._baseline_specs(view)
         node = self._expectation(test, view)
-        judgement = judge_result(end, expected, known, node)
+        sealing = self.attestation(test)
+        judgement = judge_result(end, expected, known, node, sealing)
         fp = judgement.fingerprint
         if (
             fp is None
@@ -290,8 +300,16 @@ class TestRunner:
             return judgement
         trusted = self._record_candidate(policy, test, judgement, view, now)
         if trusted is not None:
-            return judge_result(end, expected, {**known, fp.hash: trusted}, node)
+            return judge_result(end, expected, {**known, fp.hash: trusted}, node, sealing)
         return judgement
+
+    def attestation(self, test: SDCTest) -> Attestation | None:
+        """The nonce and key ``test``'s result must be sealed with (None: attestation
+        is off, no key is set)."""
+        key = self.settings.attestation_key()
+        if key is None or not test.metadata.uid:
+            return None
+        return Attestation.derive(key, str(test.metadata.uid))
 
     def _expectation(self, test: SDCTest, view: FleetView) -> NodeExpectation:
         """What the node's labels and earlier screenings say its fingerprint should be."""
@@ -432,6 +450,21 @@ class TestRunner:
                     self._end_predecessors(test, view, counts)
                     data = _data_seed_of(test, view)
                     request = self.probe_request(policy, test, node, node_body, data)
+                    sealing = self.attestation(test)
+                    if sealing is not None:
+                        # The nonce and key exist from now on, for this Job's Pod alone.
+                        self.writer.create_secret(
+                            build_attestation_secret(
+                                test.metadata.name,
+                                str(test.metadata.uid or ""),
+                                self.settings.namespace,
+                                sealing.secret_data(),
+                            )
+                        )
+                        request = replace(
+                            request,
+                            attestation_secret=attestation_secret_name(test.metadata.name),
+                        )
                     manifest = build_probe_job(request)
                     self.writer.create_job(manifest)
                     counts["jobs-created"] += 1

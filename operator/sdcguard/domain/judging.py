@@ -60,6 +60,7 @@ from sdcguard.api import (
     Verdict,
     set_condition,
 )
+from sdcguard.domain.attestation import Attestation
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.observed import TestFacts
 from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, RunPlan, parse_result
@@ -489,13 +490,27 @@ def judge_result(
     expected_checks: Collection[str],
     baselines: Mapping[str, SDCBaselineSpec] | None = None,
     node: NodeExpectation | None = None,
+    attestation: Attestation | None = None,
 ) -> Judgement:
     """Judge how a probe Pod ended (see the module docstring for the rules).
 
     ``expected_checks`` are the checks of the test's suite; ``baselines`` maps
     fingerprint hashes to SDCBaseline specs (only a trusted one for the result's
-    own fingerprint is used). Never raises for any input text.
+    own fingerprint is used); ``node`` what the operator knows of the node, to check
+    the fingerprint the result declares; ``attestation`` the nonce and key the result
+    must be sealed with (None: results are not sealed). Never raises for any input text.
     """
+    if attestation is not None and end.message and end.message.lstrip().startswith("{"):
+        # A result document must be sealed for this screening (a log tail the kubelet
+        # kept of a probe that died is not a result and is judged below as such).
+        document, why = attestation.open(end.message)
+        if document is None:
+            return Judgement(
+                Verdict.INCONCLUSIVE,
+                "Unattested",
+                f"the probe result is not this screening's: {why}; never a pass",
+            )
+        end = replace(end, message=document)
     result, problem, problem_message = _read(end.message)
     if (
         problem == "InvalidResult"
