@@ -46,6 +46,7 @@ from sdcguard.api.report import ReportOutcome, ReportPhase, SDCReport, SDCReport
 from sdcguard.api.resources import to_body
 from sdcguard.domain import keys
 from sdcguard.domain.devicetaints import NodeDevices
+from sdcguard.domain.quantity import whole_quantity
 from sdcguard.domain.reports import (
     ACCEPTED,
     AcceptedReport,
@@ -157,12 +158,19 @@ class KnownNodes:
         self.pool_label = pool_label
 
     def devices(self, node: str) -> frozenset[str]:
-        found = {
-            uuid
-            for snapshot in self.inventory.tests_by_node([node]).get(node, [])
-            if snapshot.known is not None
-            for uuid in snapshot.known.facts.device_ids
-        }
+        # A screening's device IDs say the node's devices only when it named them all (a
+        # probe may screen fewer: MIG instances, a simulated node's CPU devices).
+        snapshot = self.inventory.node_bodies([node]).get(node)
+        total = sum(
+            whole_quantity(count)
+            for resource, count in (snapshot.allocatable if snapshot else {}).items()
+            if is_accelerator(resource)
+        )
+        found: set[str] = set()
+        for test in self.inventory.tests_by_node([node]).get(node, []):
+            ids = {i for i in test.known.facts.device_ids if i} if test.known else set()
+            if total and len(ids) >= total:
+                found |= ids
         try:
             found |= {d.uuid for d in self.slices(node).devices if d.uuid}
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
