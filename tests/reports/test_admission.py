@@ -348,3 +348,42 @@ def test_a_report_found_after_a_restart_learns_its_outcome_from_the_node_record(
     assert found == screened
     _, concluded = report_outcome("gpu-1", state, pending, found)
     assert (concluded.outcome if concluded else None) == outcome
+
+
+def test_a_pods_job_is_its_controlling_owner_and_its_start_its_container_status() -> None:
+    from sdcguard.adapters.reports import pod_facts
+
+    body = {
+        "metadata": {
+            "namespace": "team-a",
+            "name": "llm-0",
+            "uid": "pod-uid-0",
+            "labels": {"batch.kubernetes.io/job-name": "llm"},
+            "ownerReferences": [
+                {"kind": "Job", "name": "other", "uid": "u-2"},  # not the controller
+                {"kind": "Job", "name": "llm", "uid": "job-uid-1", "controller": True},
+            ],
+        },
+        "spec": {
+            "nodeName": "gpu-1",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"containerStatuses": [{"name": "c", "started": True}]},
+    }
+    assert pod_facts(body) == POD
+    labelled = {**body, "metadata": {**body["metadata"], "ownerReferences": []}}
+    facts = pod_facts(labelled)
+    assert (facts.job_name, facts.controller) == (None, None)  # a label is not a Job
+    waiting = {**body, "status": {"containerStatuses": [{"state": {"waiting": {}}}]}}
+    assert not pod_facts(waiting).started
+    ran = {
+        "containerStatuses": [{"started": False, "lastState": {"terminated": {"startedAt": "t"}}}]
+    }
+    assert pod_facts({**body, "status": ran}).started
+    cpu = {**body, "spec": {"nodeName": "gpu-1", "containers": [{"name": "c"}]}}
+    assert not pod_facts(cpu).accelerators
+    claimed = {**cpu, "spec": {**cpu["spec"], "resourceClaims": [{"name": "gpu"}]}}
+    assert pod_facts(claimed).accelerators
+    mig = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+    sliced = {**cpu, "spec": {**cpu["spec"], "containers": [{"name": "c", "resources": mig}]}}
+    assert pod_facts(sliced).accelerators
