@@ -238,9 +238,8 @@ def test_reports_hold_at_most_a_share_of_the_pool(tenant: Tenant) -> None:
     t = tenant
     limits = replace(ReportLimits(), pool_share=0.1)
     pool = {n: ("sec-pool", 5) for n in t.nodes}  # a pool of 5: one node may be held
-    other = t.pod
-    other("rank-0", t.nodes[0])
-    other("rank-1", t.nodes[1])
+    t.pod("rank-0", t.nodes[0])
+    t.pod("rank-1", t.nodes[1])
     admission = _admission(t, limits, pool_of=pool.get)
     assert _decide(admission, t.report("p0", "rank-0", t.nodes[0])).accepted
     decision = _decide(admission, t.report("p1", "rank-1", t.nodes[1]))
