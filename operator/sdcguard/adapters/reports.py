@@ -88,7 +88,6 @@ def report_facts(report: SDCReport) -> ReportFacts:
         uid=str(report.metadata.uid or ""),
         reporter_pod=reporter.pod_name if reporter else None,
         reporter_uid=reporter.pod_uid if reporter else None,
-        reporter_account=reporter.service_account if reporter else None,
     )
 
 

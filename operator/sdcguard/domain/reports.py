@@ -103,8 +103,6 @@ class ReportFacts:
     """``spec.reporter.podName``: the Pod that filed it (None: an admin's report)."""
     reporter_uid: str | None = None
     """``spec.reporter.podUID``."""
-    reporter_account: str | None = None
-    """``spec.reporter.serviceAccount``."""
 
     @property
     def key(self) -> str:
