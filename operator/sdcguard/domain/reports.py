@@ -111,8 +111,8 @@ class ReportFacts:
 
     @property
     def reporter_key(self) -> str:
-        """Who filed it, for the refusal throttle: the reporting Pod's uid (or name), its
-        ServiceAccount, or for an admin's report the accused Pod."""
+        """Who filed it, for the refusal throttle: the reporting Pod's uid (or name), or
+        for an admin's report the accused Pod."""
         if self.reporter_uid:
             return f"pod-uid:{self.reporter_uid}"
         if self.reporter_pod:
