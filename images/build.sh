@@ -18,7 +18,9 @@
 # packages come from a wheelhouse in the cache (pip download once, keyed by
 # the pinned versions) and are installed in the build with --no-index, so the
 # several GB of torch wheels are downloaded once per machine, not once per build.
-# Prints one line per image on stdout: NAME REFERENCE ARCHIVE.
+# Prints one line per image on stdout: NAME REFERENCE ARCHIVE. Beside each archive
+# of operator, probe and xla lies its CycloneDX SBOM, NAME-HASH.cdx.json
+# (images/sbom.py: the image's Python distributions and Debian packages).
 #
 # Why buildah: it builds Dockerfiles without a daemon, runs as a plain command
 # (RUN steps under chroot isolation, no user-namespace setup), writes OCI
@@ -121,6 +123,7 @@ build() {
   local ref="localhost/sdcguard-$name:$tag" archive="$OUT/$name-$tag.oci.tar"
   if [ -s "$archive" ]; then
     rm -rf "$ctx"
+    sbom "$name" "$ref" "$archive"
     echo "$name $ref $archive"
     return 0
   fi
@@ -144,7 +147,30 @@ build() {
   # contents do not rebuild each other's); the local node drops the images
   # whose archives are gone.
   ls -t "$OUT/$name"-*.oci.tar 2>/dev/null | tail -n +3 | xargs -r rm -f
+  ls -t "$OUT/$name"-*.cdx.json 2>/dev/null | tail -n +3 | xargs -r rm -f
+  sbom "$name" "$ref" "$archive"
   echo "$name $ref $archive"
+}
+
+# sbom NAME REF ARCHIVE: the image's CycloneDX SBOM (its Python distributions and
+# Debian packages) beside its archive, as NAME-TAG.cdx.json. images/sbom.py reads the
+# mounted file tree with this machine's Python; nothing runs inside the image.
+sbom() {
+  local name=$1 ref=$2 archive=$3 out="${3%.oci.tar}.cdx.json" ctr mnt
+  [ -s "$out" ] && return 0
+  ctr=$("${BUILDAH[@]}" from --pull-never "$ref" 2>/dev/null) \
+    || ctr=$("${BUILDAH[@]}" from --pull-never "oci-archive:$archive") \
+    || die "$name: cannot open $ref to write its SBOM"
+  mnt=$("${BUILDAH[@]}" mount "$ctr") \
+    || { "${BUILDAH[@]}" rm "$ctr" >/dev/null; die "$name: cannot mount $ref for its SBOM"; }
+  if ! "$PY" "$REPO/images/sbom.py" "$mnt" "sdcguard-$name" "${ref##*:}" >"$out.tmp"; then
+    "${BUILDAH[@]}" rm "$ctr" >/dev/null
+    rm -f "$out.tmp"
+    die "$name: the SBOM of $ref failed (see above)"
+  fi
+  "${BUILDAH[@]}" rm "$ctr" >/dev/null
+  mv "$out.tmp" "$out"
+  say "$name: SBOM $out"
 }
 
 pause_image() {

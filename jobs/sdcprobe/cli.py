@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from sdcprobe import attest
 from sdcprobe.config import (
     CHECK_NAMES,
     DEFAULT_CATCH_FRACTION,
@@ -24,6 +25,7 @@ from sdcprobe.config import (
 )
 from sdcprobe.faultspec import FaultSpec, FaultSpecError, parse_fault_spec
 from sdcprobe.result import (
+    TERMINATION_LIMIT,
     Baseline,
     ProbeResult,
     ResultError,
@@ -260,12 +262,26 @@ def _result_file(args: argparse.Namespace | None) -> str | None:
     return TERMINATION_LOG if os.path.exists(TERMINATION_LOG) else None
 
 
+def _termination_text(result: ProbeResult) -> str:
+    """The termination message: the squeezed result, sealed with the screening's key
+    when the operator mounted one (``sdcprobe.attest``)."""
+    try:
+        sealing = attest.load()
+    except ValueError as exc:
+        _log(f"result not sealed: {exc}")
+        sealing = None
+    if sealing is None:
+        return encode_for_termination(result)
+    text = encode_for_termination(result, TERMINATION_LIMIT - attest.OVERHEAD)
+    return attest.seal(text, *sealing)
+
+
 def emit(result: ProbeResult, result_file: str | None) -> int:
     """Print the full result, write the termination message, return the exit code."""
     print(result.model_dump_json(), flush=True)
     if result_file:
         try:
-            Path(result_file).write_text(encode_for_termination(result))
+            Path(result_file).write_text(_termination_text(result))
         except OSError as exc:
             _log(f"cannot write result file {result_file}: {exc}")
     _log(f"{result.verdict}: {result.reason}")

@@ -89,7 +89,17 @@ class Operator:
         """Each policy's generation and sdcguard annotations, as last seen."""
         self.background: set[asyncio.Future[Any]] = set()
         """Work started from the inventory's changes (kept referenced until done)."""
-        self.reports = reports.ReportAdmission(reconciler.writer, settings.report_limits())
+        known = reports.KnownNodes(
+            self.inventory,
+            lambda node: reconciler.device_taints.get().node_devices(node),
+            settings.report_pool_label,
+        )
+        self.reports = reports.ReportAdmission(
+            reconciler.writer,
+            settings.report_limits(),
+            devices=known.devices,
+            pool_of=known.pool,
+        )
         """Admits training jobs' SDCReports, with the caps the settings set."""
         reconciler.risk.reports = self.reports.recent
         self.announcer = ticket_sinks.Announcer(

@@ -7,6 +7,7 @@ variable, instead of surfacing as odd behaviour hours later.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -32,6 +33,30 @@ class Settings(BaseSettings):
     probe_priority_class: str = Field(
         default="", description="PriorityClass for probe Pods (empty: none)."
     )
+    probe_attestation_key_file: str = Field(
+        default="",
+        max_length=4096,
+        description="File holding the operator's attestation key (hex, at least 16 bytes; "
+        "the chart mounts one from a Secret it makes): each screening's probe seals its "
+        "result with a nonce and key derived from it, and a result not sealed for its "
+        "screening is Inconclusive (Unattested). Empty: results are not sealed.",
+    )
+
+    def attestation_key(self) -> bytes | None:
+        """The attestation key's bytes, read from its file on every call so a rotated
+        Secret is used (None: attestation is off). Raises ValueError for a file that is
+        set but unreadable or not a key: a screening is then not started unsealed."""
+        if not self.probe_attestation_key_file:
+            return None
+        try:
+            text = Path(self.probe_attestation_key_file).read_text().strip()
+            key = bytes.fromhex(text)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"attestation key file unreadable: {exc}") from exc
+        if len(key) < 16:
+            raise ValueError("the attestation key must hold at least 16 bytes")
+        return key
+
     resync_seconds: float = Field(
         default=30.0, gt=0, description="Full re-evaluation period of every node."
     )
@@ -141,6 +166,35 @@ class Settings(BaseSettings):
         description="A further report about a node reported this recently is evidence only "
         "(AlreadySuspected): it raises no second suspicion.",
     )
+    report_per_cluster: int = Field(
+        default=30, ge=1, description="SDCReports accepted in the whole cluster within the window."
+    )
+    report_pool_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Share of a pool's nodes that accepted SDCReports may hold awaiting their "
+        "screening at once (at least one node); a pool is the nodes sharing the value of "
+        "report_pool_label.",
+    )
+    report_pool_label: str = Field(
+        default="node.kubernetes.io/instance-type",
+        max_length=317,
+        description="The node label whose value names a node's pool for report_pool_share "
+        "(empty: the whole cluster is one pool).",
+    )
+    report_refused_per_reporter: int = Field(
+        default=5,
+        ge=1,
+        description="Refused SDCReports per reporting Pod within the window after which its "
+        "further reports are refused unread (Throttled).",
+    )
+    report_refused_per_namespace: int = Field(
+        default=20, ge=1, description="The same as report_refused_per_reporter, per namespace."
+    )
+    report_refused_per_cluster: int = Field(
+        default=100, ge=1, description="The same as report_refused_per_reporter, per cluster."
+    )
 
     retention_tests_per_node: int = Field(
         default=10,
@@ -200,6 +254,11 @@ class Settings(BaseSettings):
             max_nodes_per_job=self.report_max_nodes_per_job,
             per_namespace=self.report_per_namespace,
             node_window=dt.timedelta(seconds=self.report_node_window_seconds),
+            per_cluster=self.report_per_cluster,
+            pool_share=self.report_pool_share,
+            refused_per_reporter=self.report_refused_per_reporter,
+            refused_per_namespace=self.report_refused_per_namespace,
+            refused_per_cluster=self.report_refused_per_cluster,
         )
 
 

@@ -146,6 +146,8 @@ ALLOWED = [
     ("list", "jobs.batch", "{ns}"),
     ("delete", "jobs.batch", "{ns}"),
     ("get", "secrets", "{ns}"),
+    # One attestation Secret per screening, in its own namespace only.
+    ("create", "secrets", "{ns}"),
     ("create", "events", "default"),
     ("create", "events", "{ns}"),
     ("get", "sdcpolicies.sdcguard.dev", ""),
@@ -174,6 +176,7 @@ DENIED = [
     ("get", "secrets", "kube-system"),
     ("list", "secrets", "{ns}"),
     ("watch", "secrets", "{ns}"),
+    ("create", "secrets", "default"),
     ("create", "jobs.batch", "default"),
     # Jobs elsewhere are read one at a time (a workload's owner), never listed or watched.
     ("list", "jobs.batch", "*"),

@@ -18,7 +18,12 @@ import pytest
 import yaml
 
 from sdcguard.api import SDCPolicySpec
-from sdcguard.builders.probe_job import ProbeJobRequest, build_probe_job
+from sdcguard.builders.probe_job import (
+    ProbeJobRequest,
+    attestation_secret_name,
+    build_attestation_secret,
+    build_probe_job,
+)
 from tests.chart.helm import CHART, ROOT, render
 
 CHECKOV_VERSION = "3.3.30"
@@ -27,9 +32,10 @@ NAMESPACE = "sdcguard-system"
 TEST_NAME = "gpu-node-7-1a2b3-4"
 
 
-def probe_job(spec: SDCPolicySpec | None = None) -> dict[str, Any]:
+def probe_job(spec: SDCPolicySpec | None = None, *, attested: bool = False) -> dict[str, Any]:
     """The Job the operator builds for a test on an 8-GPU node under ``spec`` (default: an
-    empty policy), with the chart's default probe image and priority class."""
+    empty policy), with the chart's default probe image and priority class; ``attested``:
+    mounting the test's attestation Secret, as with the chart's default values."""
     spec = spec or SDCPolicySpec()
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
@@ -52,6 +58,7 @@ def probe_job(spec: SDCPolicySpec | None = None) -> dict[str, Any]:
                 "limits": {k: str(v) for k, v in spec.probe.resources.limits.items()},
             },
             priority_class="sdcguard-probe",
+            attestation_secret=attestation_secret_name(TEST_NAME) if attested else None,
         )
     )
 
@@ -142,7 +149,13 @@ def scanned(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[tuple[str, st
     (folder / "chart.yaml").write_text(
         yaml.safe_dump_all(render(namespace=NAMESPACE), sort_keys=False)
     )
-    (folder / "probe-job.yaml").write_text(yaml.safe_dump(probe_job(), sort_keys=False))
+    # The probe Job and its attestation Secret as the operator builds them by default.
+    secret = build_attestation_secret(
+        TEST_NAME, "0b6c1c8e-3f7e-4a59-9d0e-6a8f2f1d9c11", NAMESPACE, {"nonce": "n", "key": "k"}
+    )
+    (folder / "probe-job.yaml").write_text(
+        yaml.safe_dump_all([probe_job(attested=True), secret], sort_keys=False)
+    )
     return _scan(folder)
 
 

@@ -393,7 +393,11 @@ def test_rbac_has_no_wildcards_and_no_cluster_wide_secrets(docs: list[dict[str, 
         assert "secrets" not in rule["resources"], "ClusterRole grants Secrets"
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
     secret_rules = [(ns, r) for ns, r in _rules(docs, "Role") if "secrets" in r["resources"]]
-    assert secret_rules == [(NS, {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})]
+    # Read: the sink Secrets; create (never read back): one attestation Secret per test.
+    assert secret_rules == [
+        (NS, {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
+        (NS, {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}),
+    ]
     job_rules = [(ns, r) for ns, r in _rules(docs, "Role") if "jobs" in r["resources"]]
     assert [ns for ns, _ in job_rules] == [NS]
     # The probe Jobs are written, listed and watched in the release namespace only.

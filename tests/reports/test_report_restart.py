@@ -87,7 +87,9 @@ def test_outcomes_reached_while_the_operator_was_down_reach_the_owner_after_a_re
     ns = f"rst-{case}"
     trusted_baseline(api_client)
     outcomes = {sick: "pass", fine: "pass"}
-    first = OperatorProcess(cluster.kubeconfig, tmp_path / "operator-1.log").start()
+    # Both nodes of this two-node pool are reported at once: reports may hold all of it.
+    env = {"SDCGUARD_REPORT_POOL_SHARE": "1"}
+    first = OperatorProcess(cluster.kubeconfig, tmp_path / "operator-1.log", env=env).start()
     operators.append(first)
     with (
         gpu_nodes(api_client, [sick, fine], case=case),
@@ -131,7 +133,9 @@ def test_outcomes_reached_while_the_operator_was_down_reach_the_owner_after_a_re
             for name in names.values():
                 assert not (_report(api_client, ns, name)["status"]).get("outcome")
 
-            second = OperatorProcess(cluster.kubeconfig, tmp_path / "operator-2.log").start()
+            second = OperatorProcess(
+                cluster.kubeconfig, tmp_path / "operator-2.log", env=env
+            ).start()
             operators.append(second)
             wait_for(lambda: node_state(api_client, sick) == "Quarantined", 90, "quarantine")
             wait_for(lambda: node_state(api_client, fine) == "Qualified", 90, "the release")

@@ -60,17 +60,69 @@ def _job_namespace(api: client.ApiClient, ns: str) -> None:
 
 
 def _training_pod(api: client.ApiClient, ns: str, name: str, node: str, job: str) -> None:
-    """A training Pod bound to ``node`` (nobody runs it: the binding is what is checked)."""
-    client.CoreV1Api(api).create_namespaced_pod(
+    """A rank of Job ``job`` that ran on ``node``: the Job exists (suspended, so its
+    controller makes no Pods of its own), and the Pod is the Job's by its controlling
+    ownerReference, requests a GPU, is bound to ``node`` and has a started container
+    (nobody runs it: its status is written here, as a kubelet would)."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    template = {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "train", "image": "example.invalid/train:1"}],
+        }
+    }
+    try:
+        owner = batch.create_namespaced_job(
+            ns, {"metadata": {"name": job}, "spec": {"suspend": True, "template": template}}
+        )
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        owner = batch.read_namespaced_job(job, ns)
+    ref = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job,
+        "uid": owner.metadata.uid,
+        "controller": True,
+    }
+    core.create_namespaced_pod(
         ns,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name=name, labels={"batch.kubernetes.io/job-name": job}),
-            spec=client.V1PodSpec(
-                node_name=node,
-                service_account_name="trainer",
-                containers=[client.V1Container(name="train", image="example.invalid/train:1")],
-            ),
-        ),
+        {
+            "metadata": {"name": name, "ownerReferences": [ref]},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": "trainer",
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "example.invalid/train:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+    )
+    started = "2026-01-01T00:00:00Z"
+    core.patch_namespaced_pod_status(
+        name,
+        ns,
+        {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "train",
+                        "image": "example.invalid/train:1",
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "started": True,
+                        "state": {"running": {"startedAt": started}},
+                    }
+                ],
+            }
+        },
     )
 
 

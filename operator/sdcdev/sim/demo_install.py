@@ -144,6 +144,9 @@ def chart_values(resync_seconds: float) -> dict[str, Any]:
         "metrics": {"dashboard": {"enabled": False}, "service": {"enabled": False}},
         # helm test reads /metrics through the Service, which a local operator has not.
         "helmTest": {"enabled": False},
+        # The simulated kubelet runs probes as processes and mounts no Secret: their
+        # results cannot be sealed (the real node's install keeps attestation on).
+        "probe": {"attestation": {"enabled": False}},
     }
 
 

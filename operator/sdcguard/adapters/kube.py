@@ -192,6 +192,22 @@ class KubeWriter:
             raise
         return True
 
+    def create_secret(self, manifest: dict[str, Any]) -> bool:
+        """Create a Secret (a screening's attestation); False when it already exists.
+        The operator never reads such a Secret back: it derives what it holds."""
+        if not self._count("secret-create"):
+            return True
+        try:
+            self.core.create_namespaced_secret(
+                manifest["metadata"]["namespace"],
+                manifest,  # type: ignore[arg-type]  # a dict body is accepted as is
+            )
+        except ApiException as exc:
+            if already_exists(exc):
+                return False
+            raise
+        return True
+
     def delete_job(self, namespace: str, name: str) -> None:
         if self._count("job-delete"):
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from dataclasses import replace
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -37,10 +38,24 @@ from sdcguard.api import (
     to_body,
     unnamed_suite,
 )
-from sdcguard.builders.probe_job import ProbeJobRequest, ProbeTuning, build_probe_job, job_name
+from sdcguard.builders.probe_job import (
+    ProbeJobRequest,
+    ProbeTuning,
+    attestation_secret_name,
+    build_attestation_secret,
+    build_probe_job,
+    job_name,
+)
 from sdcguard.domain import baselines, keys
+from sdcguard.domain.attestation import Attestation
 from sdcguard.domain.echo import bounded
-from sdcguard.domain.judging import Judgement, PodEnd, judge_result, record_catch
+from sdcguard.domain.judging import (
+    Judgement,
+    NodeExpectation,
+    PodEnd,
+    judge_result,
+    record_catch,
+)
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot
 from sdcguard.domain.plan import Plan
@@ -265,7 +280,9 @@ class TestRunner:
         """Judge, and take part in baseline consensus when no baseline is trusted yet."""
         expected = [c.name.value for c in policy.spec.suites.checks(suite_of(test))]
         known = self._baseline_specs(view)
-        judgement = judge_result(end, expected, known)
+        node = self._expectation(test, view)
+        sealing = self.attestation(test)
+        judgement = judge_result(end, expected, known, node, sealing)
         fp = judgement.fingerprint
         if (
             fp is None
@@ -283,11 +300,29 @@ class TestRunner:
             return judgement
         trusted = self._record_candidate(policy, test, judgement, view, now)
         if trusted is not None:
-            return judge_result(end, expected, {**known, fp.hash: trusted})
+            return judge_result(end, expected, {**known, fp.hash: trusted}, node, sealing)
         return judgement
 
+    def attestation(self, test: SDCTest) -> Attestation | None:
+        """The nonce and key ``test``'s result must be sealed with (None: attestation
+        is off, no key is set)."""
+        key = self.settings.attestation_key()
+        if key is None or not test.metadata.uid:
+            return None
+        return Attestation.derive(key, str(test.metadata.uid))
+
+    def _expectation(self, test: SDCTest, view: FleetView) -> NodeExpectation:
+        """What the node's labels and earlier screenings say its fingerprint should be."""
+        snapshot = view.nodes.get(test.spec.node_name)
+        earlier = [
+            t.known.facts.fingerprint
+            for t in view.tests.get(test.spec.node_name, [])
+            if t.known is not None and t.name != test.metadata.name
+        ]
+        return NodeExpectation.of(snapshot.labels if snapshot else {}, earlier)
+
     def _baseline_specs(self, view: FleetView) -> dict[str, SDCBaselineSpec]:
-        return {b.spec.fingerprint.hash: b.spec for b in view.baselines.values()}
+        return baselines.bound_baselines({name: b.spec for name, b in view.baselines.items()})
 
     def _record_candidate(
         self,
@@ -415,6 +450,21 @@ class TestRunner:
                     self._end_predecessors(test, view, counts)
                     data = _data_seed_of(test, view)
                     request = self.probe_request(policy, test, node, node_body, data)
+                    sealing = self.attestation(test)
+                    if sealing is not None:
+                        # The nonce and key exist from now on, for this Job's Pod alone.
+                        self.writer.create_secret(
+                            build_attestation_secret(
+                                test.metadata.name,
+                                str(test.metadata.uid or ""),
+                                self.settings.namespace,
+                                sealing.secret_data(),
+                            )
+                        )
+                        request = replace(
+                            request,
+                            attestation_secret=attestation_secret_name(test.metadata.name),
+                        )
                     manifest = build_probe_job(request)
                     self.writer.create_job(manifest)
                     counts["jobs-created"] += 1

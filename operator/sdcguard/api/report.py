@@ -108,7 +108,7 @@ class SDCReportSpec(ApiModel):
     pod_name: NodeName
     """The Pod of the accused rank, in this namespace; it must run on nodeName."""
     job_name: NodeName | None = None
-    """The Job the Pod belongs to (its batch.kubernetes.io/job-name label), if any."""
+    """The Job the Pod belongs to (its controlling ownerReference, not a label), if any."""
     gpu_uuid: Annotated[str, StringConstraints(max_length=128)] | None = Field(
         default=None, alias="gpuUUID"
     )
@@ -138,11 +138,15 @@ class SDCReportStatus(ApiModel):
     phase: ReportPhase | None = None
     """Accepted or Refused; empty until the operator has looked."""
     reason: Annotated[str, StringConstraints(max_length=64)] | None = None
-    """One CamelCase word, e.g. Accepted, NodeMismatch, JobRateLimited."""
+    """One CamelCase word, e.g. Accepted, NodeMismatch, NotStarted, JobRateLimited,
+    Throttled."""
     message: Annotated[str, StringConstraints(max_length=1024)] | None = None
     """Why, for people."""
     decided_at: dt.datetime | None = None
     """When the operator decided."""
+    counted_against: Annotated[str, StringConstraints(max_length=320)] | None = None
+    """The controller the report counted against in the caps (namespace, kind and uid
+    of the accused Pod's controller, or the Pod's uid for a Pod without one)."""
     outcome: ReportOutcome | None = None
     """Once known: Confirmed, Cleared or NotScreened (an Event in this namespace says so)."""
     outcome_message: Annotated[str, StringConstraints(max_length=1024)] | None = None

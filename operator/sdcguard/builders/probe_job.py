@@ -18,6 +18,8 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "sdcprobe"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+ATTEST_MOUNT_PATH = "/var/run/sdcguard/attest"
+"""Where the probe container mounts its per-test attestation Secret."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class ProbeJobRequest:
     pod_labels: tuple[tuple[str, str], ...] = ()
     """Extra labels of the Pod (spec.probe.labels); sdcguard's own are kept."""
     pod_annotations: tuple[tuple[str, str], ...] = ()
+    attestation_secret: str | None = None
+    """The per-test Secret (nonce and key) the probe seals its result with, mounted by
+    this Job's Pod alone (None: results are not sealed)."""
     """Extra annotations of the Pod (spec.probe.annotations)."""
 
 
@@ -247,6 +252,19 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
             {"name": "shm", "emptyDir": {"medium": "Memory"}},
         ],
     }
+    if req.attestation_secret:
+        container = pod_spec["containers"][0]
+        container["volumeMounts"].append(
+            {"name": "attest", "mountPath": ATTEST_MOUNT_PATH, "readOnly": True}
+        )
+        container["env"].append({"name": "SDCPROBE_ATTEST_DIR", "value": ATTEST_MOUNT_PATH})
+        # Readable by the probe's group (fsGroup) only.
+        pod_spec["volumes"].append(
+            {
+                "name": "attest",
+                "secret": {"secretName": req.attestation_secret, "defaultMode": 0o440},
+            }
+        )
     if req.priority_class:
         pod_spec["priorityClassName"] = req.priority_class
     if req.runtime_class:
@@ -290,4 +308,41 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                 "spec": pod_spec,
             },
         },
+    }
+
+
+def attestation_secret_name(test_name: str) -> str:
+    """The per-test attestation Secret's name: the Job's, with a suffix."""
+    return f"{job_name(test_name)}-attest"
+
+
+def build_attestation_secret(
+    test_name: str, test_uid: str, namespace: str, data: Mapping[str, str]
+) -> dict[str, Any]:
+    """The per-test Secret with the screening's nonce and key, owned by its SDCTest
+    (deleting the test garbage-collects it, with the Job)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": attestation_secret_name(test_name),
+            "namespace": namespace,
+            "labels": {
+                COMPONENT_LABEL: COMPONENT,
+                MANAGED_BY: "sdcguard",
+                TEST_LABEL: label_value(test_name),
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "SDCTest",
+                    "name": test_name,
+                    "uid": test_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "stringData": dict(data),
     }

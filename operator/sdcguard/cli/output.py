@@ -10,6 +10,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from sdcguard.domain.text import printable
+
 FORMATS = ("table", "wide", "json", "yaml")
 """-o choices: table (the default), wide (the table with its extra columns, as kubectl get -o
 wide), json and yaml (the data, for programs)."""
@@ -51,7 +53,9 @@ def render_table(table: Table, *, wide: bool = False, headers: bool = True) -> s
         raise ValueError(f"wide columns {sorted(unknown)} are not headers of the table")
     shown = [i for i, h in enumerate(table.headers) if wide or h not in table.wide]
     grid = [[table.headers[i].upper() for i in shown]] if headers else []
-    grid += [[str(row[i]) for i in shown] for row in table.rows]
+    # Cells may hold text workloads wrote (an SDCReport's gpuUUID): never a control
+    # character or an escape sequence reaches the terminal.
+    grid += [[printable(row[i]) for i in shown] for row in table.rows]
     widths = [max(len(cells[col]) for cells in grid) for col in range(len(shown))]
     lines = ["   ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip() for cells in grid]
     return "\n".join(([table.title] if table.title and headers else []) + lines)
@@ -86,7 +90,9 @@ def emit(result: Result, fmt: str, out: TextIO, *, headers: bool = True) -> None
     blocks = [b for b in blocks if b]
     text = "\n\n".join(blocks)
     if result.lines:
-        text = (text + "\n\n" if text else "") + "\n".join(result.lines)
+        text = (text + "\n\n" if text else "") + "\n".join(
+            printable(line, keep_newlines=True) for line in result.lines
+        )
     if text:
         out.write(text + "\n")
 

@@ -30,6 +30,7 @@ from sdcguard.api import (
     FingerprintSpec,
     SDCBaselineSpec,
     SDCBaselineStatus,
+    baseline_name,
     set_condition,
 )
 from sdcprobe.result import Fingerprint
@@ -304,3 +305,14 @@ def unreachable_quorum(pool_nodes: int, quorum: int) -> bool:
     """Whether a consensus of ``quorum`` nodes cannot form in a pool of ``pool_nodes``
     (0: the pool's size is not known, so nothing is claimed)."""
     return 0 < pool_nodes < quorum
+
+
+def bound_baselines(by_name: Mapping[str, SDCBaselineSpec]) -> dict[str, SDCBaselineSpec]:
+    """The baselines by fingerprint hash, each from the one object named for its hash
+    (``baseline_name``): a second SDCBaseline that declares the same hash under another
+    name is ignored, so it can neither shadow the real one nor stand in for it."""
+    return {
+        spec.fingerprint.hash: spec
+        for name, spec in by_name.items()
+        if name == baseline_name(spec.fingerprint.hash)
+    }

@@ -60,6 +60,7 @@ from sdcguard.api import (
     Verdict,
     set_condition,
 )
+from sdcguard.domain.attestation import Attestation
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.observed import TestFacts
 from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, RunPlan, parse_result
@@ -72,8 +73,81 @@ TERMINATION_LIMIT = 4096
 MAX_REASON = 1024
 PROBE_ERROR_LIMIT = 300
 """Characters kept of the probe's own error line in a test's message."""
+SELF_JUDGED = "Match: equals the probe's baseline"
+"""A check's reason when it passed only against the probe's own baseline."""
 CATCH_CONDITION = "CatchTargetMet"
 """The SDCTest condition that says whether the screening reached its catch target."""
+
+
+@dataclass(frozen=True)
+class NodeExpectation:
+    """What the operator knows of the node a result is about, to check the fingerprint
+    the result declares (the probe computes it on the node, so it is the node's word)."""
+
+    product: str | None = None
+    """The accelerator product the node's labels name (``nvidia.com/gpu.product``)."""
+    count: int | None = None
+    """Its accelerators per its labels (``nvidia.com/gpu.count``; None on MIG nodes)."""
+    fingerprints: frozenset[str] = frozenset()
+    """Fingerprint hashes the node's earlier screenings ran under."""
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str], fingerprints: Collection[str]) -> NodeExpectation:
+        count = labels.get("nvidia.com/gpu.count", "")
+        mig = any(key.startswith("nvidia.com/mig") for key in labels)
+        return cls(
+            product=labels.get("nvidia.com/gpu.product") or None,
+            count=int(count) if count.isdigit() and not mig else None,
+            fingerprints=frozenset(f for f in fingerprints if f),
+        )
+
+
+def _same_product(label: str, model: str) -> bool:
+    """GPU feature discovery writes ``NVIDIA-H100-80GB-HBM3`` where the runtime says
+    ``NVIDIA H100 80GB HBM3``: compared on letters and digits, without case."""
+
+    def norm(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    return norm(label) == norm(model)
+
+
+def _unexpected(fingerprint: Fingerprint, node: NodeExpectation) -> str | None:
+    """Why the declared fingerprint is not this node's (None: nothing contradicts it).
+    Only CUDA results are compared with NVIDIA's labels."""
+    if fingerprint.backend != "cuda":
+        return None
+    if node.product and not _same_product(node.product, fingerprint.device_model):
+        return (
+            f"the result declares {fingerprint.device_model!r} but the node's label says "
+            f"{node.product!r}"
+        )
+    if node.count is not None and fingerprint.device_count != node.count:
+        return (
+            f"the result declares {fingerprint.device_count} devices but the node's label "
+            f"says {node.count}"
+        )
+    return None
+
+
+def _hardware_has_trusted_baseline(
+    fingerprint: Fingerprint,
+    node: NodeExpectation | None,
+    baselines: Mapping[str, SDCBaselineSpec],
+) -> str | None:
+    """The trusted baseline a self-judged pass would sidestep: one for a fingerprint the
+    node's earlier screenings ran under, or for the same device model and count."""
+    for spec in baselines.values():
+        if not spec.trusted or spec.fingerprint.hash == fingerprint.hash:
+            continue
+        if node is not None and spec.fingerprint.hash in node.fingerprints:
+            return spec.fingerprint.hash
+        if (
+            spec.fingerprint.device_model == fingerprint.device_model
+            and spec.fingerprint.device_count == fingerprint.device_count
+        ):
+            return spec.fingerprint.hash
+    return None
 
 
 def depth(check: str) -> int:
@@ -397,7 +471,7 @@ def _judge_check(
             "mismatch",
         )
     if check.verdict == "pass" and check.baseline == "match":
-        return judged(CheckVerdict.PASS, "Match: equals the probe's baseline")
+        return judged(CheckVerdict.PASS, SELF_JUDGED)
     if check.verdict == "pass" or check.baseline == "absent":
         return judged(
             CheckVerdict.INCONCLUSIVE,
@@ -415,13 +489,28 @@ def judge_result(
     end: PodEnd,
     expected_checks: Collection[str],
     baselines: Mapping[str, SDCBaselineSpec] | None = None,
+    node: NodeExpectation | None = None,
+    attestation: Attestation | None = None,
 ) -> Judgement:
     """Judge how a probe Pod ended (see the module docstring for the rules).
 
     ``expected_checks`` are the checks of the test's suite; ``baselines`` maps
     fingerprint hashes to SDCBaseline specs (only a trusted one for the result's
-    own fingerprint is used). Never raises for any input text.
+    own fingerprint is used); ``node`` what the operator knows of the node, to check
+    the fingerprint the result declares; ``attestation`` the nonce and key the result
+    must be sealed with (None: results are not sealed). Never raises for any input text.
     """
+    if attestation is not None and end.message and end.message.lstrip().startswith("{"):
+        # A result document must be sealed for this screening (a log tail the kubelet
+        # kept of a probe that died is not a result and is judged below as such).
+        document, why = attestation.open(end.message)
+        if document is None:
+            return Judgement(
+                Verdict.INCONCLUSIVE,
+                "Unattested",
+                f"the probe result is not this screening's: {why}; never a pass",
+            )
+        end = replace(end, message=document)
     result, problem, problem_message = _read(end.message)
     if (
         problem == "InvalidResult"
@@ -551,6 +640,29 @@ def judge_result(
     if not checks:
         said = f": {result.reason}" if result.reason else ""
         return judged(Verdict.INCONCLUSIVE, "ProbeInconclusive", f"no check ran{said}")
+    unexpected = _unexpected(fingerprint, node) if fingerprint and node else None
+    if unexpected:
+        return judged(
+            Verdict.INCONCLUSIVE,
+            "FingerprintUnexpected",
+            f"the result's fingerprint is not this node's: {unexpected}; not a pass",
+        )
+    self_judged = [c for c in checks if c.reason.startswith(SELF_JUDGED)]
+    shadowed = (
+        _hardware_has_trusted_baseline(fingerprint, node, baselines or {})
+        if self_judged and fingerprint
+        else None
+    )
+    if shadowed:
+        # The fingerprint is the probe's own word: a changed field (and a recomputed
+        # hash) must not turn "no trusted baseline" into the probe judging itself.
+        return judged(
+            Verdict.INCONCLUSIVE,
+            "SelfJudged",
+            f"{', '.join(c.name for c in self_judged)} passed only against the probe's "
+            f"own baseline under fingerprint {fingerprint.hash[:12] if fingerprint else ''}"
+            f", while this hardware has the trusted baseline {shadowed[:12]}: not a pass",
+        )
     # Every check matched a trusted baseline: a top-level "inconclusive" from a probe
     # that had no baseline to compare with does not take that away.
     names = ", ".join(c.name for c in checks)

@@ -1,20 +1,41 @@
 """Admitting a training job's SDCReport: believe it, cap it, or refuse it.
 
-Pure: the report, the Pod it names (as read from the API server), the reports
-accepted before and the time come in; a decision goes out. An accepted report
-becomes the node's ``sdcguard.dev/suspect`` request, which the lifecycle turns
-into the Suspect state, screened by the probe when the node is next idle: a
-report alone never quarantines a node.
+Pure: the report, the Pod it names and the Pod that filed it (as read from the API
+server), what the operator knows of the accused node (its devices, its pool), the
+reports accepted and refused before and the time come in; a decision goes out. An
+accepted report becomes the node's ``sdcguard.dev/suspect`` request, which the
+lifecycle turns into the Suspect state, screened by the probe when the node is next
+idle: a report alone never quarantines a node.
 
-Refused, each with its own reason:
+Refused, each with its own reason, in this order:
 
+* ``Throttled``: the reporter (or its namespace, or the cluster) had ``refused_*``
+  reports refused in the window already; nothing is read for it;
 * ``PodNotFound``: the named Pod does not exist in the report's namespace;
-* ``NodeMismatch``: the Pod never ran on the reported node (or is not scheduled);
-* ``JobMismatch``: the Pod does not belong to the reported Job;
-* ``JobRateLimited``: the job already had ``per_job`` reports accepted in the window;
-* ``TooManyNodes``: the job already blamed ``max_nodes_per_job`` other nodes in the
-  window (a job that blames every node it touches is not believed);
-* ``NamespaceRateLimited``: the namespace had ``per_namespace`` accepted in the window.
+* ``NodeMismatch``: the Pod is not bound to the reported node;
+* ``NotStarted``: no container of the Pod ever started (a Pod created with
+  ``spec.nodeName`` set, which never ran, accuses nobody);
+* ``NoAccelerators``: the Pod requests no accelerator (no extended accelerator
+  resource, no DRA claim), so it computed nothing on the node's devices;
+* ``JobMismatch``: the Pod's controller (its ``ownerReferences``, never its labels)
+  is not the reported Job;
+* ``ReporterMismatch``: the report's ``spec.reporter`` names a Pod that does not
+  exist, has another uid, or belongs to another controller than the accused Pod (a
+  Pod without a controller may only report itself);
+* ``UnknownDevice``: ``gpuUUID`` is none of the node's devices, where the operator
+  knows them (ResourceSlices, the probe's device IDs of earlier screenings);
+* ``JobRateLimited``: the controller already had ``per_job`` reports accepted in the
+  window;
+* ``TooManyNodes``: the controller already blamed ``max_nodes_per_job`` other nodes
+  in the window (a job that blames every node it touches is not believed);
+* ``NamespaceRateLimited``: the namespace had ``per_namespace`` accepted in the window;
+* ``ClusterRateLimited``: the cluster had ``per_cluster`` accepted in the window;
+* ``PoolShareExceeded``: reports already hold ``pool_share`` of the node's pool
+  (at least one node) awaiting their screening.
+
+Caps count reports by uid (a report deleted and created again is a new report and
+counts again) and jobs by their controller's uid (a Job deleted and created again
+under the same name is another job; a bare Pod is keyed by its own uid).
 
 A second report about a node that was reported moments ago is accepted as
 evidence (``AlreadySuspected``) without a second suspicion.
@@ -31,9 +52,13 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-ACCEPTED, ALREADY_SUSPECTED = "Accepted", "AlreadySuspected"
+from sdcguard.domain.text import clean_optional, clean_text
+
+ACCEPTED, ALREADY_SUSPECTED, THROTTLED = "Accepted", "AlreadySuspected", "Throttled"
 #: Longest value written into the node's suspect annotation.
 MAX_ANNOTATION = 512
+#: Longest GPU UUID repeated from a report (into annotations, Events, statuses).
+MAX_GPU_UUID = 96
 
 
 @dataclass(frozen=True)
@@ -45,6 +70,18 @@ class ReportLimits:
     max_nodes_per_job: int = 2
     per_namespace: int = 10
     node_window: dt.timedelta = dt.timedelta(minutes=10)
+    per_cluster: int = 30
+    """Reports accepted in the whole cluster within the window."""
+    pool_share: float = 0.1
+    """Share of a pool's nodes that accepted reports may hold awaiting their screening
+    at once (at least one node)."""
+    refused_per_reporter: int = 5
+    """Refusals within the window after which a reporter's further reports are
+    refused unread (Throttled)."""
+    refused_per_namespace: int = 20
+    """The same, per namespace."""
+    refused_per_cluster: int = 100
+    """The same, for the whole cluster."""
 
 
 @dataclass(frozen=True)
@@ -60,21 +97,92 @@ class ReportFacts:
     confirmation: str
     step: int
     gpu_uuid: str | None = None
+    uid: str = ""
+    """The report's uid (its name when the API server gave none)."""
+    reporter_pod: str | None = None
+    """``spec.reporter.podName``: the Pod that filed it (None: an admin's report)."""
+    reporter_uid: str | None = None
+    """``spec.reporter.podUID``."""
 
     @property
-    def job_key(self) -> str:
-        """Rate limits count per Job, or per Pod for a Pod without a Job."""
-        return f"{self.namespace}/{self.job_name or 'pod:' + self.pod_name}"
+    def key(self) -> str:
+        """What caps count the report by: its uid."""
+        return self.uid or f"{self.namespace}/{self.name}"
+
+    @property
+    def reporter_key(self) -> str:
+        """Who filed it, for the refusal throttle: the reporting Pod's uid (or name), or
+        for an admin's report the accused Pod."""
+        if self.reporter_uid:
+            return f"pod-uid:{self.reporter_uid}"
+        if self.reporter_pod:
+            return f"pod:{self.namespace}/{self.reporter_pod}"
+        return f"pod:{self.namespace}/{self.pod_name}"
+
+
+@dataclass(frozen=True)
+class OwnerFacts:
+    """A Pod's controller, from its ``ownerReferences`` (``controller: true``)."""
+
+    kind: str
+    name: str
+    uid: str
+
+
+#: Extended resources that are accelerators (and NVIDIA's MIG profiles, by prefix).
+ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neuron", "google.com/tpu", "amd.com/gpu")
+ACCELERATOR_PREFIXES = ("nvidia.com/mig-", "aws.amazon.com/neuroncore")
+
+
+def is_accelerator(resource: str) -> bool:
+    """Whether an extended resource name is an accelerator."""
+    return resource in ACCELERATOR_RESOURCES or resource.startswith(ACCELERATOR_PREFIXES)
 
 
 @dataclass(frozen=True)
 class PodFacts:
-    """The Pod the report names, as the API server has it."""
+    """A Pod (the accused or the reporting one), as the API server has it."""
 
     namespace: str
     name: str
     node_name: str | None
-    job_name: str | None
+    job_name: str | None = None
+    """The name of its controller when that is a Job (from ownerReferences)."""
+    uid: str = ""
+    controller: OwnerFacts | None = None
+    started: bool = False
+    """Some container of it started (``containerStatuses[].started``, or a running or
+    terminated state with a start time)."""
+    accelerators: bool = False
+    """It requests an accelerator (an extended accelerator resource or a DRA claim)."""
+
+    @property
+    def job_key(self) -> str:
+        """Caps count per controller uid, or per Pod uid for a Pod without one."""
+        if self.controller is not None:
+            return f"{self.namespace}/{self.controller.kind}:{self.controller.uid}"
+        return f"{self.namespace}/pod:{self.uid or self.name}"
+
+    @property
+    def job_label(self) -> str:
+        """The controller for people: ``Job llm`` or ``pod llm-0``."""
+        if self.controller is not None:
+            return f"{self.controller.kind} {self.namespace}/{self.controller.name}"
+        return f"pod {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What the operator knows of the accused node."""
+
+    devices: frozenset[str] = frozenset()
+    """The node's accelerator UUIDs, lower-case (empty: none known)."""
+    pool: str = ""
+    """The node's pool, for the pool share."""
+    pool_size: int = 0
+    """Nodes in that pool (0: unknown, no pool share is checked)."""
+    pool_held: int = 0
+    """Nodes of that pool that accepted reports hold awaiting their screening."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +194,21 @@ class AcceptedReport:
     job_key: str
     node_name: str
     accepted_at: dt.datetime
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.uid or f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class RefusedReport:
+    """A report refused earlier (kept in memory for the refusal throttle)."""
+
+    key: str
+    namespace: str
+    reporter: str
+    refused_at: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -97,6 +220,8 @@ class ReportDecision:
     message: str
     suspect_annotation: str | None = None
     """The value of ``sdcguard.dev/suspect`` to set on the node; None: write nothing."""
+    job_key: str = ""
+    """The controller the caps counted it against (accepted reports)."""
 
 
 def report_reference(suspect_annotation: str | None) -> str | None:
@@ -115,14 +240,50 @@ def _refuse(reason: str, message: str) -> ReportDecision:
     return ReportDecision(False, reason, message)
 
 
+def throttle(
+    report: ReportFacts, refused: Iterable[RefusedReport], limits: ReportLimits, now: dt.datetime
+) -> ReportDecision | None:
+    """``Throttled`` when the reporter, its namespace or the cluster had too many
+    reports refused within the window (the report itself not counted); else None."""
+    recent = [r for r in refused if now - r.refused_at < limits.window and r.key != report.key]
+    span = _span(limits.window)
+    for scope, count, limit in (
+        (
+            f"reporter {report.reporter_key}",
+            sum(r.reporter == report.reporter_key for r in recent),
+            limits.refused_per_reporter,
+        ),
+        (
+            f"namespace {report.namespace}",
+            sum(r.namespace == report.namespace for r in recent),
+            limits.refused_per_namespace,
+        ),
+        ("the cluster", len(recent), limits.refused_per_cluster),
+    ):
+        if count >= limit:
+            return _refuse(
+                THROTTLED,
+                f"{scope} had {count} reports refused within {span} (limit {limit}): "
+                "further reports are refused unread until the window has passed",
+            )
+    return None
+
+
 def admit_report(
     report: ReportFacts,
     pod: PodFacts | None,
     accepted: Iterable[AcceptedReport],
     limits: ReportLimits,
     now: dt.datetime,
+    *,
+    reporter: PodFacts | None = None,
+    node: NodeContext | None = None,
 ) -> ReportDecision:
-    """Decide one report (see the module docstring for the rules, in their order)."""
+    """Decide one report (see the module docstring for the rules, in their order).
+
+    ``reporter``: the Pod ``spec.reporter`` names, as read (ignored for a report
+    without ``spec.reporter``, an admin's)."""
+    node = node or NodeContext()
     where = f"{report.namespace}/{report.pod_name}"
     if pod is None:
         return _refuse(
@@ -135,25 +296,49 @@ def admit_report(
         return _refuse(
             "NodeMismatch", f"pod {where} {ran}, not on {report.node_name}: not believed"
         )
+    if not pod.started:
+        return _refuse(
+            "NotStarted",
+            f"no container of pod {where} has started on {report.node_name}: a Pod that "
+            "never ran computed nothing there; not believed",
+        )
+    if not pod.accelerators:
+        return _refuse(
+            "NoAccelerators",
+            f"pod {where} requests no accelerator, so it computed nothing on "
+            f"{report.node_name}'s devices: not believed",
+        )
     if report.job_name is not None and pod.job_name != report.job_name:
         return _refuse(
             "JobMismatch",
-            f"pod {where} belongs to job {pod.job_name or '(none)'}, not {report.job_name}",
+            f"pod {where} belongs to {pod.job_label if pod.controller else 'no controller'}"
+            f", not to job {report.job_name} (its ownerReferences say so, not its labels)",
         )
-    recent = [a for a in accepted if now - a.accepted_at < limits.window and a.name != report.name]
-    by_job = [a for a in recent if a.job_key == report.job_key]
+    mismatch = _reporter_mismatch(report, pod, reporter)
+    if mismatch is not None:
+        return _refuse("ReporterMismatch", mismatch)
+    gpu = clean_optional(report.gpu_uuid, MAX_GPU_UUID)
+    if gpu is not None and node.devices and gpu.lower() not in node.devices:
+        return _refuse(
+            "UnknownDevice",
+            f"gpuUUID {gpu} is none of node {report.node_name}'s {len(node.devices)} known "
+            "devices (its ResourceSlices and earlier screenings): not believed",
+        )
+    recent = [a for a in accepted if now - a.accepted_at < limits.window and a.key != report.key]
+    job_key = pod.job_key
+    by_job = [a for a in recent if a.job_key == job_key]
     span = _span(limits.window)
     if len(by_job) >= limits.per_job:
         return _refuse(
             "JobRateLimited",
-            f"job {report.job_key} already had {len(by_job)} reports accepted within {span} "
+            f"{pod.job_label} already had {len(by_job)} reports accepted within {span} "
             f"(limit {limits.per_job})",
         )
     blamed = {a.node_name for a in by_job}
     if report.node_name not in blamed and len(blamed) >= limits.max_nodes_per_job:
         return _refuse(
             "TooManyNodes",
-            f"job {report.job_key} already blamed {len(blamed)} other nodes within {span} "
+            f"{pod.job_label} already blamed {len(blamed)} other nodes within {span} "
             f"({', '.join(sorted(blamed))}; limit {limits.max_nodes_per_job}): a job that "
             "blames every node it touches is not believed",
         )
@@ -164,8 +349,15 @@ def admit_report(
             f"namespace {report.namespace} already had {len(in_namespace)} reports accepted "
             f"within {span} (limit {limits.per_namespace})",
         )
-    what = f"{report.method} at step {report.step}"
-    gpu = f" on GPU {report.gpu_uuid}" if report.gpu_uuid else ""
+    if len(recent) >= limits.per_cluster:
+        return _refuse(
+            "ClusterRateLimited",
+            f"the cluster already had {len(recent)} reports accepted within {span} "
+            f"(limit {limits.per_cluster})",
+        )
+    what = f"{clean_text(report.method, 32)} at step {report.step}"
+    unverified = gpu is not None and not node.devices
+    on_gpu = f" on GPU {gpu}" + (" (unverified)" if unverified else "") if gpu else ""
     earlier = [
         a
         for a in recent
@@ -175,19 +367,56 @@ def admit_report(
         return ReportDecision(
             True,
             ALREADY_SUSPECTED,
-            f"{what}{gpu} recorded as evidence; node {report.node_name} was reported by "
+            f"{what}{on_gpu} recorded as evidence; node {report.node_name} was reported by "
             f"{earlier[-1].namespace}/{earlier[-1].name} within {_span(limits.node_window)}",
+            job_key=job_key,
         )
+    if node.pool_size > 0:
+        share = max(1, int(node.pool_size * limits.pool_share))
+        if node.pool_held >= share:
+            return _refuse(
+                "PoolShareExceeded",
+                f"reports already hold {node.pool_held} of the {node.pool_size} nodes of pool "
+                f"{node.pool or '(all)'} awaiting their screening (at most "
+                f"{limits.pool_share:.0%}, {share} nodes): report again once one is screened",
+            )
+    confirmation = clean_text(report.confirmation, 32)
     annotation = (
-        f"SDCReport {report.namespace}/{report.name}: {what}{gpu} ({report.confirmation.lower()})"
+        f"SDCReport {report.namespace}/{report.name}: {what}{on_gpu} ({confirmation.lower()})"
     )[:MAX_ANNOTATION]
     return ReportDecision(
         True,
         ACCEPTED,
-        f"node {report.node_name} marked suspect: {what}{gpu} ({report.confirmation}); "
+        f"node {report.node_name} marked suspect: {what}{on_gpu} ({confirmation}); "
         "it is screened when next idle and quarantined only if the probe confirms",
         suspect_annotation=annotation,
+        job_key=job_key,
     )
+
+
+def _reporter_mismatch(report: ReportFacts, pod: PodFacts, reporter: PodFacts | None) -> str | None:
+    """Why the reporting Pod may not accuse ``pod`` (None: it may)."""
+    if report.reporter_pod is None:
+        return None  # an admin's report (the admission policy let it through)
+    who = f"{report.namespace}/{report.reporter_pod}"
+    if reporter is None:
+        return f"the reporting pod {who} does not exist"
+    if report.reporter_uid and reporter.uid != report.reporter_uid:
+        return f"the reporting pod {who} has uid {reporter.uid}, not {report.reporter_uid}"
+    if pod.controller is None:
+        if reporter.uid != pod.uid:
+            return (
+                f"pod {report.namespace}/{pod.name} has no controller, so only it may "
+                f"report itself, not {who}"
+            )
+        return None
+    if reporter.controller is None or reporter.controller.uid != pod.controller.uid:
+        theirs = reporter.job_label if reporter.controller else "no controller"
+        return (
+            f"the reporting pod {who} belongs to {theirs}, not to {pod.job_label} of the "
+            "accused pod: a workload reports only its own ranks"
+        )
+    return None
 
 
 def _span(delta: dt.timedelta) -> str:
