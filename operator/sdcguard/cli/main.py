@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=_seed,
         default=None,
-        help="pin the seed of the probe's baseline rounds, 0..2147483647 (default: the day's; "
-        "also pins --data-seed unless given)",
+        help="pin the seed of the probe's baseline rounds, 0..2147483647 (default: the fixed "
+        "baseline seed; also pins --data-seed unless given)",
     )
     test.add_argument(
         "--data-seed",
