@@ -699,7 +699,7 @@ def test_repeating_a_decision_creates_the_same_names() -> None:
 def test_mark_qualified_records_time_and_fingerprint() -> None:
     n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t1"})
     d = decide(observe(n, test=sdctest("t1", verdict=Verdict.PASS)), policy(), NOW)
-    assert one(d, MarkQualified) == MarkQualified(NOW, "f" * 64)
+    assert one(d, MarkQualified) == MarkQualified(NOW, "f" * 64, "t1")
 
 
 def test_node_without_accelerators_or_not_ready_waits() -> None:

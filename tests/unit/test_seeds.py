@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -12,7 +13,12 @@ from sdcguard.adapters.pass_state import FleetView, TestSnapshot
 from sdcguard.adapters.test_runner import _data_seed_of, _seed_of
 from sdcguard.api.sdctest import SDCTest, SDCTestSpec
 from sdcguard.builders.probe_job import ProbeJobRequest, probe_args
-from sdcguard.cli.commands import history_entries, seeds_passed
+from sdcguard.cli.commands import history_entries, node_seeds_passed, seeds_passed
+from sdcguard.domain import keys
+from sdcguard.domain.actions import MarkQualified
+from sdcguard.domain.nodepatch import plan_node_patch
+from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.retention import History, RetentionLimits, TestRecord, plan_retention
 from sdcguard.domain.seeds import BASELINE_SEED, MAX_SEED, data_seed, screening_seed
 
 DAY = dt.datetime(2026, 3, 4, 0, 0, 1, tzinfo=dt.UTC)
@@ -220,3 +226,35 @@ def test_history_lists_the_data_seeds_passed() -> None:
     entries = history_entries(_decoded(tests), [], [])
     assert [e["dataSeed"] for e in entries] == [501, 502]
     assert "seed 10, data seed 501" in entries[0]["detail"]
+
+
+def test_the_seeds_passed_outlive_the_tests_retention_deletes() -> None:
+    """Forty weekly passes: the operator's node patch keeps their seeds on the Node;
+    retention then deletes all but the newest tests, and `kubectl sdc history` still
+    counts every pass and lists the seeds (the newest data seeds past the bound)."""
+    node = NodeFacts("n1")
+    tests: list[dict[str, Any]] = []
+    for w in range(40):
+        done = DAY + dt.timedelta(days=7 * w)
+        body = _test(f"n1-{w}", "Pass", BASELINE_SEED, keys.format_time(done))
+        body["status"]["dataSeed"] = 5000 + w  # type: ignore[index]
+        tests.append(body)
+        mark = MarkQualified(done, "ab" * 32, f"n1-{w}", BASELINE_SEED, 5000 + w)
+        patch = plan_node_patch(node, [mark])
+        merged = {**node.annotations, **patch.annotations}
+        node = NodeFacts("n1", annotations={k: v for k, v in merged.items() if v is not None})
+    records = tuple(
+        TestRecord(t["metadata"]["name"], "n1", DAY + dt.timedelta(days=7 * w), passed=True)
+        for w, t in enumerate(tests)
+    )
+    limits = RetentionLimits(tests_per_node=3, tests_age=dt.timedelta(days=1))
+    history = History(tests=records, nodes={"n1": "ab" * 32})
+    plan = plan_retention(history, limits, DAY + dt.timedelta(days=7 * 40))
+    gone = {d.name for d in plan.deletions}
+    kept = [t for t in tests if t["metadata"]["name"] not in gone]
+    assert len(kept) == 3  # the prune happened
+    passed, data, count = node_seeds_passed(_decoded(kept), node.annotations)
+    assert count == 40 and passed == [BASELINE_SEED]
+    assert data == list(range(5008, 5040))  # the newest 32, though 29 of their tests are gone
+    # Without the record, only the kept tests would speak.
+    assert node_seeds_passed(_decoded(kept), {})[2] == 3

@@ -487,7 +487,10 @@ class Binder:
                     *(SetTicketPhase(TicketPhase.RETIRED, n, reading.detail) for n in names[1:]),
                 )
             case MarkQualified():
-                return MarkQualified(r.now, r.obs.test.fingerprint if r.obs.test else "")
+                test = r.obs.test
+                if test is None:
+                    return MarkQualified(r.now, "")
+                return MarkQualified(r.now, test.fingerprint, test.name, test.seed, test.data_seed)
             case EmitEvent(reason=reason, message=message, warning=warning, routine=routine):
                 text = message.format(node=node.name, detail=reading.detail)
                 return EmitEvent(reason, text, warning, routine)

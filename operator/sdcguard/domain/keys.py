@@ -7,6 +7,8 @@ Set by sdcguard (bookkeeping, so that a restart loses nothing):
 - ``sdcguard.dev/cordoned-by-us``: "true" when sdcguard cordoned the node (only then it uncordons)
 - ``sdcguard.dev/owned-annotations``: autoscaler annotations sdcguard set (only these are removed)
 - ``sdcguard.dev/qualified-at``, ``sdcguard.dev/fingerprint``: the last qualification
+- ``sdcguard.dev/seeds-passed``: the seeds its passed screenings ran on (JSON, bounded;
+  outlives the SDCTests retention deletes, see ``seeds.SeedsPassed``)
 - ``sdcguard.dev/state-since``: when the node entered its state
 - ``sdcguard.dev/test``: the SDCTest whose outcome the node waits for
 - ``sdcguard.dev/seq``: counter that makes SDCTest and RepairTicket names unique and repeatable
@@ -49,6 +51,7 @@ CORDONED_BY_US = PREFIX + "cordoned-by-us"
 OWNED_ANNOTATIONS = PREFIX + "owned-annotations"
 QUALIFIED_AT = PREFIX + "qualified-at"
 FINGERPRINT = PREFIX + "fingerprint"
+SEEDS_PASSED = PREFIX + "seeds-passed"
 STATE_SINCE = PREFIX + "state-since"
 CURRENT_TEST = PREFIX + "test"
 SEQ = PREFIX + "seq"

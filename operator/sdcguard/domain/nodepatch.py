@@ -25,6 +25,7 @@ from sdcguard.domain.lifecycle import (
     Uncordon,
 )
 from sdcguard.domain.observed import NodeFacts, Taint
+from sdcguard.domain.seeds import SeedsPassed
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,14 @@ def plan_node_patch(node: NodeFacts, actions: Iterable[Action]) -> NodePatch:
             case MarkQualified(at=at, fingerprint=fingerprint) if at is not None:
                 annotations[keys.QUALIFIED_AT] = keys.format_time(at)
                 annotations[keys.FINGERPRINT] = fingerprint or None
+                if action.test:
+                    known = annotations.get(
+                        keys.SEEDS_PASSED, node.annotations.get(keys.SEEDS_PASSED)
+                    )
+                    record = SeedsPassed.parse(known).add(
+                        action.test, action.seed, action.data_seed
+                    )
+                    annotations[keys.SEEDS_PASSED] = record.text()
             case RevokeQualification():
                 annotations[keys.QUALIFIED_AT] = None
                 annotations[keys.FINGERPRINT] = None

@@ -264,6 +264,8 @@ class TestFacts:
     the test holds its node but runs nothing (it does not use the test budget)."""
     data_seed: int | None = None
     """The data seed its probe was given (a confirmation re-run repeats it)."""
+    seed: int | None = None
+    """The seed of its baseline rounds."""
     end_reason: str = ""
     """Why it ended (status.reason: a verdict's reason, NodeGone, NodeLeftPolicy, ...)."""
 
@@ -323,6 +325,7 @@ class TestFacts:
                 for c in (status.conditions if status else [])
             ),
             data_seed=status.data_seed if status else None,
+            seed=status.seed if status else None,
         )
 
 

@@ -63,6 +63,10 @@ trigger is not seen (no baseline covers them), and the baseline's rounds see the
 same data at every screening. A node's digests of those rounds being public
 (in the SDCBaseline) is the replay limit ``docs/security.md`` describes.
 
+What a node passed on outlives its SDCTests: each pass adds its seeds to the node's
+compact record (:class:`SeedsPassed`, the ``sdcguard.dev/seeds-passed`` annotation),
+which retention never prunes; ``kubectl sdc history`` joins it with the tests kept.
+
 Every seed depends only on the test's own fields (uid, name, pins) and, for a
 confirmation, on the test it confirms, so a restart that rebuilds the probe Job
 rebuilds it with the same seeds.
@@ -71,6 +75,8 @@ rebuilds it with the same seeds.
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import dataclass
 
 #: Seeds are non-negative 31-bit integers, as the probe accepts them.
 MAX_SEED = (1 << 31) - 1
@@ -112,3 +118,61 @@ def data_seed(
     if confirmed is not None:
         return confirmed
     return _hashed(f"sdcguard-data-seed:{test_uid}:{test_name}")
+
+
+@dataclass(frozen=True)
+class SeedsPassed:
+    """The seeds a node's passed screenings ran on, kept on the Node
+    (``sdcguard.dev/seeds-passed``) so retention can delete the SDCTests that carried
+    them: how many screenings passed, the distinct baseline seeds, and the most recent
+    data seeds. Bounded (a Node object is watched by every controller): the baseline
+    seeds to :data:`MAX_SEEDS_KEPT` (one in practice), the data seeds to the last
+    :data:`MAX_DATA_SEEDS_KEPT`; ``passed`` counts them all. ``last`` is the newest
+    test recorded, so recording the same pass twice (a decision re-run after a
+    restart) counts it once."""
+
+    passed: int = 0
+    seeds: tuple[int, ...] = ()
+    data_seeds: tuple[int, ...] = ()
+    last: str = ""
+
+    def add(self, test: str, seed: int | None, data: int | None) -> SeedsPassed:
+        """This record with the passed screening ``test`` added."""
+        if not test or test == self.last:
+            return self
+        seeds = self.seeds if seed is None or seed in self.seeds else (*self.seeds, seed)
+        datas = self.data_seeds if data is None else (*self.data_seeds, data)
+        return SeedsPassed(
+            self.passed + 1,
+            seeds[-MAX_SEEDS_KEPT:],
+            datas[-MAX_DATA_SEEDS_KEPT:],
+            test,
+        )
+
+    def text(self) -> str:
+        """The annotation's value (compact JSON)."""
+        doc = {"passed": self.passed, "seeds": list(self.seeds),
+               "dataSeeds": list(self.data_seeds), "last": self.last}  # fmt: skip
+        return json.dumps(doc, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str | None) -> SeedsPassed:
+        """The record in an annotation's value; an empty record for none or one that
+        does not parse (a person's edit), so counting starts again instead of failing."""
+        try:
+            doc = json.loads(text or "{}")
+            passed = int(doc.get("passed", 0))
+            seeds = tuple(int(s) for s in doc.get("seeds", ()))
+            datas = tuple(int(s) for s in doc.get("dataSeeds", ()))
+            last = str(doc.get("last", ""))
+        except (ValueError, TypeError, AttributeError):
+            return cls()
+        if passed < 0 or any(not 0 <= s <= MAX_SEED for s in (*seeds, *datas)):
+            return cls()
+        return cls(passed, seeds[-MAX_SEEDS_KEPT:], datas[-MAX_DATA_SEEDS_KEPT:], last[:253])
+
+
+#: Distinct baseline seeds a :class:`SeedsPassed` keeps (pinned seeds add to the fixed one).
+MAX_SEEDS_KEPT = 16
+#: Most recent data seeds a :class:`SeedsPassed` keeps.
+MAX_DATA_SEEDS_KEPT = 32
