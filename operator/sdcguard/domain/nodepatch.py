@@ -26,6 +26,7 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.observed import NodeFacts, Taint
 from sdcguard.domain.seeds import SeedsPassed
+from sdcguard.domain.states import NodeState
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ def plan_node_patch(node: NodeFacts, actions: Iterable[Action]) -> NodePatch:
         match action:
             case SetLabel(state=state):
                 labels[keys.LABEL_STATE] = state.value
+                if state != NodeState.QUARANTINED and keys.OBSERVED_FAILURE in node.annotations:
+                    annotations[keys.OBSERVED_FAILURE] = None  # left the quarantine Observe saw
             case Annotate(changes=changes):
                 annotations.update(changes)
             case AddTaint(role=role, key=key, effect=effect) if key:
