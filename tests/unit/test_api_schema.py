@@ -11,7 +11,15 @@ import pytest
 import yaml
 
 from sdcguard.api import RESOURCES, Resource
+from sdcguard.api.common import (
+    API_VERSION,
+    GROUP,
+    OLDER_VERSIONS,
+    SERVED_API_VERSIONS,
+    VERSION,
+)
 from sdcguard.api.crdgen import crd_manifest, main, render
+from sdcguard.api.resources import from_body
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +58,7 @@ def _at(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
 
 def test_committed_crds_are_fresh() -> None:
     files = render()
-    for folder in (ROOT / "crds", ROOT / "charts" / "sdcguard" / "crds"):
+    for folder in (ROOT / "crds", ROOT / "charts" / "sdcguard" / "files" / "crds"):
         for name, text in files.items():
             path = folder / name
             assert path.is_file(), f"{path} missing: run `make crds`"
@@ -64,9 +72,9 @@ def test_check_mode_lists_stale_files(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["--out", str(out), "--chart", str(chart)]) == 0
     assert main(["--out", str(out), "--chart", str(chart), "--check"]) == 0
     assert (out / "sdcpolicies.sdcguard.dev.yaml").read_text() == (
-        chart / "crds" / "sdcpolicies.sdcguard.dev.yaml"
+        chart / "files" / "crds" / "sdcpolicies.sdcguard.dev.yaml"
     ).read_text()
-    (chart / "crds" / "repairtickets.sdcguard.dev.yaml").write_text("edited by hand\n")
+    (chart / "files" / "crds" / "repairtickets.sdcguard.dev.yaml").write_text("edited by hand\n")
     assert main(["--out", str(out), "--chart", str(chart), "--check"]) == 1
     assert "charts" not in str(out) and "repairtickets" in capsys.readouterr().err
 
@@ -225,3 +233,16 @@ def test_yaml_parses_back_to_the_manifest() -> None:
         text = render()[f"{resource.crd_name}.yaml"]
         assert text.startswith("# Generated")
         assert yaml.safe_load(text) == crd_manifest(resource)
+
+
+def test_the_versions_agree_and_every_served_one_parses() -> None:
+    """v1beta1 is read, written and stored; v1alpha1 is served beside it with the same
+    schema, so an object read through either parses."""
+    assert f"{GROUP}/{VERSION}" == API_VERSION == SERVED_API_VERSIONS[0]
+    assert SERVED_API_VERSIONS[1:] == tuple(f"{GROUP}/{v}" for v in OLDER_VERSIONS)
+    for api_version in SERVED_API_VERSIONS:
+        body = {"apiVersion": api_version, "kind": "SDCBaseline", "metadata": {"name": "b"},
+                "spec": {"fingerprint": {"hash": "a" * 64}}}  # fmt: skip
+        assert from_body(body).api_version == api_version
+    with pytest.raises(ValueError, match="expected apiVersion"):
+        from_body({"apiVersion": f"{GROUP}/v2", "kind": "SDCBaseline"})

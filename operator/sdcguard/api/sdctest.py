@@ -9,9 +9,11 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from sdcguard.api.common import (
+    API_VERSION,
     CONDITIONS_LIST,
     HEX_DIGEST_PATTERN,
     ApiModel,
+    ApiVersion,
     Condition,
     HexDigest,
     NodeName,
@@ -220,7 +222,7 @@ class SDCTestStatus(ApiModel):
 class SDCTest(ApiModel):
     """SDCTest: one screening of one node for silent data corruption."""
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["SDCTest"] = "SDCTest"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SDCTestSpec

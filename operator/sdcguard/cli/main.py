@@ -211,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="only nodes with these labels (kubectl's label selector) and their tests",
     )
+    sub.add_parser(
+        "migrate-storage",
+        parents=[common],
+        help="after an upgrade that changed the stored API version: write every sdcguard "
+        "object again in it, then narrow the CRDs' storedVersions",
+    )
     shell = sub.add_parser(
         "completion",
         help="print the shell completion script (source <(kubectl-sdc completion bash))",
@@ -277,6 +283,10 @@ def run(args: argparse.Namespace, confirm: Confirm | None = None) -> Result:
         return commands.hardware(conn, args.id)
     if args.command == "blast-radius":
         return blast.blast_radius(conn, args.name)
+    if args.command == "migrate-storage":
+        from sdcguard.cli.migrate import migrate_storage
+
+        return migrate_storage(conn)
     raise CliError(f"unknown command {args.command}")  # argparse prevents this
 
 
