@@ -60,6 +60,7 @@ def release(cluster: LocalCluster) -> Iterator[Release]:
         "--namespace",
         rel.namespace,
         "--create-namespace",
+        "--take-ownership",  # the session's CRDs (tests/conftest.py) exist already
         env=rel.env,
         values=rel.values,
     )
@@ -81,6 +82,7 @@ def _upgrade(release: Release, values: dict[str, Any]) -> None:
         str(CHART),
         "--namespace",
         release.namespace,
+        "--take-ownership",
         env=release.env,
         values=values,
     )
