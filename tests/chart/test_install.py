@@ -60,7 +60,6 @@ def release(cluster: LocalCluster) -> Iterator[Release]:
         "--namespace",
         rel.namespace,
         "--create-namespace",
-        "--take-ownership",  # the session's CRDs (tests/conftest.py) exist already
         env=rel.env,
         values=rel.values,
     )
@@ -82,6 +81,7 @@ def _upgrade(release: Release, values: dict[str, Any]) -> None:
         str(CHART),
         "--namespace",
         release.namespace,
+        # An upgrade renders the CRDs, which the session (tests/conftest.py) applied.
         "--take-ownership",
         env=release.env,
         values=values,

@@ -41,7 +41,6 @@ def _install_notes(cluster: LocalCluster, release: str, namespace: str) -> str:
         "--namespace",
         namespace,
         "--dry-run=server",
-        "--take-ownership",
         env=cluster.env(),
     )
     return proc.stdout

@@ -58,7 +58,7 @@ def _at(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
 
 def test_committed_crds_are_fresh() -> None:
     files = render()
-    for folder in (ROOT / "crds", ROOT / "charts" / "sdcguard" / "files" / "crds"):
+    for folder in (ROOT / "crds", ROOT / "charts" / "sdcguard" / "crds"):
         for name, text in files.items():
             path = folder / name
             assert path.is_file(), f"{path} missing: run `make crds`"
@@ -72,9 +72,9 @@ def test_check_mode_lists_stale_files(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["--out", str(out), "--chart", str(chart)]) == 0
     assert main(["--out", str(out), "--chart", str(chart), "--check"]) == 0
     assert (out / "sdcpolicies.sdcguard.dev.yaml").read_text() == (
-        chart / "files" / "crds" / "sdcpolicies.sdcguard.dev.yaml"
+        chart / "crds" / "sdcpolicies.sdcguard.dev.yaml"
     ).read_text()
-    (chart / "files" / "crds" / "repairtickets.sdcguard.dev.yaml").write_text("edited by hand\n")
+    (chart / "crds" / "repairtickets.sdcguard.dev.yaml").write_text("edited by hand\n")
     assert main(["--out", str(out), "--chart", str(chart), "--check"]) == 1
     assert "charts" not in str(out) and "repairtickets" in capsys.readouterr().err
 

@@ -124,9 +124,6 @@ def install_operator(
         "--namespace",
         namespace,
         "--create-namespace",
-        # The CRDs are part of the release; on a cluster where the test harness (or an
-        # earlier release) applied them, this release takes them over.
-        "--take-ownership",
         env=cluster.env(),
         values=merged,
     )
