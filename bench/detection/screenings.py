@@ -9,12 +9,11 @@ screen the same simulated node 10 times, in the same run:
   a real ``run_probe`` at the mode's budget at the start of this run), and its two
   seeds as the operator gives them (``sdcguard.domain.seeds``): the rounds a
   baseline covers (the probe's ``baseline_rounds``: compute 2, collective 2,
-  memory 5 patterns, golden 16 steps) draw from the seed of the UTC day the
-  SDCTest was created, every later round from the test's own data seed (from its
-  uid and name: new for every screening). A node's screenings are created every
-  ``INTERVAL`` (12 h: two a day, so two screenings share a day seed); a first SDC
-  verdict is followed ``CONFIRM_AFTER`` later by a confirmation re-run that takes
-  the failed test's data seed (and the seed of its own day), as the operator's
+  memory 5 patterns, golden 16 steps) draw from the operator's fixed baseline seed
+  (the same for every screening), every later round from the test's own data seed
+  (from its uid and name: new for every screening). A node's screenings are created
+  every ``INTERVAL`` (12 h); a first SDC verdict is followed ``CONFIRM_AFTER`` later
+  by a confirmation re-run that takes the failed test's data seed, as the operator's
   default confirmation policy (one re-run, same check) does;
 - **today (fixed seed)**: the probe before the plan and the seeds: rounds from its
   fixed formula of the budget (compute 257, collective 3, memory 5, golden 120
@@ -125,7 +124,7 @@ class Screening:
 
     name: str
     created: dt.datetime
-    #: The rounds a baseline covers (the day's seed).
+    #: The rounds a baseline covers (the fixed baseline seed).
     seed: int
     #: Every later round (the test's own; None: ``seed``, as the probe before the seeds).
     data_seed: int | None
@@ -137,16 +136,14 @@ def _uid(*parts: object) -> str:
 
 def screening(variant: str, node: int, k: int) -> Screening:
     """Screening ``k`` of ``node``: for sdcguard the operator's seeds
-    (``sdcguard.domain.seeds``: the creation day's seed, the test's own data seed); for
+    (``sdcguard.domain.seeds``: the fixed baseline seed, the test's own data seed); for
     the probe before the seeds, seed 0 for everything."""
     created = START + node * NODE_OFFSET + k * INTERVAL
     name = f"node-{node}-screening-{k}"
     if variant == "today":
         return Screening(name, created, 0, None)
     uid = _uid(node, k)
-    return Screening(
-        name, created, screening_seed(None, created, name), data_seed(None, None, uid, name)
-    )
+    return Screening(name, created, screening_seed(None), data_seed(None, None, uid, name))
 
 
 def confirmation(variant: str, failed: Screening, repeat: bool = True) -> Screening:
@@ -162,7 +159,7 @@ def confirmation(variant: str, failed: Screening, repeat: bool = True) -> Screen
     return Screening(
         name,
         created,
-        screening_seed(None, created, name),
+        screening_seed(None),
         data_seed(None, None, uid, name, confirmed),
     )
 
@@ -665,10 +662,10 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "Seeds: sdcguard's first "
         + ", ".join(f"{c} {n}" for c, n in doc["baseline_rounds"].items())
-        + " rounds (what a baseline covers) use the seed of the UTC day the test was "
-        "created, every later round the test's own data seed (both as the operator sets "
-        f"them); a node is screened every {sched['interval_s'] / 3600:g} h, so two "
-        "screenings share a day; a confirmation re-run "
+        + " rounds (what a baseline covers) use the operator's fixed baseline seed, "
+        "every later round the test's own data seed (both as the operator sets "
+        f"them); a node is screened every {sched['interval_s'] / 3600:g} h; a "
+        "confirmation re-run "
         f"{sched['confirm_after_s'] / 60:g} min after a first SDC verdict repeats its data "
         "seed. Today: seed 0 for everything.",
         "",

@@ -339,6 +339,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         budget=args.budget,
         seed=args.seed,
         data_seed=args.data_seed,
+        image=os.environ.get("SDCPROBE_IMAGE", "").strip()[:512],
         steps=args.steps,
         threads=args.threads,
         memory_fraction=args.memory_fraction,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -178,6 +179,10 @@ class ProbeConfig(BaseModel):
     #: ``seed``). Not part of the config hash: those rounds are judged without a
     #: baseline (replay, cross-device agreement, checksums, exact values).
     data_seed: int | None = None
+    #: The probe image reference the probe runs from (``SDCPROBE_IMAGE``, set by the
+    #: operator; a digest when the reference pins one). Part of the config hash, so of
+    #: the fingerprint: another image's code may compute other bits. "": not known.
+    image: str = Field(default="", max_length=512)
     baseline_rounds: dict[str, int] = Field(default_factory=lambda: dict(BASELINE_ROUNDS))
     golden_steps_fixed: bool = False
     compute: ComputeConfig
@@ -193,10 +198,13 @@ class ProbeConfig(BaseModel):
         check's size cap: it follows the budget on accelerators, and the digest does
         not cover how many bytes were tested (a baseline holds at every budget), nor is
         the memory dwell: how long a pattern sits changes what can flip, not the bits a
-        healthy device reads back."""
+        healthy device reads back. The image is in when known (a run outside the
+        operator, with no image named, hashes as it always did)."""
+        left_out: dict[str, Any] = {} if self.image else {"image": True}
         doc = self.model_dump(
             mode="json",
             exclude={
+                **left_out,
                 "data_seed": True,
                 "compute": {"rounds", "repeats"},
                 "collective": {"rounds"},
@@ -218,6 +226,7 @@ def plan_config(
     memory_mib: int | None = None,
     data_seed: int | None = None,
     memory_dwell: float | None = None,
+    image: str = "",
 ) -> ProbeConfig:
     """What every round of every check computes on ``backend``, for a ``budget`` in seconds.
 
@@ -276,6 +285,7 @@ def plan_config(
     return ProbeConfig(
         seed=seed,
         data_seed=data_seed,
+        image=image,
         baseline_rounds=base,
         golden_steps_fixed=steps is not None,
         compute=ComputeConfig(sizes=sizes, rounds=base["compute"], repeats=repeats),

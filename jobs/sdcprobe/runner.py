@@ -97,6 +97,8 @@ class RunOptions:
     seed: int = 0
     #: The screening's own seed for the rounds a baseline does not cover (None: seed).
     data_seed: int | None = None
+    #: The probe image reference (SDCPROBE_IMAGE): part of the fingerprint.
+    image: str = ""
     steps: int | None = None
     threads: int = 1
     memory_fraction: float | None = None
@@ -131,6 +133,7 @@ class RunOptions:
             self.memory_mib,
             self.data_seed,
             self.memory_dwell,
+            self.image,
         )
 
     def stress_seconds(self, backend: BackendName) -> float:

@@ -28,6 +28,8 @@ from sdctrain.detection import Detection, Reporter
 
 log = logging.getLogger("sdctrain")
 
+# v1alpha1: served by the CRDs of every release (v1beta1 has the same schema and is
+# what they store), so a training image keeps reporting across operator upgrades.
 API_VERSION = "sdcguard.dev/v1alpha1"
 PLURAL = "sdcreports"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")

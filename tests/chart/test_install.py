@@ -81,6 +81,8 @@ def _upgrade(release: Release, values: dict[str, Any]) -> None:
         str(CHART),
         "--namespace",
         release.namespace,
+        # An upgrade renders the CRDs, which the session (tests/conftest.py) applied.
+        "--take-ownership",
         env=release.env,
         values=values,
     )

@@ -44,10 +44,29 @@ def test_chart_crds_are_the_generated_ones() -> None:
     assert chart_crds == sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
     assert chart_crds == sorted(f"{r.crd_name}.yaml" for r in RESOURCES)
     for name in chart_crds:
-        assert (CHART / "crds" / name).read_text() == (ROOT / "crds" / name).read_text(), (
-            f"charts/sdcguard/crds/{name} differs from crds/{name}; regenerate both with "
-            "`python -m sdcguard.api.crdgen --out crds --chart charts/sdcguard`"
+        chart_copy = (CHART / "crds" / name).read_text()
+        assert chart_copy == (ROOT / "crds" / name).read_text(), (
+            f"charts/sdcguard/crds/{name} differs from crds/{name}; regenerate both "
+            "with `python -m sdcguard.api.crdgen --out crds --chart charts/sdcguard`"
         )
+
+
+def test_crds_are_upgraded_kept_and_optional(docs: list[dict[str, Any]]) -> None:
+    """An install takes the CRDs from crds/ (Helm puts them in first); an upgrade renders
+    them as templates, so it upgrades them. Kept on uninstall, storing v1beta1 and still
+    serving v1alpha1 with the same schema."""
+    assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    crds = [d for d in render(extra=("--is-upgrade",)) if d["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["metadata"]["name"] for c in crds) == sorted(r.crd_name for r in RESOURCES)
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        versions = {v["name"]: v for v in crd["spec"]["versions"]}
+        assert [n for n, v in versions.items() if v["storage"]] == ["v1beta1"]
+        assert versions["v1alpha1"]["served"] and versions["v1beta1"]["served"]
+        assert versions["v1alpha1"]["schema"] == versions["v1beta1"]["schema"]
+        assert "conversion" not in crd["spec"]  # strategy None: no webhook
+    off = render(values={"crds": {"manage": False}}, extra=("--is-upgrade",))
+    assert not [d for d in off if d["kind"] == "CustomResourceDefinition"]
 
 
 # ---------------------------------------------------------------- deployment

@@ -493,6 +493,57 @@ def test_observe_mode_changes_no_scheduling(api_client, operator) -> None:
         assert list_custom(api_client, "repairtickets", nodes[1]) == []
 
 
+def test_switching_to_enforce_confirms_what_observe_recorded(api_client, operator) -> None:
+    """A node Observe recorded as failing is not quarantined on sight when the policy
+    switches to Enforce: it is held as Suspect and re-tested; the failing re-test
+    quarantines it with a ticket that names Observe's test and the new ones, and a
+    hardware history record. A node that passes its re-test returns to Qualified."""
+    case = new_case()
+    failing, fixed = f"o2e-{case}-0", f"o2e-{case}-1"
+    trusted_baseline(api_client)
+    outcomes = {failing: "sdc", fixed: "sdc"}
+    custom = client.CustomObjectsApi(api_client)
+    with gpu_nodes(api_client, [failing, fixed], case=case), ProbeKubelet(api_client, outcomes):
+        name = create_policy(api_client, case, mode="Observe", confirmation={"reruns": 0})
+        for n in (failing, fixed):
+            wait_for(lambda n=n: node_state(api_client, n) == "Quarantined", 90, f"{n} recorded")
+        observed = {}
+        for n in (failing, fixed):
+            node = read_node(api_client, n)
+            assert not node.spec.taints and not node.spec.unschedulable
+            marker = (node.metadata.annotations or {}).get("sdcguard.dev/observed-failure")
+            assert marker, f"{n}: Observe left no record of the failure"
+            observed[n] = [t["metadata"]["name"] for t in list_custom(api_client, "sdctests", n)]
+        assert list_custom(api_client, "repairtickets", failing) == []
+
+        outcomes[fixed] = "pass"  # the fixed node passes its re-test from now on
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", name, {"spec": {"mode": "Enforce"}}
+        )
+        ticket = wait_for(
+            lambda: ticket_in_phase(api_client, failing, "Open"), 90, "the confirmed quarantine"
+        )
+        evidence = ticket["spec"]["evidence"]
+        assert set(observed[failing]) <= set(evidence) and len(evidence) > len(observed[failing])
+        assert QUARANTINE in taint_keys(api_client, failing)
+        assert "ObservedFailure" in _events(api_client, failing)
+        assert wait_for(lambda: _hardware(api_client, failing), 30, "the hardware history")
+        wait_for(lambda: node_state(api_client, fixed) == "Qualified", 90, "the cleared node")
+        assert list_custom(api_client, "repairtickets", fixed) == []
+        assert not taint_keys(api_client, fixed)
+        node = read_node(api_client, fixed)
+        assert "sdcguard.dev/observed-failure" not in (node.metadata.annotations or {})
+
+
+def _hardware(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
+    items = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, "sdchardwares")
+    return [
+        i
+        for i in items["items"]
+        if any(n.get("node") == node for n in (i.get("status") or {}).get("nodes") or [])
+    ]
+
+
 def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> None:
     case = new_case()
     node = f"kill-{case}"

@@ -11,7 +11,15 @@ import pytest
 import yaml
 
 from sdcguard.api import RESOURCES, Resource
+from sdcguard.api.common import (
+    API_VERSION,
+    GROUP,
+    OLDER_VERSIONS,
+    SERVED_API_VERSIONS,
+    VERSION,
+)
 from sdcguard.api.crdgen import crd_manifest, main, render
+from sdcguard.api.resources import from_body
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -225,3 +233,16 @@ def test_yaml_parses_back_to_the_manifest() -> None:
         text = render()[f"{resource.crd_name}.yaml"]
         assert text.startswith("# Generated")
         assert yaml.safe_load(text) == crd_manifest(resource)
+
+
+def test_the_versions_agree_and_every_served_one_parses() -> None:
+    """v1beta1 is read, written and stored; v1alpha1 is served beside it with the same
+    schema, so an object read through either parses."""
+    assert f"{GROUP}/{VERSION}" == API_VERSION == SERVED_API_VERSIONS[0]
+    assert SERVED_API_VERSIONS[1:] == tuple(f"{GROUP}/{v}" for v in OLDER_VERSIONS)
+    for api_version in SERVED_API_VERSIONS:
+        body = {"apiVersion": api_version, "kind": "SDCBaseline", "metadata": {"name": "b"},
+                "spec": {"fingerprint": {"hash": "a" * 64}}}  # fmt: skip
+        assert from_body(body).api_version == api_version
+    with pytest.raises(ValueError, match="expected apiVersion"):
+        from_body({"apiVersion": f"{GROUP}/v2", "kind": "SDCBaseline"})

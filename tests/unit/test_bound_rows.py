@@ -283,8 +283,8 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "Qualified | - | - | owned-taints- state-since= | - | Released | -"
     ),
     (S.TESTING, E.TEST_PASSED): (
-        "Qualified | - | - | fingerprint= owned-taints- qualified-at= state-since= test- | - "
-        "| Qualified | -"
+        "Qualified | - | - | fingerprint= owned-taints- qualified-at= seeds-passed= "
+        "state-since= test- | - | Qualified | -"
     ),
     (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (
         "Suspect | testing | - | evidence= seq= state-since= suspect-checks= test= | "
@@ -360,8 +360,8 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "state-since= | CreateTicket OpenTicketStatus | Quarantined | evicts"
     ),
     (S.SUSPECT, E.TEST_PASSED): (
-        "Qualified | - | - | evidence- fingerprint= owned-taints- qualified-at= state-since= "
-        "suspect-checks- test- | - | Cleared | -"
+        "Qualified | - | - | evidence- fingerprint= owned-taints- qualified-at= "
+        "seeds-passed= state-since= suspect-checks- test- | - | Cleared | -"
     ),
     (S.SUSPECT, E.TEST_FAILED): (
         "Quarantined | quarantine | cordoned | "
@@ -431,6 +431,10 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "cordoned-by-us- drain-until- karpenter.sh/do-not-disrupt- owned-annotations- "
         "owned-taints- state-since= | CloseTicket | Released | -"
     ),
+    (S.QUARANTINED, E.OBSERVED_FAILURE): (
+        "Suspect | quarantine testing | cordoned | drain-until- evidence= owned-taints= "
+        "state-since= suspect-checks= | - | ObservedFailure | -"
+    ),
     (S.QUARANTINED, E.DRAIN_DUE): "Quarantined | quarantine | cordoned | - | - | - | evicts",
     (S.QUARANTINED, E.DRAIN_TIMED_OUT): (
         "Quarantined | quarantine | cordoned | drain-until- | - | DrainIncomplete | -"
@@ -460,7 +464,7 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
     (S.VERIFYING, E.VERIFICATION_PASSED): (
         "Qualified | - | - | cluster-autoscaler.kubernetes.io/scale-down-disabled- "
         "cordoned-by-us- fingerprint= karpenter.sh/do-not-disrupt- owned-annotations- "
-        "owned-taints- qualified-at= state-since= test- | CloseTicket | Qualified | -"
+        "owned-taints- qualified-at= seeds-passed= state-since= test- | CloseTicket | Qualified | -"
     ),
     (S.VERIFYING, E.VERIFICATION_FAILED): (
         "Quarantined | quarantine | cordoned | history= state-since= test- | RaiseCycle "
@@ -569,6 +573,10 @@ DEVICE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "Qualified | - | - | drain-until- state-since= | UntaintDevices CloseTicket "
         "CloseTicket | Released | -"
     ),
+    (S.QUARANTINED, E.OBSERVED_FAILURE): (
+        "Suspect | testing | - | drain-until- evidence= owned-taints= state-since= "
+        "suspect-checks= | - | ObservedFailure | -"
+    ),
     (S.QUARANTINED, E.DRAIN_DUE): "Quarantined | - | - | - | - | - | -",
     (S.QUARANTINED, E.DRAIN_TIMED_OUT): (
         "Quarantined | - | - | drain-until- | - | DrainIncomplete | -"
@@ -591,8 +599,8 @@ DEVICE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
     (S.REPAIRING, E.DRAIN_DUE): "Repairing | - | - | - | - | - | -",
     (S.REPAIRING, E.DRAIN_TIMED_OUT): "Repairing | - | - | drain-until- | - | DrainIncomplete | -",
     (S.VERIFYING, E.VERIFICATION_PASSED): (
-        "Qualified | - | - | fingerprint= owned-taints- qualified-at= state-since= test- | "
-        "UntaintDevices CloseTicket CloseTicket | Qualified | -"
+        "Qualified | - | - | fingerprint= owned-taints- qualified-at= seeds-passed= "
+        "state-since= test- | UntaintDevices CloseTicket CloseTicket | Qualified | -"
     ),
     (S.VERIFYING, E.VERIFICATION_FAILED): (
         "Quarantined | - | - | history= owned-taints- state-since= test- | RaiseCycle "

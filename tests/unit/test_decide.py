@@ -40,6 +40,7 @@ from sdcguard.domain.lifecycle import (
     MarkQualified,
     NodeState,
     RaiseCycle,
+    RecordHardware,
     RemoveTaint,
     Retire,
     SetAutoscalerAnnotations,
@@ -391,13 +392,60 @@ def test_observe_mode_lets_a_node_that_registered_gated_in_at_once(budget: int) 
         assert taint_keys(applied(n, failed)) == set(), "never gated again in Observe mode"
 
 
-def test_switching_to_enforce_applies_what_the_state_implies() -> None:
+def test_switching_to_enforce_confirms_what_observe_recorded_before_quarantine() -> None:
+    """A failure Observe recorded (no ticket, no taint) is not quarantined on sight when
+    the policy switches to Enforce: the node becomes Suspect, held, and is re-tested on
+    its suspect checks; a failure then quarantines it with a ticket naming both tests
+    and a repair cycle (hardware history); a pass clears it."""
     n, _ = quarantined_story(policy(mode="Observe"))
+    assert n.state == S.QUARANTINED and not n.taints
+    assert keys.OBSERVED_FAILURE in n.annotations
+    p = policy()
+    d = decide(observe(n), p, NOW + HOUR)
+    assert (d.event, d.state) == (E.OBSERVED_FAILURE, S.SUSPECT)
+    assert not only(d, CreateTicket) and not only(d, Cordon)
+    n = applied(n, d)
+    assert taint_keys(n) == {TESTING}  # held: no new work until the re-test decides
+    assert keys.OBSERVED_FAILURE not in n.annotations
+    assert n.suspect_checks == frozenset({"golden"}) and len(n.evidence) == 2
+    retest = decide(observe(n), p, NOW + 2 * HOUR)
+    assert retest.event == E.RETEST_DUE
+    n = applied(n, retest)
+    test = created_test(retest)
+    assert test.reason == ScreeningReason.SUSPECT
+
+    failed = decide(observe(n, test=finish(test, Verdict.SDC, failed=("golden",))), p, NOW)
+    assert (failed.event, failed.state) == (E.TEST_FAILED, S.QUARANTINED)
+    ticket_made = one(failed, CreateTicket)
+    assert test.name in ticket_made.evidence and len(ticket_made.evidence) == 3
+    assert only(failed, RecordHardware)
+    assert taint_keys(applied(n, failed)) == {QUARANTINE}
+
+    cleared = decide(observe(n, test=finish(test, Verdict.PASS)), p, NOW)
+    assert (cleared.event, cleared.state) == (E.TEST_PASSED, S.QUALIFIED)
+    assert not only(cleared, CreateTicket)
+
+
+def test_a_quarantine_whose_ticket_enforce_lost_gets_it_again() -> None:
+    """Without Observe's record, a Quarantined node with no ticket is an Enforce
+    quarantine whose ticket was lost (deleted by hand): upkeep opens it again."""
+    n, _ = quarantined_story(policy(mode="Observe"))
+    n = dataclasses.replace(
+        n, annotations={k: v for k, v in n.annotations.items() if k != keys.OBSERVED_FAILURE}
+    )
     d = decide(observe(n), policy(), NOW)
     assert d.event is None
     n = applied(n, d)
     assert taint_keys(n) == {QUARANTINE} and n.unschedulable
     assert only(d, CreateTicket)
+
+
+def test_observes_record_goes_when_the_node_leaves_the_quarantine() -> None:
+    n, _ = quarantined_story(policy(mode="Observe"))
+    n = dataclasses.replace(n, annotations={**n.annotations, keys.REQUEST_RELEASE: "fixed"})
+    d = decide(observe(n), policy(mode="Observe"), NOW)
+    assert d.state == S.QUALIFIED
+    assert keys.OBSERVED_FAILURE not in applied(n, d).annotations
 
 
 def test_breaker_open_holds_quarantine_and_routine_screening() -> None:
@@ -699,7 +747,7 @@ def test_repeating_a_decision_creates_the_same_names() -> None:
 def test_mark_qualified_records_time_and_fingerprint() -> None:
     n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t1"})
     d = decide(observe(n, test=sdctest("t1", verdict=Verdict.PASS)), policy(), NOW)
-    assert one(d, MarkQualified) == MarkQualified(NOW, "f" * 64)
+    assert one(d, MarkQualified) == MarkQualified(NOW, "f" * 64, "t1")
 
 
 def test_node_without_accelerators_or_not_ready_waits() -> None:

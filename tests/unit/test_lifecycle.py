@@ -146,6 +146,7 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.SUSPECT, E.TEST_INCONCLUSIVE): (S.SUSPECT, BACK_OFF),
     (S.SUSPECT, E.RETEST_DUE): (S.SUSPECT, {"+testing", "Test:requalification/Suspect"}),
     (S.SUSPECT, E.TEST_STARTED): (S.SUSPECT, {"AdoptTest", "+testing"}),
+    (S.QUARANTINED, E.OBSERVED_FAILURE): (S.SUSPECT, {"+testing", "KeepSuspicion"}),
     (S.QUARANTINED, E.REPAIR_STARTED): (S.REPAIRING, {"Ticket:InRepair"}),
     (S.QUARANTINED, E.REPLACE_DUE): (S.REPAIRING, {"Ticket:InRepair", "DeleteNode"}),
     (S.QUARANTINED, E.TICKET_RESOLVED): (S.VERIFYING, VERIFY | {"Ticket:Verifying", "ForgetTest"}),

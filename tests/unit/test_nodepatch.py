@@ -18,6 +18,7 @@ from sdcguard.domain.lifecycle import (
 )
 from sdcguard.domain.nodepatch import plan_node_patch
 from sdcguard.domain.observed import Taint
+from sdcguard.domain.seeds import SeedsPassed
 from tests.unit.factories import NOW, node
 
 TESTING = "sdcguard.dev/testing"
@@ -107,6 +108,25 @@ def test_qualification_is_recorded_and_revoked() -> None:
     n = node(qualified_at=NOW, annotations={keys.FINGERPRINT: "ab" * 32})
     revoked = plan_node_patch(n, [RevokeQualification()])
     assert revoked.annotations == {keys.QUALIFIED_AT: None, keys.FINGERPRINT: None}
+
+
+def test_a_pass_adds_its_seeds_to_the_nodes_compact_record() -> None:
+    """The seeds passed live on the Node, so they outlive the SDCTests retention prunes;
+    the record is bounded and counts each passing test once."""
+    n = node()
+    for k in range(40):
+        patch = plan_node_patch(n, [MarkQualified(NOW, "ab" * 32, f"n1-{k}", 7, 1000 + k)])
+        n = node(annotations={**n.annotations, **{a: v for a, v in patch.annotations.items() if v}})
+    again = plan_node_patch(n, [MarkQualified(NOW, "ab" * 32, "n1-39", 7, 1039)])
+    assert keys.SEEDS_PASSED not in again.annotations  # the same pass twice: no change
+    record = SeedsPassed.parse(n.annotations[keys.SEEDS_PASSED])
+    assert record.passed == 40 and record.seeds == (7,) and record.last == "n1-39"
+    assert record.data_seeds == tuple(range(1008, 1040))  # the newest 32
+    assert len(n.annotations[keys.SEEDS_PASSED]) < 512
+    # A record a person broke starts again instead of failing the pass.
+    broken = node(annotations={keys.SEEDS_PASSED: "{not json"})
+    fresh = plan_node_patch(broken, [MarkQualified(NOW, "ab" * 32, "n1-1", 7, 5)])
+    assert SeedsPassed.parse(fresh.annotations[keys.SEEDS_PASSED]).passed == 1
 
 
 def test_nothing_to_do_is_an_empty_patch() -> None:

@@ -34,7 +34,7 @@ def test_one_time_parser() -> None:
 
 def test_one_api_group_constant() -> None:
     # The API models' apiVersion is a Literal type (its value must be spelled there).
-    copies = re.compile(r"""["']sdcguard\.dev["']|["']sdcguard\.dev/v1alpha1["']""")
+    copies = re.compile(r"""["']sdcguard\.dev["']|["']sdcguard\.dev/v1(alpha|beta)1["']""")
     found = [
         f"{path.relative_to(OPERATOR)}:{n}"
         for path in _sources()
@@ -42,7 +42,7 @@ def test_one_api_group_constant() -> None:
         if copies.search(line) and "Literal[" not in line
     ]
     assert found == [], f"use sdcguard.api.common.GROUP / API_VERSION: {found}"
-    assert f"{GROUP}/" == keys.PREFIX and f"{GROUP}/v1alpha1" == API_VERSION
+    assert f"{GROUP}/" == keys.PREFIX and f"{GROUP}/v1beta1" == API_VERSION
 
 
 def test_the_time_parser_reads_what_kubernetes_writes() -> None:

@@ -4,34 +4,30 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from sdcguard.adapters.pass_state import FleetView, TestSnapshot
-from sdcguard.adapters.test_runner import _data_seed_of
+from sdcguard.adapters.test_runner import _data_seed_of, _seed_of
 from sdcguard.api.sdctest import SDCTest, SDCTestSpec
 from sdcguard.builders.probe_job import ProbeJobRequest, probe_args
-from sdcguard.cli.commands import history_entries, seeds_passed
-from sdcguard.domain.seeds import MAX_SEED, daily_seed, data_seed, screening_seed
+from sdcguard.cli.commands import history_entries, node_seeds_passed, seeds_passed
+from sdcguard.domain import keys
+from sdcguard.domain.actions import MarkQualified
+from sdcguard.domain.nodepatch import plan_node_patch
+from sdcguard.domain.observed import NodeFacts
+from sdcguard.domain.retention import History, RetentionLimits, TestRecord, plan_retention
+from sdcguard.domain.seeds import BASELINE_SEED, MAX_SEED, data_seed, screening_seed
 
 DAY = dt.datetime(2026, 3, 4, 0, 0, 1, tzinfo=dt.UTC)
 
 
-def test_one_seed_per_utc_day_and_a_new_one_every_day() -> None:
-    late = DAY + dt.timedelta(hours=23, minutes=59)
-    assert daily_seed(DAY) == daily_seed(late)  # the day's quorum shares one baseline
-    days = {daily_seed(DAY + dt.timedelta(days=d)) for d in range(30)}
-    assert len(days) == 30 and all(0 <= s <= MAX_SEED for s in days)
-    assert daily_seed(DAY.replace(tzinfo=None)) == daily_seed(DAY)  # naive means UTC
-
-
-def test_pinned_seed_wins_and_the_choice_is_repeatable() -> None:
-    assert screening_seed(7, DAY, "n1-1") == 7
-    assert screening_seed(None, DAY, "n1-1") == daily_seed(DAY)
-    # No creation time known: derived from the name, so a rebuilt Job gets the same seed.
-    assert screening_seed(None, None, "n1-1") == screening_seed(None, None, "n1-1")
-    assert screening_seed(None, None, "n1-1") != screening_seed(None, None, "n1-2")
+def test_one_fixed_baseline_seed_unless_pinned() -> None:
+    assert 0 <= BASELINE_SEED <= MAX_SEED
+    assert screening_seed(None) == BASELINE_SEED
+    assert screening_seed(7) == 7
 
 
 def test_spec_seed_is_bounded() -> None:
@@ -100,23 +96,24 @@ def test_history_shows_seeds_and_the_seeds_passed() -> None:
     assert "seed 20" in entries[1]["detail"]
 
 
-def test_the_day_scheme_gives_a_quorum_a_shared_seed_and_a_node_new_data_each_day() -> None:
-    """What the scheme is chosen for (domain/seeds.py): every screening of the fleet on
-    one day shares the seed (so `quorum` nodes can agree on a baseline for it, and a
-    same-day confirmation repeats the failing data), and a node screened on n days has
-    been checked on n different seeds (a rotating set would stop growing)."""
-    created = [DAY + dt.timedelta(minutes=7 * i) for i in range(200)]  # one day of a fleet
-    fleet_day = {screening_seed(None, t, f"n{i}-1") for i, t in enumerate(created)}
-    assert len(fleet_day) == 1
-    failed, confirm = DAY + dt.timedelta(hours=3), DAY + dt.timedelta(hours=3, minutes=20)
-    assert screening_seed(None, failed, "n1-4") == screening_seed(None, confirm, "n1-5")
-    weekly = [screening_seed(None, DAY + dt.timedelta(days=7 * w), "n1-x") for w in range(104)]
-    assert len(set(weekly)) == 104  # two years of weekly screenings: 104 data sets
-    # The limit, as documented: a confirmation created after midnight draws the next seed.
-    late = DAY + dt.timedelta(hours=23, minutes=59)
-    assert screening_seed(None, late, "n1-6") != screening_seed(
-        None, late + dt.timedelta(minutes=2), "n1-7"
-    )
+def test_the_baseline_seed_is_shared_and_data_seeds_grow_per_screening() -> None:
+    """What the scheme is chosen for (domain/seeds.py): every screening of the fleet,
+    on any day, shares the baseline seed (so a fingerprint's baseline, once
+    established, stays comparable), and a node screened n times has been checked on n
+    data seeds (its own rounds; a confirmation repeats the failing one)."""
+    created = [DAY + dt.timedelta(days=7 * w) for w in range(104)]  # two years, weekly
+    tests = [
+        SDCTest.model_validate(
+            {
+                "metadata": {"name": f"n1-{w}", "uid": f"uid-{w}", "creationTimestamp": t},
+                "spec": {"nodeName": "n1", "policyRef": "p", "reason": "Expiry"},
+            }
+        )
+        for w, t in enumerate(created)
+    ]
+    assert {_seed_of(t) for t in tests} == {BASELINE_SEED}
+    view = FleetView(nodes={}, tests={})
+    assert len({_data_seed_of(t, view) for t in tests}) == 104  # 104 data sets
 
 
 def test_a_new_data_seed_per_screening_unless_pinned_or_confirming() -> None:
@@ -229,3 +226,35 @@ def test_history_lists_the_data_seeds_passed() -> None:
     entries = history_entries(_decoded(tests), [], [])
     assert [e["dataSeed"] for e in entries] == [501, 502]
     assert "seed 10, data seed 501" in entries[0]["detail"]
+
+
+def test_the_seeds_passed_outlive_the_tests_retention_deletes() -> None:
+    """Forty weekly passes: the operator's node patch keeps their seeds on the Node;
+    retention then deletes all but the newest tests, and `kubectl sdc history` still
+    counts every pass and lists the seeds (the newest data seeds past the bound)."""
+    node = NodeFacts("n1")
+    tests: list[dict[str, Any]] = []
+    for w in range(40):
+        done = DAY + dt.timedelta(days=7 * w)
+        body = _test(f"n1-{w}", "Pass", BASELINE_SEED, keys.format_time(done))
+        body["status"]["dataSeed"] = 5000 + w  # type: ignore[index]
+        tests.append(body)
+        mark = MarkQualified(done, "ab" * 32, f"n1-{w}", BASELINE_SEED, 5000 + w)
+        patch = plan_node_patch(node, [mark])
+        merged = {**node.annotations, **patch.annotations}
+        node = NodeFacts("n1", annotations={k: v for k, v in merged.items() if v is not None})
+    records = tuple(
+        TestRecord(t["metadata"]["name"], "n1", DAY + dt.timedelta(days=7 * w), passed=True)
+        for w, t in enumerate(tests)
+    )
+    limits = RetentionLimits(tests_per_node=3, tests_age=dt.timedelta(days=1))
+    history = History(tests=records, nodes={"n1": "ab" * 32})
+    plan = plan_retention(history, limits, DAY + dt.timedelta(days=7 * 40))
+    gone = {d.name for d in plan.deletions}
+    kept = [t for t in tests if t["metadata"]["name"] not in gone]
+    assert len(kept) == 3  # the prune happened
+    passed, data, count = node_seeds_passed(_decoded(kept), node.annotations)
+    assert count == 40 and passed == [BASELINE_SEED]
+    assert data == list(range(5008, 5040))  # the newest 32, though 29 of their tests are gone
+    # Without the record, only the kept tests would speak.
+    assert node_seeds_passed(_decoded(kept), {})[2] == 3

@@ -20,7 +20,7 @@ from sdcguard.adapters.pass_state import (
     PolicyMemory,
 )
 from sdcguard.api import (
-    GROUP,
+    API_VERSION,
     BreakerSample,
     BreakerStatus,
     Condition,
@@ -407,7 +407,7 @@ class PolicyStatusReporter:
                 message=bounded(capacity.message),
                 now=now,
                 warning=status == "False",
-                api_version=f"{GROUP}/v1alpha1",
+                api_version=API_VERSION,
             )
         return set_condition(
             conditions,

@@ -9,9 +9,11 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from sdcguard.api.common import (
+    API_VERSION,
     CONDITIONS_LIST,
     SET_LIST,
     ApiModel,
+    ApiVersion,
     Condition,
     HexDigest,
     NodeName,
@@ -185,7 +187,7 @@ class SDCBaseline(ApiModel):
     # a change is a model_copy, never an assignment into a shared object.
     model_config = ConfigDict(frozen=True)
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["SDCBaseline"] = "SDCBaseline"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SDCBaselineSpec

@@ -17,8 +17,16 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonValue
 
 GROUP = "sdcguard.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+VERSION = "v1beta1"
+"""The version the operator reads and writes, and the one the API server stores."""
+OLDER_VERSIONS = ("v1alpha1",)
+"""Versions still served beside ``VERSION``, with the same schema: the API server
+converts between them by changing ``apiVersion`` alone (no conversion webhook), so an
+older operator, CLI or training job keeps working during and after an upgrade."""
+ApiVersion = Literal["sdcguard.dev/v1beta1", "sdcguard.dev/v1alpha1"]
+"""An object's apiVersion: any served version (the schemas are the same)."""
+API_VERSION: ApiVersion = "sdcguard.dev/v1beta1"
+SERVED_API_VERSIONS: tuple[ApiVersion, ...] = ("sdcguard.dev/v1beta1", "sdcguard.dev/v1alpha1")
 
 
 class ApiModel(BaseModel):

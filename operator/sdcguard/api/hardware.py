@@ -8,7 +8,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from sdcguard.api.common import CONDITIONS_LIST, ApiModel, Condition, NodeName, ObjectMeta
+from sdcguard.api.common import (
+    API_VERSION,
+    CONDITIONS_LIST,
+    ApiModel,
+    ApiVersion,
+    Condition,
+    NodeName,
+    ObjectMeta,
+)
 
 Id = Annotated[str, StringConstraints(max_length=253)]
 Text = Annotated[str, StringConstraints(max_length=256)]
@@ -132,7 +140,7 @@ class SDCHardware(ApiModel):
     """SDCHardware: the failure history of one host or accelerator, keyed by a hardware
     identifier, so repeat offenders are counted across tickets and Node names."""
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["SDCHardware"] = "SDCHardware"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SDCHardwareSpec

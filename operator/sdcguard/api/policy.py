@@ -13,10 +13,12 @@ from pydantic import ConfigDict, Field, StringConstraints, field_validator, mode
 from pydantic.config import JsonDict
 
 from sdcguard.api.common import (
+    API_VERSION,
     CONDITIONS_LIST,
     QUALIFIED_NAME_PATTERN,
     SET_LIST,
     ApiModel,
+    ApiVersion,
     Condition,
     Duration,
     ImageReference,
@@ -1335,7 +1337,7 @@ class SDCPolicyStatus(ApiModel):
 class SDCPolicy(ApiModel):
     """SDCPolicy: which nodes are screened for silent data corruption, and how."""
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["SDCPolicy"] = "SDCPolicy"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SDCPolicySpec = Field(default_factory=SDCPolicySpec)

@@ -16,8 +16,10 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 
 from sdcguard.api.common import (
+    API_VERSION,
     CONDITIONS_LIST,
     ApiModel,
+    ApiVersion,
     Condition,
     NodeName,
     ObjectMeta,
@@ -162,7 +164,7 @@ class SDCReportStatus(ApiModel):
 class SDCReport(ApiModel):
     """SDCReport: a training job says a GPU on a node computed wrongly."""
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["SDCReport"] = "SDCReport"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SDCReportSpec

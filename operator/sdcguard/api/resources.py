@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdcguard.api.baseline import SDCBaseline, SDCBaselineSpec, SDCBaselineStatus
-from sdcguard.api.common import API_VERSION, GROUP, ApiModel
+from sdcguard.api.common import GROUP, SERVED_API_VERSIONS, ApiModel
 from sdcguard.api.hardware import SDCHardware, SDCHardwareSpec, SDCHardwareStatus
 from sdcguard.api.policy import SDCPolicy, SDCPolicySpec, SDCPolicyStatus
 from sdcguard.api.report import SDCReport, SDCReportSpec, SDCReportStatus
@@ -218,8 +218,11 @@ def from_body(body: Mapping[str, Any]) -> Body:
     Raises ValueError for another apiVersion or kind, and pydantic's ValidationError
     (naming the field) for a malformed object.
     """
-    if body.get("apiVersion") != API_VERSION:
-        raise ValueError(f"expected apiVersion {API_VERSION}, got {body.get('apiVersion')!r}")
+    if body.get("apiVersion") not in SERVED_API_VERSIONS:
+        raise ValueError(
+            f"expected apiVersion {' or '.join(SERVED_API_VERSIONS)}, "
+            f"got {body.get('apiVersion')!r}"
+        )
     resource = _BY_KIND.get(str(body.get("kind")))
     if resource is None:
         raise ValueError(

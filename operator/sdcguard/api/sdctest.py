@@ -9,9 +9,11 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from sdcguard.api.common import (
+    API_VERSION,
     CONDITIONS_LIST,
     HEX_DIGEST_PATTERN,
     ApiModel,
+    ApiVersion,
     Condition,
     HexDigest,
     NodeName,
@@ -141,8 +143,8 @@ class SDCTestSpec(ApiModel):
     seed: int | None = Field(default=None, ge=0, le=2147483647)
     """Pins the seed of the probe's rounds that a baseline covers (e.g. to repeat a
     failing screening's data; also pins dataSeed unless that is given). Unset: the
-    operator uses the seed of the UTC day the test was created and records it in
-    status.seed."""
+    operator's fixed baseline seed, the same for every screening (so a fingerprint's
+    baseline lasts until the fingerprint changes), recorded in status.seed."""
     data_seed: int | None = Field(default=None, ge=0, le=2147483647)
     """Pins the seed of every later round (the screening's own data, judged without a
     baseline). Unset: spec.seed if pinned, the failed test's for a confirmation, else a
@@ -191,7 +193,7 @@ class SDCTestStatus(ApiModel):
     suite: Suite | None = None
     """The suite that runs: spec.suite, or the operator's pick when spec.suite is unset."""
     seed: int | None = Field(default=None, ge=0, le=2147483647)
-    """The seed the probe Job was given (spec.seed if pinned, else the day's seed)."""
+    """The seed the probe Job was given (spec.seed if pinned, else the fixed baseline seed)."""
     data_seed: int | None = Field(default=None, ge=0, le=2147483647)
     """The data seed the probe Job was given (the rounds a baseline does not cover)."""
     start_time: dt.datetime | None = None
@@ -220,7 +222,7 @@ class SDCTestStatus(ApiModel):
 class SDCTest(ApiModel):
     """SDCTest: one screening of one node for silent data corruption."""
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["SDCTest"] = "SDCTest"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SDCTestSpec

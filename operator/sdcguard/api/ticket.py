@@ -9,9 +9,11 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 
 from sdcguard.api.common import (
+    API_VERSION,
     CONDITIONS_LIST,
     SET_LIST,
     ApiModel,
+    ApiVersion,
     Condition,
     NodeName,
     ObjectMeta,
@@ -298,7 +300,7 @@ class RepairTicketStatus(ApiModel):
 class RepairTicket(ApiModel):
     """RepairTicket: one quarantine of one node, handed to a repair workflow."""
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["RepairTicket"] = "RepairTicket"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: RepairTicketSpec

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from sdcguard.api.common import ApiModel, NodeName, ObjectMeta
+from sdcguard.api.common import API_VERSION, ApiModel, ApiVersion, NodeName, ObjectMeta
 
 MAX_WORKLOADS = 64
 """Workloads kept per node (merged by top owner first; then the oldest ended are dropped)."""
@@ -88,7 +88,7 @@ class WorkloadRecordStatus(ApiModel):
 class WorkloadRecord(ApiModel):
     """WorkloadRecord: which workloads used a node's accelerators since its last pass."""
 
-    api_version: Literal["sdcguard.dev/v1alpha1"] = "sdcguard.dev/v1alpha1"
+    api_version: ApiVersion = API_VERSION
     kind: Literal["WorkloadRecord"] = "WorkloadRecord"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: WorkloadRecordSpec

@@ -106,6 +106,10 @@ class ProbeJobRequest:
     """Extra annotations of the Pod (spec.probe.annotations)."""
 
 
+PROBE_IMAGE_ENV = "SDCPROBE_IMAGE"
+"""The probe container's own image reference, which the probe puts in its fingerprint."""
+
+
 def label_value(text: str) -> str:
     """``text`` as a label value: itself when it fits (63 characters), else a prefix and a
     hash of the whole (autoscalers name nodes up to 253 characters; tests add a suffix)."""
@@ -225,8 +229,13 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                 "args": probe_args(req),
                 # HOME on the writable /tmp: user 65532 has no home directory and
                 # the root filesystem is read-only (torch and triton cache there).
-                "env": [{"name": "HOME", "value": "/tmp"}]
-                + [{"name": k, "value": v} for k, v in req.env],
+                # SDCPROBE_IMAGE: the image goes into the probe's fingerprint, so
+                # another image never borrows this one's baseline.
+                "env": [
+                    {"name": "HOME", "value": "/tmp"},
+                    {"name": PROBE_IMAGE_ENV, "value": req.image},
+                ]
+                + [{"name": k, "value": v} for k, v in req.env if k != PROBE_IMAGE_ENV],
                 "resources": {"limits": limits, "requests": requests},
                 "terminationMessagePath": "/dev/termination-log",
                 # A probe that dies before it writes its result (a bad flag, a failed

@@ -15,6 +15,7 @@
     kubectl sdc baselines                    golden-value baselines per fingerprint
     kubectl sdc hardware [ID]                failure history by hardware identity
     kubectl sdc blast-radius NODE|TICKET     workloads a failing node served
+    kubectl sdc migrate-storage              after an upgrade: store every object anew
     kubectl sdc completion bash|zsh          shell completion script
 
 Global flags, before or after the command: --kubeconfig, --context, -o table|wide|json|yaml,

@@ -68,6 +68,7 @@ from sdcguard.domain.lifecycle import TABLE, NodeState
 from sdcguard.domain.lifecycle import Event as LifecycleEvent
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TicketFacts
 from sdcguard.domain.recertification import LABEL_OVERDUE
+from sdcguard.domain.seeds import SeedsPassed
 from sdcguard.domain.selection import most_specific, selects
 
 PLUGIN = "kubectl-sdc"
@@ -1119,6 +1120,20 @@ def seeds_passed(tests: Iterable[SDCTest], field: str = "seed") -> list[int]:
     return list(dict.fromkeys(seed for _, seed in sorted(done)))
 
 
+def node_seeds_passed(
+    tests: Iterable[SDCTest], annotations: Mapping[str, str]
+) -> tuple[list[int], list[int], int]:
+    """A node's seeds passed, its data seeds passed and how many screenings passed: the
+    node's compact record (``sdcguard.dev/seeds-passed``, which keeps the seeds of passes
+    whose SDCTests retention deleted) joined with the tests still kept."""
+    kept = list(tests)
+    record = SeedsPassed.parse(annotations.get(keys.SEEDS_PASSED))
+    passed = list(dict.fromkeys([*record.seeds, *seeds_passed(kept)]))
+    data = list(dict.fromkeys([*record.data_seeds, *seeds_passed(kept, "dataSeed")]))
+    kept_passes = sum(1 for t in kept if t.status and t.status.verdict == Verdict.PASS)
+    return passed, data, max(record.passed, kept_passes)
+
+
 def history(conn: Connection, node_name: str, limit: int | None) -> Result:
     """SDCTests, RepairTickets and Events of one node, oldest first."""
     node: Node | None
@@ -1159,12 +1174,12 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
             raise CliError(f"--limit {limit}: give 1 or more, or leave it out to see everything")
         entries = entries[-limit:]
     annotations = node.annotations if node else {}
-    passed = seeds_passed(tests)
-    data_passed = seeds_passed(tests, "dataSeed")
+    passed, data_passed, screenings_passed = node_seeds_passed(tests, annotations)
     data = {
         "node": node_name,
         "seedsPassed": passed,
         "dataSeedsPassed": data_passed,
+        "screeningsPassed": screenings_passed,
         "exists": node is not None,
         "state": node.state if node else None,
         "qualifiedAt": annotations.get(keys.QUALIFIED_AT),
@@ -1178,8 +1193,11 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         else f"Node {node_name} no longer exists; its records:"
     )
     header += f"\nSeeds passed ({len(passed)}): {' '.join(str(x) for x in passed) or 'none'}"
+    # Past the compact record's bound only the newest data seeds are listed.
+    more = screenings_passed > len(data_passed)
+    of = f", newest of {screenings_passed} screenings passed" if more else ""
     header += (
-        f"\nData seeds passed ({len(data_passed)}): "
+        f"\nData seeds passed ({len(data_passed)}{of}): "
         f"{' '.join(str(x) for x in data_passed) or 'none'}"
     )
     table = Table(

@@ -115,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=_seed,
         default=None,
-        help="pin the seed of the probe's baseline rounds, 0..2147483647 (default: the day's; "
-        "also pins --data-seed unless given)",
+        help="pin the seed of the probe's baseline rounds, 0..2147483647 (default: the fixed "
+        "baseline seed; also pins --data-seed unless given)",
     )
     test.add_argument(
         "--data-seed",
@@ -230,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="look for probe Jobs only in the operator's namespace (default: every namespace)",
     )
+    sub.add_parser(
+        "migrate-storage",
+        parents=[common],
+        help="after an upgrade that changed the stored API version: write every sdcguard "
+        "object again in it, then narrow the CRDs' storedVersions",
+    )
     shell = sub.add_parser(
         "completion",
         help="print the shell completion script (source <(kubectl-sdc completion bash))",
@@ -305,6 +311,10 @@ def run(args: argparse.Namespace, confirm: Confirm | None = None) -> Result:
         return commands.hardware(conn, args.id)
     if args.command == "blast-radius":
         return blast.blast_radius(conn, args.name)
+    if args.command == "migrate-storage":
+        from sdcguard.cli.migrate import migrate_storage
+
+        return migrate_storage(conn)
     raise CliError(f"unknown command {args.command}")  # argparse prevents this
 
 

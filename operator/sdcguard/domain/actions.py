@@ -88,10 +88,14 @@ class Annotate:
 
 @dataclass(frozen=True)
 class MarkQualified:
-    """Record the qualification time and the fingerprint it was earned under."""
+    """Record the qualification time and the fingerprint it was earned under, and add
+    the passing test's seeds to the node's ``seeds-passed`` record."""
 
     at: dt.datetime | None = None
     fingerprint: str = ""
+    test: str = ""
+    seed: int | None = None
+    data_seed: int | None = None
 
 
 @dataclass(frozen=True)

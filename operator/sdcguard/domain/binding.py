@@ -49,6 +49,7 @@ from sdcguard.domain.devicetaints import (
     under_verification,
 )
 from sdcguard.domain.echo import bounded
+from sdcguard.domain.keys import observed_failure_text
 from sdcguard.domain.lifecycle import (
     BOOKKEEPING,
     OBSERVE_SUPPRESSED,
@@ -167,13 +168,25 @@ class Binder:
             else:
                 self._add(self.bind(action))
         node = self.r.node
+        policy = self.r.policy
+        if (
+            policy.mode == Mode.OBSERVE
+            and self.target == NodeState.QUARANTINED
+            and any(isinstance(a, CreateTicket) for a in self._bound)
+        ):
+            # The ticket Observe does not open: remember the failure, so that Enforce
+            # confirms it (a re-test) instead of quarantining on it unseen.
+            test = self.r.obs.test
+            failed = test.failed_checks if test is not None else frozenset()
+            self.changes[keys.OBSERVED_FAILURE] = observed_failure_text(
+                self.reading.evidence or node.evidence, failed | node.suspect_checks
+            )
         changes = tuple(
             (k, v) for k, v in sorted(self.changes.items()) if node.annotations.get(k) != v
         )
         if changes:
             self._bound.append(Annotate(changes))
         bound, suppressed = self._bound, []
-        policy = self.r.policy
         if policy.mode == Mode.OBSERVE:
             suppressed = [a for a in bound if isinstance(a, OBSERVE_SUPPRESSED)]
             bound = [a for a in bound if not isinstance(a, OBSERVE_SUPPRESSED)]
@@ -487,7 +500,10 @@ class Binder:
                     *(SetTicketPhase(TicketPhase.RETIRED, n, reading.detail) for n in names[1:]),
                 )
             case MarkQualified():
-                return MarkQualified(r.now, r.obs.test.fingerprint if r.obs.test else "")
+                test = r.obs.test
+                if test is None:
+                    return MarkQualified(r.now, "")
+                return MarkQualified(r.now, test.fingerprint, test.name, test.seed, test.data_seed)
             case EmitEvent(reason=reason, message=message, warning=warning, routine=routine):
                 text = message.format(node=node.name, detail=reading.detail)
                 return EmitEvent(reason, text, warning, routine)

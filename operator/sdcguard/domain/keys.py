@@ -7,6 +7,8 @@ Set by sdcguard (bookkeeping, so that a restart loses nothing):
 - ``sdcguard.dev/cordoned-by-us``: "true" when sdcguard cordoned the node (only then it uncordons)
 - ``sdcguard.dev/owned-annotations``: autoscaler annotations sdcguard set (only these are removed)
 - ``sdcguard.dev/qualified-at``, ``sdcguard.dev/fingerprint``: the last qualification
+- ``sdcguard.dev/seeds-passed``: the seeds its passed screenings ran on (JSON, bounded;
+  outlives the SDCTests retention deletes, see ``seeds.SeedsPassed``)
 - ``sdcguard.dev/state-since``: when the node entered its state
 - ``sdcguard.dev/test``: the SDCTest whose outcome the node waits for
 - ``sdcguard.dev/seq``: counter that makes SDCTest and RepairTicket names unique and repeatable
@@ -16,6 +18,9 @@ Set by sdcguard (bookkeeping, so that a restart loses nothing):
 - ``sdcguard.dev/drain-until``: a quarantine drain whose evictions are retried until then
 - ``sdcguard.dev/held``: a confirmed failure whose quarantine the open circuit breaker
   holds (the node stays Suspect and reserved; re-tested when the breaker closes)
+- ``sdcguard.dev/observed-failure``: a failure Observe mode recorded without acting on
+  it (JSON: the failing tests and checks); Enforce confirms it before any quarantine
+  (see ``lifecycle``: Quarantined + ObservedFailure -> Suspect)
 - ``sdcguard.dev/history``: the hardware history the decision that entered the node's
   state writes after the node patch (JSON; written again by a later pass if the operator
   stopped in between, see ``lifecycle.history_note``)
@@ -34,6 +39,8 @@ Set by people and workloads (sdcguard acts, then removes the annotation):
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Iterable
 
 from sdcguard.api.common import GROUP
 from sdcguard.api.common import parse_time as parse_time  # the one time parser
@@ -49,6 +56,7 @@ CORDONED_BY_US = PREFIX + "cordoned-by-us"
 OWNED_ANNOTATIONS = PREFIX + "owned-annotations"
 QUALIFIED_AT = PREFIX + "qualified-at"
 FINGERPRINT = PREFIX + "fingerprint"
+SEEDS_PASSED = PREFIX + "seeds-passed"
 STATE_SINCE = PREFIX + "state-since"
 CURRENT_TEST = PREFIX + "test"
 SEQ = PREFIX + "seq"
@@ -59,6 +67,7 @@ RETRY_AFTER = PREFIX + "retry-after"
 DRAIN_UNTIL = PREFIX + "drain-until"
 HELD = PREFIX + "held"
 HISTORY = PREFIX + "history"
+OBSERVED_FAILURE = PREFIX + "observed-failure"
 WAITING = PREFIX + "waiting"
 """Why sdcguard holds back the node's next step (node not Ready, budget, back-off, ...)."""
 WAITING_SINCE = PREFIX + "waiting-since"
@@ -95,3 +104,23 @@ def join_list(items: tuple[str, ...] | list[str] | frozenset[str]) -> str | None
 NODE_CONDITION = "SDCQualified"
 """The Node condition sdcguard keeps (``domain.nodecondition``): True while the node is
 certified, False while it is quarantined, in repair or retired, Unknown otherwise."""
+
+
+def observed_failure_text(tests: Iterable[str], checks: Iterable[str]) -> str:
+    """The ``observed-failure`` annotation: the failing tests and checks Observe saw."""
+    doc = {"tests": list(dict.fromkeys(tests))[-8:], "checks": sorted(set(checks))}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def parse_observed_failure(text: str | None) -> tuple[tuple[str, ...], frozenset[str]] | None:
+    """(tests, checks) of an ``observed-failure`` annotation; None without one. A value
+    that does not parse (a person's edit) still marks the failure, with nothing named."""
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+        tests = tuple(str(t) for t in doc.get("tests", ()))
+        checks = frozenset(str(c) for c in doc.get("checks", ()))
+    except (ValueError, TypeError, AttributeError):
+        return (), frozenset()
+    return tests, checks

@@ -568,6 +568,19 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     _row(S.SUSPECT, E.TEST_STARTED, S.SUSPECT, AdoptTest(), AddTaint(TESTING)),
     *_manual(S.SUSPECT),
+    # Quarantined by Observe mode (no ticket, no taint): Enforce confirms before acting.
+    _row(
+        S.QUARANTINED,
+        E.OBSERVED_FAILURE,
+        S.SUSPECT,
+        AddTaint(TESTING),
+        KeepSuspicion(),
+        EmitEvent(
+            "ObservedFailure",
+            "{node}: {detail}; held and re-tested before any quarantine",
+            warning=True,
+        ),
+    ),
     # Quarantined and repairing: the ticket drives.
     _row(
         S.QUARANTINED,

@@ -25,6 +25,8 @@ from sdcguard.domain.lifecycle import (
     Uncordon,
 )
 from sdcguard.domain.observed import NodeFacts, Taint
+from sdcguard.domain.seeds import SeedsPassed
+from sdcguard.domain.states import NodeState
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ def plan_node_patch(node: NodeFacts, actions: Iterable[Action]) -> NodePatch:
         match action:
             case SetLabel(state=state):
                 labels[keys.LABEL_STATE] = state.value
+                if state != NodeState.QUARANTINED and keys.OBSERVED_FAILURE in node.annotations:
+                    annotations[keys.OBSERVED_FAILURE] = None  # left the quarantine Observe saw
             case Annotate(changes=changes):
                 annotations.update(changes)
             case AddTaint(role=role, key=key, effect=effect) if key:
@@ -122,6 +126,14 @@ def plan_node_patch(node: NodeFacts, actions: Iterable[Action]) -> NodePatch:
             case MarkQualified(at=at, fingerprint=fingerprint) if at is not None:
                 annotations[keys.QUALIFIED_AT] = keys.format_time(at)
                 annotations[keys.FINGERPRINT] = fingerprint or None
+                if action.test:
+                    known = annotations.get(
+                        keys.SEEDS_PASSED, node.annotations.get(keys.SEEDS_PASSED)
+                    )
+                    record = SeedsPassed.parse(known).add(
+                        action.test, action.seed, action.data_seed
+                    )
+                    annotations[keys.SEEDS_PASSED] = record.text()
             case RevokeQualification():
                 annotations[keys.QUALIFIED_AT] = None
                 annotations[keys.FINGERPRINT] = None

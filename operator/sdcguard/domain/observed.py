@@ -277,6 +277,8 @@ class TestFacts:
     the test holds its node but runs nothing (it does not use the test budget)."""
     data_seed: int | None = None
     """The data seed its probe was given (a confirmation re-run repeats it)."""
+    seed: int | None = None
+    """The seed of its baseline rounds."""
     end_reason: str = ""
     """Why it ended (status.reason: a verdict's reason, NodeGone, NodeLeftPolicy, ...)."""
     catch_chance: float | None = None
@@ -342,6 +344,7 @@ class TestFacts:
             catch_chance=min(
                 (c.catch_chance for c in checks if c.catch_chance is not None), default=None
             ),
+            seed=status.seed if status else None,
         )
 
 

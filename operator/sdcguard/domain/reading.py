@@ -464,6 +464,8 @@ class Reader:
 
     def _ticket(self) -> Reading | None:
         ticket = self.obs.ticket
+        if self.state == S.QUARANTINED and ticket is None:
+            return self._observed_failure()
         if self.state not in (S.QUARANTINED, S.REPAIRING) or ticket is None:
             return None
         if ticket.resolution == Resolution.RETIRE:
@@ -484,6 +486,28 @@ class Reader:
                 return Reading(E.REPLACE_DUE, f"ticket {ticket.name} acknowledged")
             return Reading(E.REPAIR_STARTED, f"ticket {ticket.name} acknowledged")
         return None
+
+    def _observed_failure(self) -> Reading | None:
+        """A quarantine Observe mode recorded without acting (no ticket, no taint), now
+        under Enforce: confirm it first. One screening of an Observe policy, perhaps
+        weeks old and never confirmed, is not enough to open a ticket on; the re-test
+        (and its confirmation re-runs) decide, with the hardware history and repair
+        cycle a confirmed failure always gets."""
+        if self.policy.mode == Mode.OBSERVE:
+            return None
+        found = keys.parse_observed_failure(self.node.annotations.get(keys.OBSERVED_FAILURE))
+        if found is None:
+            return None  # lost ticket of an Enforce quarantine: upkeep opens it again
+        tests, checks = found
+        named = ", ".join(sorted(checks)) or "no check named"
+        by = f" by {', '.join(tests)}" if tests else ""
+        return Reading(
+            E.OBSERVED_FAILURE,
+            f"Observe mode recorded a failure ({named}){by}; the policy now enforces",
+            {keys.OBSERVED_FAILURE: None},
+            evidence=tests,
+            suspect_checks=checks,
+        )
 
     def _draining(self) -> Reading | None:
         """A drain whose evictions a PodDisruptionBudget refused goes on, with back-off,

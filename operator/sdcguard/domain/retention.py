@@ -33,8 +33,10 @@ The rules (:class:`RetentionLimits` holds the numbers, the settings set them):
 
 What must outlive all of this lives elsewhere and is never pruned: repair cycles and
 hardware history in the SDCHardware records (one per failing identifier, bounded by
-the API), the last qualification and fingerprint in node annotations, the blast radius
-of an open ticket in the ticket's spec and the node's WorkloadRecord.
+the API), the last qualification and fingerprint in node annotations, the seeds its
+passed screenings ran on in the node's ``sdcguard.dev/seeds-passed`` record
+(``seeds.SeedsPassed``), the blast radius of an open ticket in the ticket's spec and
+the node's WorkloadRecord.
 
 An object the operator could not parse is never deleted (it may be a newer or older
 release's, and deleting what one cannot read would lose it silently): it is

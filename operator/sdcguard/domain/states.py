@@ -83,6 +83,10 @@ class Event(StrEnum):
     OPTED_IN = "OptedIn"
     MANUAL_QUARANTINE = "ManualQuarantine"
     MANUAL_RELEASE = "ManualRelease"
+    OBSERVED_FAILURE = "ObservedFailure"
+    """The policy is in Enforce mode and the node is Quarantined by a failure that Observe
+    mode recorded, with no ticket: it becomes Suspect, held, and a re-test confirms the
+    failure (then quarantine, ticket and repair cycle) or clears it."""
     DRAIN_DUE = "DrainDue"
     """A quarantine drain left pods that a PodDisruptionBudget kept: evict them again."""
     DRAIN_TIMED_OUT = "DrainTimedOut"
