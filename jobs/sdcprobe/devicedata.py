@@ -51,14 +51,15 @@ def _position_keys(device: torch.device, n: int) -> torch.Tensor:
 
 def _words(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's raw bits as flat int32 words (2-byte types widened one per word,
-    bytes likewise), on the tensor's device."""
+    bytes likewise), on the tensor's device: a view of 4- and 8-byte types (not to be
+    written to)."""
     t = tensor.detach()
     if t.dtype == torch.bool:
         t = t.to(torch.uint8)
     t = t.contiguous().reshape(-1)
     size = t.element_size()
     if size >= 4:
-        return t.view(torch.int32).clone()
+        return t.view(torch.int32)
     if size == 2:
         return t.view(torch.int16).to(torch.int32)
     return t.view(torch.uint8).to(torch.int32)
@@ -79,7 +80,8 @@ def word_digest(tensor: torch.Tensor) -> torch.Tensor:
         # (XLA materialises lazy tensors for the read anyway) and the digest goes back.
         return word_digest(tensor.detach().to("cpu")).to(tensor.device)
     h = _words(tensor)
-    h.bitwise_xor_(_position_keys(h.device, h.numel()))
+    # The first step writes a new tensor: the words themselves are left alone.
+    h = torch.bitwise_xor(h, _position_keys(h.device, h.numel()))
     h.mul_(_MIX_1)
     h.bitwise_xor_((h >> 16).bitwise_and_(0xFFFF))
     h.mul_(_MIX_2)
