@@ -139,6 +139,9 @@ PEAK_LADDER: dict[str, tuple[int, ...]] = {
 }
 #: Stop growing a dtype's ladder once one GEMM takes longer than this (CPU fp16).
 _PEAK_GEMM_CAP_S = 0.05
+#: How long each size of the ladder is timed (at least six calls): long enough that one
+#: call lands in a quiet moment of a shared machine, short enough for the start-up.
+_PEAK_WINDOW_S = 0.03
 
 
 def compute_dtypes(cfg: ComputeConfig, backend: Backend) -> list[str]:
@@ -164,11 +167,13 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
                 break  # the size before fell below the best: past the peak
             a, b = gemm_inputs(size, 0, name, size, backend.device)
             out = a @ b  # untimed: kernel selection, caches
-            # The fastest of several calls (at least 5, up to 50 ms or 32 calls): one
+            # The fastest of several calls (at least 5, up to _PEAK_WINDOW_S or 32): one
             # call can land in a slow moment of a shared machine, the peak cannot.
             marks = [watch.mark()]
             t0 = time.perf_counter()
-            while len(marks) <= 5 or (time.perf_counter() - t0 < 0.05 and len(marks) <= 32):
+            while len(marks) <= 5 or (
+                time.perf_counter() - t0 < _PEAK_WINDOW_S and len(marks) <= 32
+            ):
                 # Into one buffer, as the check's GEMMs write theirs.
                 out = a @ b if backend.name == "xla" else torch.matmul(a, b, out=out)
                 backend.step_boundary()
