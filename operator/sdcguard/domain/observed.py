@@ -266,6 +266,9 @@ class TestFacts:
     """The data seed its probe was given (a confirmation re-run repeats it)."""
     end_reason: str = ""
     """Why it ended (status.reason: a verdict's reason, NodeGone, NodeLeftPolicy, ...)."""
+    catch_shortfall: str | None = None
+    """What fell short of the catch target (status.catchShortfall) when the probe said the
+    target was missed (status.catchTargetMet false); None when met or not said."""
 
     @property
     def ended_by_policy_change(self) -> bool:
@@ -323,6 +326,9 @@ class TestFacts:
                 for c in (status.conditions if status else [])
             ),
             data_seed=status.data_seed if status else None,
+            catch_shortfall=(status.catch_shortfall or "no detail")
+            if status is not None and status.catch_target_met is False
+            else None,
         )
 
 
