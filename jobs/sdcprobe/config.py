@@ -23,7 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sdcprobe.devices import BackendName, xla_on_host
 
 #: Bump when the way digests are computed changes: old baselines stop matching.
-DIGEST_VERSION = 3  # 3: operands drawn and outputs digested on the device
+#: 3: operands drawn and outputs digested on the device; 4: compute operands drawn once
+#: per seed and varied per round (sign and mantissa), float16 and float64 sizes on the CPU.
+DIGEST_VERSION = 4
 
 #: Every check, in the order a run performs them.
 CHECK_NAMES: tuple[str, ...] = ("compute", "collective", "memory", "golden")
@@ -249,12 +251,18 @@ def plan_config(
     # Seconds left for work after starting workers and importing torch.
     work = max(budget - (3.0 if backend == "cpu" else 20.0), 2.0)
     if backend == "cpu":
-        # On one core per worker, fp32, bf16 and fp64 GEMMs of 512 run at their
-        # large-GEMM throughput and fill most of a round (gemm_busy, peak ratio:
-        # bench/results/probe.md); CPU fp16 has no fast kernel and is fastest small
-        # (its throughput falls with size).
-        sizes = {"float32": 512, "bfloat16": 512, "float16": 128, "float64": 512}
-        repeats = 12
+        # On one core per worker, fp32 and bf16 GEMMs of 512 run at their large-GEMM
+        # throughput and fill most of a round (gemm_busy, peak ratio:
+        # bench/results/probe.md). fp64 stays off 512: a 4 KiB row stride makes the
+        # blocked kernel's loads alias in the cache (a fraction of its 384's
+        # throughput). fp16 at 256: where the CPU has fp16 units that is near its best,
+        # and where it has none the GEMM stays affordable.
+        sizes = {"float32": 512, "bfloat16": 512, "float16": 256, "float64": 384}
+        # Each replay costs one comparison pass over its output besides its GEMM, and
+        # every dtype's round a fixed share (operands, digest, ABFT in turn): 15
+        # replays keep that share small without making a round much dearer than the
+        # other checks' (the plan gives every check the same number of rounds).
+        repeats = 16
         elements = 1 << 20  # 4 MiB messages: gloo on loopback is near its best from here
     elif backend == "cuda":
         # Tensor-core dtypes reach their peak only from 8192, fp32 and fp64 already at

@@ -6,17 +6,18 @@ device of a node (same model, same software) draws the same numbers. Outputs
 are reduced on the device to an exact integer digest (:func:`word_digest`), so
 a round sends the host a few bytes, not its tensors.
 
-The digest views a tensor's raw bits as 32-bit words (16-bit types one to a
-word), mixes each word with a key derived from its position (xor, then a
-multiply-xorshift-multiply bijection on 32 bits, as in MurmurHash3's
-finaliser, in wrapping int32 arithmetic) and sums the mixed words in 64-bit
-integers. Integer addition is associative, so the digest is the same whatever
-order the device reduces in, and the sum cannot overflow: each mixed word is
-below 2^31 in magnitude and a tensor holds far fewer than 2^32 words. Any single changed
-word always changes the digest (the mix is a bijection); several changed
-words collide only if their mixed differences sum to exactly zero, about one
-chance in 2^32 for unrelated changes. Unlike a plain or position-weighted sum
-of the words, bit flips of opposite sign in two words do not cancel.
+The digest views a tensor's raw bits as 32-bit words (16-bit types two to a word
+where they pair up, one to a word otherwise), mixes each word with a key derived
+from its position (xor, then a multiply-xorshift-multiply bijection on 32 bits,
+as in MurmurHash3's finaliser, in wrapping int32 arithmetic) and sums the mixed
+words in 64-bit integers. Integer addition is associative, so the digest is the
+same whatever order the device reduces in, and the sum cannot overflow: each
+mixed word is below 2^31 in magnitude and a tensor holds far fewer than 2^32
+words. Any single changed word always changes the digest (the mix is a
+bijection); several changed words collide only if their mixed differences sum to
+exactly zero, about one chance in 2^32 for unrelated changes. Unlike a plain or
+position-weighted sum of the words, bit flips of opposite sign in two words do
+not cancel.
 """
 
 from __future__ import annotations
@@ -50,15 +51,16 @@ def _position_keys(device: torch.device, n: int) -> torch.Tensor:
 
 
 def _words(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's raw bits as flat int32 words (2-byte types widened one per word,
-    bytes likewise), on the tensor's device."""
+    """The tensor's raw bits as flat int32 words, on the tensor's device: a view of
+    4- and 8-byte types, and of 2-byte types two to a word where they pair up (not
+    to be written to); otherwise 2-byte types and bytes widened one to a word."""
     t = tensor.detach()
     if t.dtype == torch.bool:
         t = t.to(torch.uint8)
     t = t.contiguous().reshape(-1)
     size = t.element_size()
-    if size >= 4:
-        return t.view(torch.int32).clone()
+    if size >= 4 or (size == 2 and t.numel() % 2 == 0):
+        return t.view(torch.int32)
     if size == 2:
         return t.view(torch.int16).to(torch.int32)
     return t.view(torch.uint8).to(torch.int32)
@@ -79,7 +81,8 @@ def word_digest(tensor: torch.Tensor) -> torch.Tensor:
         # (XLA materialises lazy tensors for the read anyway) and the digest goes back.
         return word_digest(tensor.detach().to("cpu")).to(tensor.device)
     h = _words(tensor)
-    h.bitwise_xor_(_position_keys(h.device, h.numel()))
+    # The first step writes a new tensor: the words themselves are left alone.
+    h = torch.bitwise_xor(h, _position_keys(h.device, h.numel()))
     h.mul_(_MIX_1)
     h.bitwise_xor_((h >> 16).bitwise_and_(0xFFFF))
     h.mul_(_MIX_2)

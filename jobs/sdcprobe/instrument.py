@@ -51,19 +51,28 @@ class Instrumentation:
             self.injector.set_step(step)
 
     def matmul(
-        self, a: torch.Tensor, b: torch.Tensor, label: str, name: str | None = None
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        label: str,
+        name: str | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``a @ b`` through the hooks; ``label`` is the site (``matmul`` always applies)."""
-        out = a @ b
+        """``a @ b`` through the hooks; ``label`` is the site (``matmul`` always applies).
+        ``out``: a buffer to write the product into (a fault may still return a new one)."""
+        product = a @ b if out is None else torch.matmul(a, b, out=out)
         if self.injector is not None:
             labels = (label,) if label == "matmul" else (label, "matmul")
             if self.injector.wants(labels):
-                out = self.injector.corrupt(out, labels, operand=lambda: _aligned_operand(a, out))
+                clean = product
+                product = self.injector.corrupt(
+                    clean, labels, operand=lambda: _aligned_operand(a, clean)
+                )
         if self.abft_enabled:
-            self.residuals.append(abft_residual(a, b, out, label=name or label, step=self.step))
+            self.residuals.append(abft_residual(a, b, product, label=name or label, step=self.step))
         if name is not None:
-            self.record(name, out)
-        return out
+            self.record(name, product)
+        return product
 
     def linear(
         self, x: torch.Tensor, weight: torch.Tensor, label: str, name: str | None = None

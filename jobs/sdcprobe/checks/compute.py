@@ -58,28 +58,77 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def gemm_inputs(
-    seed: int, step: int, dtype_name: str, size: int, device: torch.device | str = "cpu"
+    seed: int,
+    step: int,
+    dtype_name: str,
+    size: int,
+    device: torch.device | str = "cpu",
+    pool: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Operands of one GEMM, drawn on ``device``: identical on every device of one model
-    and software stack, and in every run. Dtypes of one size share a draw (each
-    rounds it to its own type): drawing costs a pass per element, and the GEMMs,
-    not the generator, are what the round is for."""
+    """Operands of one GEMM of round ``step``, made on ``device``: identical on every
+    device of one model and software stack, and in every run.
+
+    A normal draw costs a generator pass per element, as much as several GEMMs of
+    the check's sizes on a fast device, so it is not repeated every round: each seed
+    draws once a pair of ``pool``-sided normal matrices (``pool`` defaults to
+    ``size``), and round ``step`` XORs the sign and the 23 mantissa bits of every
+    fp32 value with those of the pair rolled by a shift drawn from (seed, step).
+    Every round so gets fresh signs and mantissas (what a data-dependent defect is
+    triggered by; 16-bit types keep the upper mantissa bits, which change too) at
+    the cost of three passes, while each value keeps its binade (the magnitudes of
+    a normal draw). Dtypes share the round's pair: each rounds it to its own type,
+    and a smaller size takes the pair's leading block."""
     device = torch.device(device)
-    gen = device_generator(device, seed_of(seed, step, size))
-    dtype = _DTYPES[dtype_name]
-    key = (str(device), seed, step, size)
-    drawn = _DRAWN.get(key)
+    side = max(size, pool or size)
+    key = (str(device), seed, step, side)
+    drawn = _ROUND.get(key)
     if drawn is None:
-        _DRAWN.clear()
-        a = draw_normal((size, size), gen, device, torch.float32)
-        b = draw_normal((size, size), gen, device, torch.float32)
-        drawn = _DRAWN[key] = (a, b)
+        _ROUND.clear()
+        drawn = _ROUND[key] = _perturbed(_pool(device, seed, side), seed_of(seed, step, side))
     a, b = drawn
-    return a.to(dtype), b.to(dtype)
+    if size < side:
+        a, b = a[:size, :size], b[:size, :size]
+    dtype = _DTYPES[dtype_name]
+    return a.to(dtype).contiguous(), b.to(dtype).contiguous()
 
 
-#: The last draw, reused by the dtypes of the same size in the same round.
-_DRAWN: dict[tuple[str, int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+#: Sign and mantissa of an fp32 value: what a round's words change (the exponent stays).
+_FRESH_BITS = -0x7F800001  # 0x807FFFFF as int32
+
+
+def _pool(device: torch.device, seed: int, side: int) -> torch.Tensor:
+    """The seed's normal pair, both matrices in one fp32 tensor, drawn once on the device."""
+    key = (str(device), seed, side)
+    pool = _POOLS.get(key)
+    if pool is None:
+        if len(_POOLS) >= 4:
+            _POOLS.clear()
+        gen = device_generator(device, seed_of(seed, side, 17))
+        pool = _POOLS[key] = draw_normal((2, side, side), gen, device, torch.float32)
+    return pool
+
+
+def _perturbed(pair: torch.Tensor, shift_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pair with every value's sign and mantissa XOR-ed by those of the value
+    ``shift`` places before it (cyclically, over both matrices; never itself): the
+    bits of a normal draw are the round's random words, so nothing more is drawn."""
+    bits = pair.view(torch.int32).reshape(-1)
+    shift = 1 + shift_seed % (bits.numel() - 1)
+    fresh = torch.roll(bits, shift).bitwise_and_(_FRESH_BITS).bitwise_xor_(bits)
+    out = fresh.view(torch.float32).reshape(pair.shape)
+    return out[0], out[1]
+
+
+#: Drawn pools per (device, seed, side), and the last round's operands, reused by the
+#: dtypes of the same round.
+_POOLS: dict[tuple[str, int, int], torch.Tensor] = {}
+_ROUND: dict[tuple[str, int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def release_operands() -> None:
+    """Give the operands' device memory back to the checks that follow."""
+    _POOLS.clear()
+    _ROUND.clear()
 
 
 #: GEMM sizes the peak microbenchmark tries, per backend (largest last).
@@ -90,6 +139,9 @@ PEAK_LADDER: dict[str, tuple[int, ...]] = {
 }
 #: Stop growing a dtype's ladder once one GEMM takes longer than this (CPU fp16).
 _PEAK_GEMM_CAP_S = 0.05
+#: How long each size of the ladder is timed (at least six calls): long enough that one
+#: call lands in a quiet moment of a shared machine, short enough for the start-up.
+_PEAK_WINDOW_S = 0.03
 
 
 def compute_dtypes(cfg: ComputeConfig, backend: Backend) -> list[str]:
@@ -115,12 +167,15 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
                 break  # the size before fell below the best: past the peak
             a, b = gemm_inputs(size, 0, name, size, backend.device)
             out = a @ b  # untimed: kernel selection, caches
-            # The fastest of several calls (at least 5, up to 50 ms or 32 calls): one
+            # The fastest of several calls (at least 5, up to _PEAK_WINDOW_S or 32): one
             # call can land in a slow moment of a shared machine, the peak cannot.
             marks = [watch.mark()]
             t0 = time.perf_counter()
-            while len(marks) <= 5 or (time.perf_counter() - t0 < 0.05 and len(marks) <= 32):
-                out = a @ b
+            while len(marks) <= 5 or (
+                time.perf_counter() - t0 < _PEAK_WINDOW_S and len(marks) <= 32
+            ):
+                # Into one buffer, as the check's GEMMs write theirs.
+                out = a @ b if backend.name == "xla" else torch.matmul(a, b, out=out)
                 backend.step_boundary()
                 marks.append(watch.mark())
                 if backend.name == "cuda" and len(marks) > 5:
@@ -134,6 +189,7 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
             if fastest > _PEAK_GEMM_CAP_S:
                 break
         peaks[name] = best
+    release_operands()
     return peaks
 
 
@@ -169,6 +225,7 @@ def stress_until_settled(
         if elapsed >= cap_s:
             break
     del out
+    release_operands()
     summary = {f"stress_{k}": v for k, v in summarise(samples).items()}
     summary["stress_s"] = round(time.perf_counter() - start, 3)
     summary["stress_settled_s"] = round(settled, 3) if settled is not None else None
@@ -211,6 +268,11 @@ def run_compute(
     ref = reference_dtype(backend.device)
     samples = [telemetry.read(0.0)] if telemetry is not None else []
     unchecked = torch.full((4,), -1, dtype=torch.int64, device=backend.device)
+    # Every dtype's operands come from one pool at the largest size (see gemm_inputs).
+    pool = max((cfg.sizes[n] for n in dtypes), default=None)
+    # Output buffers per dtype, reused every round (XLA tensors are immutable: none).
+    reuse = backend.name != "xla"
+    buffers: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for step in range(cfg.rounds):
         if clock is not None and not clock.allows(step, typical_round(round_times)):
             cut = True
@@ -227,9 +289,10 @@ def run_compute(
             # one GEMM each, and what only ABFT sees (a fault that repeats identically on
             # every replay and every device) repeats in the rounds that check it too.
             checksum = (step + order) % len(dtypes) == 0
-            a, b = gemm_inputs(data, step, name, size, backend.device)
+            a, b = gemm_inputs(data, step, name, size, backend.device, pool)
+            first_out, acc_out, again_out = buffers.get(name, (None, None, None))
             watched = [watch.mark()]
-            first = ins.matmul(a, b, "matmul")
+            first = ins.matmul(a, b, "matmul", out=first_out)
             watched.append(watch.mark())
             first_bits = _bits(first)
             # The replays' bits XOR-ed into one accumulator: one pass per replay. With an
@@ -237,16 +300,24 @@ def run_compute(
             # any replay that differs leaves the bits it got wrong (two replays would have
             # to err identically, in the same words and bits, to cancel; a fault that
             # hits every replay alike is left standing by the odd count). The words that
-            # differ are counted once per round.
-            acc = torch.zeros_like(first_bits)
+            # differ from the reference are counted once per round. The first replay's
+            # output is the accumulator (no zero fill); outputs go to buffers reused
+            # round after round (no allocation, no page faults, between GEMMs).
+            acc: torch.Tensor | None = None
             for _ in range(repeats - 1):
                 watched.append(watch.mark())
-                again = ins.matmul(a, b, "matmul")
+                again = ins.matmul(a, b, "matmul", out=again_out if acc is not None else acc_out)
                 watched.append(watch.mark())
-                acc.bitwise_xor_(_bits(again))
-            if (repeats - 1) % 2:
-                acc.bitwise_xor_(first_bits)
-            differ = (acc != 0).sum()  # not count_nonzero: torch-xla types it as bool
+                if acc is None:
+                    acc = _bits(again)
+                else:
+                    acc.bitwise_xor_(_bits(again))
+            assert acc is not None  # repeats >= 2
+            if reuse and name not in buffers:
+                buffers[name] = (first, torch.empty_like(first), torch.empty_like(first))
+            # Odd replays: a healthy accumulator equals the reference (one fused pass).
+            # Not count_nonzero: torch-xla types its result as bool.
+            differ = (acc != (first_bits if (repeats - 1) % 2 else 0)).sum()
             backend.step_boundary()
             marks[name] = watched
             kinds.append(tensor_kind(first))
@@ -289,7 +360,7 @@ def run_compute(
         round_times.append(time.perf_counter() - r0)
         if telemetry is not None:
             samples.append(telemetry.read(time.perf_counter() - start))
-    _DRAWN.clear()  # operands are device memory: give it back to the checks that follow
+    release_operands()  # operands are device memory: give it back to the checks that follow
     residuals = ins.residuals
     for r in residuals:
         if r.detected:

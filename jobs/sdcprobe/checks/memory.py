@@ -182,6 +182,18 @@ def _fill(block: torch.Tensor, words: torch.Tensor, along: torch.Tensor | None) 
         torch.bitwise_xor(rows, along.unsqueeze(0).expand_as(block), out=block)
 
 
+#: Bytes of rows read back per step: small enough on the CPU that a step's rows stay in
+#: the core's cache between the step's reductions (the read-back then streams the
+#: buffer from memory once), a share of a GPU's L2 elsewhere.
+_CHUNK_BYTES = {"cpu": 1 << 20}
+_DEVICE_CHUNK_BYTES = 16 << 20
+
+
+def _chunk_rows(block: torch.Tensor) -> int:
+    chunk_bytes = _CHUNK_BYTES.get(block.device.type, _DEVICE_CHUNK_BYTES)
+    return max(1, min(block.shape[0], chunk_bytes // (block.shape[1] * WORD_BYTES)))
+
+
 def _bad_rows(
     block: torch.Tensor,
     words: torch.Tensor,
@@ -189,14 +201,37 @@ def _bad_rows(
     scratch: torch.Tensor | None,
 ) -> torch.Tensor:
     """Rows of ``block`` that do not hold their pattern, as a device count: a row is
-    intact exactly when its minimum and its maximum both equal its word (after the
-    random pattern's words along the row are XOR-ed off, one more pass)."""
-    if along is not None:
-        if scratch is None:
-            scratch = torch.empty_like(block)
-        block = torch.bitwise_xor(block, along.unsqueeze(0).expand_as(block), out=scratch)
-    wrong = (block.amax(dim=1) != words) | (block.amin(dim=1) != words)
-    return wrong.sum()  # not count_nonzero: torch-xla types its result as bool
+    intact exactly when its minimum and its maximum both equal its word.
+
+    One streaming pass over memory: the rows are taken a cache-sized chunk at a
+    time, and the chunk's maximum and minimum (and, for the random pattern, the XOR
+    that takes its words along the row off first, into a scratch chunk) all read it
+    while it is still in the cache."""
+    if block.device.type == "xla":  # no out= reductions into views: whole-block passes
+        if along is not None:
+            block = torch.bitwise_xor(block, along.unsqueeze(0).expand_as(block))
+        wrong = (block.amax(dim=1) != words) | (block.amin(dim=1) != words)
+        return wrong.sum()  # not count_nonzero: torch-xla types its result as bool
+    rows, step = block.shape[0], _chunk_rows(block)
+    low = torch.empty(rows, dtype=block.dtype, device=block.device)
+    high = torch.empty_like(low)
+    if along is not None and (scratch is None or scratch.shape[0] < step):
+        scratch = torch.empty(step, block.shape[1], dtype=block.dtype, device=block.device)
+    row = along.unsqueeze(0) if along is not None else None
+    for r0 in range(0, rows, step):
+        r1 = min(r0 + step, rows)
+        part = block[r0:r1]
+        if row is not None and scratch is not None:
+            part = torch.bitwise_xor(part, row, out=scratch[: r1 - r0])
+        torch.amax(part, dim=1, out=high[r0:r1])
+        torch.amin(part, dim=1, out=low[r0:r1])
+    wrong = (low != words) | (high != words)
+    return wrong.sum()
+
+
+def _scratch(block: torch.Tensor) -> torch.Tensor:
+    """The random pattern's read-back scratch: one chunk of rows (see :func:`_bad_rows`)."""
+    return torch.empty(_chunk_rows(block), block.shape[1], dtype=block.dtype, device=block.device)
 
 
 def _describe(
@@ -321,7 +356,7 @@ def run_memory(
 
         t0 = watch.mark()
         if along is not None and scratch is None and reuse:
-            scratch = torch.empty_like(blocks[0])
+            scratch = _scratch(blocks[0])
         bad = [_bad_rows(block, per_block[b], along, scratch) for b, block in enumerate(blocks)]
         backend.step_boundary()
         t1 = watch.mark()

@@ -222,6 +222,8 @@ KEPT_FINISHED_STATUS = (
     "jobName",
     "deviceIDs",
     "dataSeed",  # a confirmation re-run repeats it
+    "catchTargetMet",  # the policy's CatchTargetMet condition counts the shortfalls
+    "catchShortfall",
 )
 KEPT_CHECK_FIELDS = (
     "name",
@@ -361,6 +363,9 @@ class KnownTests:
         tests are read, and swept as they come (see ``breaker.Sweep``)."""
         self._sample_owner: dict[str, str] = {}
         """SDCTest name -> the policy whose sweep holds its sample."""
+        self._shortfalls: dict[str, dict[str, tuple[dt.datetime, str]]] = {}
+        """Policy -> its finished screenings that fell short of the catch target: test
+        name -> (completion time, what fell short)."""
 
     def read(self, seen: TestSnapshot, node_name: str) -> KnownTest | None:
         """The test as the index keeps it (None: unreadable); its node and its breaker
@@ -401,6 +406,31 @@ class KnownTests:
         if sample is not None:
             self._sample_owner[name] = sample[0]
             self.sweep(sample[0]).add(name, sample[1])
+        self._note_shortfall(name, known)
+
+    def _note_shortfall(self, name: str, known: KnownTest | None) -> None:
+        for held in self._shortfalls.values():
+            held.pop(name, None)
+        facts = known.facts if known is not None else None
+        if (
+            known is not None
+            and facts is not None
+            and facts.completed_at is not None
+            and facts.catch_shortfall is not None
+        ):
+            held = self._shortfalls.setdefault(known.policy, {})
+            held[name] = (facts.completed_at, facts.catch_shortfall)
+
+    def shortfalls(
+        self, policy: str, now: dt.datetime, window: dt.timedelta
+    ) -> list[tuple[str, dt.datetime, str]]:
+        """The policy's screenings that fell short of the catch target within ``window``
+        before ``now`` as (test, completion time, what fell short), oldest first; older
+        ones are forgotten."""
+        held = self._shortfalls.get(policy, {})
+        for name in [n for n, (at, _) in held.items() if now - at > window]:
+            del held[name]
+        return sorted(((n, at, why) for n, (at, why) in held.items()), key=lambda x: x[1])
 
     def sweep(self, policy: str) -> breaker_mod.Sweep:
         """The policy's breaker samples (made empty at first use)."""
@@ -418,6 +448,8 @@ class KnownTests:
             owner = self._sample_owner.pop(name, None)
             if owner is not None:
                 self._sweeps[owner].remove(name)
+            for held in self._shortfalls.values():
+                held.pop(name, None)
 
     def judged(
         self, view: FleetView, node: str, expectations: Expectations

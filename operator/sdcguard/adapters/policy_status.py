@@ -53,6 +53,9 @@ from sdcguard.metrics import Metrics
 
 log = structlog.get_logger("sdcguard.reconcile")
 
+#: How far back the policy's CatchTargetMet condition counts screenings that fell short.
+CATCH_SHORTFALL_WINDOW = dt.timedelta(hours=24)
+
 
 class StatusSender:
     """Writes policies' statuses in a thread of its own, so that no decision waits for
@@ -277,6 +280,7 @@ class PolicyStatusReporter:
             now,
             policy.metadata.generation,
         )
+        conditions = self._catch_condition(policy, conditions, now)
         selected = sum(states.values())
         conditions = set_condition(
             conditions,
@@ -382,6 +386,38 @@ class PolicyStatusReporter:
             )
             if missing
             else ", ".join(f"{t.label_key}: {t.domains} domains" for t in topology),
+            now,
+            policy.metadata.generation,
+        )
+
+    def _catch_condition(
+        self, policy: SDCPolicy, conditions: list[Condition], now: dt.datetime
+    ) -> list[Condition]:
+        """CatchTargetMet: False while a screening of the last CATCH_SHORTFALL_WINDOW fell
+        short of its catch target (ran anyway under onShortfall Flag), naming how many
+        and the last one; the SDCTest and the shortfall metric say the same per test."""
+        short = self._known.shortfalls(policy.metadata.name, now, CATCH_SHORTFALL_WINDOW)
+        hours = int(CATCH_SHORTFALL_WINDOW.total_seconds() // 3600)
+        if not short:
+            return set_condition(
+                conditions,
+                "CatchTargetMet",
+                "True",
+                "NoShortfall",
+                f"no screening of the last {hours}h fell short of its catch target",
+                now,
+                policy.metadata.generation,
+            )
+        name, at, why = short[-1]
+        return set_condition(
+            conditions,
+            "CatchTargetMet",
+            "False",
+            "CatchShortfall",
+            bounded(
+                f"{len(short)} screenings of the last {hours}h fell short of their catch "
+                f"target; the last, {name} (completed {at.isoformat()}): {why}"
+            ),
             now,
             policy.metadata.generation,
         )

@@ -284,6 +284,9 @@ class TestFacts:
     catch_chance: float | None = None
     """The screening's chance of catching a fault active in status.catchFraction of the
     rounds: its weakest check's (status.checks[].catchChance); None where no check says."""
+    catch_shortfall: str | None = None
+    """What fell short of the catch target (status.catchShortfall) when the probe said the
+    target was missed (status.catchTargetMet false); None when met or not said."""
 
     @property
     def ended_by_policy_change(self) -> bool:
@@ -345,6 +348,9 @@ class TestFacts:
                 (c.catch_chance for c in checks if c.catch_chance is not None), default=None
             ),
             seed=status.seed if status else None,
+            catch_shortfall=(status.catch_shortfall or "no detail")
+            if status is not None and status.catch_target_met is False
+            else None,
         )
 
 
