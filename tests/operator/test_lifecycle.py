@@ -7,6 +7,7 @@ the probe's own models; the e2e tests run the real probe through the simulator.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from typing import Any
 
@@ -407,8 +408,9 @@ def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) 
             "healthy new nodes to qualify while the breaker is open",
         )
         tests_held = len(list_custom(api_client, "sdctests", nodes[3]))
-        # Two whole full passes, past the policy's inconclusive back-off (5 s): no re-test.
-        operator.wait_passes(policy, 3)
+        # Whole full passes for longer than the policy's inconclusive back-off (5 s): no
+        # re-test.
+        operator.wait_passes(policy, 2 + math.ceil(5 / operator.resync_seconds))
         assert len(list_custom(api_client, "sdctests", nodes[3])) == tests_held, "re-tested"
         assert node_state(api_client, nodes[3]) == "Suspect"
 
