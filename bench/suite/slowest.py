@@ -38,6 +38,19 @@ def durations(lines: Iterable[str]) -> dict[str, float]:
     return dict(total)
 
 
+_SUMMARY = re.compile(r"^=*\s*(?P<counts>\d+ \w+.*?) in (?P<s>\d+(?:\.\d+)?)s\b")
+
+
+def summary(lines: Iterable[str]) -> dict[str, Any] | None:
+    """pytest's last line: what it counted and its wall time (None: no such line)."""
+    found = None
+    for line in lines:
+        match = _SUMMARY.match(line.strip())
+        if match:
+            found = {"outcome": match["counts"].strip(), "seconds": float(match["s"])}
+    return found
+
+
 def slowest(per_test: dict[str, float], top: int = TOP) -> list[dict[str, Any]]:
     ranked = sorted(per_test.items(), key=lambda item: (-item[1], item[0]))[:top]
     return [
@@ -54,7 +67,11 @@ def slowest(per_test: dict[str, float], top: int = TOP) -> list[dict[str, Any]]:
 def markdown(doc: dict[str, Any]) -> str:
     out = ["# The suite's slowest tests", ""]
     for label, run in doc["runs"].items():
-        out += [f"## {label}", "", run["note"], "", "| # | test | seconds |", "|---|---|---|"]
+        out += [f"## {label}", "", run["note"], "", "| log | outcome | seconds |", "|---|---|---|"]
+        out += [
+            f"| {g['log']} | {g['outcome']} | {g.get('seconds', '')} |" for g in run.get("logs", [])
+        ]
+        out += ["", "| # | test | seconds |", "|---|---|---|"]
         out += [f"| {r['rank']} | `{r['test']}` | {r['seconds']} |" for r in run["slowest"]]
         out.append("")
     return "\n".join(out)
@@ -68,9 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     per_test: dict[str, float] = {}
+    logs: list[dict[str, Any]] = []
     for log in args.logs:
-        for test, seconds in durations(log.read_text(errors="replace").splitlines()).items():
+        lines = log.read_text(errors="replace").splitlines()
+        for test, seconds in durations(lines).items():
             per_test[test] = per_test.get(test, 0.0) + seconds
+        logs.append({"log": log.stem, **(summary(lines) or {"outcome": "unfinished"})})
     if not per_test:
         print("no --durations lines in the logs", file=sys.stderr)
         return 2
@@ -80,13 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     doc["runs"][args.label] = {
         "note": args.note,
         "host": {"cpus": _cpus(), "python": platform.python_version()},
-        "tests_timed": len(per_test),
-        "seconds_timed": round(sum(per_test.values()), 1),
+        "logs": logs,
         "slowest": slowest(per_test),
     }
     args.results.write_text(json.dumps(doc, indent=2) + "\n")
     args.results.with_suffix(".md").write_text(markdown(doc))
-    print(f"wrote {args.results} ({args.label}: {len(per_test)} tests timed)")
+    print(f"wrote {args.results} ({args.label}: {len(per_test)} tests in the reports)")
     return 0
 
 

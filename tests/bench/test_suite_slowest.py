@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.suite.slowest import durations, main, slowest
+from bench.suite.slowest import durations, main, slowest, summary
 
 LOG = """\
 ============================= slowest 20 durations =============================
@@ -43,7 +43,7 @@ def test_a_label_is_recorded_beside_the_others(tmp_path: Path) -> None:
     doc = json.loads(results.read_text())
     assert set(doc["runs"]) == {"before", "after"}
     assert doc["runs"]["after"]["slowest"][0]["seconds"] == 50.2
-    assert doc["runs"]["after"]["tests_timed"] == 2
+    assert doc["runs"]["after"]["logs"] == [{"log": "A", "outcome": "2 passed", "seconds": 62.59}]
     assert "| 1 | `tests/probe/test_cli.py::test_healthy_run` | 50.2 |" in (
         results.with_suffix(".md").read_text()
     )
@@ -55,3 +55,13 @@ def test_a_log_without_durations_is_refused(tmp_path: Path) -> None:
     assert (
         main([str(log), "--label", "x", "--note", "n", "--results", str(tmp_path / "s.json")]) == 2
     )
+
+
+def test_the_summary_line_gives_the_wall_time() -> None:
+    assert summary(["x", "155 passed in 558.88s (0:09:18)"]) == {
+        "outcome": "155 passed",
+        "seconds": 558.88,
+    }
+    line = "===== 1 failed, 49 passed, 9 deselected in 6.42s ====="
+    assert summary([line]) == {"outcome": "1 failed, 49 passed, 9 deselected", "seconds": 6.42}
+    assert summary(["no summary"]) is None

@@ -35,7 +35,9 @@ class _Operator:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def pass_(self, policy: str, kind: str = "full") -> None:
         self.metrics.reconcile_passes.labels(policy=policy, kind=kind).inc()
