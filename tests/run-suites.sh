@@ -3,8 +3,10 @@
 # control plane: group A spends its time in real probe runs (CPU), the others
 # mostly wait on the API server, Karpenter or the real node, so together they take
 # about as long as the longest one. Group A prints as it goes; the other groups'
-# output follows, each with its time and its twelve slowest tests (to balance the
-# groups by); the exit status is non-zero if any failed.
+# output follows, each with its time and its twenty slowest tests (to balance the
+# groups by); the exit status is non-zero if any failed. With SUITE_LOG_DIR set, each
+# group's whole output is kept there as A.log, B.log, C.log (for
+# python -m bench.suite.slowest, which records the suite's slowest tests).
 set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
@@ -14,6 +16,8 @@ declare -A GROUPS_OF=(
   [C]="tests/realnode tests/autoscaling"
 )
 ORDER=(A B C)
+LOG_DIR="${SUITE_LOG_DIR:-}"
+[ -z "$LOG_DIR" ] || mkdir -p "$LOG_DIR"
 all=" ${GROUPS_OF[*]} "
 for dir in tests/*/; do
   [ "$(basename "$dir")" = __pycache__ ] && continue
@@ -34,7 +38,7 @@ for g in "${ORDER[@]:1}"; do
   (
     started=$SECONDS
     # shellcheck disable=SC2086  # the group is a list of directories
-    "$PY" -m pytest -q -p no:cacheprovider --durations=12 ${GROUPS_OF[$g]}
+    "$PY" -m pytest -q -p no:cacheprovider --durations=20 ${GROUPS_OF[$g]}
     rc=$?
     echo "[test] group $g took $((SECONDS - started)) s"
     exit "$rc"
@@ -45,9 +49,11 @@ done
 first=${ORDER[0]}
 echo "[test] group $first (${GROUPS_OF[$first]}) runs here"
 t0=$SECONDS
+first_log=/dev/null
+[ -z "$LOG_DIR" ] || first_log="$LOG_DIR/$first.log"
 # shellcheck disable=SC2086
-"$PY" -m pytest -q -p no:cacheprovider --durations=12 ${GROUPS_OF[$first]}
-declare -A STATUS=([$first]=$?)
+"$PY" -m pytest -q -p no:cacheprovider --durations=20 ${GROUPS_OF[$first]} | tee "$first_log"
+declare -A STATUS=([$first]=${PIPESTATUS[0]})
 echo "[test] group $first finished (exit ${STATUS[$first]}); it took $((SECONDS - t0)) s"
 for g in "${ORDER[@]:1}"; do
   echo "[test] waiting for group $g"
@@ -56,6 +62,7 @@ for g in "${ORDER[@]:1}"; do
   unset "PID[$g]"
   echo "[test] ---- group $g (${GROUPS_OF[$g]}) ----"
   cat "${LOG[$g]}"
+  [ -z "$LOG_DIR" ] || cp "${LOG[$g]}" "$LOG_DIR/$g.log"
 done
 failed=0
 summary=""

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -28,6 +29,7 @@ from typing import Any, Literal, cast
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from sdcdev import REPO
 from sdcdev.sim.fleet import Fleet, NodeConfig, load_fleet
@@ -38,6 +40,8 @@ from sdcguard.api import baseline_name
 from sdcprobe.result import CheckResult, Fingerprint, ProbeResult, encode_for_termination
 
 NS = "sdcguard-system"
+RESYNC_SECONDS = 5
+"""The test operator's resync period: a full pass over every node at least this often."""
 GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 
 
@@ -51,6 +55,61 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: flo
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def reconcile_passes(metrics_url: str, policy: str, kind: str = "full") -> int | None:
+    """How many reconcile passes of ``kind`` an operator finished for ``policy``, read from
+    its own ``sdcguard_reconcile_passes_total`` at ``metrics_url``; None while /metrics
+    does not answer (the process is starting, restarting or gone)."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    wanted = {"policy": policy, "kind": kind}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "sdcguard_reconcile_passes_total" and sample.labels == wanted:
+                return int(sample.value)
+    return 0
+
+
+def wait_passes(
+    metrics_url: str,
+    policy: str,
+    count: int = 2,
+    kind: str = "full",
+    *,
+    resync: float = RESYNC_SECONDS,
+    timeout: float | None = None,
+) -> int:
+    """Return once the operator at ``metrics_url`` has finished ``count`` more passes of
+    ``kind`` for ``policy`` than it had at the call; returns the count reached.
+
+    This is how a test proves that nothing happened: a full pass decides every node of
+    the policy, and a pass is counted once its writes are done. The first pass counted
+    may have begun before the call, so ``count=2`` means at least one whole full pass
+    after it. Fails when the operator stalls: no such passes within ``timeout`` (by
+    default ``count`` resync periods three times over, plus a margin for a loaded
+    machine)."""
+    read = wait_for(
+        lambda: [n] if (n := reconcile_passes(metrics_url, policy, kind)) is not None else None,
+        30,
+        "the operator's /metrics to answer",
+    )
+    start: int = read[0]
+    limit = timeout if timeout is not None else 3 * count * resync + 30
+    done = wait_for(
+        lambda: (
+            (n := reconcile_passes(metrics_url, policy, kind)) is not None
+            and n >= start + count
+            and [n]
+        ),
+        limit,
+        f"{count} more {kind} passes of policy {policy} after pass {start} "
+        "(has the operator stalled?)",
+    )
+    return cast(int, done[0])
 
 
 def create_or_replace_crds(api: client.ApiClient, crd_dir: Path) -> None:
@@ -355,7 +414,7 @@ class OperatorProcess:
                 "SDCGUARD_NAMESPACE": NS,
                 "SDCGUARD_METRICS_PORT": str(self.metrics_port),
                 "SDCGUARD_LOG_FORMAT": "json",
-                "SDCGUARD_RESYNC_SECONDS": "5",
+                "SDCGUARD_RESYNC_SECONDS": str(RESYNC_SECONDS),
                 "SDCGUARD_DEFAULT_PROBE_IMAGE": "example.invalid/sdcprobe:test",
                 # The tests' webhook receivers are plain HTTP on loopback.
                 "SDCGUARD_SINK_ALLOW_HTTP": "true",
@@ -376,6 +435,22 @@ class OperatorProcess:
         )
         log.close()
         return self
+
+    @property
+    def resync_seconds(self) -> float:
+        return float(self.env.get("SDCGUARD_RESYNC_SECONDS", RESYNC_SECONDS))
+
+    def passes(self, policy: str, kind: str = "full") -> int | None:
+        """:func:`reconcile_passes` of this process."""
+        return reconcile_passes(self.metrics_url, policy, kind)
+
+    def wait_passes(
+        self, policy: str, count: int = 2, kind: str = "full", timeout: float | None = None
+    ) -> int:
+        """:func:`wait_passes` of this process: how a test proves that nothing happened."""
+        return wait_passes(
+            self.metrics_url, policy, count, kind, resync=self.resync_seconds, timeout=timeout
+        )
 
     def kill(self) -> None:
         """SIGKILL: no clean-up, as when a node dies under the operator."""

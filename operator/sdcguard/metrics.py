@@ -223,7 +223,12 @@ class Metrics:
             registry=r,
         )
         self.reconcile_passes = Counter(
-            "sdcguard_reconcile_passes_total", "Reconcile passes over the fleet.", registry=r
+            "sdcguard_reconcile_passes_total",
+            "Reconcile passes over the fleet, counted once each pass's writes are done, by "
+            "policy and kind (full: every node; targeted: the nodes that changed; urgent: "
+            "probe ends only).",
+            ["policy", "kind"],
+            registry=r,
         )
         self.full_pass_seconds = Histogram(
             "sdcguard_full_pass_seconds",

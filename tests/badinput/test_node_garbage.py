@@ -8,7 +8,6 @@ remove a taint it did not add, whatever ``sdcguard.dev/owned-taints`` claims.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,6 +62,11 @@ def _healthy(api: client.ApiClient, name: str) -> bool:
     )
 
 
+def _policy(node: str) -> str:
+    """The policy of ``qualified_node`` (harness.create_policy's name for its case)."""
+    return "p-" + node.removeprefix("garbage-")
+
+
 @pytest.fixture
 def qualified_node(
     api_client: client.ApiClient, operator: OperatorProcess
@@ -81,7 +85,9 @@ def qualified_node(
 
 
 def test_bogus_state_label_is_recovered_without_retesting(
-    api_client: client.ApiClient, qualified_node: tuple[str, dict[str, str]]
+    api_client: client.ApiClient,
+    operator: OperatorProcess,
+    qualified_node: tuple[str, dict[str, str]],
 ) -> None:
     name, _ = qualified_node
     before = len(_tests(api_client, name))
@@ -89,7 +95,7 @@ def test_bogus_state_label_is_recovered_without_retesting(
         name, {"metadata": {"labels": {keys.LABEL_STATE: "Bogus"}}}
     )
     wait_for(lambda: node_state(api_client, name) != "Bogus", 30, "the label to be rewritten")
-    time.sleep(5)
+    operator.wait_passes(_policy(name))  # a whole full pass over the recovered node
     assert _healthy(api_client, name)
     assert len(_tests(api_client, name)) == before, "re-tested instead of recovered"
     assert GATE not in taint_keys(api_client, name)
@@ -108,11 +114,13 @@ def test_bogus_state_label_never_strands_the_node(
 
 
 def test_garbage_seq_never_reuses_an_old_test(
-    api_client: client.ApiClient, qualified_node: tuple[str, dict[str, str]]
+    api_client: client.ApiClient,
+    operator: OperatorProcess,
+    qualified_node: tuple[str, dict[str, str]],
 ) -> None:
     name, outcomes = qualified_node
     annotate(api_client, name, {keys.SEQ: "abc"})
-    time.sleep(2)
+    operator.wait_passes(_policy(name))  # the garbage is read by a whole full pass
     outcomes[name] = "sdc"  # if it is really tested now, it fails
     annotate(api_client, name, {keys.REQUEST_SUSPECT: "workload saw NaNs"})
     wait_for(
@@ -138,12 +146,13 @@ def test_garbage_seq_never_reuses_an_old_test(
 )
 def test_garbage_annotations_are_ignored_and_the_node_stays_in_service(
     api_client: client.ApiClient,
+    operator: OperatorProcess,
     qualified_node: tuple[str, dict[str, str]],
     annotations: dict[str, str],
 ) -> None:
     name, _ = qualified_node
     annotate(api_client, name, annotations)
-    time.sleep(3)
+    operator.wait_passes(_policy(name))  # the garbage is read by a whole full pass
     # A re-screening may follow (an unreadable qualification time is an expired one),
     # but the node ends in service, with readable bookkeeping, and nothing else touched.
     wait_for(

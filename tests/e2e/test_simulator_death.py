@@ -24,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sdcdev.cluster.localcluster import LocalCluster
+from sdcdev.harness import wait_passes
 from sdcdev.sim.demo import delete_custom, delete_policy
 from sdcdev.sim.demo_install import (
     GROUP,
@@ -36,6 +37,7 @@ from sdcdev.sim.demo_install import (
     start_operator,
     uninstall,
 )
+from sdcdev.sim.ports import free_port
 from tests.e2e.helpers import RunNames
 
 NODE = "lost-h100-00"
@@ -91,9 +93,15 @@ def test_dead_simulator_means_notready_nodes_and_a_timed_out_probe(
     inst = install(cluster, api_client, release=names.release, namespace=names.namespace)
     operator: LocalOperator | None = None
     sim: subprocess.Popen[bytes] | None = None
+    metrics_port = free_port()
     try:
         operator = start_operator(
-            cluster, api_client, inst, workdir=tmp_path, log_path=tmp_path / "operator.log"
+            cluster,
+            api_client,
+            inst,
+            workdir=tmp_path,
+            log_path=tmp_path / "operator.log",
+            metrics_port=metrics_port,
         )
         # A 30 s budget: the probe is still running when the simulator is killed.
         settings = PolicySettings(budget_seconds=30, active_deadline_seconds=60)
@@ -174,8 +182,9 @@ def test_dead_simulator_means_notready_nodes_and_a_timed_out_probe(
         assert GATE in {t.key for t in node.spec.taints or []}
         status = tests[0].get("status") or {}
         assert status["verdict"] == "Timeout", status
-        # The node is not Ready, so no retry starts; it stays gated and unqualified.
-        time.sleep(6)
+        # The node is not Ready, so no retry starts in a whole full pass; it stays gated
+        # and unqualified.
+        wait_passes(f"http://127.0.0.1:{metrics_port}/metrics", names.policy)
         node = core.read_node(NODE)
         assert node.metadata.labels["sdcguard.dev/state"] == "Unqualified"
         assert GATE in {t.key for t in node.spec.taints or []}

@@ -11,6 +11,9 @@ from kubernetes import client
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.harness import OperatorProcess, delete_all
 
+RESYNC_SECONDS = 2
+"""The shared test operator's resync period (the harness's default is longer)."""
+
 
 @pytest.fixture(scope="module")
 def operator(
@@ -20,7 +23,10 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     log = Path(tmp_path_factory.mktemp("operator")) / "operator.log"
-    proc = OperatorProcess(cluster.kubeconfig, log).start()
+    # Full passes every RESYNC_SECONDS: a test that proves nothing happened waits for
+    # the operator's passes (OperatorProcess.wait_passes), so they come often.
+    env = {"SDCGUARD_RESYNC_SECONDS": str(RESYNC_SECONDS)}
+    proc = OperatorProcess(cluster.kubeconfig, log, env=env).start()
     try:
         yield proc
     finally:

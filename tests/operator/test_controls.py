@@ -94,7 +94,7 @@ def test_a_suspect_node_takes_no_more_work_until_it_is_rescreened(api_client, op
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        create_policy(api_client, case)
+        policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         core.create_namespaced_pod("default", gpu_pod(f"train-{case}", node))
         core.patch_namespaced_pod_status(
@@ -105,7 +105,7 @@ def test_a_suspect_node_takes_no_more_work_until_it_is_rescreened(api_client, op
             _annotate(api_client, node, {"sdcguard.dev/suspect": "loss spike in job llm-7b"})
             wait_for(lambda: node_state(api_client, node) == "Suspect", 30, "suspicion")
             assert TESTING in taint_keys(api_client, node), "a suspect node takes no new work"
-            time.sleep(3)
+            operator.wait_passes(policy)  # a whole full pass with the workload running
             assert "Suspect" not in _reasons(api_client, node), "re-tested under a workload"
             core.delete_namespaced_pod(f"train-{case}", "default", grace_period_seconds=0)
             wait_for(lambda: "Suspect" in _reasons(api_client, node), 60, "the re-test")
@@ -128,7 +128,7 @@ def test_paused_policy_starts_nothing_and_opt_out_touches_nothing(api_client, op
         policy = create_policy(api_client, case, paused=True)
         # A gated node that only waits costs no write: the opt-out shows the pass ran.
         wait_for(lambda: node_state(api_client, nodes[1]) == "Excluded", 30, "the nodes seen")
-        time.sleep(6)
+        operator.wait_passes(policy)
         assert list_custom(api_client, "sdctests", nodes[0]) == []
         assert GATE in taint_keys(api_client, nodes[0]), "a paused policy still gates new nodes"
         assert node_state(api_client, nodes[1]) in (None, "Excluded")
@@ -137,7 +137,7 @@ def test_paused_policy_starts_nothing_and_opt_out_touches_nothing(api_client, op
             GROUP, VERSION, "sdcpolicies", policy, {"spec": {"paused": False}}
         )
         wait_for(lambda: node_state(api_client, nodes[0]) == "Qualified", 60, "resume")
-        time.sleep(3)
+        operator.wait_passes(policy)
         assert list_custom(api_client, "sdctests", nodes[1]) == [], "an excluded node was tested"
 
 
@@ -256,7 +256,7 @@ def test_a_release_during_a_test_cancels_the_test_and_its_job(api_client, operat
     trusted_baseline(api_client)
     batch = client.BatchV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "never"}):
-        create_policy(api_client, case)
+        policy = create_policy(api_client, case)
 
         def jobs() -> list[Any]:
             return batch.list_namespaced_job(NS, label_selector=f"sdcguard.dev/node={node}").items
@@ -287,7 +287,8 @@ def test_a_release_during_a_test_cancels_the_test_and_its_job(api_client, operat
             30,
             "the cancelled test's probe Job to be deleted",
         )
-        time.sleep(4)  # a resync or two: the release is not undone by re-adopting the test
+        # A whole full pass: the release is not undone by re-adopting the test.
+        operator.wait_passes(policy)
         again = list_custom(api_client, "sdctests", node)
         assert [t for t in again if t["metadata"]["name"] == test["metadata"]["name"]] == [test]
         # Released, never qualified: screened again in its next idle window, by a new test.
@@ -309,7 +310,7 @@ def test_quarantine_drain_taints_first_and_waits_out_a_disruption_budget(
     core = client.CoreV1Api(api_client)
     policy_api = client.PolicyV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        create_policy(
+        policy = create_policy(
             api_client,
             case,
             quarantine={"cordon": True, "drain": True, "drainTimeoutSeconds": 300},
@@ -366,7 +367,8 @@ def test_quarantine_drain_taints_first_and_waits_out_a_disruption_budget(
             n = read_node(api_client, node)
             assert QUARANTINE in taint_keys(api_client, node) and n.spec.unschedulable
             assert list_custom(api_client, "repairtickets", node), "the ticket is opened"
-            time.sleep(4)  # a few eviction retries, each refused by the budget
+            # A whole full pass, and the eviction retries between: each refused by the budget.
+            operator.wait_passes(policy)
             assert not leaving(), "the budget allows no disruption"
             assert "sdcguard.dev/drain-until" in (read_node(api_client, node).metadata.annotations)
         finally:
@@ -393,7 +395,7 @@ def test_match_expressions_choose_the_nodes_a_policy_screens(api_client, operato
     ):
         labels = read_node(api_client, inside).metadata.labels
         pool_key = next(k for k, v in labels.items() if v == "expr-a")
-        create_policy(
+        policy = create_policy(
             api_client,
             case,
             nodeSelector={
@@ -402,7 +404,7 @@ def test_match_expressions_choose_the_nodes_a_policy_screens(api_client, operato
             },
         )
         wait_for(lambda: node_state(api_client, inside) == "Qualified", 60, "qualification")
-        time.sleep(3)  # a few passes: the other node is not the policy's
+        operator.wait_passes(policy)  # a whole full pass: the other node is not the policy's
         assert node_state(api_client, outside) is None
         assert not list_custom(api_client, "sdctests", outside)
         assert GATE in taint_keys(api_client, outside)

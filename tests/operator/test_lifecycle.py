@@ -7,6 +7,7 @@ the probe's own models; the e2e tests run the real probe through the simulator.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from typing import Any
 
@@ -293,16 +294,14 @@ def test_idle_return_from_use_retests(api_client, operator) -> None:
     trusted_baseline(api_client)
     core = client.CoreV1Api(api_client)
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, {node: "pass"}):
-        create_policy(api_client, case)
+        policy = create_policy(api_client, case)
         wait_for(lambda: node_state(api_client, node) == "Qualified", 60, "qualification")
         # A customer workload uses the GPUs, then leaves.
         core.create_namespaced_pod("default", gpu_pod(f"train-{case}", node))
         core.patch_namespaced_pod_status(
             f"train-{case}", "default", {"status": {"phase": "Running"}}
         )
-        import time as _time
-
-        _time.sleep(3)
+        operator.wait_passes(policy)  # a whole full pass saw the pod running
         assert len(list_custom(api_client, "sdctests", node)) == 1, "tested while in use"
         core.delete_namespaced_pod(f"train-{case}", "default", grace_period_seconds=0)
         retest = wait_for(
@@ -438,7 +437,9 @@ def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) 
             "healthy new nodes to qualify while the breaker is open",
         )
         tests_held = len(list_custom(api_client, "sdctests", nodes[3]))
-        time.sleep(8)  # resyncs of the test operator (5 s) and its inconclusive back-off
+        # Whole full passes for longer than the policy's inconclusive back-off (5 s): no
+        # re-test.
+        operator.wait_passes(policy, 2 + math.ceil(5 / operator.resync_seconds))
         assert len(list_custom(api_client, "sdctests", nodes[3])) == tests_held, "re-tested"
         assert node_state(api_client, nodes[3]) == "Suspect"
 
@@ -550,7 +551,7 @@ def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> No
     trusted_baseline(api_client)
     outcomes = {node: "never"}
     with gpu_nodes(api_client, [node], case=case), ProbeKubelet(api_client, outcomes):
-        create_policy(api_client, case)
+        policy = create_policy(api_client, case)
         wait_for(
             lambda: (
                 client.BatchV1Api(api_client)
@@ -562,9 +563,9 @@ def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> No
         )
         operator.kill()
         operator.start()
-        import time as _time
-
-        _time.sleep(5)
+        # The new process decides the node from its own copy (a whole full pass) while the
+        # probe still runs: it adopts the running test instead of starting another.
+        operator.wait_passes(policy)
         outcomes[node] = "pass"
         wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "the test to complete")
         jobs = (
@@ -627,7 +628,7 @@ def test_nodes_with_nothing_to_do_cost_zero_writes(api_client, operator) -> None
             gpu_nodes(api_client, nodes, case=case),
             ProbeKubelet(api_client, dict.fromkeys(nodes, "pass")),
         ):
-            create_policy(api_client, case)
+            policy = create_policy(api_client, case)
             for n in nodes:
                 wait_for(lambda n=n: node_state(api_client, n) == "Qualified", 60, n)
 
@@ -640,11 +641,9 @@ def test_nodes_with_nothing_to_do_cost_zero_writes(api_client, operator) -> None
                     )
                 return out
 
-            import time as _time
-
-            _time.sleep(3)
+            operator.wait_passes(policy)  # the qualifications' follow-up writes are done
             before = our_writes()
-            _time.sleep(16)  # three resync periods of the test operator (5 s)
+            operator.wait_passes(policy, 4)  # three whole full passes over settled nodes
             after = our_writes()
             assert after == before, "a settled node was written to"
             assert before[cpu_node] == [], "a node without accelerators was touched"
@@ -693,7 +692,7 @@ def test_metrics_tell_the_fleet_story(api_client, operator) -> None:
         assert m[("sdcguard_screenings_total", (("check", "golden"), ("verdict", "SDC")))] >= 2
         assert m[("sdcguard_circuit_breaker_open", (("policy", policy),))] == 0
         assert sum(v for (n, _), v in m.items() if n == "sdcguard_repair_tickets_open") >= 1
-        assert m[("sdcguard_reconcile_passes_total", ())] > 0
+        assert m[("sdcguard_reconcile_passes_total", (("kind", "full"), ("policy", policy)))] > 0
         assert any(n == "sdcguard_probe_finish_to_quarantine_seconds_count" for n, _ in m)
 
         # The chart's alerts on these scrapes: the quarantine fires its alert for this

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,10 @@ from sdcdev.harness import (
     policy_body,
     trusted_baseline,
     wait_for,
+    wait_passes,
 )
 from sdcdev.sim.demo_install import install, start_operator, uninstall
+from sdcdev.sim.ports import free_port
 from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.pass_state import FleetView
 from sdcguard.adapters.reconciler import Reconciler
@@ -149,10 +150,16 @@ def test_the_operator_under_the_charts_default_rbac_does_not_replace_and_says_so
     operator = None
     node = f"replace-{case}"
     policy = f"p-{case}"
+    metrics_port = free_port()
     trusted_baseline(api_client)
     try:
         operator = start_operator(
-            cluster, api_client, inst, workdir=tmp_path, log_path=tmp_path / "operator.log"
+            cluster,
+            api_client,
+            inst,
+            workdir=tmp_path,
+            log_path=tmp_path / "operator.log",
+            metrics_port=metrics_port,
         )
         with (
             gpu_nodes(api_client, [node], case=case),
@@ -193,7 +200,8 @@ def test_the_operator_under_the_charts_default_rbac_does_not_replace_and_says_so
                 return [e for e in events if e.reason == "NodeDeleteForbidden"]
 
             wait_for(refused, 60, "the NodeDeleteForbidden Event")
-            time.sleep(12)  # two more passes: the refusal is not repeated, nothing moves
+            # Two more whole full passes: the refusal is not repeated, nothing moves.
+            wait_passes(f"http://127.0.0.1:{metrics_port}/metrics", policy, 3)
             (event,) = refused()
             assert "was not deleted" in event.message and "rbac.allowNodeDelete=true" in (
                 event.message

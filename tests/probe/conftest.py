@@ -87,3 +87,11 @@ def healthy_baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp / "baseline.json"
     path.write_text(run.stdout)
     return path
+
+
+@pytest.fixture(scope="session")
+def matched_run(tmp_path_factory: pytest.TempPathFactory, healthy_baseline: Path) -> CliRun:
+    """A healthy run of every check (FAST) against ``healthy_baseline``, which another
+    process recorded; shared by the tests that read it (each would run the same)."""
+    tmp = tmp_path_factory.mktemp("matched")
+    return run_cli(["run", "--device", "cpu", *FAST, "--baseline", str(healthy_baseline)], tmp)

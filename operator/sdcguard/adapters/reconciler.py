@@ -566,14 +566,15 @@ class Reconciler:
         if full:
             self.reporter.export_usage(name, memory.pools.usage, view, now)
             self.reporter.export_topology(name, topology or ())
-        self.metrics.reconcile_passes.inc()
+        kind = "full" if full else ("urgent" if not fill else "targeted")
+        self.metrics.reconcile_passes.labels(policy=name, kind=kind).inc()
         writes = Counter(self.writer.writes)
         writes.subtract(writes_before)
         counts.update({f"writes-{k}": v for k, v in writes.items() if v})
         log.info(
             "reconcile pass",
             policy=name,
-            kind="full" if full else ("urgent" if not fill else "targeted"),
+            kind=kind,
             nodes=len(memory.states),
             **dict(sorted(counts.items())),
         )

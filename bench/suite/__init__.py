@@ -1,0 +1,1 @@
+"""The test suite's own figures: its slowest tests (``python -m bench.suite.slowest``)."""
