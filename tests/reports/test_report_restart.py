@@ -36,6 +36,7 @@ from sdcdev.harness import (
 from sdctrain.report import KubeReporter
 from tests.reports.test_reports_operator import (
     _detection,
+    _end_training_pod,
     _job_namespace,
     _phase,
     _report,
@@ -115,6 +116,7 @@ def test_outcomes_reached_while_the_operator_was_down_reach_the_owner_after_a_re
                 names[node] = made
             for node, name in names.items():
                 wait_for(lambda name=name: _phase(api_client, ns, name) == "Accepted", 30, name)
+                _end_training_pod(api_client, ns, f"train-{node}")
                 wait_for(
                     lambda node=node: _probe_pod_running(api_client, node),
                     90,

@@ -126,6 +126,38 @@ def _training_pod(api: client.ApiClient, ns: str, name: str, node: str, job: str
     )
 
 
+def _end_training_pod(api: client.ApiClient, ns: str, name: str) -> None:
+    """The rank stops after its persistent finding (as sdctrain's guard stops the job):
+    its GPU is free, so the node is idle for the suspicion screening."""
+    finished = "2026-01-01T00:01:00Z"
+    client.CoreV1Api(api).patch_namespaced_pod_status(
+        name,
+        ns,
+        {
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "train",
+                        "image": "example.invalid/train:1",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "started": False,
+                        "state": {
+                            "terminated": {
+                                "exitCode": 1,
+                                "startedAt": "2026-01-01T00:00:00Z",
+                                "finishedAt": finished,
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+    )
+
+
 def _token(api: client.ApiClient, ns: str, path: Path) -> Path:
     request = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
@@ -231,6 +263,7 @@ def test_report_marks_the_node_suspect_and_the_probe_confirms(
             assert name is not None
             wait_for(lambda: _phase(api_client, ns, name) == "Accepted", 30, "acceptance")
             assert _report(api_client, ns, name)["status"]["reason"] == "Accepted"
+            _end_training_pod(api_client, ns, "train-1")
             wait_for(lambda: node_state(api_client, sick) == "Quarantined", 120, "quarantine")
             events = (
                 client.CoreV1Api(api_client)
@@ -279,6 +312,8 @@ def test_a_report_the_probe_does_not_confirm_is_cleared_and_the_owner_told(
             )
             name = reporter.report(_detection(node, ns, job, step=3))
             assert name is not None
+            wait_for(lambda: _phase(api_client, ns, name) == "Accepted", 30, "acceptance")
+            _end_training_pod(api_client, ns, "train-1")
             wait_for(
                 lambda: "SDCReportCleared" in report_events(api_client, ns, name),
                 120,
