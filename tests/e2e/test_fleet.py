@@ -111,6 +111,11 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
 
     # Steady faults are always found; every quarantined node came back through repair.
     assert {STEADY, REPEAT_OFFENDER} <= quarantined
+    # kubectl sdc fleet on this fleet, as the run ended: failures per hardware type and
+    # the quarantines bracketed from onset (the steady and repeat offenders at least).
+    figures = result.fleet_figures
+    assert "Failures per hardware type" in figures, figures
+    assert "Onset to quarantine:" in figures and "no quarantine yet" not in figures, figures
     for name in quarantined:
         track = view.nodes[name]
         assert track.state in ("Qualified", "Testing"), (name, track.path())
