@@ -143,7 +143,9 @@ def test_a_runtime_class_that_does_not_exist_reserves_no_node(api_client, operat
         def waiting() -> str:
             return (read_node(api_client, node).metadata.annotations or {}).get(keys.WAITING, "")
 
-        wait_for(lambda: "RuntimeClassMissing" in waiting(), 60, "the RuntimeClassMissing wait")
+        wait_for(
+            lambda: "spec.probe.runtimeClassName" in waiting(), 60, "the RuntimeClassMissing wait"
+        )
         assert f"RuntimeClass {runtime_class} (spec.probe.runtimeClassName)" in waiting()
         assert taint_keys(api_client, node) == {"sdcguard.dev/unqualified"}, "not reserved"
         assert not list_custom(api_client, "sdctests", node)
