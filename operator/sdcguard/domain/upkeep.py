@@ -126,7 +126,9 @@ _ROWS: Mapping[tuple[NodeState, Scope, bool], tuple[RowAction, ...]] = {
 }
 
 
-NEEDS_A_PERSON = frozenset({WaitReason.FOREIGN_TAINT, WaitReason.MIXED_MIG})
+NEEDS_A_PERSON = frozenset(
+    {WaitReason.FOREIGN_TAINT, WaitReason.MIXED_MIG, WaitReason.RUNTIME_CLASS_MISSING}
+)
 """Waits that last until a person changes the cluster or the policy: even a gated node
 never labelled is written to say them (the others pass on their own: a node not yet
 Ready, a device plugin not yet up, a budget)."""
