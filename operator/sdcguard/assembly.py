@@ -215,9 +215,12 @@ class Operator:
         """A deleted policy (its Kopf deletion handler, before the finalizer goes): its
         unfinished tests end Cancelled and its nodes are released, or handed over to a
         policy that stays (``adapters/policy_release.py``)."""
-        policy = SDCPolicy.model_validate(
-            {"metadata": body.get("metadata", {}), "spec": body.get("spec") or {}}
-        )
+        meta = body.get("metadata") or {}
+        indexed = list(selectors.get(name, []))[:1]
+        try:  # the selector as indexed (an unreadable spec is never a reason to stay)
+            selector = indexed[0] if indexed else policy_entry(name, body.get("spec") or {})[name]
+        except ValidationError:
+            selector = None
         self.deleting.add(name)
         if not await self.inventory.wait_synced(lambda: self.stopping, probes=True):
             raise kopf.TemporaryError("the operator is stopping; released on its return", delay=5)
@@ -236,7 +239,16 @@ class Operator:
             and snapshot.known.running is not None
         ]
         nodes = list(self.inventory.node_bodies().values())
-        await asyncio.to_thread(self.reconciler.release_policy, policy, others, nodes, tests, now())
+        await asyncio.to_thread(
+            self.reconciler.release_policy,
+            name,
+            str(meta.get("uid") or ""),
+            selector,
+            others,
+            nodes,
+            tests,
+            now(),
+        )
         self.scheduler.poke()  # the heirs of handed-over nodes look at them now
 
     async def report_seen(self, body: Mapping[str, Any]) -> None:

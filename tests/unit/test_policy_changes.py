@@ -137,35 +137,31 @@ def test_a_back_off_wait_names_the_command_that_skips_it() -> None:
     assert "kubectl sdc test gpu-1" in decision.wait.message
 
 
-def _backing_off(enforced_since: dt.datetime | None, completed: dt.datetime) -> Observed:
-    """An unqualified node backing off after an inconclusive acceptance that ended at
-    ``completed``; the policy switched to Enforce at ``enforced_since`` (or never)."""
-    retry = keys.format_time(NOW + HOUR)
+def _backing_off(enforced_since: dt.datetime | None) -> Observed:
+    """An unqualified node half-way through a one-hour back-off (it began at NOW - 30m,
+    after an inconclusive acceptance; that test is no longer the node's); the policy
+    switched to Enforce at ``enforced_since`` (or never)."""
+    retry = keys.format_time(NOW + HOUR / 2)
     n = node(state=S.UNQUALIFIED, annotations={keys.RETRY_AFTER: retry, keys.INCONCLUSIVE: "1"})
-    test = dataclasses.replace(
-        sdctest("t1", suite=Suite.ACCEPTANCE, verdict=Verdict.INCONCLUSIVE),
-        completed_at=completed,
-    )
-    return Observed(
-        node=n, test=test, idle_since=NOW - HOUR, usage=ROOMY, enforced_since=enforced_since
-    )
+    return Observed(node=n, idle_since=NOW - HOUR, usage=ROOMY, enforced_since=enforced_since)
 
 
 @pytest.mark.parametrize(
-    ("enforced_since", "completed", "starts"),
+    ("enforced_since", "starts"),
     [
-        (NOW - HOUR / 2, NOW - HOUR, True),  # the back-off began in Observe: waived
-        (NOW - HOUR, NOW - HOUR / 2, False),  # a result under Enforce backs off
-        (None, NOW - HOUR, False),  # no switch seen
+        (NOW - HOUR / 6, True),  # the back-off began in Observe: waived
+        (NOW - HOUR * 5 / 6, False),  # a result under Enforce backs off
+        (None, False),  # no switch seen
     ],
     ids=["switched-after", "switched-before", "no-switch"],
 )
 def test_switching_to_enforce_screens_a_node_backing_off_from_observe(
-    enforced_since: dt.datetime | None, completed: dt.datetime, starts: bool
+    enforced_since: dt.datetime | None, starts: bool
 ) -> None:
     """Observe -> Enforce gates every node not yet qualified; one backing off after an
     inconclusive result from Observe is screened at once, not left gated and idle."""
-    decision = decide(_backing_off(enforced_since, completed), policy(mode="Enforce"), NOW)
+    spec = policy(mode="Enforce", triggers={"inconclusiveBackoff": "1h"})
+    decision = decide(_backing_off(enforced_since), spec, NOW)
     assert decision.starts_test is starts
     if not starts:
         assert decision.wait is not None and decision.wait.reason == WaitReason.BACK_OFF

@@ -55,7 +55,7 @@ class PolicyRelease:
     def release(
         self,
         policy: str,
-        selector: Selector,
+        selector: Selector | None,
         others: Mapping[str, Selector],
         nodes: Iterable[NodeSnapshot],
         tests: Iterable[SDCTest],
@@ -63,11 +63,17 @@ class PolicyRelease:
     ) -> Counter[str]:
         """Release what ``policy`` (with ``selector``) holds; ``others``: the selectors of
         the policies that stay; ``nodes``: every node; ``tests``: the policy's unfinished
-        tests. Returns what it did, by kind."""
+        tests. ``selector`` None (an unreadable spec): its tests end, and no node is
+        touched. Returns what it did, by kind."""
         counts: Counter[str] = Counter()
         for test in tests:
             self.runner.end_by_policy_change(policy, test, PolicyChange.POLICY_DELETED, now, counts)
-        everyone = {**others, policy: selector}
+        if selector is None:
+            log.warning(
+                "deleted policy unreadable: its nodes are left to the others", policy=policy
+            )
+            nodes = ()
+        everyone = {**others, policy: selector or {}}
         for node in nodes:
             if owning_policy(node.labels, everyone) != policy:
                 continue

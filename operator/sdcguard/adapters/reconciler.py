@@ -261,24 +261,24 @@ class Reconciler:
 
     def release_policy(
         self,
-        policy: SDCPolicy,
+        name: str,
+        uid: str,
+        selector: Selector | None,
         others: Mapping[str, Selector],
         nodes: Iterable[NodeSnapshot],
         tests: Iterable[SDCTest],
         now: dt.datetime,
     ) -> Counter[str]:
         """A deleted policy's tests end and its nodes are released or handed over
-        (``adapters/policy_release.py``), between passes; no later pass of it acts."""
+        (``adapters/policy_release.py``), between passes; no later pass of it acts.
+        ``selector`` None: its spec is unreadable, so no node is known to be its own."""
         with self._lock:
-            name = policy.metadata.name
-            if policy.metadata.uid:
-                self.deleted.add(policy.metadata.uid)
+            if uid:
+                self.deleted.add(uid)
             self._memory.pop(name, None)
             # A status we wrote that the copy does not show yet (a verdict) is the truth.
             settled = [self.expectations.settle_test(t) for t in tests]
-            return self.releaser.release(
-                name, policy.spec.node_selector, others, nodes, settled, now
-            )
+            return self.releaser.release(name, selector, others, nodes, settled, now)
 
     def mark(self) -> int:
         """Where urgent work stands now: take it before copying a pass's view."""

@@ -40,7 +40,7 @@ from sdcguard.domain.believed import believed_state
 from sdcguard.domain.budgets import BudgetCheck, can_reserve
 from sdcguard.domain.devicetaints import judge_devices
 from sdcguard.domain.echo import bounded
-from sdcguard.domain.judging import Outcome, assess, retry_time
+from sdcguard.domain.judging import Outcome, assess, backoff_seconds, retry_time
 from sdcguard.domain.lifecycle import TABLE
 from sdcguard.domain.observed import NodeFacts, Observed, TestFacts
 from sdcguard.domain.reports import report_reference
@@ -204,13 +204,16 @@ class Reader:
         return None if check.allowed else Wait(W.BUDGET, check.reason)
 
     def back_off_waived(self) -> bool:
-        """The policy switched from Observe to Enforce after the result that started the
-        back-off, and the node is not qualified: the switch gated it, so it is screened
-        as soon as the budgets allow instead of waiting gated and idle."""
-        since, test = self.obs.enforced_since, self.obs.test
-        if since is None or self.node.qualified_at is not None or test is None:
+        """The policy switched from Observe to Enforce after the node's back-off began,
+        and the node is not qualified: the switch gated it, so it is screened as soon as
+        the budgets allow instead of waiting gated and idle. (When the back-off began is
+        its end less its length: the test that started it is no longer the node's.)"""
+        since, retry = self.obs.enforced_since, self.node.retry_after
+        if since is None or retry is None or self.node.qualified_at is not None:
             return False
-        return test.completed_at is not None and test.completed_at <= since
+        base = parse_duration(self.policy.triggers.inconclusive_backoff)
+        length = backoff_seconds(base, max(1, self.node.inconclusive_count))
+        return retry - dt.timedelta(seconds=length) <= since
 
     def untolerated_taints(self) -> list[str]:
         """Taints of others that repel probe Pods, so a test started now could never run:
