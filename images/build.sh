@@ -147,7 +147,11 @@ build() {
   # contents do not rebuild each other's); the local node drops the images
   # whose archives are gone.
   ls -t "$OUT/$name"-*.oci.tar 2>/dev/null | tail -n +3 | xargs -r rm -f
-  ls -t "$OUT/$name"-*.cdx.json 2>/dev/null | tail -n +3 | xargs -r rm -f
+  # An SBOM goes with its archive (a glob that matches nothing stays as it is).
+  local sbom_file
+  for sbom_file in "$OUT/$name"-*.cdx.json; do
+    [ -e "${sbom_file%.cdx.json}.oci.tar" ] || rm -f "$sbom_file"
+  done
   sbom "$name" "$ref" "$archive"
   echo "$name $ref $archive"
 }
