@@ -45,7 +45,7 @@ def test_retention_values_reach_the_operator_settings(monkeypatch: pytest.Monkey
 
 
 def test_the_operator_may_delete_what_retention_prunes() -> None:
-    role = find(render({}), "ClusterRole", None)
+    role = find(render({}), "ClusterRole", "sdcguard-operator")
     may_delete = {
         resource
         for rule in role["rules"]

@@ -162,7 +162,9 @@ def test_helm_upgrade_keeps_the_data_and_the_lifecycle_goes_on(
                 assert (
                     closed is not None and closed["metadata"]["name"] == ticket["metadata"]["name"]
                 )
-                assert not taint_keys(api, bad)
+                # The uncordon is sdcguard's; the node controller drops its own
+                # node.kubernetes.io/unschedulable taint a moment later.
+                wait_for(lambda: not taint_keys(api, bad), 30, "the repaired node untainted")
                 wait_for(lambda: node_state(api, held) == "Qualified", 120, "the cleared suspect")
                 assert list_custom(api, "sdchardwares")  # history kept
             except BaseException:

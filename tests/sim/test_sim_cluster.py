@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.sim import SimOptions, Simulator, parse_fleet
 from sdcdev.sim.commands import gpu_uuids
-from sdcdev.sim.kube import TICKETS_PATH, Kube
+from sdcdev.sim.kube import TICKET_VERSION, TICKETS_PATH, Kube
 from sdcdev.sim.workloads import WorkloadRequest, workload_pod
 
 REPO = Path(__file__).resolve().parents[2]
@@ -400,7 +400,7 @@ def _install_ticket_crd(kube: Kube) -> bool:
                 },
                 "versions": [
                     {
-                        "name": "v1alpha1",
+                        "name": TICKET_VERSION,
                         "served": True,
                         "storage": True,
                         "subresources": {"status": {}},
@@ -437,7 +437,7 @@ def test_repair_ticket_gets_resolved_and_the_node_is_healthy_again(env: Env) -> 
     name = f"{env.prefix}-ticket"
     try:
         ticket = {
-            "apiVersion": "sdcguard.dev/v1alpha1",
+            "apiVersion": f"sdcguard.dev/{TICKET_VERSION}",
             "kind": "RepairTicket",
             "metadata": {"name": name},
             "spec": {"nodeName": env.sick, "evidence": ["probe-sick"]},

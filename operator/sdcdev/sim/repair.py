@@ -1,6 +1,6 @@
 """The simulated repair shop: works the operator's RepairTickets.
 
-It watches ``repairtickets.sdcguard.dev/v1alpha1`` (cluster-scoped). An open
+It watches ``repairtickets.sdcguard.dev`` at the operator's API version (cluster-scoped). An open
 ticket (no ``spec.resolution``, phase not Closed or Retired) is taken at once:
 ``spec.external`` records the shop's system, ticket id and URL. After
 ``repair.delaySeconds`` the node is "repaired" (its fault profile cleared in
