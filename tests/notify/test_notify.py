@@ -22,6 +22,7 @@ import pytest
 
 from sdcguard.adapters import notify
 from sdcguard.api import (
+    VERSION,
     HardwareIdentity,
     Notification,
     ObjectMeta,
@@ -157,7 +158,7 @@ def test_payload_has_the_documented_fields() -> None:
     }
     assert t["evidence"] == ["gpu-node-7-rq-1", "gpu-node-7-rq-2"]
     assert (t["phase"], t["cycle"], t["openedAt"]) == ("Open", 1, "2025-03-01T12:00:00Z")
-    assert t["url"] == f"{API}/apis/sdcguard.dev/v1alpha1/repairtickets/gpu-node-7-1"
+    assert t["url"] == f"{API}/apis/sdcguard.dev/{VERSION}/repairtickets/gpu-node-7-1"
     # The body is plain JSON: what receivers in any language parse.
     assert json.loads(notify.encode_body(payload)) == payload
 

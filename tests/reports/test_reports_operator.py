@@ -73,7 +73,17 @@ def _training_pod(api: client.ApiClient, ns: str, name: str, node: str, job: str
     }
     try:
         owner = batch.create_namespaced_job(
-            ns, {"metadata": {"name": job}, "spec": {"suspend": True, "template": template}}
+            ns,
+            {
+                "metadata": {"name": job},
+                # managedBy: the Job controller leaves this Job alone, so it never releases
+                # (takes the ownerReference off) a Pod that lacks its selector's labels.
+                "spec": {
+                    "suspend": True,
+                    "managedBy": "sdcguard.test/nobody",
+                    "template": template,
+                },
+            },
         )
     except ApiException as exc:
         if exc.status != 409:
