@@ -12,8 +12,8 @@ PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
 declare -A GROUPS_OF=(
   [A]="tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training tests/chart tests/docs"
-  [B]="tests/cluster tests/operator tests/dra tests/badinput tests/chaos tests/cli tests/notify tests/reports tests/packaging tests/security"
-  [C]="tests/realnode tests/autoscaling"
+  [B]="tests/cluster tests/operator tests/dra tests/badinput tests/cli tests/notify tests/packaging tests/security"
+  [C]="tests/realnode tests/autoscaling tests/reports tests/chaos"
 )
 ORDER=(A B C)
 LOG_DIR="${SUITE_LOG_DIR:-}"
