@@ -24,6 +24,7 @@ from sdcdev.harness import (
     trusted_baseline,
     wait_for,
 )
+from sdcguard.domain import keys
 
 
 def _jobs(api: client.ApiClient, node: str) -> list[client.V1Job]:
@@ -68,6 +69,57 @@ def test_a_test_a_policy_change_ended_is_cancelled_and_takes_its_job(api_client,
         assert not test["status"].get("verdict")
         assert "no longer exists" not in test["status"]["message"]
         wait_for(lambda: not _jobs(api_client, node), 30, "the probe Job to be deleted")
+
+
+def test_a_node_another_policy_takes_mid_screening_is_screened_by_it_at_once(
+    api_client, operator
+) -> None:
+    """A more specific policy takes the node while the first one screens it (a user's
+    first policy beside the chart's catch-all): the first test ends Cancelled, and the
+    new owner reads that outcome (the node's current test is not its own) and screens
+    the node at once: no back-off, though its own back-off is an hour."""
+    case = new_case()
+    node = f"handover-{case}"
+    trusted_baseline(api_client)
+    with (
+        gpu_nodes(api_client, [node], case=case),
+        ProbeKubelet(api_client, {node: "never"}) as kubelet,
+    ):
+        first = create_policy(api_client, case)
+        wait_for(lambda: _jobs(api_client, node), 60, "the first policy's probe Job")
+        second = f"p2-{case}"
+        body = policy_body(
+            second,
+            match_labels={"sdcguard.test/case": case, "sdcguard.test/handover": case},
+            triggers={"inconclusiveBackoff": "1h"},
+        )
+        client.CustomObjectsApi(api_client).create_cluster_custom_object(
+            GROUP, VERSION, "sdcpolicies", body
+        )
+        client.CoreV1Api(api_client).patch_node(
+            node, {"metadata": {"labels": {"sdcguard.test/handover": case}}}
+        )
+
+        def tests_of(policy: str) -> list[dict[str, Any]]:
+            return [
+                t
+                for t in list_custom(api_client, "sdctests", node)
+                if t["spec"].get("policyRef") == policy
+            ]
+
+        wait_for(
+            lambda: any(
+                (t.get("status") or {}).get("phase") == "Cancelled" for t in tests_of(first)
+            ),
+            60,
+            "the first policy's test to end Cancelled",
+        )
+        kubelet.outcomes[node] = "pass"
+        wait_for(lambda: tests_of(second), 60, "the new owner's test of the node")
+        wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "the node Qualified")
+        annotations = client.CoreV1Api(api_client).read_node(node).metadata.annotations or {}
+        assert keys.RETRY_AFTER not in annotations
+        assert keys.INCONCLUSIVE not in annotations
 
 
 def test_a_hand_edited_state_label_is_corrected_and_not_counted(api_client, operator) -> None:

@@ -9,6 +9,8 @@ import datetime as dt
 
 import pytest
 
+from sdcguard.adapters.observations import current_test, inherit_current
+from sdcguard.adapters.pass_state import FleetView, TestSnapshot
 from sdcguard.api import SDCTestPhase, Suite, Verdict
 from sdcguard.domain import keys
 from sdcguard.domain.actions import EmitEvent
@@ -84,6 +86,56 @@ def test_a_test_a_policy_change_ended_starts_no_back_off(
     annotations = {k: v for a in decision.actions for k, v in getattr(a, "changes", ())}
     assert (annotations.get(keys.RETRY_AFTER) is not None) is backs_off
     assert (annotations.get(keys.INCONCLUSIVE) is not None) is backs_off
+
+
+def _their_test(phase: str, reason: str = "") -> TestSnapshot:
+    """The node's test as the policy that owned it before wrote it (policy "old")."""
+    status = {"phase": phase}
+    if reason:
+        status["reason"] = reason
+    return TestSnapshot.from_body(
+        {
+            "metadata": {"name": "t1", "uid": "uid-t1", "resourceVersion": "7"},
+            "spec": {"nodeName": "gpu-1", "policyRef": "old", "reason": "Join"},
+            "status": status,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason", "event"),
+    [
+        ("Running", "", None),  # the old owner has not ended it yet: the node waits
+        ("Cancelled", "NodeLeftPolicy", E.ACCEPTANCE_CANCELLED),
+    ],
+    ids=["still-running", "cancelled"],
+)
+def test_the_new_owner_reads_the_test_the_old_owner_left_on_the_node(
+    phase: str, reason: str, event: Event | None
+) -> None:
+    """The node's labels made another policy its owner while the old one screened it: the
+    new owner has none of its own tests of the node, and reads the old owner's (the
+    node's current test) instead of taking it for lost, which would back the node off."""
+    n = node(state=S.TESTING, annotations={keys.CURRENT_TEST: "t1"})
+    view = FleetView(nodes={}, tests={"gpu-1": [_their_test(phase, reason)]})
+    tests = inherit_current(n, [], view)
+    assert [t.name for t in tests] == ["t1"]
+    test = current_test(n, tests)
+    observed = Observed(node=n, test=test, idle_since=NOW - HOUR, usage=ROOMY)
+    decision = decide(observed, policy(), NOW)
+    assert decision.event == event
+    annotations = {k: v for a in decision.actions for k, v in getattr(a, "changes", ())}
+    assert annotations.get(keys.RETRY_AFTER) is None
+    assert annotations.get(keys.INCONCLUSIVE) is None
+    # Without the old owner's test the node's test would count as lost: a back-off.
+    lost = decide(Observed(node=n, test=None, idle_since=NOW - HOUR, usage=ROOMY), policy(), NOW)
+    assert lost.event == E.ACCEPTANCE_INCONCLUSIVE
+
+
+def test_only_the_nodes_current_test_is_inherited() -> None:
+    n = node(state=S.UNQUALIFIED)
+    view = FleetView(nodes={}, tests={"gpu-1": [_their_test("Cancelled", "NodeLeftPolicy")]})
+    assert inherit_current(n, [], view) == []
 
 
 @pytest.mark.parametrize("mode", ["Observe", "Enforce"])

@@ -56,6 +56,20 @@ def seq_floor(node: NodeFacts, tests: list[KnownTest], view: FleetView) -> NodeF
     return replace(node, annotations={**node.annotations, keys.SEQ: str(floor)})
 
 
+def inherit_current(node: NodeFacts, tests: list[KnownTest], view: FleetView) -> list[KnownTest]:
+    """The policy's tests of the node, with the node's current test added when another
+    policy holds it: the node changed owner while that policy screened it. Its outcome
+    (Cancelled by the policy change: no result, no back-off) is what the new owner reads;
+    without it the new owner would take the test for lost and back the node off."""
+    current = node.current_test
+    if not current or any(t.name == current for t in tests):
+        return tests
+    for seen in view.tests.get(node.name, []):
+        if seen.name == current and seen.known is not None:
+            return [*tests, seen.known]
+    return tests
+
+
 def current_test(node: NodeFacts, tests: list[KnownTest]) -> TestFacts | None:
     current = node.current_test
     named = [t for t in tests if t.name == current]

@@ -67,6 +67,7 @@ from sdcguard.adapters.node_writes import NodePatchStage
 from sdcguard.adapters.observations import (
     current_test,
     idle_since,
+    inherit_current,
     needed,
     queued_tests,
     seq_floor,
@@ -673,8 +674,9 @@ class Reconciler:
                 retired=node.state == NodeState.RETIRED,
             )
             self.history.restore(view, view.nodes[node_name], now, counts)
-            node = seq_floor(node, tests_by_node.get(node_name, []), view)
-            test = current_test(node, tests_by_node.get(node_name, []))
+            tests = inherit_current(node, tests_by_node.get(node_name, []), view)
+            node = seq_floor(node, tests, view)
+            test = current_test(node, tests)
             if not view.workloads_known and (test is None or not test.finished):
                 # Without every workload Pod listed, a node missing from the copy would
                 # look idle: only a finished test's outcome (release, confirmation,
@@ -690,7 +692,7 @@ class Reconciler:
                 Observed(
                     node=node,
                     test=test,
-                    queued=queued_tests(test, tests_by_node.get(node_name, [])),
+                    queued=queued_tests(test, tests),
                     probe_unschedulable=unschedulable(test, view),
                     ticket=ticket,
                     devices=self._devices(spec, node_name, test, ticket),
