@@ -594,3 +594,31 @@ def test_a_command_pod_runs_its_own_command_with_the_pods_identity(env: Env) -> 
     pod = wait_for(finished(env, lambda: env.pod(made["name"])), 30, "the unstartable pod")
     assert terminated(pod)["reason"] == "StartError"
     assert "no command" in terminated(pod)["message"]
+
+
+def test_a_probe_pod_mounts_its_attestation_secret_and_seals_its_result(env: Env) -> None:
+    """As a kubelet does, the simulator mounts the Pod's Secret volume; the probe finds
+    it through SDCPROBE_ATTEST_DIR (the mount path) and seals its result, which the
+    screening's own key opens (an operator Pod with attestation on judges simulated
+    nodes as it judges real ones)."""
+    from sdcguard.builders.probe_job import ATTEST_MOUNT_PATH, build_attestation_secret
+    from sdcguard.domain.attestation import Attestation
+
+    sealing = Attestation.derive(bytes(range(32)), "uid-sealed")
+    secret = build_attestation_secret("sealed", "uid-sealed", env.namespace, sealing.secret_data())
+    del secret["metadata"]["ownerReferences"]  # no SDCTest here
+    env.kube.request("POST", f"/api/v1/namespaces/{env.namespace}/secrets", body=secret)
+    spec = probe_pod_spec(env.healthy)
+    container = spec["containers"][0]
+    container["env"].append({"name": "SDCPROBE_ATTEST_DIR", "value": ATTEST_MOUNT_PATH})
+    container["volumeMounts"] = [{"name": "attest", "mountPath": ATTEST_MOUNT_PATH}]
+    spec["volumes"] = [{"name": "attest", "secret": {"secretName": secret["metadata"]["name"]}}]
+    env.create_pod("probe-sealed", spec)
+
+    pod = wait_for(finished(env, lambda: env.pod("probe-sealed")), 90, "the sealed probe")
+    message = terminated(pod)["message"]
+    document, why = sealing.open(message)
+    assert document is not None, why
+    assert json.loads(document)["verdict"] == "pass"
+    other = Attestation.derive(bytes(range(32)), "uid-another")
+    assert other.open(message)[0] is None

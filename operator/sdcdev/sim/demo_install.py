@@ -144,8 +144,9 @@ def chart_values(resync_seconds: float) -> dict[str, Any]:
         "metrics": {"dashboard": {"enabled": False}, "service": {"enabled": False}},
         # helm test reads /metrics through the Service, which a local operator has not.
         "helmTest": {"enabled": False},
-        # The simulated kubelet runs probes as processes and mounts no Secret: their
-        # results cannot be sealed (the real node's install keeps attestation on).
+        # A local operator is a process beside the test, with no key Secret mounted:
+        # it seals nothing (the operator Pod's install keeps attestation on, and the
+        # simulated kubelet mounts each probe's Secret, so simulated probes seal too).
         "probe": {"attestation": {"enabled": False}},
     }
 

@@ -21,6 +21,7 @@ other kubelet will finish the deletion.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import json
@@ -51,6 +52,7 @@ from sdcdev.sim.pods import (
     expand,
     parse_pod,
     running_status,
+    secret_mounts,
     terminated_status,
     termination_message,
 )
@@ -452,6 +454,7 @@ class SimKubelet:
             self.workdir / f"{pod.metadata.namespace}_{pod.metadata.name}_{pod.metadata.uid[:8]}"
         )
         poddir.mkdir(parents=True, exist_ok=True)
+        env = self._mount_secrets(pod, container, poddir, env)
         result_file = poddir / "termination-log"
         result_file.write_bytes(b"")
         faults_env = self.state.draw_faults(task.node)
@@ -592,6 +595,39 @@ class SimKubelet:
             mine = free[:want]
             held[task.pod.key] = mine
         return [gpu_uuids(task.node, 1, i)[0] for i in mine]
+
+    def _mount_secrets(
+        self, pod: PodView, container: Container, poddir: Path, env: dict[str, str]
+    ) -> dict[str, str]:
+        """Mount the container's Secret volumes as a kubelet does, one file per key, in
+        the Pod's directory; an env value naming a mount path (or a file in it) is
+        pointed there, since the probe runs as a process, not in a mount namespace. A
+        Secret that cannot be read is left unmounted and logged: what reads it then
+        finds nothing (an attested probe's result is Unattested, never a pass)."""
+        moved: dict[str, str] = {}
+        for index, (secret, mount_path) in enumerate(secret_mounts(pod, container)):
+            try:
+                body = self.kube.request(
+                    "GET", f"/api/v1/namespaces/{pod.metadata.namespace}/secrets/{secret}"
+                )
+            except ApiException as exc:
+                log.warning("sim.secret.unmounted", pod=pod.key, secret=secret, status=exc.status)
+                continue
+            target = poddir / "volumes" / f"{index}-{secret}"
+            target.mkdir(parents=True, exist_ok=True)
+            for key, value in (body.get("data") or {}).items():
+                path = target / key
+                path.write_bytes(base64.b64decode(value))
+                path.chmod(0o440)
+            moved[mount_path.rstrip("/")] = str(target)
+        if not moved:
+            return env
+        out = dict(env)
+        for name, value in env.items():
+            for mount_path, local in moved.items():
+                if value == mount_path or value.startswith(mount_path + "/"):
+                    out[name] = local + value[len(mount_path) :]
+        return out
 
     def _identity(self, pod: PodView, poddir: Path) -> dict[str, str]:
         """The environment a kubelet gives a container besides its own: the API

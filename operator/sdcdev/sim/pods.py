@@ -48,6 +48,20 @@ class Resources(_Doc):
     requests: dict[str, str] = Field(default_factory=dict)
 
 
+class VolumeMount(_Doc):
+    name: str
+    mount_path: str = Field(alias="mountPath")
+
+
+class SecretSource(_Doc):
+    secret_name: str = Field(alias="secretName")
+
+
+class Volume(_Doc):
+    name: str
+    secret: SecretSource | None = None
+
+
 class Container(_Doc):
     name: str
     image: str = ""
@@ -56,6 +70,7 @@ class Container(_Doc):
     env: list[EnvVar] = Field(default_factory=list)
     resources: Resources = Field(default_factory=Resources)
     termination_message_policy: str = Field(default="File", alias="terminationMessagePolicy")
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, alias="volumeMounts")
 
     @property
     def runs_probe(self) -> bool:
@@ -75,6 +90,7 @@ class Metadata(_Doc):
 class Spec(_Doc):
     node_name: str | None = Field(default=None, alias="nodeName")
     containers: list[Container] = Field(default_factory=list)
+    volumes: list[Volume] = Field(default_factory=list)
     init_containers: list[Container] = Field(default_factory=list, alias="initContainers")
     active_deadline_seconds: int | None = Field(default=None, alias="activeDeadlineSeconds")
     termination_grace_period_seconds: int | None = Field(
@@ -125,6 +141,12 @@ class PodView(_Doc):
         if self.metadata.annotations.get(RUN_COMMAND_ANNOTATION) == "true":
             return "command"
         return "workload"
+
+
+def secret_mounts(pod: PodView, container: Container) -> list[tuple[str, str]]:
+    """(Secret name, mount path) of each Secret volume the container mounts."""
+    secrets = {v.name: v.secret.secret_name for v in pod.spec.volumes if v.secret is not None}
+    return [(secrets[m.name], m.mount_path) for m in container.volume_mounts if m.name in secrets]
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodView:
