@@ -10,10 +10,12 @@ fixed), so these tests live in one test group and share one node.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,3 +68,11 @@ def kubectl(cluster: LocalCluster, *args: str) -> str:
     )
     assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
     return proc.stdout
+
+
+def kubectl_items(cluster: LocalCluster, kind: str, *args: str) -> list[dict[str, Any]]:
+    """``kubectl get KIND ARGS -o json``'s items."""
+    items: list[dict[str, Any]] = json.loads(kubectl(cluster, "get", kind, *args, "-o", "json"))[
+        "items"
+    ]
+    return items

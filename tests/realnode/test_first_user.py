@@ -26,7 +26,7 @@ from sdcdev import REPO
 from sdcdev.cluster.helm import run_helm
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.cluster.operator_pod import install_command
-from tests.realnode.conftest import kubectl
+from tests.realnode.conftest import kubectl, kubectl_items
 from tests.realnode.test_operator_pod import sdc
 
 pytestmark = pytest.mark.cluster
@@ -59,19 +59,14 @@ def _operator_ready(cluster: LocalCluster, timeout: float = 240) -> str:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        pods = json.loads(
-            kubectl(
-                cluster,
-                "get",
-                "pods",
-                "-n",
-                NAMESPACE,
-                "-l",
-                f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator",
-                "-o",
-                "json",
-            )
-        )["items"]
+        pods = kubectl_items(
+            cluster,
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator",
+        )
         for pod in pods:
             conditions = (pod.get("status") or {}).get("conditions") or []
             last = f"{pod['metadata']['name']}: {pod.get('status', {}).get('phase')}"
@@ -186,7 +181,7 @@ def test_first_policy_qualifies_and_uninstall_leaves_the_node_clean(
     # One node of its fingerprint: the quorum of three cannot be met; the wait says so,
     # and the approve command takes the node's digests.
     def candidate() -> bool:
-        items = json.loads(kubectl(real_cluster, "get", "sdcbaselines", "-o", "json"))["items"]
+        items = kubectl_items(real_cluster, "sdcbaselines")
         return any(
             c.get("nodeName") == NODE and c.get("digests")
             for b in items
@@ -205,7 +200,7 @@ def test_first_policy_qualifies_and_uninstall_leaves_the_node_clean(
     )
     owner = [
         t
-        for t in json.loads(kubectl(real_cluster, "get", "sdctests", "-o", "json"))["items"]
+        for t in kubectl_items(real_cluster, "sdctests")
         if t["spec"].get("nodeName") == NODE and t["spec"].get("policyRef") == name
     ]
     assert any((t.get("status") or {}).get("verdict") == "Pass" for t in owner), owner
@@ -216,7 +211,7 @@ def test_first_policy_qualifies_and_uninstall_leaves_the_node_clean(
     run_helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", env=real_cluster.env())
     uninstalled = time.monotonic() - t1
     assert _ours(real_cluster) == [], _ours(real_cluster)
-    for kept in json.loads(kubectl(real_cluster, "get", "sdcpolicies", "-o", "json"))["items"]:
+    for kept in kubectl_items(real_cluster, "sdcpolicies"):
         assert not kept["metadata"].get("finalizers"), kept["metadata"]
 
     # A reinstall (the same printed command) comes up Ready.

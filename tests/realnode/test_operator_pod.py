@@ -36,7 +36,7 @@ from sdcdev.cluster.operator_pod import (
     uninstall_operator,
 )
 from tests.chart.helm import run_helm
-from tests.realnode.conftest import kubectl
+from tests.realnode.conftest import kubectl, kubectl_items
 
 pytestmark = pytest.mark.cluster
 
@@ -181,7 +181,7 @@ def test_acceptance_on_the_real_node_ends_qualified(
     t0 = time.monotonic()
     _approve_baseline(real_cluster)
     state = _wait_state(real_cluster, "Qualified", timeout=180)
-    tests = json.loads(kubectl(real_cluster, "get", "sdctests", "-A", "-o", "json"))["items"]
+    tests = kubectl_items(real_cluster, "sdctests", "-A")
     mine = [t for t in tests if t["spec"].get("nodeName") == NODE]
     assert mine, "no SDCTest for the real node"
     verdicts = [t.get("status", {}).get("verdict") for t in mine]
@@ -192,7 +192,7 @@ def test_acceptance_on_the_real_node_ends_qualified(
 def _wait_candidate(cluster: LocalCluster, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        items = json.loads(kubectl(cluster, "get", "sdcbaselines", "-o", "json"))["items"]
+        items = kubectl_items(cluster, "sdcbaselines")
         for b in items:
             for c in (b.get("status") or {}).get("candidates", []):
                 if c.get("nodeName") == NODE and c.get("digests"):
@@ -263,7 +263,7 @@ def _approve_baseline(cluster: LocalCluster) -> None:
 
 
 def _tests_of(cluster: LocalCluster) -> list[dict[str, Any]]:
-    tests = json.loads(kubectl(cluster, "get", "sdctests", "-A", "-o", "json"))["items"]
+    tests = kubectl_items(cluster, "sdctests", "-A")
     mine = [t for t in tests if t["spec"].get("nodeName") == NODE]
     return sorted(mine, key=lambda t: t["metadata"]["creationTimestamp"])
 
@@ -290,7 +290,7 @@ def _termination_message(cluster: LocalCluster, namespace: str, test: dict[str, 
 def _wait_ticket(cluster: LocalCluster, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        items = json.loads(kubectl(cluster, "get", "repairtickets", "-o", "json"))["items"]
+        items = kubectl_items(cluster, "repairtickets")
         open_ = [
             t
             for t in items
@@ -537,7 +537,7 @@ def _taints_without_record(cluster: LocalCluster) -> list[str]:
     state = node["metadata"].get("labels", {}).get(STATE_LABEL, "")
     tests = _tests_of(cluster)
     unfinished = [t for t in tests if not (t.get("status") or {}).get("completionTime")]
-    tickets = json.loads(kubectl(cluster, "get", "repairtickets", "-o", "json"))["items"]
+    tickets = kubectl_items(cluster, "repairtickets")
     open_tickets = [
         t
         for t in tickets

@@ -177,36 +177,30 @@ class KubeWriter:
 
     # Jobs ------------------------------------------------------------------
 
-    def create_job(self, manifest: dict[str, Any]) -> bool:
-        """Create a Job; returns False when it already exists (409 AlreadyExists)."""
-        if not self._count("job-create"):
+    def _create_namespaced(
+        self, counter: str, create: Callable[..., Any], manifest: dict[str, Any]
+    ) -> bool:
+        """Create one namespaced object; False when it already exists (409)."""
+        if not self._count(counter):
             return True
         try:
-            self.batch.create_namespaced_job(
-                manifest["metadata"]["namespace"],
-                manifest,  # type: ignore[arg-type]  # a dict body is accepted as is
-            )
+            create(manifest["metadata"]["namespace"], manifest)  # a dict body is accepted as is
         except ApiException as exc:
             if already_exists(exc):
                 return False
             raise
         return True
 
+    def create_job(self, manifest: dict[str, Any]) -> bool:
+        """Create a Job; returns False when it already exists (409 AlreadyExists)."""
+        return self._create_namespaced("job-create", self.batch.create_namespaced_job, manifest)
+
     def create_secret(self, manifest: dict[str, Any]) -> bool:
         """Create a Secret (a screening's attestation); False when it already exists.
         The operator never reads such a Secret back: it derives what it holds."""
-        if not self._count("secret-create"):
-            return True
-        try:
-            self.core.create_namespaced_secret(
-                manifest["metadata"]["namespace"],
-                manifest,  # type: ignore[arg-type]  # a dict body is accepted as is
-            )
-        except ApiException as exc:
-            if already_exists(exc):
-                return False
-            raise
-        return True
+        return self._create_namespaced(
+            "secret-create", self.core.create_namespaced_secret, manifest
+        )
 
     def delete_job(self, namespace: str, name: str) -> None:
         if self._count("job-delete"):
