@@ -130,6 +130,18 @@ def test_the_chart_policy_refuses_the_node_its_own_release(
     ):
         exc = refusal(lambda p=patch: as_node.patch_node(quarantined_node, p))
         assert exc is not None and exc.status in (403, 422), f"{patch} went through"
+    # Nor can it certify itself: the SDCQualified condition is sdcguard's alone.
+    qualified = {
+        "type": "SDCQualified",
+        "status": "True",
+        "reason": "Qualified",
+        "message": "passed (written by the node itself)",
+    }
+    exc = refusal(
+        lambda: as_node.patch_node_status(quarantined_node, {"status": {"conditions": [qualified]}})
+    )
+    assert exc is not None and exc.status in (403, 422), "the node certified itself"
+    assert "may not write the SDCQualified condition" in exc.body
     # Status writes cannot carry the keys either.
     exc = refusal(
         lambda: as_node.patch_node_status(
@@ -149,6 +161,15 @@ def test_the_chart_policy_refuses_the_node_its_own_release(
 
     # The kubelet's ordinary writes and a person's release still go through.
     assert refusal(annotate(as_node, quarantined_node, "example.com/kubelet-note", "x")) is None
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
+    assert (
+        refusal(
+            lambda: as_node.patch_node_status(quarantined_node, {"status": {"conditions": [ready]}})
+        )
+        is None
+    )
+    conditions = admin.read_node_status(quarantined_node).status.conditions or []
+    assert "SDCQualified" not in [c.type for c in conditions]
     assert refusal(annotate(admin, quarantined_node, "sdcguard.dev/release", "repaired")) is None
 
 
