@@ -22,6 +22,7 @@ Everything here goes through the API server, as a person or a repair system woul
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -38,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from sdcdev.sim.demo_watch import RecorderView
 from sdcdev.sim.kube import JsonDict, Kube
 from sdcguard.api.common import GROUP, VERSION
+from sdcprobe import attest
 from sdcprobe.result import ResultError, parse_result
 
 REAL_NODE_LABEL = "sdcguard.dev/real-node"
@@ -246,7 +248,7 @@ class RealNodeScript:
                 if term is None or not term.message:
                     continue
                 try:
-                    result = parse_result(term.message)
+                    result = parse_result(self._opened(test.name, term.message))
                 except ResultError:
                     continue
                 seen = KubeletVerdict(
@@ -270,6 +272,29 @@ class RealNodeScript:
                     f"{seen.exit_code}{said}"
                 )
                 break
+
+    def _opened(self, test: str, message: str) -> str:
+        """The result document of a termination message: opened with the test's
+        attestation Secret when the probe sealed it (as the operator opens it; a seal
+        that does not verify raises ResultError), else the message as it is."""
+        if attest.PREFIX not in message:
+            return message
+        # The test's attestation Secret carries the same test label as its probe Pod.
+        secrets = (
+            client.CoreV1Api(self.api)
+            .list_namespaced_secret(self.namespace, label_selector=f"sdcguard.dev/test={test}")
+            .items
+        )
+        if not secrets:
+            raise ResultError(f"the attestation Secret of {test} is gone")
+        secret = secrets[0]
+        data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        # The Secret's files as the probe reads them (sdcprobe.attest).
+        key = bytes.fromhex(data.get("key", ""))
+        document, why = attest.unseal(message, key, data.get("nonce", ""))
+        if document is None:
+            raise ResultError(why)
+        return document
 
     def _screening_due(self, view: RecorderView) -> bool:
         """The first manual screening, or another after one that ended Inconclusive (a
