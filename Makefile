@@ -92,8 +92,8 @@ crds: venv
 
 lint: venv
 	$(VENV)/bin/lint-imports --config pyproject.toml
-	$(PY) -m ruff check operator jobs tests bench
-	$(PY) -m ruff format --check operator jobs tests bench
+	$(PY) -m ruff check operator jobs tests bench images
+	$(PY) -m ruff format --check operator jobs tests bench images
 
 typecheck: venv
 	$(PY) -m mypy operator/sdcguard operator/sdcdev jobs/sdcprobe jobs/sdctrain bench/training

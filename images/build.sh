@@ -221,11 +221,32 @@ print("\n".join(seen[k] for k in sorted(seen)))
 PY
 }
 
-if [ "${1:-}" = --pin-operator ]; then
-  { sed -n '/^#/p' "$REPO/images/operator/requirements.txt"; pin_operator; } >"$REPO/images/operator/requirements.txt.new"
-  mv "$REPO/images/operator/requirements.txt.new" "$REPO/images/operator/requirements.txt"
+# --lock: write each image's hash-locked requirements (images/lock.py): the operator's
+# closure at the versions the test venv runs, the probe's from its .in file.
+if [ "${1:-}" = --lock ]; then
+  constraints=$(mktemp)
+  pin_operator >"$constraints"
+  "$PY" "$REPO/images/lock.py" write operator --wheels "$WHEELS" --constraints "$constraints" \
+    || { rm -f "$constraints"; die "locking the operator image's requirements failed"; }
+  rm -f "$constraints"
+  "$PY" "$REPO/images/lock.py" write probe --wheels "$WHEELS" \
+    || die "locking the probe image's requirements failed"
   exit 0
 fi
+
+# locked_wheels IMAGE: refuse a stale lock, then download its wheels, every hash checked.
+locked_wheels() {
+  local lock=$1
+  "$PY" "$REPO/images/lock.py" check "$2" \
+    || die "the $2 image's lock is stale (see above): run bash images/build.sh --lock"
+  local key; key=$(sha <"$REPO/$lock")
+  [ -e "$WHEELS/.complete-lock-$key" ] && return 0
+  say "wheelhouse: pip download -r $lock --require-hashes (once per lock; torch is about 4 GB)"
+  "$PY" -m pip download --quiet --progress-bar off --only-binary=:all: --require-hashes \
+    --no-deps -d "$WHEELS" -r "$REPO/$lock" \
+    || die "pip download of $lock failed (see above): a hash mismatch, or the index is unreachable"
+  touch "$WHEELS/.complete-lock-$key"
+}
 
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(pause operator probe)
@@ -234,16 +255,14 @@ for name in "${want[@]}"; do
     pause) pause_image ;;
     operator)
       base_image
-      mapfile -t reqs < <(grep -v '^#' "$REPO/images/operator/requirements.txt" | grep .)
-      wheelhouse "${reqs[@]}"
+      locked_wheels images/operator/requirements.txt operator
+      wheelhouse
       build operator images/operator/Dockerfile "" images/operator pyproject.toml README.md \
         operator/sdcguard jobs/sdcprobe ;;
     probe)
       base_image
-      f=jobs/images/Dockerfile.probe
-      wheelhouse "torch==$(dockerfile_arg $f TORCH_VERSION)" "numpy==$(dockerfile_arg $f NUMPY_VERSION)" \
-        "pydantic==$(dockerfile_arg $f PYDANTIC_VERSION)"
-      build probe "$f" "" jobs/sdcprobe ;;
+      locked_wheels jobs/images/probe-requirements.txt probe
+      build probe jobs/images/Dockerfile.probe "" jobs/sdcprobe jobs/images/probe-requirements.txt ;;
     xla)
       base_image
       f=jobs/images/Dockerfile.xla

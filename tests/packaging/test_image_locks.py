@@ -1,0 +1,84 @@
+"""Each image installs hash-locked requirements (trust model row "the supply chain"):
+the locks in the tree are current for their inputs, every line carries an exact
+version and a sha256, and a lock goes stale, loudly, when its inputs change.
+``make images`` runs the same check before it builds, and pip refuses a wheel whose
+bytes differ from the locked hash (``--require-hashes`` in both Dockerfiles)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lock_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("images_lock", ROOT / "images" / "lock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lock = _lock_module()
+
+
+@pytest.mark.parametrize("image", ["operator", "probe"])
+def test_the_images_lock_is_current_and_hashed(image: str) -> None:
+    inputs, path = lock.IMAGES[image]
+    assert lock.check(path, inputs()) == []
+    digest, pins = lock.read_lock(path)
+    assert digest and pins
+    for text in inputs():
+        name = lock.canonicalize_name(lock.Requirement(text).name)
+        assert name in pins, f"{text} is not in {path.name}"
+    assert all(hashes and hashes[0].startswith("sha256:") for _, hashes in pins.values())
+
+
+def test_both_dockerfiles_install_only_what_is_locked() -> None:
+    for dockerfile, lockfile in (
+        ("images/operator/Dockerfile", "images/operator/requirements.txt"),
+        ("jobs/images/Dockerfile.probe", "jobs/images/probe-requirements.txt"),
+    ):
+        text = (ROOT / dockerfile).read_text()
+        assert f"COPY {lockfile} /tmp/requirements.txt" in text, dockerfile
+        installs = [
+            line for line in text.splitlines() if "pip install" in line and "--no-deps" not in line
+        ]
+        assert installs and all("--require-hashes" in line for line in installs), installs
+
+
+def test_a_changed_input_makes_the_lock_stale(tmp_path: Path) -> None:
+    inputs, path = lock.IMAGES["probe"]
+    copy = tmp_path / "probe-requirements.txt"
+    copy.write_text(path.read_text())
+    changed = [r if not r.startswith("numpy") else "numpy==9.9.9" for r in inputs()]
+    problems = lock.check(copy, changed)
+    assert any("inputs changed" in p for p in problems), problems
+    assert any("numpy==2.2.6 does not meet numpy==9.9.9" in p for p in problems), problems
+    # A line without its hash is refused too.
+    lines = [line.split(" --hash")[0] for line in path.read_text().splitlines()]
+    copy.write_text("\n".join(lines) + "\n")
+    assert any("no exact version or sha256" in p for p in lock.check(copy, inputs()))
+
+
+def test_the_check_command_fails_a_stale_lock_with_the_fix() -> None:
+    ok = subprocess.run(
+        [sys.executable, str(ROOT / "images" / "lock.py"), "check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "images" / "lock.py"), "check", "nonesuch"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "unknown image nonesuch" in bad.stderr
