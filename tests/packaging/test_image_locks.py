@@ -6,26 +6,18 @@ bytes differ from the locked hash (``--require-hashes`` in both Dockerfiles)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.packaging.scripts import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _lock_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("images_lock", ROOT / "images" / "lock.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-lock = _lock_module()
+lock = load("lock")
 
 
 @pytest.mark.parametrize("image", ["operator", "probe"])

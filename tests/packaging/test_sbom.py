@@ -5,13 +5,14 @@ Debian status file, as a mounted image does)."""
 from __future__ import annotations
 
 import importlib.metadata as md
-import importlib.util
 import json
 import site
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.packaging.scripts import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,11 +35,7 @@ Version: 12.2.0-14
 
 
 def _sbom_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("images_sbom", ROOT / "images" / "sbom.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("sbom")
 
 
 @pytest.fixture
