@@ -121,7 +121,8 @@ def _wheel_sha256(url: str) -> str:
     if parsed.scheme != "file":
         raise SystemExit(f"lock: pip chose {url}, not a wheel of the wheelhouse")
     path = Path(urllib.request.url2pathname(parsed.path))
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    with path.open("rb") as wheel:  # streamed: torch's CUDA wheels are GBs
+        return hashlib.file_digest(wheel, "sha256").hexdigest()
 
 
 def write(out: Path, wheels: Path, requirements: list[str], constraints: Path | None) -> None:
