@@ -78,6 +78,9 @@ FIRST_PAUSE = 0.5
 """Seconds before retrying a failed request; doubled by each failure that delivered
 nothing, up to MAX_PAUSE, and back to this after a request delivered anything."""
 MAX_PAUSE = 30.0
+NOT_SERVED_RETRY = 300.0
+"""Seconds before an optional kind the server did not serve is asked for again."""
+NOT_SERVED = (403, 404)
 
 
 def parse(raw: bytes | str) -> Any:
@@ -183,6 +186,8 @@ class MirrorStats:
     events: int = 0
     bookmarks: int = 0
     relists_gone: int = 0
+    not_served: int = 0
+    """Lists of an optional kind answered 404 or 403 (``Kind.optional``)."""
     errors: int = 0
     last_error: str = ""
     first_sync_seconds: float | None = None
@@ -210,6 +215,11 @@ class Kind:
     """The collection's URL path (``{namespace}`` filled in): a streaming list is a
     request the generated client cannot make for every kind, so it is built here.
     Empty: paged lists only."""
+    optional: bool = False
+    """A kind the server may not serve (an API group a cluster may lack, such as DRA's
+    resource.k8s.io/v1): a list answered 404 (not served) or 403 (not granted) leaves
+    the copy empty but synced, so nothing waits on it, and the mirror asks again every
+    NOT_SERVED_RETRY seconds."""
 
 
 NODES = Kind("nodes", "list_node", path="/api/v1/nodes")
@@ -343,6 +353,9 @@ class Mirror(Generic[T]):
             except Exception as exc:  # the API server or the network; try again
                 if stop.is_set():  # stop_watch() cut the stream
                     return
+                if self._not_served(exc, started):
+                    stop.wait(NOT_SERVED_RETRY)
+                    continue
                 self.stats.errors += 1
                 self.stats.last_error = repr(exc)[:300]
                 if self.delivered() > delivered:  # served, then cut: not a refusal
@@ -358,6 +371,23 @@ class Mirror(Generic[T]):
                 )
                 stop.wait(pause)
                 pause = min(pause * 2, MAX_PAUSE)
+
+    def _not_served(self, exc: Exception, started: float) -> bool:
+        """An optional kind the server does not serve (or lets us read): an empty,
+        synced copy (what was kept goes, as changes); True when so."""
+        if not (self.kind.optional and isinstance(exc, ApiException) and exc.status in NOT_SERVED):
+            return False
+        self.stats.not_served += 1
+        if self.stats.not_served == 1 or self._items:
+            log.info(
+                "optional kind not served; an empty copy",
+                kind=self.kind.name,
+                status=exc.status,
+                retry_in=NOT_SERVED_RETRY,
+            )
+        self._install({}, "")
+        self._note_synced(started)
+        return True
 
     def _note_synced(self, started: float) -> None:
         if self.stats.first_sync_seconds is None and self.synced.is_set():
