@@ -133,7 +133,7 @@ class Executor:
         node_name = decision.node
         body = view.nodes[node_name]
         node = NodeFacts.from_snapshot(
-            body, policy.spec.accelerators, policy.spec.budgets.pool_label
+            body, policy.spec.accelerators, policy.spec.budgets.pool_label, policy.spec.dra_classes
         )
         plan = decision.plan
         opened: dict[str, BlastRadius | None] = {}

@@ -1,7 +1,7 @@
 """The operator's copy of the fleet: Nodes, workload Pods, probe Pods and probe Jobs,
 and our own SDCTests, RepairTickets and SDCHardware records.
 
-Seven :class:`~sdcguard.runtime.mirror.Mirror` s (list, then watch; see that module
+Eight :class:`~sdcguard.runtime.mirror.Mirror` s (list, then watch; see that module
 for why these kinds do not go through Kopf), each keeping slim snapshots. The mirrors
 are the runtime's (what they guarantee: ``runtime/README.md``); which kinds, slimmed
 into which of the domain's snapshots, is the operator's, here:
@@ -21,6 +21,9 @@ into which of the domain's snapshots, is the operator's, here:
   RepairTicket, grouped by node;
 - **hardware**: a :class:`~sdcguard.adapters.hardware.HardwareRecord` of every readable
   SDCHardware (only failing hardware has one).
+- **slices**: a :class:`~sdcguard.domain.dra.SliceSnapshot` of every DRA ResourceSlice
+  published for one node, grouped by node: a DRA-only node's devices (spec.dra). A
+  cluster that does not serve ``resource.k8s.io/v1`` has none (an optional kind).
 
 SDCTests grow with the fleet and its history (one per screening) and tickets with its
 failures; through Kopf's indexes a standby's takeover and every restart paid their
@@ -69,6 +72,7 @@ from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import GROUP, VERSION
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
+from sdcguard.domain.dra import SliceSnapshot, device_counts
 from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.runtime.mirror import (
     NODES,
@@ -89,6 +93,9 @@ a node name never holds a slash)."""
 
 POD_NOT_ENDED = "status.phase!=Succeeded,status.phase!=Failed"
 """The workload Pods the copy lists and watches: those that have not ended."""
+
+RESOURCE_SLICES = ("resource.k8s.io", "v1", "resourceslices")
+"""DRA's ResourceSlices (GA in Kubernetes 1.34)."""
 
 # A relist that changed more than this many nodes wakes every policy for a full pass.
 FULL_PASS_AFTER = 256
@@ -133,7 +140,7 @@ def _ticket_groups(ticket: TicketSnapshot) -> tuple[str, ...]:
 
 
 class Inventory:
-    """The seven mirrors, wired to the policy loops (module docstring)."""
+    """The eight mirrors, wired to the policy loops (module docstring)."""
 
     def __init__(
         self,
@@ -238,6 +245,14 @@ class Inventory:
             on_change=self._hardware_changed,
             page_size=page_size,
         )
+        self.slices: Mirror[SliceSnapshot] = Mirror(
+            self.api,
+            dataclasses.replace(cluster_custom(*RESOURCE_SLICES), optional=True),
+            SliceSnapshot.from_body,
+            groups=lambda s: (s.node,),
+            on_change=self._slices_changed,
+            page_size=page_size,
+        )
         self.book: WorkloadBook | None = None
         """Every node's workload record (None: not kept, without a writer)."""
         if writer is not None:
@@ -250,6 +265,7 @@ class Inventory:
             self.tests,
             self.tickets,
             self.hardware,
+            self.slices,
         )
         # The workload Pods list last, after the kinds that probe ends need (those
         # :meth:`probes_synced` waits for), and they outnumber the Nodes ten to one.
@@ -370,9 +386,17 @@ class Inventory:
     # What a pass reads --------------------------------------------------------
 
     def node_bodies(self, only: Iterable[str] | None = None) -> dict[str, NodeSnapshot]:
+        """The Nodes (``only``: just these), each with the devices its ResourceSlices
+        publish (``NodeSnapshot.dra_devices``)."""
         if only is None:
-            return self.nodes.items()
-        return {k: n for k in only if (n := self.nodes.get(k)) is not None}
+            nodes = self.nodes.items()
+        else:
+            nodes = {k: n for k in only if (n := self.nodes.get(k)) is not None}
+        for name, published in self.slices.grouped(None if only is None else nodes).items():
+            node = nodes.get(name)
+            if node is not None:
+                nodes[name] = dataclasses.replace(node, dra_devices=device_counts(published))
+        return nodes
 
     def id_holders(self, nodes: Iterable[NodeSnapshot]) -> dict[str, tuple[str, ...]]:
         """For each host identifier of ``nodes``, the names of the Nodes holding it."""
@@ -524,6 +548,9 @@ class Inventory:
                 for name in concerned(record, holders)
             }
         )
+
+    def _slices_changed(self, changes: list[Change[SliceSnapshot]]) -> None:
+        self._call_nodes({s.node for c in changes for s in (c.old, c.new) if s is not None})
 
     def _call_nodes(self, nodes: set[str]) -> None:
         """Poke these nodes (all of them past FULL_PASS_AFTER: one full pass instead)."""

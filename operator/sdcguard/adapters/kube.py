@@ -90,6 +90,7 @@ class KubeWriter:
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
+        self.resource = client.ResourceV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         # The pass, the ticket announcer's workers and a pass's parallel hardware
         # writes count through one writer.
@@ -200,6 +201,15 @@ class KubeWriter:
         The operator never reads such a Secret back: it derives what it holds."""
         return self._create_namespaced(
             "secret-create", self.core.create_namespaced_secret, manifest
+        )
+
+    def create_claim_template(self, manifest: dict[str, Any]) -> bool:
+        """Create a ResourceClaimTemplate (a DRA-only node's probe claims); False when
+        it already exists."""
+        return self._create_namespaced(
+            "claim-template-create",
+            self.resource.create_namespaced_resource_claim_template,
+            manifest,
         )
 
     def delete_job(self, namespace: str, name: str) -> None:

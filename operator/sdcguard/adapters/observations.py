@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import structlog
 
+from sdcguard.adapters import observe
 from sdcguard.adapters.pass_state import (
     _EPOCH,
     FleetView,
@@ -124,6 +125,8 @@ def needed(name: str, accelerators: list[str], view: FleetView, testing_taint: s
     node = view.nodes[name]
     labels, allocatable = node.labels, node.allocatable
     offered = {r for r in accelerators if str(allocatable.get(r, "0")) not in ("0", "")}
+    if node.dra_devices:  # devices a pending pod's ResourceClaims could be given
+        offered.add(observe.CLAIMED_DEVICES)
     reserved = frozenset(keys.split_list(node.annotations.get(keys.OWNED_TAINTS)))
     if testing_taint:
         reserved |= {testing_taint}

@@ -214,6 +214,9 @@ def pending_demand(
     if spec.get("nodeName") or (status or {}).get("phase") != "Pending" or is_probe_pod(meta):
         return None
     wanted = _requests(spec, resources)
+    if spec.get("resourceClaims"):
+        # Its claims' devices are not named in the pod: demand for a DRA node's devices.
+        wanted[CLAIMED_DEVICES] = len(spec["resourceClaims"])
     if not wanted:
         return None
     return PendingDemand(

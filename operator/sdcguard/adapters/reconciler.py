@@ -324,11 +324,19 @@ class Reconciler:
         return self.urgent.skip(node)
 
     def _node_facts(self, snapshot: NodeSnapshot, spec: Any) -> NodeFacts:
-        key = (snapshot.resource_version, tuple(spec.accelerators), spec.budgets.pool_label)
+        key = (
+            snapshot.resource_version,
+            tuple(spec.accelerators),
+            spec.budgets.pool_label,
+            snapshot.dra_devices,
+            spec.dra_classes,
+        )
         cached = self._facts.get(snapshot.name)
         if cached is not None and cached[0] == key and key[0]:
             return cached[1]
-        node = NodeFacts.from_snapshot(snapshot, spec.accelerators, spec.budgets.pool_label)
+        node = NodeFacts.from_snapshot(
+            snapshot, spec.accelerators, spec.budgets.pool_label, spec.dra_classes
+        )
         self._facts[snapshot.name] = (key, node)
         return node
 

@@ -43,6 +43,7 @@ from sdcguard.builders.probe_job import (
     ProbeTuning,
     attestation_secret_name,
     build_attestation_secret,
+    build_claim_template,
     build_probe_job,
     job_name,
 )
@@ -191,6 +192,7 @@ class TestRunner:
             active_deadline_seconds=spec.probe.active_deadline_seconds,
             ttl_seconds_after_finished=spec.probe.ttl_seconds_after_finished,
             accelerators=accelerators,
+            dra_claims=() if accelerators else node.dra_claims,
             tolerated_taint_keys=(spec.taints.gate, spec.taints.testing, spec.taints.quarantine),
             cpu_devices=spec.probe.cpu_devices or None,
             resources={
@@ -465,6 +467,11 @@ class TestRunner:
                         request = replace(
                             request,
                             attestation_secret=attestation_secret_name(test.metadata.name),
+                        )
+                    for device_class, _ in request.dra_claims:
+                        # Made once per class and kept (a 409 from then on).
+                        self.writer.create_claim_template(
+                            build_claim_template(self.settings.namespace, device_class)
                         )
                     manifest = build_probe_job(request)
                     self.writer.create_job(manifest)

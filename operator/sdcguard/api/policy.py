@@ -1041,6 +1041,28 @@ def accelerator_resources(listed: Sequence[str], offered: Iterable[str]) -> tupl
     return (*listed, *migs) if FULL_GPU_RESOURCE in listed else tuple(listed)
 
 
+class DraDeviceClass(ApiModel):
+    """A DRA DeviceClass whose devices make a node an accelerator node (spec.dra)."""
+
+    device_class_name: NodeName
+    """The DeviceClass the probe claims the node's devices through (its Pod's
+    ResourceClaimTemplate asks for every device of the class on the node, allocation
+    mode All), e.g. gpu.nvidia.com, which NVIDIA's DRA driver installs for whole GPUs."""
+    driver: NodeName
+    """The DRA driver that publishes those devices in ResourceSlices; the devices it
+    publishes for a node (spec.nodeName, newest pool generation) are that node's
+    device count, e.g. gpu.nvidia.com. The class should select all of them: a device
+    the class leaves out is counted but not screened."""
+
+
+def _dra_classes() -> list[DraDeviceClass]:
+    return [DraDeviceClass(device_class_name=NVIDIA_DRA_CLASS, driver=NVIDIA_DRA_CLASS)]
+
+
+NVIDIA_DRA_CLASS = "gpu.nvidia.com"
+"""NVIDIA's DRA driver for GPUs, and the DeviceClass its chart installs for whole GPUs."""
+
+
 ExtendedResourceName = Annotated[
     str,
     StringConstraints(
@@ -1118,6 +1140,24 @@ class SDCPolicySpec(ApiModel):
     a probe cannot tell which instances share a GPU with a whole one. Listed by name
     rather than by pattern so the profiles need no policy change when they are
     repartitioned."""
+    dra: list[DraDeviceClass] = Field(
+        default_factory=_dra_classes,
+        max_length=8,
+        # The API server refuses a class listed twice (a map keyed by deviceClassName).
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["deviceClassName"],
+        },
+    )
+    """DRA-only nodes: a node that advertises none of spec.accelerators but whose
+    devices a listed driver publishes in ResourceSlices (NVIDIA's DRA driver without
+    the device plugin) is an accelerator node; its device count is what the drivers
+    publish for it, and the probe Pod claims every device of each class that has some
+    there through a ResourceClaimTemplate (allocation mode All), so the scheduler
+    keeps every other claim off the node while it runs. A node that advertises an
+    accelerator resource is screened through that resource; its slices are not read
+    for this. Default: NVIDIA's gpu.nvidia.com (class and driver). Empty: DRA-only
+    nodes are not accelerator nodes."""
     triggers: Triggers = Field(default_factory=Triggers)
     """When nodes are screened."""
     suites: Suites = Field(default_factory=Suites)
@@ -1151,6 +1191,14 @@ class SDCPolicySpec(ApiModel):
             raise ValueError("spec.accelerators: list each resource name once")
         return value
 
+    @field_validator("dra")
+    @classmethod
+    def _unique_classes(cls, value: list[DraDeviceClass]) -> list[DraDeviceClass]:
+        names = [c.device_class_name for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError("spec.dra: list each deviceClassName once")
+        return value
+
     @model_validator(mode="after")
     def _probe_stays_off_quarantine(self) -> SDCPolicySpec:
         quarantine = self.taints.quarantine
@@ -1170,6 +1218,11 @@ class SDCPolicySpec(ApiModel):
         if any(value > deadline for value in given.values()):
             raise ValueError(suite_budget_deadline_message(given, deadline))
         return self
+
+    @property
+    def dra_classes(self) -> tuple[tuple[str, str], ...]:
+        """spec.dra as (DeviceClass, driver) pairs."""
+        return tuple((c.device_class_name, c.driver) for c in self.dra)
 
     def suite_budget(self, suite: Suite) -> int:
         """Seconds the probe plans ``suite`` for: the suite's own budget, else

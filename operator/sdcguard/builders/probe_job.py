@@ -79,6 +79,9 @@ class ProbeJobRequest:
     """Every accelerator resource of the node with its full allocatable count (all of
     a MIG node's profiles), requested so no other Pod shares the node's devices."""
     tolerated_taint_keys: tuple[str, ...]
+    dra_claims: tuple[tuple[str, int], ...] = ()
+    """A DRA-only node's (DeviceClass, devices) pairs (``NodeFacts.dra_claims``): the
+    Pod claims every device of each class through :func:`claim_template_name`."""
     cpu_devices: int | None = None
     seed: int | None = None
     data_seed: int | None = None
@@ -104,6 +107,43 @@ class ProbeJobRequest:
     """The per-test Secret (nonce and key) the probe seals its result with, mounted by
     this Job's Pod alone (None: results are not sealed)."""
     """Extra annotations of the Pod (spec.probe.annotations)."""
+
+
+RESOURCE_API = "resource.k8s.io/v1"
+CLAIM_TEMPLATE_PREFIX = "sdcprobe-"
+
+
+def claim_template_name(device_class: str) -> str:
+    """The ResourceClaimTemplate (in the operator's namespace) through which probe Pods
+    claim every device of ``device_class`` on their node."""
+    return f"{CLAIM_TEMPLATE_PREFIX}{device_class}"[:253].rstrip(".-")
+
+
+def build_claim_template(namespace: str, device_class: str) -> dict[str, Any]:
+    """A ResourceClaimTemplate asking for every device of ``device_class`` on the node
+    the Pod is scheduled to (allocation mode All): the scheduler allocates them all to
+    the probe's claim, or does not place it while any of them is someone else's."""
+    return {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": claim_template_name(device_class),
+            "namespace": namespace,
+            "labels": {COMPONENT_LABEL: COMPONENT, MANAGED_BY: "sdcguard"},
+        },
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "all",
+                            "exactly": {"deviceClassName": device_class, "allocationMode": "All"},
+                        }
+                    ]
+                }
+            }
+        },
+    }
 
 
 PROBE_IMAGE_ENV = "SDCPROBE_IMAGE"
@@ -161,7 +201,8 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
       checks resources and the Pod shows up as scheduled normally);
     - tolerates only our own taints (gate, testing, quarantine) so it can run on
       a reserved or quarantined node, and nothing else;
-    - requests every accelerator of the node so no customer Pod shares it, and CPU and
+    - requests every accelerator of the node so no customer Pod shares it (a DRA-only
+      node's: claims every device of its classes, ``build_claim_template``), and CPU and
       memory (the policy's, else ``DEFAULT_PROBE_REQUESTS``) so the Pod is not BestEffort,
       the first one evicted under memory pressure; no CPU or memory limit, so a large
       node's probe is neither throttled nor OOM-killed in the middle of a check;
@@ -274,6 +315,14 @@ def build_probe_job(req: ProbeJobRequest) -> dict[str, Any]:
                 "secret": {"secretName": req.attestation_secret, "defaultMode": 0o440},
             }
         )
+    if req.dra_claims:
+        # A DRA-only node: its devices come through claims, one per device class.
+        names = [f"dra-{i}" for i in range(len(req.dra_claims))]
+        pod_spec["resourceClaims"] = [
+            {"name": name, "resourceClaimTemplateName": claim_template_name(device_class)}
+            for name, (device_class, _) in zip(names, req.dra_claims, strict=True)
+        ]
+        pod_spec["containers"][0]["resources"]["claims"] = [{"name": n} for n in names]
     if req.priority_class:
         pod_spec["priorityClassName"] = req.priority_class
     if req.runtime_class:

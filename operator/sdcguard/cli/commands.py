@@ -11,7 +11,7 @@ import socket
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -121,7 +121,12 @@ def _policies(conn: Connection) -> list[SDCPolicy]:
 
 
 def _facts(node: Node, policy: SDCPolicy) -> NodeFacts:
-    return NodeFacts.from_body(node.body, policy.spec.accelerators, policy.spec.budgets.pool_label)
+    spec = policy.spec
+    snapshot = replace(NodeSnapshot.from_body(node.body), dra_devices=node.dra_devices)
+    facts = NodeFacts.from_snapshot(
+        snapshot, spec.accelerators, spec.budgets.pool_label, spec.dra_classes
+    )
+    return replace(facts, annotations=dict(node.annotations))
 
 
 def policy_selects(policy: SDCPolicy, node: Node) -> bool:

@@ -18,6 +18,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from sdcguard.api import GROUP, VERSION, ApiModel, ObjectMeta
 from sdcguard.cli.objects import Event, Node
+from sdcguard.domain.dra import SliceSnapshot, device_counts
 
 M = TypeVar("M", bound=ApiModel)
 
@@ -333,14 +334,42 @@ def patch_custom(
     return obj
 
 
+def dra_devices(
+    conn: Connection, node: str | None = None
+) -> dict[str, tuple[tuple[str, int], ...]]:
+    """(driver, devices) the ResourceSlices publish per node (``node``: that one's
+    only), as the operator counts them; empty where the cluster serves no DRA or the
+    user may not list slices (the operator's own copy still has them)."""
+    kwargs: dict[str, Any] = {"field_selector": f"spec.nodeName={node}"} if node else {}
+    try:
+        response: Any = conn.custom.list_cluster_custom_object(
+            *RESOURCE_SLICES, _preload_content=False, **kwargs
+        )
+        body = json.loads(response.data or b"{}")
+    except (ApiException, Urllib3Error, OSError, ValueError):
+        return {}
+    by_node: dict[str, list[SliceSnapshot]] = {}
+    for item in _items(body):
+        snapshot = SliceSnapshot.from_body(item)
+        if snapshot is not None:
+            by_node.setdefault(snapshot.node, []).append(snapshot)
+    return {name: device_counts(slices) for name, slices in by_node.items()}
+
+
 def get_node(conn: Connection, name: str) -> Node:
-    return Node.from_body(call(conn, conn.core.read_node, name, plural="nodes", name=name))
+    body = call(conn, conn.core.read_node, name, plural="nodes", name=name)
+    return Node.from_body(body, dra_devices(conn, name).get(name, ()))
 
 
 def list_nodes(conn: Connection) -> list[Node]:
+    published = dra_devices(conn)
     return [
-        Node.from_body(item) for item in _items(call(conn, conn.core.list_node, plural="nodes"))
+        Node.from_body(item, published.get(str((item.get("metadata") or {}).get("name")), ()))
+        for item in _items(call(conn, conn.core.list_node, plural="nodes"))
     ]
+
+
+RESOURCE_SLICES = ("resource.k8s.io", "v1", "resourceslices")
 
 
 def list_events(conn: Connection, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Event]:

@@ -54,11 +54,17 @@ class Node:
     metadata: ObjectMeta
     taint_keys: frozenset[str]
     body: Mapping[str, Any]
+    dra_devices: tuple[tuple[str, int], ...] = ()
+    """(driver, devices) its ResourceSlices publish (a DRA-only node's devices)."""
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> Node:
+    def from_body(
+        cls, body: Mapping[str, Any], dra_devices: tuple[tuple[str, int], ...] = ()
+    ) -> Node:
         decoded = _NodeBody.model_validate(body)
-        return cls(decoded.metadata, frozenset(t.key for t in decoded.spec.taints), body)
+        return cls(
+            decoded.metadata, frozenset(t.key for t in decoded.spec.taints), body, dra_devices
+        )
 
     @property
     def name(self) -> str:

@@ -172,3 +172,52 @@ def resolve_device(
             "Ambiguous", f"UUID {uuid} is published more than once for node {node}: {names}"
         )
     return matches[0]
+
+
+@dataclass(frozen=True)
+class SliceSnapshot:
+    """What the operator keeps of a ResourceSlice: whose devices, and how many (for
+    DRA-only nodes, spec.dra). Slices for no single node (``allNodes``,
+    ``nodeSelector``) are not kept."""
+
+    node: str
+    driver: str
+    pool: str
+    generation: int
+    devices: int
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> SliceSnapshot | None:
+        spec = body.get("spec")
+        if not isinstance(spec, Mapping):
+            return None
+        node, driver, pool = spec.get("nodeName"), spec.get("driver"), spec.get("pool")
+        if not (isinstance(node, str) and node and isinstance(driver, str)):
+            return None
+        if not isinstance(pool, Mapping) or not isinstance(pool.get("name"), str):
+            return None
+        generation = pool.get("generation", 0)
+        devices = [d for d in spec.get("devices") or () if isinstance(d, Mapping) and d.get("name")]
+        return cls(
+            node=node,
+            driver=driver,
+            pool=str(pool["name"]),
+            generation=generation if isinstance(generation, int) else 0,
+            devices=len(devices),
+        )
+
+
+def device_counts(slices: Iterable[SliceSnapshot]) -> tuple[tuple[str, int], ...]:
+    """Devices per driver of one node's slices, newest pool generation only (a driver
+    that restarts publishes a new generation before it deletes the old one), sorted
+    by driver; drivers that publish none are left out."""
+    newest: dict[tuple[str, str], int] = {}
+    kept = list(slices)
+    for s in kept:
+        key = (s.driver, s.pool)
+        newest[key] = max(newest.get(key, s.generation), s.generation)
+    counts: dict[str, int] = {}
+    for s in kept:
+        if s.generation == newest[(s.driver, s.pool)]:
+            counts[s.driver] = counts.get(s.driver, 0) + s.devices
+    return tuple(sorted((d, n) for d, n in counts.items() if n > 0))

@@ -76,6 +76,9 @@ class NodeSnapshot:
     """The Karpenter NodeClaim that owns the Node (its owner reference), if any."""
     condition: tuple[str, str] | None = None
     """sdcguard's Node condition (``keys.NODE_CONDITION``) as (status, reason), if set."""
+    dra_devices: tuple[tuple[str, int], ...] = ()
+    """(driver, devices) its ResourceSlices publish (``dra.device_counts``), filled in
+    by the inventory from its copy of the slices; a Node body alone has none."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> NodeSnapshot:
@@ -127,6 +130,23 @@ class NodeSnapshot:
         )
 
 
+def dra_claims(
+    published: Sequence[tuple[str, int]], classes: Sequence[tuple[str, str]]
+) -> tuple[tuple[str, int], ...]:
+    """For each (DeviceClass, driver) of ``classes`` whose driver publishes devices on
+    the node (``published``: (driver, devices)), the class and that count. A driver
+    named by two classes is counted once, under the first."""
+    counts = dict(published)
+    claims: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for device_class, driver in classes:
+        if driver in seen or not counts.get(driver):
+            continue
+        seen.add(driver)
+        claims.append((device_class, counts[driver]))
+    return tuple(claims)
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """The parts of a Node that matter to the lifecycle."""
@@ -151,27 +171,41 @@ class NodeFacts:
     """The Node's creationTimestamp."""
     condition: tuple[str, str] | None = None
     """sdcguard's Node condition as (status, reason), if the node carries it."""
+    dra_claims: tuple[tuple[str, int], ...] = ()
+    """A DRA-only node (spec.dra): (DeviceClass, devices its driver publishes here) for
+    each class the probe claims in full; empty when the node advertises an accelerator
+    resource, which the probe requests instead."""
 
     @classmethod
     def from_body(
-        cls, body: Mapping[str, Any], accelerators: Sequence[str], pool_label: str | None = None
+        cls,
+        body: Mapping[str, Any],
+        accelerators: Sequence[str],
+        pool_label: str | None = None,
+        dra: Sequence[tuple[str, str]] = (),
     ) -> NodeFacts:
         """Facts from a Node as the API returns it (a dict, e.g. a Kopf body), with every
         annotation it has (the snapshot keeps only those the operator reads)."""
         annotations = dict((body.get("metadata") or {}).get("annotations") or {})
-        facts = cls.from_snapshot(NodeSnapshot.from_body(body), accelerators, pool_label)
+        facts = cls.from_snapshot(NodeSnapshot.from_body(body), accelerators, pool_label, dra)
         return dataclasses.replace(facts, annotations=annotations)
 
     @classmethod
     def from_snapshot(
-        cls, node: NodeSnapshot, accelerators: Sequence[str], pool_label: str | None = None
+        cls,
+        node: NodeSnapshot,
+        accelerators: Sequence[str],
+        pool_label: str | None = None,
+        dra: Sequence[tuple[str, str]] = (),
     ) -> NodeFacts:
-        """Facts from the snapshot the index keeps, for a policy's accelerators and pools."""
+        """Facts from the snapshot the index keeps, for a policy's accelerators, pools
+        and DRA device classes (``dra``: (DeviceClass, driver) pairs, spec.dra)."""
         allocatable = node.allocatable
         names = accelerator_resources(accelerators, allocatable)
         offered = {n: c for n in names if (c := whole_quantity(allocatable.get(n, 0))) > 0}
         migs = [n for n in offered if is_mig_resource(n)]
         mixed = bool(migs) and offered.get(FULL_GPU_RESOURCE, 0) > 0
+        claims = () if offered else dra_claims(node.dra_devices, dra)
         return cls(
             name=node.name,
             uid=node.uid,
@@ -180,7 +214,8 @@ class NodeFacts:
             taints=node.taints,
             unschedulable=node.unschedulable,
             ready=node.ready,
-            accelerators=sum(offered.values()),
+            accelerators=sum(offered.values()) or sum(n for _, n in claims),
+            dra_claims=claims,
             mixed_mig=(
                 ", ".join(f"{n}: {offered[n]}" for n in (FULL_GPU_RESOURCE, *migs)) if mixed else ""
             ),
