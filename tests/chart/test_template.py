@@ -486,7 +486,12 @@ def test_eviction_only_when_a_policy_drains(docs: list[dict[str, Any]]) -> None:
     assert not evicts(render({"policy": {"create": False, "quarantine": {"drain": True}}}))
 
 
-def test_device_taint_rights_only_for_device_scope(docs: list[dict[str, Any]]) -> None:
+def test_device_taint_rights_only_for_device_scope_slices_always_read(
+    docs: list[dict[str, Any]],
+) -> None:
+    """Reading ResourceSlices is always granted (DRA-only nodes, spec.dra); writing
+    DeviceTaintRules only for device-scope quarantine."""
+
     def dra_verbs(d: list[dict[str, Any]]) -> dict[str, set[str]]:
         verbs: dict[str, set[str]] = {}
         for _, rule in _rules(d, "ClusterRole"):
@@ -495,14 +500,13 @@ def test_device_taint_rights_only_for_device_scope(docs: list[dict[str, Any]]) -
                     verbs.setdefault(resource, set()).update(rule["verbs"])
         return verbs
 
-    assert dra_verbs(docs) == {}
+    read = {"resourceslices": {"list", "watch"}}
+    assert dra_verbs(docs) == read
     device = dra_verbs(render({"policy": {"quarantine": {"scope": "Device"}}}))
-    assert device == {
-        "resourceslices": {"list"},
-        "devicetaintrules": {"get", "list", "create", "patch", "delete"},
-    }
+    assert device == {**read, "devicetaintrules": {"get", "list", "create", "patch", "delete"}}
     assert dra_verbs(render({"rbac": {"allowDeviceTaints": True}})) == device
-    assert dra_verbs(render({"policy": {"create": False, "quarantine": {"scope": "Device"}}})) == {}
+    off = render({"policy": {"create": False, "quarantine": {"scope": "Device"}}})
+    assert dra_verbs(off) == read
     rendered = policy_spec({"policy": {"quarantine": {"scope": "Device"}}})
     assert rendered["quarantine"]["scope"] == "Device"
     SDCPolicySpec.model_validate(rendered)
@@ -792,7 +796,7 @@ def test_policy_values_cover_every_policy_field() -> None:
     """A new SDCPolicy field fails here until the chart exposes it (or lists it as API-only)."""
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["policy"]
     # Fields whose values layout differs from the API (lists as maps).
-    as_map = {"suites", "accelerators", "repair.ticketSinks"}
+    as_map = {"suites", "accelerators", "dra", "repair.ticketSinks"}
 
     def walk(crd: dict[str, Any], values: dict[str, Any], path: str) -> None:
         for name, sub in crd.get("properties", {}).items():
@@ -910,7 +914,7 @@ def test_readme_documents_every_value() -> None:
         if (
             isinstance(value, dict)
             and value
-            and not path.endswith(("accelerators", "requests", "limits"))
+            and not path.endswith(("accelerators", "dra", "requests", "limits"))
         ):
             return [p for k, v in value.items() for p in leaves(v, f"{path}.{k}" if path else k)]
         return [path]
