@@ -15,11 +15,13 @@ kubelet plugin of NVIDIA's DRA driver for GPUs publishes on a real node:
 
 The UUIDs are :func:`sdcdev.sim.commands.gpu_uuids`, the ones the simulated
 kubelet puts in a container's ``NVIDIA_VISIBLE_DEVICES``, so a probe's
-``devices`` list name published devices. The node keeps advertising its
-``nvidia.com/gpu`` extended resource as well (the operator and the probe Jobs
-read that), so slices and extended resource are two views of the same GPUs: a
-test uses one or the other on a node, as the simulator does not keep both from
-handing out one GPU twice. Manifests are pure functions; :class:`DraPublisher`
+``devices`` list name published devices. With ``dra: true`` the node keeps
+advertising its ``nvidia.com/gpu`` extended resource as well, so slices and
+extended resource are two views of the same GPUs: a test uses one or the other on
+a node, as the simulator does not keep both from handing out one GPU twice. With
+``dra: only`` it does not (a DRA-only node): its Pods get GPUs through claims alone,
+and the simulated kubelet gives a container the GPUs its claims were allocated
+(:func:`claimed_minors`). Manifests are pure functions; :class:`DraPublisher`
 writes them.
 """
 
@@ -157,6 +159,30 @@ def device_class_manifest() -> dict[str, Any]:
             ]
         },
     }
+
+
+def claimed_minors(kube: Kube, namespace: str, claims: Iterable[str], node: str) -> list[int]:
+    """The minors of ``node``'s GPUs that these ResourceClaims were allocated (as the
+    kubelet plugin of NVIDIA's driver prepares them for a container), in order; a
+    claim not allocated (yet) or gone gives none."""
+    minors: set[int] = set()
+    for name in claims:
+        try:
+            claim = kube.request(
+                "GET", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+            )
+        except Exception as exc:
+            if status_of(exc) != 404:
+                raise
+            continue
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            device = str(result.get("device", ""))
+            if result.get("driver") != NVIDIA_GPU_DRIVER or result.get("pool") != node:
+                continue
+            if device.startswith("gpu-") and device[4:].isdigit():
+                minors.add(int(device[4:]))
+    return sorted(minors)
 
 
 class DraError(RuntimeError):

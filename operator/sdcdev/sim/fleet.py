@@ -150,7 +150,7 @@ class NodeDefaults(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintItem] = Field(default_factory=list)
     cpu_devices: int = Field(default=2, ge=1, le=64)
-    dra: bool = False
+    dra: bool | Literal["only"] = False
 
 
 class NodeEntry(_Model):
@@ -170,9 +170,12 @@ class NodeEntry(_Model):
     cpu_devices: int | None = Field(default=None, ge=1, le=64)
     """``--cpu-devices`` for probes on this node when the pod does not set it."""
     fault_profile: FaultProfile | None = None
-    dra: bool | None = None
+    dra: bool | Literal["only"] | None = None
     """Publish the node's GPUs as NVIDIA's DRA driver does (ResourceSlices of
-    ``gpu.nvidia.com``); NVIDIA GPU instance types only. Default: ``defaults.dra``."""
+    ``gpu.nvidia.com``); NVIDIA GPU instance types only. ``true``: the node also
+    advertises its ``nvidia.com/gpu`` extended resource (a device plugin beside the
+    driver); ``only``: it does not (the DRA driver alone, a DRA-only node). Default:
+    ``defaults.dra``."""
     clique_size: int | None = Field(default=None, ge=1, le=10000)
     """Label the group in NVLink cliques of this many nodes, as GB200 NVL72 racks are:
     ``nvidia.com/gpu.clique=<namePrefix>.<n>`` for the n-th run of ``cliqueSize`` nodes
@@ -285,6 +288,8 @@ class NodeConfig:
     provider_id)."""
     dra: bool = False
     """Its GPUs are published through DRA (``sdcdev.sim.dra``)."""
+    dra_only: bool = False
+    """...and only there: no ``nvidia.com/gpu`` in its capacity (no device plugin)."""
 
 
 @dataclass(frozen=True)
@@ -358,7 +363,8 @@ def _resolve(
     itype = CATALOGUE[entry.instance_type]
     pool = entry.pool or itype.name.replace(".", "-")
     taints = tuple(entry.taints if entry.taints is not None else fleet.defaults.taints)
-    dra = entry.dra if entry.dra is not None else fleet.defaults.dra
+    wanted = entry.dra if entry.dra is not None else fleet.defaults.dra
+    dra, dra_only = bool(wanted), wanted == "only"
     if dra and (itype.accelerator_resource != "nvidia.com/gpu" or itype.accelerator_count < 1):
         return [], (
             f"dra: instance type {itype.name} has no NVIDIA GPUs; only NVIDIA GPU nodes "
@@ -397,6 +403,7 @@ def _resolve(
                 provider_id=_provider_id(itype, zone, name),
                 internal_ip=_fake_ip(name),
                 dra=dra,
+                dra_only=dra_only,
             )
         )
     return nodes, None

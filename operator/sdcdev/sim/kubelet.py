@@ -42,6 +42,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 
 from sdcdev.sim.commands import command_env, gpu_uuids, local_argv, service_env
+from sdcdev.sim.dra import claimed_minors
 from sdcdev.sim.fleet import RUN_SECONDS_ANNOTATION
 from sdcdev.sim.kube import JsonDict, Kube, ListWatch, retry_call
 from sdcdev.sim.pods import (
@@ -444,7 +445,14 @@ class SimKubelet:
         host_ip = node.internal_ip
         env = container_env(pod, container, host_ip)
         gpus = _requested(container, node.instance_type.accelerator_resource)
-        if node.instance_type.accelerator_resource == "nvidia.com/gpu" and gpus:
+        claimed = pod.claim_names()
+        if node.dra and claimed:
+            # A DRA node's claims: the GPUs the scheduler allocated them, as NVIDIA's
+            # kubelet plugin hands them to the container (by UUID).
+            minors = claimed_minors(self.kube, pod.metadata.namespace, claimed, task.node)
+            uuids = [gpu_uuids(task.node, 1, i)[0] for i in minors]
+            env.setdefault("NVIDIA_VISIBLE_DEVICES", ",".join(uuids))
+        elif node.instance_type.accelerator_resource == "nvidia.com/gpu" and gpus:
             # As the NVIDIA toolkit gives a container its GPUs: by UUID. The probe's
             # simulated device i is the node's GPU i.
             env.setdefault("NVIDIA_VISIBLE_DEVICES", ",".join(gpu_uuids(task.node, gpus)))

@@ -71,9 +71,14 @@ def _uuid_like(name: str, salt: str) -> str:
 def node_status(cfg: NodeConfig, now: datetime, ready_since: datetime) -> dict[str, Any]:
     itype = cfg.instance_type
     host = cfg.hardware_name or cfg.name
+    capacity, allocatable = itype.capacity(), itype.allocatable()
+    if cfg.dra_only and itype.accelerator_resource:
+        # No device plugin: the GPUs are only in the node's ResourceSlice.
+        capacity.pop(itype.accelerator_resource, None)
+        allocatable.pop(itype.accelerator_resource, None)
     return {
-        "capacity": itype.capacity(),
-        "allocatable": itype.allocatable(),
+        "capacity": capacity,
+        "allocatable": allocatable,
         "conditions": node_conditions(now, ready_since),
         "addresses": [
             {"type": "InternalIP", "address": cfg.internal_ip},

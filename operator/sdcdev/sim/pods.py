@@ -92,6 +92,7 @@ class Spec(_Doc):
     containers: list[Container] = Field(default_factory=list)
     volumes: list[Volume] = Field(default_factory=list)
     init_containers: list[Container] = Field(default_factory=list, alias="initContainers")
+    resource_claims: list[PodClaim] = Field(default_factory=list, alias="resourceClaims")
     active_deadline_seconds: int | None = Field(default=None, alias="activeDeadlineSeconds")
     termination_grace_period_seconds: int | None = Field(
         default=None, alias="terminationGracePeriodSeconds"
@@ -102,8 +103,25 @@ class Spec(_Doc):
     )
 
 
+class ClaimStatus(_Doc):
+    """A Pod's claim made from a template, by the name the control plane gave it."""
+
+    name: str
+    resource_claim_name: str | None = Field(default=None, alias="resourceClaimName")
+
+
+class PodClaim(_Doc):
+    """``spec.resourceClaims[]``: a claim by name, or one made from a template."""
+
+    name: str
+    resource_claim_name: str | None = Field(default=None, alias="resourceClaimName")
+
+
 class Status(_Doc):
     phase: str | None = None
+    resource_claim_statuses: list[ClaimStatus] = Field(
+        default_factory=list, alias="resourceClaimStatuses"
+    )
     start_time: str | None = Field(default=None, alias="startTime")
     pod_ip: str | None = Field(default=None, alias="podIP")
     host_ip: str | None = Field(default=None, alias="hostIP")
@@ -127,6 +145,13 @@ class PodView(_Doc):
     @property
     def deleting(self) -> bool:
         return self.metadata.deletion_timestamp is not None
+
+    def claim_names(self) -> list[str]:
+        """The ResourceClaims the Pod uses, by object name (a template's claim once the
+        control plane has made it and named it in the status)."""
+        made = {c.name: c.resource_claim_name for c in self.status.resource_claim_statuses}
+        names = [c.resource_claim_name or made.get(c.name) for c in self.spec.resource_claims]
+        return [n for n in names if n]
 
     def probe_container(self) -> Container | None:
         for c in self.spec.containers:
