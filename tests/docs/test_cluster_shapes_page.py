@@ -37,11 +37,23 @@ def test_the_page_has_a_section_and_a_policy_per_shape() -> None:
         "## Tainted GPU pools",
         "## Runtime classes",
         "## MIG",
+        "## DRA-only GPU nodes",
         "## NVLink domains",
         "## Remediators that read Node conditions",
     ):
         assert heading in text
-    assert set(_policies()) == {"aks-gpu", "gb200", "gke-h100", "gpu-operator", "mig-mixed"}
+    assert set(_policies()) == {
+        "aks-gpu",
+        "dra-gpus",
+        "gb200",
+        "gke-h100",
+        "gpu-operator",
+        "mig-mixed",
+    }
+
+
+def test_the_dra_policy_claims_nvidias_class_counted_from_its_driver() -> None:
+    assert _policies()["dra-gpus"].spec.dra_classes == (("gpu.nvidia.com", "gpu.nvidia.com"),)
 
 
 def test_the_clique_policy_holds_one_node_a_clique() -> None:
