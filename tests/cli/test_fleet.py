@@ -165,6 +165,14 @@ def test_a_fleet_with_no_history_says_so() -> None:
     assert result.data["exposure"]["estimateHours"] is None
 
 
+def test_a_pod_holding_a_dra_claim_works_its_node() -> None:
+    claimed = {"metadata": {}, "spec": {"nodeName": "n1", "resourceClaims": [{"name": "gpus"}]}}
+    f = figures(
+        [gpu_node("n1", "H100"), gpu_node("n2", "H100")], [POLICY], [], [], [], [claimed], NOW
+    )
+    assert f.busy_share == 0.5
+
+
 def test_pods_unknown_count_every_hour_as_work() -> None:
     f = figures([gpu_node("n1", "H100")], [POLICY], [], [], [], None, NOW)
     assert f.busy_share == 1.0

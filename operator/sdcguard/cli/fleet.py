@@ -105,7 +105,7 @@ def busy_share(
     pods: Iterable[Mapping[str, Any]] | None,
 ) -> float:
     """The share of qualified nodes running a Pod (not a probe) that holds one of its
-    policy's accelerators now: the hours a fault there serves work. Pods unknown
+    policy's accelerators now (or any DRA claim): the hours a fault there serves work. Pods unknown
     (None): 1, every hour counts as work."""
     if pods is None:
         return 1.0
@@ -123,6 +123,9 @@ def busy_share(
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         on = str(spec.get("nodeName") or "")
         if on not in wanted or (meta.get("labels") or {}).get(_COMPONENT[0]) == _COMPONENT[1]:
+            continue
+        if spec.get("resourceClaims"):  # its claims' devices are the node's, as the operator counts
+            busy.add(on)
             continue
         for container in spec.get("containers") or []:
             limits = (container.get("resources") or {}).get("limits") or {}
