@@ -195,8 +195,6 @@ pause_image() {
   echo "pause $ref $archive"
 }
 
-dockerfile_arg() { sed -n "s/^ARG $2=//p" "$REPO/$1" | head -1; }
-
 # The closure of the third-party requirements of the two distributions the image
 # installs (sdcguard and sdcprobe without extras), at this venv's versions.
 pin_operator() {
@@ -222,7 +220,8 @@ PY
 }
 
 # --lock: write each image's hash-locked requirements (images/lock.py): the operator's
-# closure at the versions the test venv runs, the probe's from its .in file.
+# closure at the versions the test venv runs, the probe's and the TPU image's from
+# their .in files.
 if [ "${1:-}" = --lock ]; then
   constraints=$(mktemp)
   pin_operator >"$constraints"
@@ -231,6 +230,9 @@ if [ "${1:-}" = --lock ]; then
   rm -f "$constraints"
   "$PY" "$REPO/images/lock.py" write probe --wheels "$WHEELS" \
     || die "locking the probe image's requirements failed"
+  "$PY" "$REPO/images/lock.py" write xla --wheels "$WHEELS" \
+    || die "locking the TPU image's requirements failed"
+  # The Neuron lock needs AWS's Neuron repository: jobs/images/neuron-requirements.in.
   exit 0
 fi
 
@@ -265,11 +267,8 @@ for name in "${want[@]}"; do
       build probe jobs/images/Dockerfile.probe "" jobs/sdcprobe jobs/images/probe-requirements.txt ;;
     xla)
       base_image
-      f=jobs/images/Dockerfile.xla
-      wheelhouse "torch==$(dockerfile_arg $f TORCH_VERSION)" \
-        "torch-xla[tpu]==$(dockerfile_arg $f TORCH_XLA_VERSION)" \
-        "numpy==$(dockerfile_arg $f NUMPY_VERSION)" "pydantic==$(dockerfile_arg $f PYDANTIC_VERSION)"
-      build xla "$f" "" jobs/sdcprobe ;;
+      locked_wheels jobs/images/xla-requirements.txt xla
+      build xla jobs/images/Dockerfile.xla "" jobs/sdcprobe jobs/images/xla-requirements.txt ;;
     *) die "unknown image $name (operator, probe, xla, pause)" ;;
   esac
 done

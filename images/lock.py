@@ -4,9 +4,18 @@
     python images/lock.py check [IMAGE...]
 
 IMAGE is ``operator`` (its inputs: the dependencies of ``pyproject.toml`` and
-``jobs/sdcprobe/pyproject.toml``; lock ``images/operator/requirements.txt``) or
+``jobs/sdcprobe/pyproject.toml``; lock ``images/operator/requirements.txt``),
 ``probe`` (inputs ``jobs/images/probe-requirements.in``; lock
-``jobs/images/probe-requirements.txt``).
+``jobs/images/probe-requirements.txt``), ``xla`` (the TPU image: inputs
+``jobs/images/xla-requirements.in``; lock ``jobs/images/xla-requirements.txt``) or
+``neuron`` (the Neuron image: inputs ``jobs/images/neuron-requirements.in``; lock
+``jobs/images/neuron-requirements.txt``). AWS publishes the Neuron packages only in
+its own pip repository, so the Neuron lock is written where that repository is
+reachable, with ``--extra-index-url`` naming it beside the default index; the image
+then installs that lock alone, every hash checked, from the wheelhouse the lock was
+written from (or one mirror that serves both): no second index at build time. It is
+not in the tree (this project's machines cannot reach AWS's repository), so
+``check`` without arguments skips it while it is absent.
 
 Writing: pip downloads the requirements' wheels (this machine's Python is the image's,
 3.11 on Linux x86_64) into DIR, resolves them from DIR alone with ``pip install
@@ -58,17 +67,29 @@ def operator_inputs() -> list[str]:
     return found
 
 
-def probe_inputs() -> list[str]:
-    """The probe image's own pins (torch, numpy, pydantic)."""
-    text = (REPO / "jobs" / "images" / "probe-requirements.in").read_text()
-    return [line.strip() for line in text.splitlines() if line.strip() and line[0] != "#"]
+def _inputs_file(name: str) -> Callable[[], list[str]]:
+    """The pins of ``jobs/images/<name>-requirements.in``, one per line."""
 
+    def read() -> list[str]:
+        text = (REPO / "jobs" / "images" / f"{name}-requirements.in").read_text()
+        return [line.strip() for line in text.splitlines() if line.strip() and line[0] != "#"]
+
+    return read
+
+
+probe_inputs = _inputs_file("probe")
+"""The probe image's own pins (torch, numpy, pydantic)."""
 
 IMAGES: dict[str, tuple[Callable[[], list[str]], Path]] = {
     "operator": (operator_inputs, REPO / "images" / "operator" / "requirements.txt"),
     "probe": (probe_inputs, REPO / "jobs" / "images" / "probe-requirements.txt"),
+    "xla": (_inputs_file("xla"), REPO / "jobs" / "images" / "xla-requirements.txt"),
+    "neuron": (_inputs_file("neuron"), REPO / "jobs" / "images" / "neuron-requirements.txt"),
 }
 """Image -> (its inputs, its lock file)."""
+WRITTEN_ELSEWHERE = {"neuron"}
+"""Locks written on a machine that reaches their index; ``check`` without arguments
+skips them while they are absent (named, they must be there)."""
 
 
 def inputs_digest(requirements: list[str]) -> str:
@@ -125,15 +146,22 @@ def _wheel_sha256(url: str) -> str:
         return hashlib.file_digest(wheel, "sha256").hexdigest()
 
 
-def write(out: Path, wheels: Path, requirements: list[str], constraints: Path | None) -> None:
+def write(
+    out: Path,
+    wheels: Path,
+    requirements: list[str],
+    constraints: Path | None,
+    extra_index_url: str | None = None,
+) -> None:
     pip = [sys.executable, "-m", "pip"]
     narrow = ["-c", str(constraints)] if constraints else []
+    index = ["--extra-index-url", extra_index_url] if extra_index_url else []
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [
             *pip,
             *("download", "--quiet", "--progress-bar", "off", "--only-binary=:all:"),
-            *("-d", str(wheels), *narrow, *requirements),
+            *("-d", str(wheels), *index, *narrow, *requirements),
         ],
         check=True,
     )
@@ -169,12 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     writing.add_argument("image", choices=sorted(IMAGES))
     writing.add_argument("--wheels", type=Path, required=True, help="the wheelhouse")
     writing.add_argument("--constraints", type=Path, help="a pip constraints file")
+    writing.add_argument(
+        "--extra-index-url",
+        help="a second index for the lock step only (neuron: AWS's Neuron repository)",
+    )
     checking = sub.add_parser("check", help="fail when a lock is stale")
     checking.add_argument("images", nargs="*", help=f"of {', '.join(sorted(IMAGES))} (all)")
     args = parser.parse_args(argv)
     if args.command == "write":
         inputs, out = IMAGES[args.image]
-        write(out, args.wheels, inputs(), args.constraints)
+        write(out, args.wheels, inputs(), args.constraints, args.extra_index_url)
         print(f"lock: wrote {out.relative_to(REPO)}", file=sys.stderr)
         return 0
     unknown = sorted(set(args.images) - set(IMAGES))
@@ -183,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = []
     for image in args.images or sorted(IMAGES):
         inputs, lock = IMAGES[image]
+        if not args.images and image in WRITTEN_ELSEWHERE and not lock.exists():
+            print(f"lock: {image}: not written here ({lock.name}); skipped", file=sys.stderr)
+            continue
         problems += check(lock, inputs())
     for problem in problems:
         print(f"lock: {problem}; run: bash images/build.sh --lock", file=sys.stderr)

@@ -2,7 +2,7 @@
 the locks in the tree are current for their inputs, every line carries an exact
 version and a sha256, and a lock goes stale, loudly, when its inputs change.
 ``make images`` runs the same check before it builds, and pip refuses a wheel whose
-bytes differ from the locked hash (``--require-hashes`` in both Dockerfiles)."""
+bytes differ from the locked hash (``--require-hashes`` in every Dockerfile)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 lock = load("lock")
 
 
-@pytest.mark.parametrize("image", ["operator", "probe"])
+@pytest.mark.parametrize("image", ["operator", "probe", "xla"])
 def test_the_images_lock_is_current_and_hashed(image: str) -> None:
     inputs, path = lock.IMAGES[image]
     assert lock.check(path, inputs()) == []
@@ -43,6 +43,41 @@ def test_both_dockerfiles_install_only_what_is_locked() -> None:
             line for line in text.splitlines() if "pip install" in line and "--no-deps" not in line
         ]
         assert installs and all("--require-hashes" in line for line in installs), installs
+
+
+def test_the_xla_image_installs_a_lock_per_accelerator_from_one_index() -> None:
+    """TPU and Neuron builds install their hash-locked requirements and nothing else; no
+    extra index at build time (the Neuron lock is written where AWS's repository is
+    reachable, and a build without it stops and says how to write it)."""
+    text = (ROOT / "jobs" / "images" / "Dockerfile.xla").read_text()
+    assert "COPY jobs/images/*-requirements.txt /tmp/locks/" in text
+    installs = [line for line in text.splitlines() if "pip install" in line]
+    assert installs and all("--require-hashes" in line for line in installs), installs
+    assert not any("index" in line for line in installs), installs
+    assert "NEURON_PIP_INDEX" not in text
+    assert "tpu) lock=/tmp/locks/xla-requirements.txt" in text
+    assert "neuron) lock=/tmp/locks/neuron-requirements.txt" in text
+    assert "python images/lock.py write neuron" in text
+
+
+def test_the_neuron_lock_is_skipped_until_written_and_checked_when_named() -> None:
+    inputs, path = lock.IMAGES["neuron"]
+    assert not path.exists(), "the Neuron lock needs AWS's repository; not written here"
+    assert any("torch-neuronx" in r for r in inputs())
+    skipped = subprocess.run(
+        [sys.executable, str(ROOT / "images" / "lock.py"), "check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert skipped.returncode == 0 and "neuron: not written here" in skipped.stderr
+    named = subprocess.run(
+        [sys.executable, str(ROOT / "images" / "lock.py"), "check", "neuron"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert named.returncode == 1 and "does not exist" in named.stderr
 
 
 def test_a_changed_input_makes_the_lock_stale(tmp_path: Path) -> None:
