@@ -3,7 +3,8 @@
 # without a container registry:
 #
 #   base      Debian bookworm + python3 from Debian's packages (mmdebstrap), the
-#             BASE_IMAGE of the others here (users build FROM their own).
+#             BASE_IMAGE of the others here, named by its digest (users build FROM
+#             their own, by digest too: the Dockerfiles refuse a tag).
 #   operator  images/operator/Dockerfile
 #   probe     jobs/images/Dockerfile.probe (torch from PyPI: CUDA and CPU)
 #   xla       jobs/images/Dockerfile.xla (torch + torch-xla[tpu])
@@ -81,8 +82,10 @@ base_image() {
     "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$ref" >/dev/null
     say "base: $ref"
   fi
-  BASE_REF=$ref
   BASE_ID=$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$ref")
+  # The images name their base by digest (their Dockerfiles refuse a tag).
+  BASE_REF="localhost/sdcguard-base@$("${BUILDAH[@]}" inspect --type image \
+    --format '{{.FromImageDigest}}' "$ref")"
 }
 
 # wheelhouse REQUIREMENT...: download the wheels once per set of pins.

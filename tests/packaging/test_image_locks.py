@@ -109,3 +109,46 @@ def test_the_check_command_fails_a_stale_lock_with_the_fix() -> None:
         check=False,
     )
     assert bad.returncode == 2 and "unknown image nonesuch" in bad.stderr
+
+
+DOCKERFILES = (
+    "images/operator/Dockerfile",
+    "jobs/images/Dockerfile.probe",
+    "jobs/images/Dockerfile.xla",
+)
+
+
+def _base_check(dockerfile: str) -> str:
+    """The RUN of ``dockerfile`` that refuses a base named without a digest, as sh runs it."""
+    lines = (ROOT / dockerfile).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('RUN case "${BASE_IMAGE}"'))
+    command = []
+    for line in lines[start:]:
+        command.append(line.removeprefix("RUN ").rstrip("\\"))
+        if not line.endswith("\\"):
+            break
+    return "\n".join(command)
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_every_dockerfile_refuses_a_base_named_by_a_tag(dockerfile: str) -> None:
+    check = _base_check(dockerfile)
+
+    def run(base: str, allow: str = "false") -> subprocess.CompletedProcess[str]:
+        env = {"BASE_IMAGE": base, "ALLOW_UNPINNED_BASE": allow, "PATH": "/usr/bin:/bin"}
+        return subprocess.run(["sh", "-c", check], env=env, capture_output=True, text=True)
+
+    digest = "sha256:" + "0123456789abcdef" * 4
+    assert run(f"mirror.example/python:3.11-slim@{digest}").returncode == 0
+    refused = run("python:3.11-slim-bookworm")
+    assert refused.returncode == 1
+    assert "is not pinned by digest" in refused.stderr and "ALLOW_UNPINNED_BASE" in refused.stderr
+    assert run("python:3.11-slim@sha256:short").returncode == 1
+    assert run("python:3.11-slim-bookworm", allow="true").returncode == 0
+
+
+def test_make_images_names_its_own_base_by_digest() -> None:
+    script = (ROOT / "images" / "build.sh").read_text()
+    assert 'BASE_REF="localhost/sdcguard-base@$(' in script
+    assert "{{.FromImageDigest}}" in script
+    assert '--build-arg "BASE_IMAGE=$BASE_REF"' in script
