@@ -149,7 +149,12 @@ def test_a_dra_only_nodes_probe_claims_every_device_through_a_template() -> None
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     claim = build_claim_template("sdcguard-system", GPU)
     (request,) = claim["spec"]["spec"]["devices"]["requests"]
-    assert request["exactly"] == {"deviceClassName": GPU, "allocationMode": "All"}
+    assert request["exactly"] == {
+        "deviceClassName": GPU,
+        "allocationMode": "All",
+        # A verification claims the GPU sdcguard's own device taint took out, too.
+        "tolerations": [{"key": "sdcguard.dev/sdc", "operator": "Exists"}],
+    }
     assert claim["metadata"]["name"] == "sdcprobe-gpu.nvidia.com"
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from sdcguard.api.common import API_VERSION
 from sdcguard.api.policy import DEFAULT_PROBE_REQUESTS, ProbeSpec
+from sdcguard.domain.devicetaints import TAINT_KEY as DEVICE_TAINT_KEY
 
 TEST_LABEL = "sdcguard.dev/test"
 #: The SDCTest's full name; the label holds it only when it fits a label value (63).
@@ -122,7 +123,9 @@ def claim_template_name(device_class: str) -> str:
 def build_claim_template(namespace: str, device_class: str) -> dict[str, Any]:
     """A ResourceClaimTemplate asking for every device of ``device_class`` on the node
     the Pod is scheduled to (allocation mode All): the scheduler allocates them all to
-    the probe's claim, or does not place it while any of them is someone else's."""
+    the probe's claim, or does not place it while any of them is someone else's. It
+    tolerates sdcguard's own device taint (quarantine scope Device), as the Pod
+    tolerates its node taints: a verification screens the quarantined GPU too."""
     return {
         "apiVersion": RESOURCE_API,
         "kind": "ResourceClaimTemplate",
@@ -137,7 +140,11 @@ def build_claim_template(namespace: str, device_class: str) -> dict[str, Any]:
                     "requests": [
                         {
                             "name": "all",
-                            "exactly": {"deviceClassName": device_class, "allocationMode": "All"},
+                            "exactly": {
+                                "deviceClassName": device_class,
+                                "allocationMode": "All",
+                                "tolerations": [{"key": DEVICE_TAINT_KEY, "operator": "Exists"}],
+                            },
                         }
                     ]
                 }
