@@ -144,6 +144,37 @@ def test_a_dra_only_node_is_screened_with_every_gpu_claimed(
         assert TESTING not in taint_keys(dra_api, node)
 
 
+def test_the_probes_claim_takes_a_gpu_sdcguards_device_taint_took_out(
+    dra_api: client.ApiClient, dra_operator: object
+) -> None:
+    """Quarantine scope Device on a DRA-only node: the GPU sdcguard tainted is still
+    claimed by the probe (a verification screens it with the others)."""
+    case = new_case()
+    node = f"drataint-{case}"
+    trusted_baseline(dra_api)
+    custom = client.CustomObjectsApi(dra_api)
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"test-{case}-gpu3"},
+        "spec": {
+            "deviceSelector": {"driver": GPU, "pool": node, "device": "gpu-3"},
+            "taint": {"key": "sdcguard.dev/sdc", "value": "t", "effect": "NoSchedule"},
+        },
+    }
+    with dra_only_nodes(dra_api, [node], case), ProbeKubelet(dra_api, {node: "never"}):
+        custom.create_cluster_custom_object(*RESOURCE, "devicetaintrules", rule)
+        try:
+            create_policy(dra_api, case)
+            results = wait_for(lambda: _allocated(dra_api, node), 90, "the probe's claim allocated")
+            assert "gpu-3" in {r["device"] for r in results}
+            assert len(results) == 8
+        finally:
+            custom.delete_cluster_custom_object(
+                *RESOURCE, "devicetaintrules", rule["metadata"]["name"]
+            )
+
+
 def test_a_claim_the_scheduler_cannot_satisfy_waits_with_its_reason_and_releases_the_node(
     dra_api: client.ApiClient, dra_operator: object
 ) -> None:
