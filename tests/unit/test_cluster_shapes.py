@@ -391,15 +391,10 @@ def test_a_new_gated_node_is_written_only_for_a_wait_a_person_must_end(
 # ---------------------------------------------------------------- MIG pods
 
 
-def test_pods_on_mig_instances_make_the_node_busy_and_pending_ones_hold_it() -> None:
-    """A policy listing nvidia.com/gpu: a Pod using one MIG instance keeps its node from
-    a routine screening, and a pending Pod asking for a profile holds screening back."""
-    from sdcguard.adapters import observe
-    from sdcguard.adapters.reconciler import FleetView
-    from tests.unit.test_apply_order import _pod as workload
-
-    def mig_node(name: str) -> dict[str, Any]:
-        return {
+def expired_node(name: str, allocatable: dict[str, str]) -> NodeSnapshot:
+    """A Ready node qualified long before the policy's maxQualificationAge of an hour."""
+    return NodeSnapshot.from_body(
+        {
             "metadata": {
                 "name": name,
                 "uid": f"{name}-uid",
@@ -410,10 +405,18 @@ def test_pods_on_mig_instances_make_the_node_busy_and_pending_ones_hold_it() -> 
             },
             "spec": {"taints": []},
             "status": {
-                "allocatable": {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "56"},
+                "allocatable": allocatable,
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
         }
+    )
+
+
+def screenings_started(nodes: list[NodeSnapshot], pods: list[dict[str, Any]]) -> int:
+    """SDCTests one pass creates for ``nodes`` (all due for re-qualification) with
+    ``pods`` running on them or pending."""
+    from sdcguard.adapters import observe
+    from sdcguard.adapters.reconciler import FleetView
 
     pol = SDCPolicy.model_validate(
         {
@@ -424,22 +427,30 @@ def test_pods_on_mig_instances_make_the_node_busy_and_pending_ones_hold_it() -> 
             },
         }
     )
+    metrics = Metrics()
+    writer = _Recorder(api=client.ApiClient(), metrics=metrics)
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    view = FleetView(nodes={n.name: n for n in nodes}, policies={"fleet": {}})
+    for pod in pods:
+        if (use := observe.pod_use(pod)) is not None:
+            view.busy.setdefault(use.node_name, []).append(use)
+        if (demand := observe.pending_demand(pod)) is not None:
+            view.pending.append(demand)
+    rec.run_pass(pol, view, NOW)
+    return sum(1 for kind, _ in writer.calls if kind == "sdctests-create")
+
+
+def test_pods_on_mig_instances_make_the_node_busy_and_pending_ones_hold_it() -> None:
+    """A policy listing nvidia.com/gpu: a Pod using one MIG instance keeps its node from
+    a routine screening, and a pending Pod asking for a profile holds screening back."""
+    from sdcguard.adapters import observe
+    from tests.unit.test_apply_order import _pod as workload
+
+    migs = {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "56"}
+    nodes = [expired_node(n, migs) for n in ("mig-1", "mig-2")]
 
     def tests_started(pods: list[dict[str, Any]]) -> int:
-        metrics = Metrics()
-        writer = _Recorder(api=client.ApiClient(), metrics=metrics)
-        rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
-        view = FleetView(
-            nodes={n: NodeSnapshot.from_body(mig_node(n)) for n in ("mig-1", "mig-2")},
-            policies={"fleet": {}},
-        )
-        for pod in pods:
-            if (use := observe.pod_use(pod)) is not None:
-                view.busy.setdefault(use.node_name, []).append(use)
-            if (demand := observe.pending_demand(pod)) is not None:
-                view.pending.append(demand)
-        rec.run_pass(pol, view, NOW)
-        return sum(1 for kind, _ in writer.calls if kind == "sdctests-create")
+        return screenings_started(nodes, pods)
 
     assert tests_started([]) == 2, "both expired qualifications are screened"
     assert tests_started([workload("mig-1", {"nvidia.com/mig-1g.10gb": "1"})]) == 1

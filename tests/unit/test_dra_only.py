@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from sdcguard.adapters import observe
-from sdcguard.adapters.reconciler import FleetView, Reconciler
+from sdcguard.adapters.reconciler import Reconciler
 from sdcguard.api import SDCPolicy, SDCPolicySpec, SDCTest
 from sdcguard.builders.probe_job import build_claim_template, build_probe_job, claim_template_name
 from sdcguard.domain.dra import SliceSnapshot, device_counts
@@ -24,9 +24,9 @@ from sdcguard.domain.observed import NodeFacts, NodeSnapshot, dra_claims
 from sdcguard.metrics import Metrics
 from sdcguard.runtime.mirror import Kind, Mirror
 from sdcguard.settings import Settings
-from tests.unit.factories import NOW
 from tests.unit.test_apply_order import _pod as workload
 from tests.unit.test_apply_order import _Recorder
+from tests.unit.test_cluster_shapes import expired_node, screenings_started
 
 GPU = "gpu.nvidia.com"
 
@@ -164,50 +164,14 @@ def test_a_node_with_the_extended_resource_makes_no_claim() -> None:
     assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
 
 
-def _dra_node(name: str) -> NodeSnapshot:
-    body = {
-        "metadata": {
-            "name": name,
-            "uid": f"{name}-uid",
-            "resourceVersion": "3",
-            "creationTimestamp": "2025-06-01T10:00:00Z",
-            "labels": {"sdcguard.dev/state": "Qualified"},
-            "annotations": {"sdcguard.dev/qualified-at": "2025-05-01T10:00:00Z"},
-        },
-        "spec": {"taints": []},
-        "status": {
-            "allocatable": {"cpu": "96"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-    return dataclasses.replace(NodeSnapshot.from_body(body), dra_devices=((GPU, 8),))
-
-
 def test_claims_held_or_pending_keep_dra_only_nodes_from_screening() -> None:
-    pol = SDCPolicy.model_validate(
-        {
-            "metadata": {"name": "fleet", "generation": 1, "resourceVersion": "1"},
-            "spec": {
-                "triggers": {"maxQualificationAge": "1h"},
-                "budgets": {"maxUnavailable": "100%"},
-            },
-        }
-    )
+    nodes = [
+        dataclasses.replace(expired_node(n, {"cpu": "96"}), dra_devices=((GPU, 8),))
+        for n in ("dra-1", "dra-2")
+    ]
 
     def tests_started(pods: list[dict[str, Any]]) -> int:
-        metrics = Metrics()
-        writer = _Recorder(api=client.ApiClient(), metrics=metrics)
-        rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
-        view = FleetView(
-            nodes={n: _dra_node(n) for n in ("dra-1", "dra-2")}, policies={"fleet": {}}
-        )
-        for pod in pods:
-            if (use := observe.pod_use(pod)) is not None:
-                view.busy.setdefault(use.node_name, []).append(use)
-            if (demand := observe.pending_demand(pod)) is not None:
-                view.pending.append(demand)
-        rec.run_pass(pol, view, NOW)
-        return sum(1 for kind, _ in writer.calls if kind == "sdctests-create")
+        return screenings_started(nodes, pods)
 
     assert tests_started([]) == 2, "both expired qualifications are screened"
     claimed = workload("dra-1", {})
