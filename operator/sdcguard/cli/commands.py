@@ -11,7 +11,7 @@ import socket
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -122,11 +122,9 @@ def _policies(conn: Connection) -> list[SDCPolicy]:
 
 def _facts(node: Node, policy: SDCPolicy) -> NodeFacts:
     spec = policy.spec
-    snapshot = replace(NodeSnapshot.from_body(node.body), dra_devices=node.dra_devices)
-    facts = NodeFacts.from_snapshot(
-        snapshot, spec.accelerators, spec.budgets.pool_label, spec.dra_classes
+    return NodeFacts.from_body(
+        node.body, spec.accelerators, spec.budgets.pool_label, spec.dra_classes, node.dra_devices
     )
-    return replace(facts, annotations=dict(node.annotations))
 
 
 def policy_selects(policy: SDCPolicy, node: Node) -> bool:

@@ -183,11 +183,14 @@ class NodeFacts:
         accelerators: Sequence[str],
         pool_label: str | None = None,
         dra: Sequence[tuple[str, str]] = (),
+        dra_devices: tuple[tuple[str, int], ...] = (),
     ) -> NodeFacts:
         """Facts from a Node as the API returns it (a dict, e.g. a Kopf body), with every
-        annotation it has (the snapshot keeps only those the operator reads)."""
+        annotation it has (the snapshot keeps only those the operator reads), and the
+        devices its ResourceSlices publish (``dra_devices``, read apart from the body)."""
         annotations = dict((body.get("metadata") or {}).get("annotations") or {})
-        facts = cls.from_snapshot(NodeSnapshot.from_body(body), accelerators, pool_label, dra)
+        snapshot = dataclasses.replace(NodeSnapshot.from_body(body), dra_devices=dra_devices)
+        facts = cls.from_snapshot(snapshot, accelerators, pool_label, dra)
         return dataclasses.replace(facts, annotations=annotations)
 
     @classmethod
