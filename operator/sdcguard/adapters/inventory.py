@@ -72,7 +72,7 @@ from sdcguard.adapters.pass_state import TestSnapshot
 from sdcguard.adapters.workload_record import WorkloadBook
 from sdcguard.api import GROUP, VERSION
 from sdcguard.builders.probe_job import COMPONENT, COMPONENT_LABEL, NODE_LABEL
-from sdcguard.domain.dra import SliceSnapshot, device_counts
+from sdcguard.domain.dra import RESOURCE_SLICES, SliceSnapshot, device_counts
 from sdcguard.domain.observed import NodeSnapshot
 from sdcguard.runtime.mirror import (
     NODES,
@@ -93,9 +93,6 @@ a node name never holds a slash)."""
 
 POD_NOT_ENDED = "status.phase!=Succeeded,status.phase!=Failed"
 """The workload Pods the copy lists and watches: those that have not ended."""
-
-RESOURCE_SLICES = ("resource.k8s.io", "v1", "resourceslices")
-"""DRA's ResourceSlices (GA in Kubernetes 1.34)."""
 
 # A relist that changed more than this many nodes wakes every policy for a full pass.
 FULL_PASS_AFTER = 256

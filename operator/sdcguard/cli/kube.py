@@ -18,7 +18,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from sdcguard.api import GROUP, VERSION, ApiModel, ObjectMeta
 from sdcguard.cli.objects import Event, Node
-from sdcguard.domain.dra import SliceSnapshot, device_counts
+from sdcguard.domain.dra import RESOURCE_SLICES, SliceSnapshot, device_counts
 
 M = TypeVar("M", bound=ApiModel)
 
@@ -367,9 +367,6 @@ def list_nodes(conn: Connection) -> list[Node]:
         Node.from_body(item, published.get(str((item.get("metadata") or {}).get("name")), ()))
         for item in _items(call(conn, conn.core.list_node, plural="nodes"))
     ]
-
-
-RESOURCE_SLICES = ("resource.k8s.io", "v1", "resourceslices")
 
 
 def list_events(conn: Connection, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Event]:

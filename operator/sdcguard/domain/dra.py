@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+#: DRA's ResourceSlices (GA in Kubernetes 1.34): group, version, plural.
+RESOURCE_SLICES = ("resource.k8s.io", "v1", "resourceslices")
 #: NVIDIA's DRA driver for GPUs.
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 #: The device attribute holding a GPU's UUID (``GPU-…``).
