@@ -223,10 +223,13 @@ class ObjectMeta(ApiModel):
     finalizers: list[str] = Field(default_factory=list)
 
 
-CONDITIONS_LIST: JsonDict = {
-    "x-kubernetes-list-type": "map",
-    "x-kubernetes-list-map-keys": ["type"],
-}
+def map_list(key: str) -> JsonDict:
+    """Schema extras for a list of objects keyed by ``key``: the API server refuses an
+    entry whose key is listed twice, and server-side apply merges entries by it."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+
+
+CONDITIONS_LIST: JsonDict = map_list("type")
 """Schema extras for a conditions list: one entry per type (server-side apply merges by type)."""
 SET_LIST: JsonDict = {"x-kubernetes-list-type": "set"}
 """Schema extras for a list of unique scalars."""

@@ -29,6 +29,7 @@ from sdcguard.api.common import (
     Url,
     cel,
     cel_rules,
+    map_list,
     parse_duration,
 )
 
@@ -749,11 +750,7 @@ class Budgets(ApiModel):
     topology: list[TopologyBudget] = Field(
         default_factory=list,
         max_length=8,
-        # The API server refuses a key listed twice (a map keyed by labelKey).
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["labelKey"],
-        },
+        json_schema_extra=map_list("labelKey"),
     )
     """Budgets per topology domain, on top of the pool's: for each label key, no
     domain (the nodes sharing one value of it) has more than its maxUnavailable held.
@@ -1143,11 +1140,7 @@ class SDCPolicySpec(ApiModel):
     dra: list[DraDeviceClass] = Field(
         default_factory=_dra_classes,
         max_length=8,
-        # The API server refuses a class listed twice (a map keyed by deviceClassName).
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["deviceClassName"],
-        },
+        json_schema_extra=map_list("deviceClassName"),
     )
     """DRA-only nodes: a node that advertises none of spec.accelerators but whose
     devices a listed driver publishes in ResourceSlices (NVIDIA's DRA driver without
