@@ -137,7 +137,9 @@ PEAK_LADDER: dict[str, tuple[int, ...]] = {
     "cuda": (2048, 4096, 8192),
     "xla": (512, 1024, 2048, 4096),
 }
-#: Stop growing a dtype's ladder once one GEMM takes longer than this (CPU fp16).
+#: Stop growing a dtype's ladder before a size whose GEMM would take longer than this,
+#: predicted from the size before (time grows with the cube of the side): CPU fp16,
+#: with no fast kernel, would otherwise spend most of the start-up on one size.
 _PEAK_GEMM_CAP_S = 0.05
 #: How long each size of the ladder is timed (at least six calls): long enough that one
 #: call lands in a quiet moment of a shared machine, short enough for the start-up.
@@ -162,9 +164,12 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
     peaks: dict[str, float] = {}
     for name in compute_dtypes(cfg, backend):
         best = last = 0.0
+        fastest, before = 0.0, 0
         for size in sorted({*ladder, cfg.sizes[name]}):
             if size > 2 * cfg.sizes[name] and best > last:
                 break  # the size before fell below the best: past the peak
+            if before and fastest * (size / before) ** 3 > _PEAK_GEMM_CAP_S:
+                break  # this size's GEMMs would be slow: the smaller ones are its peak
             a, b = gemm_inputs(size, 0, name, size, backend.device)
             out = a @ b  # untimed: kernel selection, caches
             # The fastest of several calls (at least 5, up to _PEAK_WINDOW_S or 32): one
@@ -186,8 +191,7 @@ def measure_peak(cfg: ComputeConfig, backend: Backend) -> dict[str, float]:
             # The fastest call: a load spike on a shared machine is not the device's peak.
             last = 2 * size**3 / max(fastest, 1e-9) / 1e9
             best = max(best, last)
-            if fastest > _PEAK_GEMM_CAP_S:
-                break
+            before = size
         peaks[name] = best
     release_operands()
     return peaks
