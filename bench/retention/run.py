@@ -35,6 +35,7 @@ from typing import Any
 from kubernetes import client, config
 
 from bench.scale.startup import POLICY, create, sdctest_body, ticket_body, time_start
+from sdcdev import harness
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.harness import REPO, apply_crds, ensure_namespace, policy_body
 from sdcguard.adapters.kube import KubeWriter
@@ -161,7 +162,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         apply_crds(admin)
         ensure_namespace(admin)
         client.CustomObjectsApi(admin).create_cluster_custom_object(
-            GROUP, VERSION, "sdcpolicies", policy_body(POLICY)
+            GROUP, harness.VERSION, "sdcpolicies", policy_body(POLICY)
         )
         logs = Path(cluster.state_dir)
         run["empty"] = time_start(cluster.kubeconfig, logs / "empty.log", src)

@@ -59,6 +59,7 @@ import psutil
 from kubernetes import client, config
 
 from bench.scale.inventory import linear_fit
+from sdcdev import harness
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.harness import NS, REPO, apply_crds, ensure_namespace, policy_body
 from sdcguard.adapters import notify
@@ -351,7 +352,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         apply_crds(admin)
         ensure_namespace(admin)
         client.CustomObjectsApi(admin).create_cluster_custom_object(
-            GROUP, VERSION, "sdcpolicies", policy_body(POLICY)
+            GROUP, harness.VERSION, "sdcpolicies", policy_body(POLICY)
         )
         made_tests = made_tickets = 0
         for n in sizes:
