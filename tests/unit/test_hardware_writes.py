@@ -114,3 +114,47 @@ def test_a_records_change_concerns_its_holders_and_the_nodes_it_was_seen_under()
     assert concerned(device, holders) == {"gpu-3", "gpu-9"}
     unwritten = HardwareRecord("device-y", SDCHardwareSpec(kind=IdentityKind.DEVICE, id="G"))
     assert concerned(unwritten, holders) == set(), "no status yet: no node it was seen under"
+
+
+def test_hardware_recognised_under_a_new_node_is_counted_once_whatever_the_writes_do() -> None:
+    """A write that fails is retried by a later pass, whose records may already name the
+    new Node: the recognition is counted when it is made, once per Node."""
+    from prometheus_client import CollectorRegistry
+
+    from sdcguard.adapters.hardware import HardwareRecord
+    from sdcguard.api import SDCHardwareSpec, SDCHardwareStatus
+    from sdcguard.api.hardware import SeenAs
+    from sdcguard.metrics import Metrics
+
+    at = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
+    identity = _identity()
+    records = {
+        hw.record: HardwareRecord(
+            hw.record,
+            SDCHardwareSpec(kind=hw.kind, id=hw.value),
+            SDCHardwareStatus(
+                nodes=[SeenAs(node="gpu-old", first_seen=at, last_seen=at)], last_node="gpu-old"
+            ),
+        )
+        for hw in identity.trusted
+    }
+    metrics = Metrics(registry=CollectorRegistry())
+    counted: set[str] = set()
+
+    def recognised() -> float:
+        value = metrics.registry.get_sample_value(
+            "sdcguard_hardware_recognised_total", {"kind": "ProviderID", "retired": "false"}
+        )
+        return value or 0.0
+
+    refused = _Writer(parties=1, refuse="provider-")
+    with pytest.raises(RuntimeError, match="refused"):
+        hardware.record(
+            refused, _host(), identity, records, ACTION, NOW, Counter(), metrics, counted
+        )
+    assert recognised() == 1, "counted although a record's write failed"
+    counts: Counter[str] = Counter()
+    hardware.record(
+        _Writer(parties=1), _host(), identity, records, ACTION, NOW, counts, metrics, counted
+    )
+    assert recognised() == 1 and counts["hardware-recognised"] == 0, "the retry counts nothing"

@@ -240,8 +240,18 @@ def record(
             key = node.uid or node.name
             if recognised_before is None or key not in recognised_before:
                 recognised = (hw.kind.value, old.retired is not None)
+                # Counted now, with the Node noted as counted: the recognition happened
+                # whatever the writes below do, and a write that fails is retried by a
+                # later pass, which must neither count it again nor miss it (its records
+                # may already name this Node then).
                 if recognised_before is not None:
                     recognised_before.add(key)
+                if metrics is not None:
+                    kind, was_retired = recognised
+                    metrics.hardware_recognised.labels(
+                        kind=kind, retired=str(was_retired).lower()
+                    ).inc()
+                    counts["hardware-recognised"] += 1
         retired = retired or (status.retired is not None and (old is None or not old.retired))
         body = None
         if known is None:
@@ -256,10 +266,6 @@ def record(
         counts["hardware-records-written"] += 1
         written.append(name)
     _write_records(writer, writes)
-    if metrics is not None and recognised is not None:
-        kind, was_retired = recognised
-        metrics.hardware_recognised.labels(kind=kind, retired=str(was_retired).lower()).inc()
-        counts["hardware-recognised"] += 1
     if metrics is not None and retired:
         why = "OutOfRepairCycles" if action.failure is not None else "RetiredByRequest"
         metrics.hardware_retired.labels(reason=why).inc()
