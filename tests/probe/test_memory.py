@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from sdcprobe.backends import setup_backend
-from sdcprobe.checks.memory import pattern_values, plan_memory, run_memory
+from sdcprobe.checks.memory import (
+    _fill,
+    _RowReader,
+    along_row,
+    pattern_values,
+    plan_memory,
+    run_memory,
+)
 from sdcprobe.config import MEMORY_PATTERNS, MemoryConfig, plan_config
 from sdcprobe.faults import Injector
 from sdcprobe.faultspec import FaultSpec, FaultSpecError, parse_fault_spec
@@ -105,6 +112,27 @@ def test_flips_are_counted_and_located_exactly() -> None:
     assert f"byte 0x{expected[0]:x} bit 5" in first
     healthy, _ = run()
     assert trace.digest != healthy.digest
+
+
+@pytest.mark.parametrize("pattern", MEMORY_PATTERNS)
+def test_the_read_back_finds_every_bad_row_chunked_or_whole(pattern: str) -> None:
+    """Both read-backs (cache-sized chunks on a CPU; one aminmax per block elsewhere,
+    and chunks for the random pattern's XOR everywhere) name the same rows: a flip in
+    the sign bit, in the lowest bit, and in a row's first and last word."""
+    rows, words = 64, 1024
+    blocks = [torch.empty(rows, words, dtype=torch.int32) for _ in range(3)]
+    row_words = pattern_values(pattern, 1, 3 * rows)
+    along = along_row(pattern, 1, words, 0, torch.device("cpu"))
+    for b, block in enumerate(blocks):
+        _fill(block, row_words[b * rows : (b + 1) * rows], along)
+    blocks[1][5, 7] ^= 1 << 31
+    blocks[2][0, 0] ^= 1 << 4
+    blocks[2][63, words - 1] ^= 1
+    for whole in (False, True):
+        reader = _RowReader(blocks, whole=whole)
+        assert reader.bad_rows(row_words, along).tolist() == [0, 1, 2], f"whole={whole}"
+    blocks[1][5, 7] ^= 1 << 31
+    assert _RowReader(blocks, whole=True).bad_rows(row_words, along).tolist() == [0, 0, 2]
 
 
 def test_memory_fault_rate_onset_and_modes() -> None:
