@@ -6,6 +6,7 @@ same paths against a real one); it keeps every call in order.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -15,6 +16,7 @@ from sdcguard.adapters.kube import EvictionResult, KubeWriter
 from sdcguard.adapters.reconciler import FleetView, Reconciler
 from sdcguard.api import RepairTicketStatus, SDCPolicy, TicketPhase
 from sdcguard.domain import keys
+from sdcguard.domain.actions import Annotate
 from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import Drain, EmitEvent, Event, NodeState
 from sdcguard.domain.observed import NodeSnapshot, Observed
@@ -111,9 +113,8 @@ def _run(eviction: EvictionResult | Exception) -> tuple[Reconciler, _Recorder]:
 
 
 def test_a_quarantine_writes_objects_then_the_node_then_evicts_then_statuses_then_events() -> None:
-    _, writer = _run(EvictionResult(asked=2))
-    done = ("node-patch", {"metadata": {"annotations": {keys.DRAIN_UNTIL: None}}})
-    kinds = [kind for kind, body in writer.calls if (kind, body) != done]
+    rec, writer = _run(EvictionResult(asked=2))
+    kinds = [kind for kind, _ in writer.calls]
     assert kinds == [
         "repairtickets-create",
         "node-patch",
@@ -127,14 +128,25 @@ def test_a_quarantine_writes_objects_then_the_node_then_evicts_then_statuses_the
     assert any(t["key"] == "sdcguard.dev/quarantined" for t in patch["spec"]["taints"])
     assert patch["spec"]["unschedulable"] is True
     assert keys.DRAIN_UNTIL in patch["metadata"]["annotations"]
-    # Every pod was asked to leave: the drain's deadline goes at once.
-    assert writer.calls.index(done) == 4
+    # Every pod was asked to leave: noted, and the next pass's plan ends the drain (one
+    # node patch per decision, none after it).
+    assert rec.executor.drained == {"gpu-1"}
+
+
+def test_a_drain_that_asked_every_pod_ends_in_the_next_plan() -> None:
+    spec = policy(quarantine={"cordon": True, "drain": True, "drainTimeoutSeconds": 600})
+    asked = dataclasses.replace(_quarantined(NOW + dt.timedelta(minutes=5)), drain_asked=True)
+    ended = decide(asked, spec, NOW)
+    assert ended.event == Event.DRAIN_DONE and ended.state == NodeState.QUARANTINED
+    assert Drain() not in ended.actions
+    assert ended.actions == (Annotate(((keys.DRAIN_UNTIL, None),)),), "only the deadline goes"
 
 
 def test_evictions_refused_by_a_pdb_leave_the_drain_pending() -> None:
     rec, writer = _run(EvictionResult(asked=0, blocked=1))
     patches = [body for kind, body in writer.calls if kind == "node-patch"]
     assert len(patches) == 1, "the deadline stays while a pod is left"
+    assert rec.executor.drained == set(), "the drain goes on"
     assert rec.last_counts["pods-eviction-refused"] == 1
     assert "repairtickets-status" in [k for k, _ in writer.calls], "the ticket is opened"
 

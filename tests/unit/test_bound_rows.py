@@ -436,6 +436,7 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "state-since= suspect-checks= | - | ObservedFailure | -"
     ),
     (S.QUARANTINED, E.DRAIN_DUE): "Quarantined | quarantine | cordoned | - | - | - | evicts",
+    (S.QUARANTINED, E.DRAIN_DONE): "Quarantined | quarantine | cordoned | drain-until- | - | - | -",
     (S.QUARANTINED, E.DRAIN_TIMED_OUT): (
         "Quarantined | quarantine | cordoned | drain-until- | - | DrainIncomplete | -"
     ),
@@ -458,6 +459,7 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "owned-taints- state-since= | CloseTicket | Released | -"
     ),
     (S.REPAIRING, E.DRAIN_DUE): "Repairing | quarantine | cordoned | - | - | - | evicts",
+    (S.REPAIRING, E.DRAIN_DONE): "Repairing | quarantine | cordoned | drain-until- | - | - | -",
     (S.REPAIRING, E.DRAIN_TIMED_OUT): (
         "Repairing | quarantine | cordoned | drain-until- | - | DrainIncomplete | -"
     ),
@@ -578,6 +580,7 @@ DEVICE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "suspect-checks= | - | ObservedFailure | -"
     ),
     (S.QUARANTINED, E.DRAIN_DUE): "Quarantined | - | - | - | - | - | -",
+    (S.QUARANTINED, E.DRAIN_DONE): "Quarantined | - | - | drain-until- | - | - | -",
     (S.QUARANTINED, E.DRAIN_TIMED_OUT): (
         "Quarantined | - | - | drain-until- | - | DrainIncomplete | -"
     ),
@@ -597,6 +600,7 @@ DEVICE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         "CloseTicket | Released | -"
     ),
     (S.REPAIRING, E.DRAIN_DUE): "Repairing | - | - | - | - | - | -",
+    (S.REPAIRING, E.DRAIN_DONE): "Repairing | - | - | drain-until- | - | - | -",
     (S.REPAIRING, E.DRAIN_TIMED_OUT): "Repairing | - | - | drain-until- | - | DrainIncomplete | -",
     (S.VERIFYING, E.VERIFICATION_PASSED): (
         "Qualified | - | - | fingerprint= owned-taints- qualified-at= seeds-passed= "

@@ -186,6 +186,8 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     (S.QUARANTINED, E.DRAIN_TIMED_OUT): (S.QUARANTINED, {"EndDrain", "-testing if DeviceScope"}),
     (S.REPAIRING, E.DRAIN_DUE): (S.REPAIRING, {"Drain if NodeScope+Drain"}),
     (S.REPAIRING, E.DRAIN_TIMED_OUT): (S.REPAIRING, {"EndDrain"}),
+    (S.QUARANTINED, E.DRAIN_DONE): (S.QUARANTINED, {"EndDrain", "-testing if DeviceScope"}),
+    (S.REPAIRING, E.DRAIN_DONE): (S.REPAIRING, {"EndDrain"}),
 }
 for _state in (
     S.UNQUALIFIED,

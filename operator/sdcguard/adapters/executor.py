@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.history import HardwareHistory
 from sdcguard.adapters.kube import KubeWriter
-from sdcguard.adapters.node_writes import NodePatchStage, annotation_plan
+from sdcguard.adapters.node_writes import NodePatchStage
 from sdcguard.adapters.observe import node_claim
 from sdcguard.adapters.pass_state import (
     Expectations,
@@ -101,6 +101,10 @@ class Executor:
         self._device_taints = device_taints
         self._tickets = tickets
         self._told_forbidden: set[str] = set()
+        self.drained: set[str] = set()
+        """Nodes whose drain asked every pod it had left to leave: the next pass's plan
+        ends the drain (``DrainDone``), and the reconciler forgets the node once its
+        deadline is gone."""
         """Nodes whose replacement a missing permission refused, told once each."""
 
     def apply(
@@ -117,8 +121,8 @@ class Executor:
         2. the node patch (labels, annotations, taints, cordon, ownership), one write;
         3. evictions (a drain), so evicted pods find the node tainted and cordoned; an
            eviction error is logged and retried by a later pass, it never undoes 1-2;
-           once no pod is left to ask, the drain's deadline goes (a plan of one
-           annotation step, written by the node-patch stage like every Node write);
+           once no pod is left to ask, the next pass's plan ends the drain
+           (``DrainDone``: its deadline goes in that pass's node patch);
         4. statuses: a new ticket's workloads are told (a Warning Event to each owner),
            then its Open status is written: a ticket with a status has told them;
         5. the hardware's history (the node patch names it: ``HardwareHistory.restore``);
@@ -278,7 +282,8 @@ class Executor:
     def _drain(
         self, node_name: str, patch: NodePatch, node: NodeFacts, counts: Counter[str]
     ) -> None:
-        """Evict the node's pods; once none is left to ask, the drain's deadline goes."""
+        """Evict the node's pods; once none is left to ask, the node is noted as drained
+        (the next pass's plan ends the drain)."""
         try:
             result = self.writer.evict_pods_on_node(
                 node_name, skip_namespaces=(self.settings.namespace,)
@@ -301,10 +306,9 @@ class Executor:
                 until=pending,
             )
         elif pending is not None:
-            # Nothing is left to evict: the drain's deadline goes (a follow-up plan of
-            # the evictions stage, written by the node-patch stage), or every later pass
-            # would drain again until it ran out.
-            self._node_patch.annotate(node_name, annotation_plan([(keys.DRAIN_UNTIL, None)]))
+            # Nothing is left to evict: the next pass ends the drain in its plan
+            # (``DrainDone``), or every later pass would drain again until it ran out.
+            self.drained.add(node_name)
 
     def _cancel_test(
         self,

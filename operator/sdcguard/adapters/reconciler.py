@@ -107,6 +107,7 @@ from sdcguard.api import (
     TicketPhase,
     accelerator_resources,
 )
+from sdcguard.domain import keys
 from sdcguard.domain.decide import Decision
 from sdcguard.domain.devicetaints import NodeDevices
 from sdcguard.domain.echo import bounded
@@ -696,6 +697,8 @@ class Reconciler:
             accelerators = accelerator_resources(
                 spec.accelerators, view.nodes[node_name].allocatable
             )
+            if keys.DRAIN_UNTIL not in node.annotations:
+                self.executor.drained.discard(node_name)  # the drain ended
             observations.append(
                 Observed(
                     node=node,
@@ -710,6 +713,7 @@ class Reconciler:
                     ),
                     breaker_open=breaker_open,
                     enforced_since=memory.enforced_since,
+                    drain_asked=node_name in self.executor.drained,
                     runtime_class_missing=runtime_missing,
                     joined_after_start=(
                         node.created is not None

@@ -326,12 +326,14 @@ def _resolution(source: NodeState) -> list[Transition]:
 
 
 def _draining(source: NodeState) -> list[Transition]:
-    """Evictions a PodDisruptionBudget refused: again, until the drain's time runs out.
+    """Evictions a PodDisruptionBudget refused: again, until the drain's time runs out;
+    once every pod was asked to leave, the drain's deadline goes (a later pass's plan).
     Scope Device: a quarantined node serves with its other devices, so a reservation of
     ours goes (it is reserved only to verify)."""
     serving = (_if(G.DEVICE_SCOPE)(RemoveTaint(TESTING)),) if source == S.QUARANTINED else ()
     return [
         _row(source, E.DRAIN_DUE, source, _if(G.NODE_SCOPE, G.DRAIN)(Drain()), *serving),
+        _row(source, E.DRAIN_DONE, source, EndDrain(), *serving),
         _row(
             source,
             E.DRAIN_TIMED_OUT,

@@ -527,6 +527,9 @@ class Observed:
     enforced_since: dt.datetime | None = None
     """When the policy switched from Observe to Enforce (None: no switch seen). A back-off
     from an inconclusive result before it no longer holds a node the switch gated."""
+    drain_asked: bool = False
+    """The node's drain asked every pod it had left to leave (the executor's note, in
+    this process): the drain's deadline can go. After a restart the drain asks again."""
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).

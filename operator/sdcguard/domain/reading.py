@@ -514,12 +514,14 @@ class Reader:
 
     def _draining(self) -> Reading | None:
         """A drain whose evictions a PodDisruptionBudget refused goes on, with back-off,
-        until ``sdcguard.dev/drain-until``."""
+        until ``sdcguard.dev/drain-until``; one that asked every pod ends."""
         if self.state not in (S.QUARANTINED, S.REPAIRING):
             return None
         raw = self.node.annotations.get(keys.DRAIN_UNTIL)
         if raw is None:
             return None
+        if self.obs.drain_asked:
+            return Reading(E.DRAIN_DONE, "every pod was asked to leave")
         until = keys.parse_time(raw)
         if until is None or until <= self.now or not self.policy.quarantine.drain:
             return Reading(

@@ -91,3 +91,5 @@ class Event(StrEnum):
     """A quarantine drain left pods that a PodDisruptionBudget kept: evict them again."""
     DRAIN_TIMED_OUT = "DrainTimedOut"
     """The drain's time (spec.quarantine.drainTimeoutSeconds) ran out with pods left."""
+    DRAIN_DONE = "DrainDone"
+    """The drain asked every pod it had left to leave: its deadline goes."""
