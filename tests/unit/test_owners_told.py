@@ -161,6 +161,33 @@ def test_a_repeat_after_a_conflicting_node_patch_tells_the_owners_once() -> None
     assert counts["tickets-resumed"] == 1
 
 
+def test_a_repeat_before_the_copy_has_the_ticket_still_tells_the_owners() -> None:
+    """The repeat comes before the watch has brought the ticket the first attempt
+    created: it exists, and the copy does not know it. The owners are told now, with the
+    radius as it stands, and the status is written; not half a minute later, when
+    restore_status would find the ticket without one."""
+    rec, writer = _reconciler()
+    writer.conflicts = 1
+    view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})
+    with pytest.raises(ApiException):
+        rec.executor.apply(POLICY, _quarantine(), view, NOW, Counter())
+    _ticket_body(writer)  # created, and not in the copy
+    writer.calls.clear()
+    counts: Counter[str] = Counter()
+    rec.executor.apply(POLICY, _quarantine(), view, NOW, counts)
+    kinds = [kind for kind, _ in writer.calls]
+    assert kinds[:6] == [
+        "repairtickets-exists",
+        "node-patch",
+        "node-status-patch",
+        "event",
+        "event",
+        "repairtickets-status",
+    ], kinds
+    assert _owners(writer) == [("team-a", "train"), ("team-b", "notebook")]
+    assert counts["tickets-resumed"] == 1
+
+
 def test_a_repeat_that_finds_the_ticket_with_its_status_tells_no_one_again() -> None:
     rec, writer = _reconciler()
     view = FleetView(nodes={"gpu-1": _host()}, policies={"fleet": {}})

@@ -217,13 +217,21 @@ class Executor:
                 self._cancel_test(view, node_name, step, now, counts)
             case CreateTicket():
                 created, radius = self._tickets.create(policy, body, step, view, now, counts)
+                seen = None if created else self._tickets.seen(view, node_name, step.name)
                 if created:
                     opened[step.name] = radius
-                else:
-                    seen = self._tickets.seen(view, node_name, step.name)
-                    if seen is not None and not seen.has_status and seen.ticket is not None:
-                        opened[step.name] = seen.ticket.spec.blast_radius
-                        counts["tickets-resumed"] += 1
+                elif seen is None:
+                    # It exists, and the copy has not seen it yet: an interrupted attempt
+                    # of this decision created it a moment ago (its name is the
+                    # decision's), before its owners were told and its status written,
+                    # or, rarely, after. Told and written now: an owner may be told
+                    # twice, never not at all (waiting for restore_status's grace would
+                    # leave them untold for half a minute).
+                    opened[step.name] = radius
+                    counts["tickets-resumed"] += 1
+                elif not seen.has_status and seen.ticket is not None:
+                    opened[step.name] = seen.ticket.spec.blast_radius
+                    counts["tickets-resumed"] += 1
             case SetTicketPhase(phase=phase, name=name, message=message):
                 self._tickets.set_phase(view, node_name, name, phase, message, now)
             case CloseTicket(name=name, message=message):

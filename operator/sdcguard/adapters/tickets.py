@@ -124,7 +124,9 @@ class RepairTickets:
         counts: Counter[str],
     ) -> tuple[bool, BlastRadius | None]:
         """Create the ticket, with the node's blast radius; False when it existed (its
-        status is then left alone)."""
+        status is then left alone here). The radius is returned either way: a ticket an
+        interrupted attempt created a moment ago may not be in the copy yet, and its
+        owners are then told of the radius as it stands now."""
         evidence = list(dict.fromkeys(action.evidence))
         name = node_body.name
         quarantine = action.quarantine
@@ -176,7 +178,7 @@ class RepairTickets:
         created = self._writer.create_custom("repairtickets", body)
         if created is None:
             counts["tickets-existed"] += 1
-            return False, None
+            return False, radius
         counts["tickets-created"] += 1
         return True, radius
 
