@@ -101,11 +101,11 @@ class Executor:
         self._device_taints = device_taints
         self._tickets = tickets
         self._told_forbidden: set[str] = set()
-        self.drained: set[str] = set()
-        """Nodes whose drain asked every pod it had left to leave: the next pass's plan
-        ends the drain (``DrainDone``), and the reconciler forgets the node once its
-        deadline is gone."""
         """Nodes whose replacement a missing permission refused, told once each."""
+        self.drained: set[str] = set()
+        """Nodes whose last drain asked every pod it had left to leave: the next pass's
+        plan ends the drain (``DrainDone``), and the reconciler forgets the node once its
+        deadline is gone."""
 
     def apply(
         self,
@@ -292,6 +292,7 @@ class Executor:
     ) -> None:
         """Evict the node's pods; once none is left to ask, the node is noted as drained
         (the next pass's plan ends the drain)."""
+        self.drained.discard(node_name)  # only this attempt's answer counts
         try:
             result = self.writer.evict_pods_on_node(
                 node_name, skip_namespaces=(self.settings.namespace,)
