@@ -349,45 +349,54 @@ class TestFacts:
 
     @classmethod
     def from_api(cls, test: SDCTest) -> TestFacts:
-        """Facts from an SDCTest object."""
-        status = test.status
-        checks = status.checks if status else []
-        return cls(
-            name=test.metadata.name,
-            suite=suite_of(test),
-            reason=test.spec.reason,
-            attempt=test.spec.attempt,
-            phase=status.phase if status else SDCTestPhase.PENDING,
-            verdict=status.verdict if status else None,
-            message=status.message if status else "",
-            failed_checks=frozenset(c.name for c in checks if c.verdict == CheckVerdict.SDC),
-            passed_checks=frozenset(c.name for c in checks if c.verdict == CheckVerdict.PASS),
-            fingerprint=(status.fingerprint_hash or "") if status else "",
-            completed_at=status.completion_time if status else None,
-            findings=tuple(
-                Finding(
-                    test=test.metadata.name,
-                    check=c.name,
-                    odd_device=c.odd_device,
-                    first_divergent_step=c.first_divergent_step,
-                    first_divergent_submodule=c.first_divergent_submodule,
+        """Facts from an SDCTest object (one walk of its checks: thousands of finished
+        tests are read at every start)."""
+        name, spec, status = test.metadata.name, test.spec, test.status
+        if status is None:
+            return cls(name=name, suite=suite_of(test), reason=spec.reason, attempt=spec.attempt)
+        failed: list[str] = []
+        passed: list[str] = []
+        findings: list[Finding] = []
+        chances: list[float] = []
+        for c in status.checks:
+            if c.verdict == CheckVerdict.SDC:
+                failed.append(c.name)
+                findings.append(
+                    Finding(
+                        test=name,
+                        check=c.name,
+                        odd_device=c.odd_device,
+                        first_divergent_step=c.first_divergent_step,
+                        first_divergent_submodule=c.first_divergent_submodule,
+                    )
                 )
-                for c in checks
-                if c.verdict == CheckVerdict.SDC
-            ),
-            device_ids=tuple(status.device_ids) if status else (),
-            end_reason=(status.reason or "") if status else "",
+            elif c.verdict == CheckVerdict.PASS:
+                passed.append(c.name)
+            if c.catch_chance is not None:
+                chances.append(c.catch_chance)
+        return cls(
+            name=name,
+            suite=suite_of(test),
+            reason=spec.reason,
+            attempt=spec.attempt,
+            phase=status.phase,
+            verdict=status.verdict,
+            message=status.message,
+            failed_checks=frozenset(failed),
+            passed_checks=frozenset(passed),
+            fingerprint=status.fingerprint_hash or "",
+            completed_at=status.completion_time,
+            findings=tuple(findings),
+            device_ids=tuple(status.device_ids),
+            end_reason=status.reason or "",
             awaiting_baseline=any(
-                c.type == "AwaitingBaseline" and c.status == "True"
-                for c in (status.conditions if status else [])
+                c.type == "AwaitingBaseline" and c.status == "True" for c in status.conditions
             ),
-            data_seed=status.data_seed if status else None,
-            catch_chance=min(
-                (c.catch_chance for c in checks if c.catch_chance is not None), default=None
-            ),
-            seed=status.seed if status else None,
+            data_seed=status.data_seed,
+            catch_chance=min(chances) if chances else None,
+            seed=status.seed,
             catch_shortfall=(status.catch_shortfall or "no detail")
-            if status is not None and status.catch_target_met is False
+            if status.catch_target_met is False
             else None,
         )
 
