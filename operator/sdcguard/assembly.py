@@ -43,6 +43,10 @@ from sdcguard.settings import Settings
 
 log = structlog.get_logger("sdcguard")
 
+RETENTION_WAITS_FOR_A_PASS = 120.0
+"""Seconds retention's first sweep waits for a first full pass (none comes without a
+policy; history is pruned then all the same)."""
+
 
 def now() -> dt.datetime:
     """The operator's clock (UTC)."""
@@ -285,10 +289,17 @@ class Operator:
     async def _keep_history_bounded(self) -> None:
         """Once the fleet copy is complete (a node missing from a partial copy would look
         gone, and its records prunable): retention's sweeps, in a thread, until Kopf
-        stops (this term leads)."""
+        stops (this term leads). The first waits for the fleet to be served (the first
+        full pass): a start on a year of history decides its nodes before it prunes."""
         if await self.inventory.wait_synced(lambda: self.stopping):
             interval = self.settings.retention_interval_seconds
-            await asyncio.to_thread(self.retention.run, self.retention_stop, interval)
+            await asyncio.to_thread(
+                self.retention.run,
+                self.retention_stop,
+                interval,
+                after=self.reconciler.served,
+                waiting_at_most=RETENTION_WAITS_FOR_A_PASS,
+            )
 
 
 def _followed(node: NodeSnapshot | None) -> dict[str, Any] | None:

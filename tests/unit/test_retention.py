@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -385,6 +387,51 @@ def test_a_stopped_sweep_stops_deleting() -> None:
     custom = FakeCustom()
     assert sweeper(HISTORY, custom).sweep(stop) == {"stopped": 1}
     assert custom.deleted == []
+
+
+def test_the_first_sweep_waits_for_the_first_pass_or_its_limit() -> None:
+    """A start serves its fleet before it reads a year of history: the first sweep
+    comes once the first full pass has ended; with no pass (no policy), after the
+    limit all the same; a stop while waiting sweeps nothing."""
+
+    def run(after: threading.Event, limit: float, stop: threading.Event) -> list[float]:
+        sweeps: list[float] = []
+        sweep = sweeper(HISTORY, FakeCustom())
+        sweep.sweep = lambda stop=None: sweeps.append(time.monotonic()) or Counter()  # type: ignore[method-assign]
+        threading.Thread(
+            target=sweep.run,
+            args=(stop, 60.0),
+            kwargs={"after": after, "waiting_at_most": limit},
+            daemon=True,
+        ).start()
+        return sweeps
+
+    served, stop = threading.Event(), threading.Event()
+    sweeps = run(served, 30.0, stop)
+    time.sleep(0.3)
+    assert sweeps == []  # no pass yet
+    passed = time.monotonic()
+    served.set()
+    deadline = time.monotonic() + 5
+    while not sweeps and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sweeps and sweeps[0] >= passed
+    stop.set()
+
+    never, stop = threading.Event(), threading.Event()
+    started = time.monotonic()
+    sweeps = run(never, 0.4, stop)
+    deadline = time.monotonic() + 5
+    while not sweeps and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sweeps and sweeps[0] - started >= 0.4
+    stop.set()
+
+    stop = threading.Event()
+    sweeps = run(threading.Event(), 30.0, stop)
+    stop.set()
+    time.sleep(0.8)
+    assert sweeps == []
 
 
 def test_read_history_from_copy_and_lists() -> None:

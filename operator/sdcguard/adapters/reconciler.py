@@ -203,6 +203,9 @@ class Reconciler:
         self.urgent = UrgentQueue()
         self.last_counts: Counter[str] = Counter()
         """What the last pass (not an urgent one) did, by kind."""
+        self.served = threading.Event()
+        """Set when a policy's first full pass has ended: work that can wait for the
+        fleet to be served first (retention's first sweep) waits for it."""
         self._lock = threading.RLock()
         self._memory: dict[str, PolicyMemory] = {}
         self._facts: dict[str, tuple[tuple[Any, ...], NodeFacts]] = {}
@@ -590,6 +593,8 @@ class Reconciler:
         )
         if not self.urgent.depth:
             self.last_counts = counts
+        if full:
+            self.served.set()
         return wake
 
     @staticmethod
