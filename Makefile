@@ -14,6 +14,11 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/jobs:$(CURDIR)
 export SDCGUARD_CACHE := $(CACHE)
 export PJRT_DEVICE ?= CPU
+# Compiled bytecode is cached outside the checkout, as the venv is: the suite starts
+# hundreds of Python processes (operators, probes, the CLI) that import the project, and
+# a shell that sets PYTHONDONTWRITEBYTECODE would have every one compile it again.
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CACHE)/pycache
 
 .PHONY: help venv hooks binaries karpenter checkov mkdocs docs images crds lint typecheck unit cluster e2e test demo bench-detection bench-scale bench-probe bench-retention bench-training bench-exposure cluster-up cluster-install cluster-down clean
 
