@@ -186,3 +186,35 @@ def test_a_full_pass_exports_the_fleet_figures_and_measures_the_types() -> None:
         NOW - 20 * HOUR,
         0.6,
     )
+
+
+def test_the_status_order_from_stored_places_is_the_full_ranking() -> None:
+    """The policy status lists the first waiting nodes from the places their decisions
+    stored (``memory.waiting``) and ranks only those again; the list is the one a full
+    ranking of every waiting node gives, with places worked out anew for nodes the pass
+    did not decide. One context ranks many nodes one at a time from the same figures
+    per type."""
+    from sdcguard.adapters.reconciler import NEXT_NODES_SHOWN, _budget_order
+
+    rng = random.Random(7)
+    fleet = [_qualified(f"n{i:02d}", rng.uniform(200, 3000)) for i in range(40)]
+    known = {
+        o.node.name: NodeRisk(
+            hardware_type=rng.choice("ab"),
+            reports=rng.choice((0, 0, 1)),
+            overtaken=rng.choice((0, 1, 9)),
+        )
+        for o in fleet
+    }
+    risk = RiskContext(history=HISTORY, nodes=known)
+    assert risk.rates is risk.rates  # worked out once per context
+    by_node = {o.node.name: o for o in fleet}
+    memory = PolicyMemory()
+    decided = set(list(by_node)[:30])  # the last ten: places worked out by _budget_order
+    for name, observed in by_node.items():
+        place = budget_key(observed, NOW, risk) if name in decided else ("stale",)
+        memory.waiting[name] = (place, "x")
+    shown = _budget_order(memory, by_node, risk, NOW, decided)
+    full = [(o.node.name, r) for o, r in rank(fleet, risk, NOW)][:NEXT_NODES_SHOWN]
+    assert [n.node for n in shown] == [name for name, _ in full]
+    assert [n.reason for n in shown] == [r.reason for _, r in full]

@@ -52,7 +52,7 @@ import datetime as dt
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
 import structlog
@@ -127,14 +127,32 @@ from sdcguard.settings import Settings
 
 log = structlog.get_logger("sdcguard.reconcile")
 
+NEXT_NODES_SHOWN = 10
+"""Nodes waiting for budget that the policy's status lists, first to last."""
+
 __all__ = ["FleetView", "KnownTest", "PolicyMemory", "Reconciler", "UrgentWork"]
 
 
 def _budget_order(
-    memory: PolicyMemory, by_node: Mapping[str, Observed], risk: RiskContext, now: dt.datetime
+    memory: PolicyMemory,
+    by_node: Mapping[str, Observed],
+    risk: RiskContext,
+    now: dt.datetime,
+    decided: Set[str],
 ) -> list[NextNode]:
-    """The first nodes waiting for budget in the order they get it, each with why."""
-    waiting = [by_node[n] for n in memory.waiting if n in by_node]
+    """The first nodes waiting for budget in the order they get it, each with why.
+
+    A node decided in this pass had its place worked out as its decision was applied
+    (``memory.waiting``, the same context and clock); the others' places are worked
+    out here. The order comes from those places, and only the first ten are ranked
+    again for their reasons (a full ranking of every waiting node cost as much as the
+    pass's own)."""
+    places = {
+        n: key if n in decided else budget_key(by_node[n], now, risk)
+        for n, (key, _) in memory.waiting.items()
+        if n in by_node
+    }
+    first = sorted(places, key=places.__getitem__)[:NEXT_NODES_SHOWN]
     return [
         NextNode(
             node=observed.node.name,
@@ -142,7 +160,7 @@ def _budget_order(
             chance=ranked.score.chance if ranked.score is not None else None,
             reason=bounded(ranked.reason, 512),
         )
-        for observed, ranked in rank(waiting, risk, now)[:10]
+        for observed, ranked in rank([by_node[n] for n in first], risk, now)
     ]
 
 
@@ -529,7 +547,9 @@ class Reconciler:
         )
         count_overtaken(memory, decisions, by_node)
         if full:
-            memory.budget_order = _budget_order(memory, by_node, risk, now)
+            memory.budget_order = _budget_order(
+                memory, by_node, risk, now, {d.node for d in decisions}
+            )
         if not full and memory.due:
             soonest = min(memory.due.values())
             wake = min(wake, max(0.0, (soonest - now).total_seconds()))

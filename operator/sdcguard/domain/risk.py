@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -293,22 +293,43 @@ def is_overdue(node: RiskInputs, order: RiskOrder) -> bool:
     return node.overtaken >= order.max_overtaken
 
 
+@dataclass(frozen=True)
+class TypeRates:
+    """Every hardware type's figures for one history, worked out once: a pass ranks all
+    its due nodes, then asks each waiting node's place again one at a time."""
+
+    has_history: bool
+    by_type: Mapping[str, _TypeRate]
+    unknown: _TypeRate
+    """A type missing from the history: the fleet's rate stands in."""
+
+    @classmethod
+    def of(cls, history: Mapping[str, TypeHistory]) -> TypeRates:
+        fleet = fleet_rate_per_hour(history.values())
+        return cls(
+            has_history=any(h.screenings > 0 for h in history.values()),
+            by_type={kind: _TypeRate.of(h, fleet) for kind, h in history.items()},
+            unknown=_TypeRate.of(TypeHistory(), fleet),
+        )
+
+
 def rank_due_nodes(
     candidates: Sequence[RiskInputs],
-    history: dict[str, TypeHistory],
+    history: Mapping[str, TypeHistory],
     now: dt.datetime,
     order: RiskOrder = RiskOrder(),
+    rates: TypeRates | None = None,
 ) -> list[RankedNode]:
     """Due nodes in the order they should get budget, each with why (module docstring).
 
     ``history`` maps a hardware type to what sdcguard measured of it; a type missing
     from it has no history. With no screening recorded for any type the order is
-    today's, and every routine node's reason says so.
+    today's, and every routine node's reason says so. ``rates``: the history's
+    :class:`TypeRates` where the caller keeps them (worked out here otherwise).
     """
-    has_history = any(h.screenings > 0 for h in history.values())
-    fleet = fleet_rate_per_hour(history.values())
-    rates = {kind: _TypeRate.of(h, fleet) for kind, h in history.items()}
-    unknown = _TypeRate.of(TypeHistory(), fleet)
+    if rates is None:
+        rates = TypeRates.of(history)
+    has_history, by_type, unknown = rates.has_history, rates.by_type, rates.unknown
     ranked: list[RankedNode] = []
     key: tuple[object, ...]
     for node in candidates:
@@ -328,7 +349,7 @@ def rank_due_nodes(
             key = (node.tier, 1, 0.0, today)
             ranked.append(RankedNode(node, Basis.TODAYS_ORDER, None, note, key))
         else:
-            score = _score(node, rates.get(node.hardware_type, unknown), now, order)
+            score = _score(node, by_type.get(node.hardware_type, unknown), now, order)
             key = (node.tier, 1, -score.chance, today)
             ranked.append(RankedNode(node, Basis.RISK, score, "", key))
     ranked.sort(key=lambda r: r.key)

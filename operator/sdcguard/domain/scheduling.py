@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from sdcguard.domain.risk import (
     RiskInputs,
     RiskOrder,
     TypeHistory,
+    TypeRates,
     rank_due_nodes,
     todays_order,
 )
@@ -62,6 +64,11 @@ class RiskContext:
     nodes: Mapping[str, NodeRisk] = field(default_factory=dict)
     order: RiskOrder = field(default_factory=RiskOrder)
 
+    @functools.cached_property
+    def rates(self) -> TypeRates:
+        """The history's figures per type, worked out once per context (one pass)."""
+        return TypeRates.of(self.history)
+
 
 def risk_inputs(observed: Observed, known: NodeRisk) -> RiskInputs:
     """One node's inputs to the risk order: its tier and qualification from its
@@ -89,7 +96,7 @@ def rank(
     by_name = {o.node.name: o for o in observations}
     none = NodeRisk()
     inputs = [risk_inputs(o, risk.nodes.get(o.node.name, none)) for o in observations]
-    ranked = rank_due_nodes(inputs, dict(risk.history), now, risk.order)
+    ranked = rank_due_nodes(inputs, risk.history, now, risk.order, risk.rates)
     return [(by_name[r.inputs.node], r) for r in ranked]
 
 
