@@ -79,6 +79,19 @@ FIGURES = (
 )
 
 
+YARDSTICKS = (
+    Figure("registering the fleet (no operator yet)", "s", lambda r: r["register_s"]),
+    Figure("creating the CPU Pods (no operator yet)", "s", lambda r: r["pods"]["cpu_create_s"]),
+    Figure(
+        "raw node patch p50, quiet moment (operator idle)",
+        "s",
+        lambda r: r["raw_node_patch_s"]["p50"],
+    ),
+)
+"""The machine and API server in each run, the operator's work left out: a drift between
+the two runs shows here, and the operator's figures carry it too."""
+
+
 def run_of(path: Path, nodes: int) -> dict[str, Any]:
     runs = [r for r in json.loads(path.read_text())["runs"] if r.get("nodes") == nodes]
     if not runs:
@@ -111,8 +124,16 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any
 def write(
     out: Path, before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]]
 ) -> None:
+    machine = [
+        {"figure": f.name, "unit": f.unit, "before": f.read(before), "after": f.read(after),
+         "ratio": f.read(after) / f.read(before) if f.read(before) else None}
+        for f in YARDSTICKS
+    ]  # fmt: skip
     out.with_suffix(".json").write_text(
-        json.dumps({"before": _ident(before), "after": _ident(after), "rows": rows}, indent=2)
+        json.dumps(
+            {"before": _ident(before), "after": _ident(after), "rows": rows, "machine": machine},
+            indent=2,
+        )
         + "\n"
     )
     counts = {w: sum(r["verdict"] == w for r in rows) for w in ("better", "same", "worse")}
@@ -143,7 +164,21 @@ def write(
         "Single runs on a shared 2-core machine: a figure within 10% is the same. "
         "Lower is better for every figure.",
         "",
+        "The machine in each run: the benchmark's own steps before the operator starts "
+        "(each run with its tree's benchmark) and one node patch while the operator is "
+        "idle. A ratio above 1 here means the second run's machine or API server was "
+        "slower, and the operator's figures above carry that too.",
+        "",
+        "| yardstick | before | after | after / before |",
+        "|---|---:|---:|---:|",
     ]
+    for m in machine:
+        ratio = "" if m["ratio"] is None else f"{m['ratio']:.2f}"
+        lines.append(
+            f"| {m['figure']} | {_num(m['before'])} {m['unit']} | {_num(m['after'])} "
+            f"{m['unit']} | {ratio} |"
+        )
+    lines.append("")
     out.with_suffix(".md").write_text("\n".join(lines))
     plot(rows, out.with_suffix(".png"), before["nodes"])
 
@@ -163,7 +198,7 @@ def plot(rows: list[dict[str, Any]], path: Path, nodes: int) -> None:
     ax.axvspan(1 - SAME, 1 + SAME, color="#ddd", zorder=0)
     ax.invert_yaxis()
     ax.set_xlabel("after / before (lower is better)")
-    ax.set_title(f"{nodes:,} nodes: the operator after the change against before")
+    ax.set_title(f"{nodes:,} nodes: after / before")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -36,6 +36,9 @@ def scale_run(nodes: int, commit: str) -> dict[str, Any]:
         "restart": {"first_quarantine_after_restart_s": 12.0, "mirrors_synced_s": 18.0},
         "standby": {"first_write_s": {"max": 9.5}},
         "idle": {"node_writes": 0},
+        "register_s": 70.0,
+        "pods": {"cpu_create_s": 230.0},
+        "raw_node_patch_s": {"p50": 0.01},
     }
 
 
@@ -71,7 +74,10 @@ def test_two_runs_compare_figure_by_figure_and_write_their_files(tmp_path: Path)
     text = out.read_text()
     assert "`aaaaaaa` (before)" in text and "`bbbbbbb` (after)" in text
     assert "1 figure better" in text and "2 worse" in text
-    assert json.loads(out.with_suffix(".json").read_text())["after"]["nodes"] == 5000
+    written = json.loads(out.with_suffix(".json").read_text())
+    assert written["after"]["nodes"] == 5000
+    assert [m["ratio"] for m in written["machine"]] == [1.0, 1.0, 1.0]
+    assert "| registering the fleet (no operator yet) | 70 s | 70 s | 1.00 |" in text
     assert out.with_suffix(".png").stat().st_size > 0
     with pytest.raises(SystemExit, match="no run of 7 nodes"):
         main([*files, "--nodes", "7", "--out", str(out)])
