@@ -444,7 +444,36 @@ def test_two_failing_gpus_get_a_ticket_each_and_return_one_at_a_time(
         # GPU 5 repaired again: it passes, and the node is whole again.
         outcomes[node] = "pass"
         _resolve(dra_api, by_device["gpu-5"])
-        wait_for(lambda: node_state(dra_api, node) == "Qualified", 120, "return to service")
+
+        seen: list[str] = []
+
+        def returned() -> bool:
+            """Qualified; else it notes what the node and its newest tests say, for the
+            timeout's message (a stall here once went unexplained on a loaded machine)."""
+            if node_state(dra_api, node) == "Qualified":
+                return True
+            meta = read_node(dra_api, node).metadata
+            tests = client.CustomObjectsApi(dra_api).list_cluster_custom_object(
+                SDC_GROUP, VERSION, "sdctests"
+            )["items"]
+            mine = sorted(
+                (t for t in tests if t["spec"]["nodeName"] == node),
+                key=lambda t: t["metadata"]["creationTimestamp"],
+            )[-3:]
+            ours = {k: v for k, v in (meta.annotations or {}).items() if "sdcguard" in k}
+            ours.update({k: v for k, v in (meta.labels or {}).items() if "sdcguard" in k})
+            status = [t.get("status") or {} for t in mine]
+            runs = [
+                (t["metadata"]["name"], s.get("phase"), s.get("reason"))
+                for t, s in zip(mine, status, strict=True)
+            ]
+            seen[:] = [json.dumps({"node": ours, "tests": runs})]
+            return False
+
+        try:
+            wait_for(returned, 120, "return to service")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {seen[-1] if seen else ''}") from None
         wait_for(lambda: not _ours(dra, node), 30, "rules removed")
         phases = {n: t["status"]["phase"] for n, t in _tickets(dra_api, node).items()}
         assert phases == dict.fromkeys(by_device.values(), "Closed")

@@ -184,6 +184,8 @@ class Transition:
     node: str
     old: str
     new: str
+    test: str | None = None
+    """The SDCTest the node named (``sdcguard.dev/test``) as it entered ``new``."""
 
 
 @dataclass(frozen=True)
@@ -358,7 +360,9 @@ class Recorder:
             track.retry_after = parse_time(annotations.get(RETRY_AFTER))
             state = str(labels.get(STATE_LABEL) or JOINING)
             if not track.states or track.state != state:
-                self.transitions.append(Transition(t, track.name, track.state, state))
+                self.transitions.append(
+                    Transition(t, track.name, track.state, state, track.current_test)
+                )
                 track.states.append((t, state))
                 track.state = state
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
