@@ -30,7 +30,7 @@ class Figure:
     name: str
     unit: str
     read: Callable[[dict[str, Any]], float]
-    lower_is_better: bool = True
+    """Lower is better for every figure."""
 
 
 FIGURES = (
@@ -99,23 +99,26 @@ def run_of(path: Path, nodes: int) -> dict[str, Any]:
     return dict(runs[-1])
 
 
-def verdict(before: float, after: float, lower_is_better: bool) -> tuple[float | None, str]:
+def verdict(before: float, after: float) -> tuple[float | None, str]:
+    """The ratio after/before (None where before is zero) and what it says: within
+    ``SAME`` of 1 the same, lower better."""
     if before == after:
         return (1.0 if before else None), "same"
     if before == 0:
-        return None, "worse" if (after > 0) == lower_is_better else "better"
+        return None, "worse" if after > 0 else "better"
     ratio = after / before
     if abs(ratio - 1) <= SAME:
         return ratio, "same"
-    better = ratio < 1 if lower_is_better else ratio > 1
-    return ratio, "better" if better else "worse"
+    return ratio, "better" if ratio < 1 else "worse"
 
 
-def compare(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+def compare(
+    before: dict[str, Any], after: dict[str, Any], figures: tuple[Figure, ...] = FIGURES
+) -> list[dict[str, Any]]:
     rows = []
-    for f in FIGURES:
+    for f in figures:
         b, a = float(f.read(before)), float(f.read(after))
-        ratio, word = verdict(b, a, f.lower_is_better)
+        ratio, word = verdict(b, a)
         rows.append({"figure": f.name, "unit": f.unit, "before": b, "after": a,
                      "ratio": ratio, "verdict": word})  # fmt: skip
     return rows
@@ -124,11 +127,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any
 def write(
     out: Path, before: dict[str, Any], after: dict[str, Any], rows: list[dict[str, Any]]
 ) -> None:
-    machine = [
-        {"figure": f.name, "unit": f.unit, "before": f.read(before), "after": f.read(after),
-         "ratio": f.read(after) / f.read(before) if f.read(before) else None}
-        for f in YARDSTICKS
-    ]  # fmt: skip
+    machine = compare(before, after, YARDSTICKS)
     out.with_suffix(".json").write_text(
         json.dumps(
             {"before": _ident(before), "after": _ident(after), "rows": rows, "machine": machine},

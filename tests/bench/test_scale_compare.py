@@ -43,11 +43,11 @@ def scale_run(nodes: int, commit: str) -> dict[str, Any]:
 
 
 def test_verdicts_by_ratio() -> None:
-    assert verdict(10.0, 10.5, True) == (pytest.approx(1.05), "same")
-    assert verdict(10.0, 8.0, True) == (pytest.approx(0.8), "better")
-    assert verdict(10.0, 12.0, True) == (pytest.approx(1.2), "worse")
-    assert verdict(0.0, 0.0, True) == (None, "same")
-    assert verdict(0.0, 3.0, True) == (None, "worse")
+    assert verdict(10.0, 10.5) == (pytest.approx(1.05), "same")
+    assert verdict(10.0, 8.0) == (pytest.approx(0.8), "better")
+    assert verdict(10.0, 12.0) == (pytest.approx(1.2), "worse")
+    assert verdict(0.0, 0.0) == (None, "same")
+    assert verdict(0.0, 3.0) == (None, "worse")
 
 
 def test_two_runs_compare_figure_by_figure_and_write_their_files(tmp_path: Path) -> None:

@@ -374,17 +374,14 @@ class RetentionSweeper:
         self,
         stop: threading.Event,
         interval: float,
-        first_delay: float = 0.0,
         after: threading.Event | None = None,
         waiting_at_most: float = 0.0,
     ) -> None:
         """Sweep every ``interval`` seconds until ``stop`` (a thread's body); a failed
-        sweep is logged and the next one tries again. The first sweep comes after
-        ``first_delay`` and, given ``after``, once it is set or ``waiting_at_most``
-        seconds have gone by (the operator's first full pass: none comes without a
-        policy, and history is pruned all the same)."""
-        if stop.wait(first_delay):
-            return
+        sweep is logged and the next one tries again. Given ``after``, the first sweep
+        comes once it is set or ``waiting_at_most`` seconds have gone by (the operator's
+        first full pass: none comes without a policy, and history is pruned all the
+        same)."""
         if after is not None:
             deadline = time.monotonic() + waiting_at_most
             while not after.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
