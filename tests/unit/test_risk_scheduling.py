@@ -20,6 +20,7 @@ from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeSnapshot, Observed, TestFacts
 from sdcguard.domain.risk import NodeRisk, RiskOrder, TypeHistory, todays_order
 from sdcguard.domain.scheduling import (
+    BudgetOrder,
     RiskContext,
     budget_key,
     budget_order,
@@ -218,3 +219,34 @@ def test_the_status_order_from_stored_places_is_the_full_ranking() -> None:
     full = [(o.node.name, r) for o, r in rank(fleet, risk, NOW)][:NEXT_NODES_SHOWN]
     assert [n.node for n in shown] == [name for name, _ in full]
     assert [n.reason for n in shown] == [r.reason for _, r in full]
+
+
+def test_a_pass_order_keeps_each_nodes_place_as_budget_key_works_it_out() -> None:
+    """The pass ranks its nodes once and remembers the place of each node that waits
+    for budget from that ranking: the places are :func:`budget_key`'s, with or without a
+    risk context, and the order is :func:`budget_order`'s."""
+    rng = random.Random(11)
+    fleet = [_qualified(f"n{i:02d}", rng.uniform(200, 3000)) for i in range(40)]
+    known = {
+        o.node.name: NodeRisk(hardware_type=rng.choice("ab"), overtaken=rng.choice((0, 1, 9)))
+        for o in fleet
+    }
+    for risk in (None, RiskContext(history=HISTORY, nodes=known)):
+        order = BudgetOrder.of(fleet, NOW, risk)
+        assert [o.node.name for o in order.nodes] == [
+            o.node.name for o in budget_order(fleet, NOW, risk)
+        ]
+        assert order.places == {o.node.name: budget_key(o, NOW, risk) for o in fleet}
+
+
+def test_placing_a_node_is_replace_without_touching_the_original() -> None:
+    from sdcguard.domain.budgets import PoolUsage
+
+    observed = _qualified("n1", 300)
+    usage = PoolUsage(pool="x", nodes=4, unavailable=1, tests=1)
+    placed = observed.placed(usage, "rack r1 holds 1 of 1")
+    assert placed == dataclasses.replace(
+        observed, usage=usage, topology_wait="rack r1 holds 1 of 1"
+    )
+    assert observed.usage == PoolUsage() and observed.topology_wait == ""
+    assert placed.node.owned_taints == observed.node.owned_taints  # cached per frozen facts

@@ -113,7 +113,14 @@ from sdcguard.domain.devicetaints import NodeDevices
 from sdcguard.domain.echo import bounded
 from sdcguard.domain.lifecycle import NodeState
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Observed, TestFacts, TicketFacts
-from sdcguard.domain.scheduling import RiskContext, budget_key, iter_decisions, member_after, rank
+from sdcguard.domain.scheduling import (
+    BudgetOrder,
+    RiskContext,
+    budget_key,
+    iter_decisions,
+    member_after,
+    rank,
+)
 from sdcguard.domain.selection import Selector, owning_policy, selects, specificity
 from sdcguard.domain.topology import (
     Domain,
@@ -526,6 +533,7 @@ class Reconciler:
         other_domains = (
             self._domain_usage(spec, memory, view, by_node) if spec.budgets.topology else None
         )
+        order = BudgetOrder.of(observations, now, risk)
         decided = iter_decisions(
             observations,
             spec,
@@ -534,6 +542,7 @@ class Reconciler:
             between=serve,
             other_domains=other_domains,
             risk=risk,
+            order=order,
         )
         for count, decision in enumerate(decided):
             if count % 256 == 255:
@@ -543,7 +552,7 @@ class Reconciler:
         for decision in decisions:
             self._note_illegal(name, memory, decision)
         wake = self._act(
-            policy, memory, view, decisions, by_node, tests_by_node, holding, now, counts, risk
+            policy, memory, view, decisions, by_node, tests_by_node, holding, now, counts, order
         )
         count_overtaken(memory, decisions, by_node)
         if full:
@@ -793,10 +802,11 @@ class Reconciler:
         holding: frozenset[str],
         now: dt.datetime,
         counts: Counter[str],
-        risk: RiskContext | None = None,
+        order: BudgetOrder,
     ) -> float:
         """Apply the decisions and remember what they leave; returns seconds until the
-        next look a decision asked for."""
+        next look a decision asked for (``order``: the pass's, for the places of the
+        nodes that wait for budget)."""
         wake = REQUEUE_MAX_SECONDS
         # Budgets are granted in priority order; writes go out with the outcomes of
         # finished tests first (a release or quarantine never waits behind new starts).
@@ -843,7 +853,7 @@ class Reconciler:
             else:
                 memory.held.discard(node_name)
             if decision.waits_for_budget:
-                memory.waiting[node_name] = (budget_key(observed, now, risk), observed.node.pool)
+                memory.waiting[node_name] = (order.places[node_name], observed.node.pool)
             else:
                 memory.waiting.pop(node_name, None)
             if decision.requeue_after is not None:

@@ -86,7 +86,8 @@ AUTOSCALER_ANNOTATIONS = (CA_SCALE_DOWN_DISABLED, KARPENTER_DO_NOT_DISRUPT)
 
 def format_time(value: dt.datetime) -> str:
     """RFC 3339 in UTC with second precision, as Kubernetes writes times."""
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # isoformat, not strftime: a full pass formats a time for most nodes.
+    return value.astimezone(dt.UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def split_list(value: str | None) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,8 +243,9 @@ class NodeFacts:
     def excluded(self) -> bool:
         return self.labels.get(keys.LABEL_EXCLUDE) == "true"
 
-    @property
+    @functools.cached_property
     def owned_taints(self) -> frozenset[str]:
+        # Cached (the facts are frozen): a full pass asks it several times per node.
         return frozenset(keys.split_list(self.annotations.get(keys.OWNED_TAINTS)))
 
     @property
@@ -254,7 +256,7 @@ class NodeFacts:
     def cordoned_by_us(self) -> bool:
         return self.annotations.get(keys.CORDONED_BY_US) == "true"
 
-    @property
+    @functools.cached_property
     def qualified_at(self) -> dt.datetime | None:
         return keys.parse_time(self.annotations.get(keys.QUALIFIED_AT))
 
@@ -539,6 +541,14 @@ class Observed:
     drain_asked: bool = False
     """The node's drain asked every pod it had left to leave (the executor's note, in
     this process): the drain's deadline can go. After a restart the drain asks again."""
+
+    def placed(self, usage: PoolUsage, topology_wait: str) -> Observed:
+        """These observations with the pool's usage and the topology wait as they stand
+        before this node's decision (``dataclasses.replace`` without its cost: a full
+        pass places every node)."""
+        placed = object.__new__(Observed)
+        placed.__dict__.update(self.__dict__, usage=usage, topology_wait=topology_wait)
+        return placed
 
     def pool_member(self, holding_taints: frozenset[str] = frozenset()) -> PoolMember:
         """This node's contribution to its pool's usage (see budgets for what "held" means).

@@ -140,7 +140,7 @@ class Reader:
     def holding(self) -> bool:
         """The node carries our testing taint already (no new reservation needed)."""
         key = self.policy.taints.testing
-        return key in self.node.owned_taints and self.node.has_taint(key)
+        return self.node.has_taint(key) and key in self.node.owned_taints
 
     def cannot_run(self) -> Wait | None:
         """Why a probe could not run on the node now (a test a person asked for waits only

@@ -4,7 +4,6 @@ counts before the next node is decided)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -111,6 +110,27 @@ def budget_order(
     return [o for o, _ in rank(list(observations), risk, now)]
 
 
+@dataclass(frozen=True)
+class BudgetOrder:
+    """A pass's :func:`budget_order` with each node's place in it (:func:`budget_key`,
+    worked out once: a pass remembers the place of every node that waits for budget)."""
+
+    nodes: list[Observed]
+    places: dict[str, tuple[object, ...]]
+
+    @classmethod
+    def of(
+        cls, observations: Iterable[Observed], now: dt.datetime, risk: RiskContext | None = None
+    ) -> BudgetOrder:
+        keyed: list[tuple[Observed, tuple[object, ...]]]
+        if risk is None:
+            keyed = [(o, priority(o)) for o in observations]
+            keyed.sort(key=lambda pair: pair[1])
+        else:
+            keyed = [(o, r.key) for o, r in rank(list(observations), risk, now)]
+        return cls([o for o, _ in keyed], {o.node.name: key for o, key in keyed})
+
+
 def budget_key(
     observed: Observed, now: dt.datetime, risk: RiskContext | None = None
 ) -> tuple[object, ...]:
@@ -129,6 +149,7 @@ def iter_decisions(
     between: Callable[[], None] | None = None,
     other_domains: Mapping[Domain, DomainUsage] | None = None,
     risk: RiskContext | None = None,
+    order: BudgetOrder | None = None,
 ) -> Iterator[Decision]:
     """Decide nodes of a policy in one pass, so budgets hold across nodes; lazily, so
     a caller may attend to something urgent between two nodes of a long pass.
@@ -149,8 +170,11 @@ def iter_decisions(
     the usage by domain of the policy's nodes not decided in this pass) and each
     decision that takes a node counts in its domains before the next node is decided
     (:class:`DomainCaps`).
+
+    ``order``: the observations' :class:`BudgetOrder` where the caller has worked it out
+    (to keep the places), with the same ``now`` and ``risk``.
     """
-    ordered = budget_order(observations, now, risk)
+    ordered = order.nodes if order is not None else budget_order(observations, now, risk)
     holding = frozenset({policy.taints.testing, policy.taints.quarantine})
     pools = dict(others or {})
     members = []
@@ -166,11 +190,7 @@ def iter_decisions(
     for observed, before in zip(ordered, members, strict=True):
         usage = pools.get(observed.node.pool, PoolUsage(pool=observed.node.pool))
         try:
-            decision = decide(
-                dataclasses.replace(observed, usage=usage, topology_wait=caps.wait(observed)),
-                policy,
-                now,
-            )
+            decision = decide(observed.placed(usage, caps.wait(observed)), policy, now)
         except IllegalTransition as exc:
             yield Decision(
                 node=observed.node.name,
