@@ -611,7 +611,9 @@ def test_node_pool_without_the_gate_is_screened_or_named(
     """A NodePool without the gate in startupTaints: the scheduler may bind pods to the
     new node before sdcguard sees it. Either sdcguard gated it first (the pod then ran
     only after acceptance passed), or the node is admitted untested with an Event that
-    names the missing gate; never silently."""
+    names the missing gate; never silently. The second includes a pod bound in the
+    moment before the gate landed: the acceptance test, whose probe cannot be
+    scheduled beside the pod, is cancelled and the node admitted."""
     w, core = world, client.CoreV1Api(world.api)
     label = f"{w.case}-nogate"
     _pool(w, "nogate", label, startup_taints=None, gpu_limit=24)

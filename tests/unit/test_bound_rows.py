@@ -322,6 +322,9 @@ NODE_SCOPE_ROWS: dict[tuple[NodeState, Event], str] = {
         S.TESTING,
         E.ACCEPTANCE_CANCELLED,
     ): "Unqualified | - | - | owned-taints- state-since= test- | - | TestCancelled | -",
+    (S.TESTING, E.ADMITTED): (
+        "Qualified | - | - | owned-taints- state-since= test- | CancelTest | Admitted | -"
+    ),
     (S.TESTING, E.OPTED_OUT): (
         "Excluded | - | - | owned-taints- state-since= test- | CancelTest | Excluded | -"
     ),

@@ -169,6 +169,66 @@ def test_new_node_that_took_work_before_the_gate_is_admitted_and_says_so() -> No
     )
 
 
+UNSCHEDULABLE = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+
+def _gated_a_moment_late() -> tuple[NodeFacts, TestFacts]:
+    """A new node sdcguard saw idle and gated for acceptance, with its test running."""
+    first = node()
+    d = decide(observe(first, joined_after_start=True), policy(), NOW)
+    assert (d.event, d.state) == (E.JOINED, S.TESTING)
+    test = created_test(d)
+    assert test.suite is not None
+    running = sdctest(test.name, suite=test.suite, reason=test.reason, attempt=test.attempt)
+    return applied(first, d), running
+
+
+def test_work_bound_just_before_the_gate_admits_the_node_and_ends_its_test() -> None:
+    """The scheduler bound a Pod to a node registered without the gate a moment before
+    sdcguard gated it (its copy had not seen the binding): the probe cannot start
+    beside the work, and the node already serves untested. The acceptance test yields,
+    the node is admitted, and the Event names the missing gate."""
+    n, running = _gated_a_moment_late()
+    d = decide(
+        observe(
+            n,
+            test=running,
+            idle_since=None,
+            joined_after_start=True,
+            probe_unschedulable=UNSCHEDULABLE,
+        ),
+        policy(),
+        NOW,
+    )
+    assert (d.event, d.state) == (E.ADMITTED, S.QUALIFIED)
+    assert f"joined without the gate taint {GATE}" in d.note and "startupTaints" in d.note
+    from sdcguard.domain.lifecycle import CancelTest
+
+    assert [c.name for c in only(d, CancelTest)] == [running.name]
+    assert taint_keys(applied(n, d)) == set()
+
+
+def test_a_probe_that_cannot_start_on_an_idle_or_qualified_node_waits() -> None:
+    """The test yields only to work that runs on a never-qualified node: an idle node
+    whose probe cannot be scheduled, or a qualified node's re-screening, waits."""
+    n, running = _gated_a_moment_late()
+    idle = decide(
+        observe(n, test=running, joined_after_start=True, probe_unschedulable=UNSCHEDULABLE),
+        policy(),
+        NOW,
+    )
+    q = node(state=S.TESTING, qualified_at=NOW - 10 * HOUR)
+    q = dataclasses.replace(q, annotations={**q.annotations, keys.CURRENT_TEST: running.name})
+    rescreen = decide(
+        observe(q, test=running, idle_since=None, probe_unschedulable=UNSCHEDULABLE),
+        policy(),
+        NOW,
+    )
+    for d in (idle, rescreen):
+        assert d.event is None and d.state == S.TESTING
+        assert d.wait is not None and d.wait.reason == WaitReason.PROBE_UNSCHEDULABLE
+
+
 def quarantined_story(p: SDCPolicySpec | None = None) -> tuple[NodeFacts, list[Decision]]:
     """Qualified node returns from use, fails, fails the re-run: quarantined."""
     p = p or policy()

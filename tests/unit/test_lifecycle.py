@@ -120,6 +120,7 @@ EXPECTED: dict[tuple[NodeState, Event], tuple[NodeState, set[str]]] = {
     ),
     (S.UNQUALIFIED, E.ADMITTED): (S.QUALIFIED, {"-gate"}),
     (S.UNQUALIFIED, E.TEST_STARTED): (S.TESTING, {"AdoptTest", "+gate", "+testing"}),
+    (S.TESTING, E.ADMITTED): (S.QUALIFIED, {"CancelTest", "-testing", "-gate"}),
     (S.TESTING, E.TEST_PASSED): (S.QUALIFIED, QUALIFY_EFFECTS),
     (S.TESTING, E.TEST_FAILED_UNCONFIRMED): (S.SUSPECT, KEEP_SUSPECT | {_confirm()}),
     (S.TESTING, E.TEST_FAILED): (S.QUARANTINED, QUARANTINE_EFFECTS | {"Hardware:Quarantined"}),

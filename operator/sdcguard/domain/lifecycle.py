@@ -427,6 +427,19 @@ TRANSITIONS: tuple[Transition, ...] = (
         RemoveTaint(GATE),
         EmitEvent("Admitted", "{node} admitted without acceptance ({detail}); screened when idle"),
     ),
+    # A node that joined without the gate can take work in the moment before sdcguard
+    # gates it (its copy of the Pods had not seen the binding yet): the acceptance test
+    # whose probe cannot start beside that work yields, and the node is admitted as if
+    # sdcguard had seen the work first.
+    _row(
+        S.TESTING,
+        E.ADMITTED,
+        S.QUALIFIED,
+        CancelTest(),
+        RemoveTaint(TESTING),
+        RemoveTaint(GATE),
+        EmitEvent("Admitted", "{node} admitted without acceptance ({detail}); screened when idle"),
+    ),
     # Adopting a test started elsewhere (or one created just before a crash) adopts the
     # registration gate too, so the pass that qualifies the node can remove it.
     _row(S.UNQUALIFIED, E.TEST_STARTED, S.TESTING, AdoptTest(), AddTaint(GATE), AddTaint(TESTING)),

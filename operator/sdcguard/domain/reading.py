@@ -311,6 +311,9 @@ class Reader:
             if test.awaiting_baseline:
                 wait = Wait(W.AWAITING_BASELINE, self._awaiting_baseline(test.name))
                 return Reading.waiting(wait, REQUEUE_TEST_RUNNING, test.name)
+            late = self._work_before_the_gate()
+            if late is not None:
+                return late
             if self.obs.probe_unschedulable:
                 wait = Wait(
                     W.PROBE_UNSCHEDULABLE,
@@ -575,15 +578,9 @@ class Reader:
         if first_sight and self.obs.idle_since is None and not registered_gated:
             # Installing sdcguard on a busy fleet must not gate nodes that already serve:
             # they count as qualified long ago and are screened in their first idle window.
-            if self.obs.joined_after_start:
-                # A new node without the gate: work landed before sdcguard saw it.
-                return Reading(
-                    E.ADMITTED,
-                    f"joined without the gate taint {self.policy.taints.gate} and ran "
-                    "workloads before sdcguard saw it; register new nodes with the gate "
-                    "(Karpenter NodePool startupTaints, kubelet --register-with-taints)",
-                )
-            return Reading(E.ADMITTED, "already running workloads when first seen")
+            return self._admitted_busy(
+                "before sdcguard saw it", "already running workloads when first seen"
+            )
         held = self.held_until_qualified()
         if self.obs.idle_since is None:
             return Reading(
@@ -596,6 +593,39 @@ class Reader:
         if hardware is not None and hardware.known:
             return self._start(E.REJOINED, f"{hardware.describe()}; test started, {held}")
         return self._start(E.JOINED, f"started; {held} until it passes")
+
+    def _admitted_busy(self, when: str, otherwise: str) -> Reading:
+        """Admitted untested: the node ran workloads before sdcguard could gate it
+        (``otherwise``: why, for a node that was there before the operator started)."""
+        if self.obs.joined_after_start:
+            # A new node without the gate: work landed before sdcguard gated it.
+            return Reading(
+                E.ADMITTED,
+                f"joined without the gate taint {self.policy.taints.gate} and ran "
+                f"workloads {when}; register new nodes with the gate "
+                "(Karpenter NodePool startupTaints, kubelet --register-with-taints)",
+            )
+        return Reading(E.ADMITTED, otherwise)
+
+    def _work_before_the_gate(self) -> Reading | None:
+        """A node can take work in the moment before sdcguard gates it: the scheduler
+        bound a Pod that sdcguard's copy had not seen when it reserved a node registered
+        without the gate (or a Pod that tolerates the gate landed). The acceptance
+        probe then cannot be scheduled beside that work, and the node already serves
+        untested: the test yields and the node is admitted, as if sdcguard had seen the
+        work first (screened in its first idle window)."""
+        if (
+            self.state != S.TESTING
+            or self.node.qualified_at is not None
+            or self.obs.idle_since is not None
+            or not self.obs.probe_unschedulable
+        ):
+            return None
+        return self._admitted_busy(
+            "before its acceptance test could start (bound before sdcguard gated it, or "
+            "tolerating the gate; the test yields)",
+            "took workloads before its acceptance test could start (the test yields)",
+        )
 
     def held_until_qualified(self) -> str:
         """What an unqualified node is, in words true for the mode: Enforce gates it,

@@ -32,7 +32,8 @@ class Event(StrEnum):
     """A node joined with hardware that was retired before: retired at once."""
     ADMITTED = "Admitted"
     """A node is admitted without acceptance: triggers.onJoin is off, or it already ran
-    workloads when sdcguard first saw it. It is screened in its first idle window."""
+    workloads when sdcguard first saw it, or they were bound to it just before sdcguard
+    gated it (its acceptance test yields). It is screened in its first idle window."""
     TEST_STARTED = "TestStarted"
     """Someone else started a test on the node (kubectl sdc test): adopt it."""
     TEST_PASSED = "TestPassed"
