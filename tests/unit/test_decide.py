@@ -209,8 +209,9 @@ def test_work_bound_just_before_the_gate_admits_the_node_and_ends_its_test() -> 
 
 
 def test_a_probe_that_cannot_start_on_an_idle_or_qualified_node_waits() -> None:
-    """The test yields only to work that runs on a never-qualified node: an idle node
-    whose probe cannot be scheduled, or a qualified node's re-screening, waits."""
+    """The test yields only to work that runs on a never-qualified node in plain
+    acceptance: an idle node whose probe cannot be scheduled, a qualified node's
+    re-screening, or known hardware's repair verification waits."""
     n, running = _gated_a_moment_late()
     idle = decide(
         observe(n, test=running, joined_after_start=True, probe_unschedulable=UNSCHEDULABLE),
@@ -224,7 +225,20 @@ def test_a_probe_that_cannot_start_on_an_idle_or_qualified_node_waits() -> None:
         policy(),
         NOW,
     )
-    for d in (idle, rescreen):
+    # Known hardware joins through repair verification: that test does not yield.
+    verifying = dataclasses.replace(running, suite=Suite.REPAIR_VERIFICATION)
+    rejoined = decide(
+        observe(
+            n,
+            test=verifying,
+            idle_since=None,
+            joined_after_start=True,
+            probe_unschedulable=UNSCHEDULABLE,
+        ),
+        policy(),
+        NOW,
+    )
+    for d in (idle, rescreen, rejoined):
         assert d.event is None and d.state == S.TESTING
         assert d.wait is not None and d.wait.reason == WaitReason.PROBE_UNSCHEDULABLE
 

@@ -613,9 +613,13 @@ class Reader:
         without the gate (or a Pod that tolerates the gate landed). The acceptance
         probe then cannot be scheduled beside that work, and the node already serves
         untested: the test yields and the node is admitted, as if sdcguard had seen the
-        work first (screened in its first idle window)."""
+        work first (screened in its first idle window). Only plain acceptance yields:
+        hardware with a history joins through repair verification, which waits."""
+        test = self.obs.test
         if (
             self.state != S.TESTING
+            or test is None
+            or test.suite != Suite.ACCEPTANCE
             or self.node.qualified_at is not None
             or self.obs.idle_since is not None
             or not self.obs.probe_unschedulable
