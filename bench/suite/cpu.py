@@ -232,6 +232,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _largest(tally: Tally, n: int = 3) -> str:

@@ -99,21 +99,13 @@ def rank(
     return [(by_name[r.inputs.node], r) for r in ranked]
 
 
-def budget_order(
-    observations: Iterable[Observed], now: dt.datetime, risk: RiskContext | None = None
-) -> list[Observed]:
-    """The order in which nodes get budget: today's (:func:`priority`) without a risk
-    context, else the risk order, which keeps today's tiers and orders the routine
-    re-screenings by the chance each holds an undetected fault (``domain.risk``)."""
-    if risk is None:
-        return sorted(observations, key=priority)
-    return [o for o, _ in rank(list(observations), risk, now)]
-
-
 @dataclass(frozen=True)
 class BudgetOrder:
-    """A pass's :func:`budget_order` with each node's place in it (:func:`budget_key`,
-    worked out once: a pass remembers the place of every node that waits for budget)."""
+    """The order in which nodes get budget, with each node's place in it: today's
+    (:func:`priority`) without a risk context, else the risk order, which keeps today's
+    tiers and orders the routine re-screenings by the chance each holds an undetected
+    fault (``domain.risk``). A pass works it out once and remembers the place of every
+    node that waits for budget."""
 
     nodes: list[Observed]
     places: dict[str, tuple[object, ...]]
@@ -131,14 +123,19 @@ class BudgetOrder:
         return cls([o for o, _ in keyed], {o.node.name: key for o, key in keyed})
 
 
+def budget_order(
+    observations: Iterable[Observed], now: dt.datetime, risk: RiskContext | None = None
+) -> list[Observed]:
+    """The nodes in :class:`BudgetOrder`."""
+    return BudgetOrder.of(observations, now, risk).nodes
+
+
 def budget_key(
     observed: Observed, now: dt.datetime, risk: RiskContext | None = None
 ) -> tuple[object, ...]:
-    """The node's place in :func:`budget_order`, comparable with the places of nodes
+    """The node's place in :class:`BudgetOrder`, comparable with the places of nodes
     ordered in another pass (the operator's memory of who waits for budget)."""
-    if risk is None:
-        return priority(observed)
-    return rank([observed], risk, now)[0][1].key
+    return BudgetOrder.of([observed], now, risk).places[observed.node.name]
 
 
 def iter_decisions(
