@@ -40,11 +40,13 @@ LEASE_SECONDS = 6
 REPLICAS = ("replica-a", "replica-b")
 LONE = "replica-lone"
 """The replica of the lost-Lease test, alone with an intruder that takes its Lease."""
-LONE_LEASE_SECONDS = 8
+LONE_LEASE_SECONDS = 14
 """Its Lease's duration. A replica that lost its Lease ends the process should Kopf
-still run lease duration less renew deadline after (4 s here; 5 s by default): with
-the 6 s of the takeover tests that was 2 s, and Kopf's stop took longer on a machine
-loaded by the three test groups."""
+still run lease duration less renew deadline after (10 s here; 5 s by default). Kopf
+stops in about a second on an idle machine, but took over 4 s on one loaded by the
+three test groups, and the replica then rightly exited: this test is of standing by,
+not of how fast Kopf stops on a starved machine."""
+RENEW_DEADLINE_SECONDS = 4
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # Reviews of the replica's own permissions are questions, not changes.
 NOT_CHANGES = frozenset({"selfsubjectaccessreviews", "selfsubjectrulesreviews"})
@@ -267,7 +269,7 @@ def test_a_leader_that_loses_its_lease_stands_by_with_its_copy_and_leads_again(
         env={
             "SDCGUARD_LEADER_ELECTION": "true",
             "SDCGUARD_LEASE_DURATION_SECONDS": str(LONE_LEASE_SECONDS),
-            "SDCGUARD_RENEW_DEADLINE_SECONDS": "4",
+            "SDCGUARD_RENEW_DEADLINE_SECONDS": str(RENEW_DEADLINE_SECONDS),
             "SDCGUARD_RETRY_PERIOD_SECONDS": "1",
             "SDCGUARD_LEADER_IDENTITY": LONE,
         },
@@ -326,10 +328,11 @@ def test_a_leader_that_loses_its_lease_stands_by_with_its_copy_and_leads_again(
     log = proc.log_path.read_text()
     assert "standing by again" in log, proc.log_tail()
     writes = [w for w in _writes(audit_log) if w.user == user and w.resource != "leases"]
-    # Its fence closes within the renew deadline (4 s) of its last renewal, so at
-    # most 4 s after the intruder's write; nothing is written until it leads again.
-    assert stood_by - taken < 4 + 2 + 1.5, f"stood by {stood_by - taken:.1f} s after"
-    during = [w for w in writes if taken + 4.5 < w.at < freed]
+    # Its fence closes within the renew deadline of its last renewal, so at most that
+    # long after the intruder's write; nothing is written until it leads again. Kopf
+    # has stopped (it stands by) before a fair candidate could take the Lease.
+    assert stood_by - taken < LONE_LEASE_SECONDS + 1.5, f"stood by {stood_by - taken:.1f} s after"
+    during = [w for w in writes if taken + RENEW_DEADLINE_SECONDS + 0.5 < w.at < freed]
     assert not during, f"the replica wrote while another held the Lease: {during[:5]}"
     assert any(w.resource == "nodes" and w.name == joined and w.at > freed for w in writes)
     # The copy was kept: no second LIST of the Nodes (Kopf's own lists are of our
