@@ -8,7 +8,10 @@ so a unit test that accidentally reaches for an API server fails loudly.
 
 from __future__ import annotations
 
+import json
 import os
+import resource
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +30,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
         elif "cluster" in parts or "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With ``SUITE_CPU_LOG`` set (``tests/run-suites.sh`` sets it with SUITE_LOG_DIR),
+    one JSON line per test: its wall time, this process's CPU during it (the test, the
+    simulator's threads) and its ended child processes' (probe runs, operators, tools
+    started and reaped within it). ``python -m bench.suite.testcpu`` ranks them."""
+    log = os.environ.get("SUITE_CPU_LOG")
+    if not log:
+        yield
+        return
+    wall, own, children = (
+        time.monotonic(),
+        _cpu(resource.RUSAGE_SELF),
+        _cpu(resource.RUSAGE_CHILDREN),
+    )
+    yield
+    line = {
+        "test": item.nodeid,
+        "wall_s": round(time.monotonic() - wall, 3),
+        "self_cpu_s": round(_cpu(resource.RUSAGE_SELF) - own, 3),
+        "children_cpu_s": round(_cpu(resource.RUSAGE_CHILDREN) - children, 3),
+    }
+    with open(log, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 @pytest.fixture(autouse=True)

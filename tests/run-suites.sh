@@ -6,7 +6,8 @@
 # output follows, each with its time and its twenty slowest tests (to balance the
 # groups by); the exit status is non-zero if any failed. With SUITE_LOG_DIR set, each
 # group's whole output is kept there as A.log, B.log, C.log (for
-# python -m bench.suite.slowest, which records the suite's slowest tests).
+# python -m bench.suite.slowest, which records the suite's slowest tests), and each
+# test's CPU as A-cpu.jsonl, ... (for python -m bench.suite.testcpu).
 set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
@@ -37,6 +38,7 @@ for g in "${ORDER[@]:1}"; do
   LOG[$g]=$(mktemp)
   (
     started=$SECONDS
+    [ -z "$LOG_DIR" ] || export SUITE_CPU_LOG="$LOG_DIR/$g-cpu.jsonl"
     # shellcheck disable=SC2086  # the group is a list of directories
     "$PY" -m pytest -q -p no:cacheprovider --durations=20 ${GROUPS_OF[$g]}
     rc=$?
@@ -50,9 +52,10 @@ first=${ORDER[0]}
 echo "[test] group $first (${GROUPS_OF[$first]}) runs here"
 t0=$SECONDS
 first_log=/dev/null
-[ -z "$LOG_DIR" ] || first_log="$LOG_DIR/$first.log"
+cpu_log=""
+[ -z "$LOG_DIR" ] || { first_log="$LOG_DIR/$first.log"; cpu_log="$LOG_DIR/$first-cpu.jsonl"; }
 # shellcheck disable=SC2086
-"$PY" -m pytest -q -p no:cacheprovider --durations=20 ${GROUPS_OF[$first]} | tee "$first_log"
+SUITE_CPU_LOG="$cpu_log" "$PY" -m pytest -q -p no:cacheprovider --durations=20 ${GROUPS_OF[$first]} | tee "$first_log"
 declare -A STATUS=([$first]=${PIPESTATUS[0]})
 echo "[test] group $first finished (exit ${STATUS[$first]}); it took $((SECONDS - t0)) s"
 for g in "${ORDER[@]:1}"; do
