@@ -601,6 +601,47 @@ def test_history_json_is_sorted_and_complete(fleet: Fleet) -> None:
     assert "golden=SDC(device 5, step 12)" in test["detail"]
 
 
+def test_the_api_server_selects_tests_and_tickets_by_node_and_phase(fleet: Fleet) -> None:
+    """The CRDs' selectableFields: one node's SDCTests and tickets, and the tests that have
+    not ended (one with no status yet among them), come from the API server's own
+    selection, as the plugin's history, test and status commands ask for them."""
+    from sdcguard.cli.commands import open_tickets, tests_of, tickets_of, unfinished_tests
+
+    custom = _custom(fleet.api)
+    fresh = f"{fleet.healthy}-sel-{fleet.suffix}"
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "sdctests",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SDCTest",
+            "metadata": {"name": fresh},
+            "spec": {"nodeName": fleet.healthy, "policyRef": fleet.policy},
+        },
+    )
+    try:
+
+        def names(plural: str, selector: str) -> set[str]:
+            items = custom.list_cluster_custom_object(
+                GROUP, VERSION, plural, field_selector=selector
+            )["items"]
+            return {i["metadata"]["name"] for i in items}
+
+        sick_tests = names("sdctests", tests_of(fleet.sick).field_selector)
+        assert f"{fleet.sick}-rq-1" in sick_tests
+        assert all(n.startswith(fleet.sick) for n in sick_tests), sick_tests
+        unfinished = names("sdctests", unfinished_tests().field_selector)
+        assert fresh in unfinished and f"{fleet.sick}-rq-1" not in unfinished
+        assert names("repairtickets", tickets_of(fleet.sick).field_selector) == {fleet.ticket}
+        assert fleet.ticket in names("repairtickets", open_tickets().field_selector)
+        # The plugin reads the same through its lists.
+        screenings = fleet.sdc_json("status")["screenings"]
+        assert fresh in {s["name"] for s in screenings}
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, "sdctests", fresh)
+
+
 def test_history_table_and_a_deleted_node(fleet: Fleet) -> None:
     code, out, _ = fleet.sdc("history", fleet.sick, "--limit", "2")
     assert code == 0 and out.startswith(f"Node {fleet.sick}: state Repairing")

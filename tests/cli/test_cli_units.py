@@ -458,15 +458,91 @@ def test_a_known_context_is_used(tmp_path: Path) -> None:
     assert conn.kubeconfig_user == "u" and conn.server == "http://127.0.0.1:1"
 
 
-def test_an_object_that_does_not_decode_is_left_out_with_a_warning(monkeypatch) -> None:
+class _PagedLists:
+    """``list_cluster_custom_object`` over ``items``, two a page, answering a field
+    selector with ``refuse`` (400, as a server without the CRD's selectableFields does)
+    or, when None, by the ``spec.nodeName=X`` it names; records each request."""
+
+    def __init__(self, items: list[dict[str, Any]], refuse: bool = False) -> None:
+        self.items, self.refuse, self.requests = items, refuse, []
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **kw: Any) -> Any:
+
+        self.requests.append(kw)
+        selector = kw.get("field_selector")
+        if selector and self.refuse:
+            raise ApiException(status=400, reason='field label not supported: "spec.nodeName"')
+        items = [
+            i
+            for i in self.items
+            if not selector or f"spec.nodeName={i['spec']['nodeName']}" == selector
+        ]
+        start = int(kw.get("_continue") or 0)
+        end = start + min(kw["limit"], 2)
+        meta = {"continue": str(end)} if end < len(items) else {}
+        return SimpleNamespace(data=json.dumps({"items": items[start:end], "metadata": meta}))
+
+
+def _ticket_body(name: str, node: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node}}
+
+
+def test_a_list_follows_its_pages_and_asks_the_server_to_select() -> None:
+    from sdcguard.cli import kube
+
+    bodies = [_ticket_body(f"k{i}", "n1" if i % 2 else "n2") for i in range(7)]
+    api = _PagedLists(bodies)
+    conn = SimpleNamespace(custom=api, server="https://x")
+    listed = kube.list_typed(conn, RepairTicket, "repairtickets")  # type: ignore[arg-type]
+    assert [t.metadata.name for t in listed.items] == [f"k{i}" for i in range(7)]
+    assert len(api.requests) == 4 and all(r["limit"] == kube.LIST_PAGE for r in api.requests)
+    api.requests.clear()
+    on_n1 = commands.tickets_of("n1")
+    listed = kube.list_typed(conn, RepairTicket, "repairtickets", on_n1)  # type: ignore[arg-type]
+    assert [t.metadata.name for t in listed.items] == ["k1", "k3", "k5"]
+    assert {r["field_selector"] for r in api.requests} == {"spec.nodeName=n1"}
+
+
+def test_a_server_that_cannot_select_gets_the_whole_list_filtered_here() -> None:
+    """CRDs applied by an older chart have no selectableFields: the server answers the
+    selector 400, and the plugin lists everything and keeps what it asked for."""
+    from sdcguard.cli import kube
+
+    bodies = [_ticket_body(f"k{i}", "n1" if i % 2 else "n2") for i in range(5)]
+    api = _PagedLists(bodies, refuse=True)
+    conn = SimpleNamespace(custom=api, server="https://x")
+    on_n1 = commands.tickets_of("n1")
+    listed = kube.list_typed(conn, RepairTicket, "repairtickets", on_n1)  # type: ignore[arg-type]
+    assert [t.metadata.name for t in listed.items] == ["k1", "k3"]
+    assert api.requests[0]["field_selector"] == "spec.nodeName=n1"
+    assert all("field_selector" not in r for r in api.requests[1:])
+
+
+def test_the_selectors_ask_for_unfinished_tests_and_open_tickets() -> None:
+    tests = commands.unfinished_tests()
+    assert tests.field_selector == (
+        "status.phase!=Passed,status.phase!=Failed,status.phase!=Inconclusive,"
+        "status.phase!=Cancelled"
+    )
+    spec = {"nodeName": "n", "policyRef": "p"}
+    pending = SDCTest.model_validate({"metadata": {"name": "t"}, "spec": spec})
+    passed = SDCTest.model_validate(
+        {"metadata": {"name": "t"}, "spec": spec, "status": {"phase": "Passed"}}
+    )
+    assert tests.keep(pending) and not tests.keep(passed)
+    tickets = commands.open_tickets()
+    assert tickets.field_selector == "status.phase!=Closed,status.phase!=Retired"
+    assert tickets.keep(RepairTicket.model_validate(_ticket_body("k", "n")))
+
+
+def test_an_object_that_does_not_decode_is_left_out_with_a_warning() -> None:
     """The CLI reads through the API models: one malformed object does not hide the rest,
     and the warning names it and its bad field."""
     from sdcguard.cli import kube
 
     good = {"metadata": {"name": "k1"}, "spec": {"nodeName": "n1"}}
     bad = {"metadata": {"name": "k2"}, "spec": {"nodeName": "n1", "resolution": "Fixed"}}
-    monkeypatch.setattr(kube, "call", lambda *args, **kwargs: {"items": [good, bad]})
-    conn = SimpleNamespace(custom=SimpleNamespace(list_cluster_custom_object=None))
+    conn = SimpleNamespace(custom=_PagedLists([good, bad]), server="https://x")
     listed = kube.list_typed(conn, RepairTicket, "repairtickets")  # type: ignore[arg-type]
     assert [t.metadata.name for t in listed.items] == ["k1"]
     (warning,) = listed.warnings

@@ -144,6 +144,28 @@ def test_names_columns_and_category(resource: Resource) -> None:
         assert node.get("type") in (column["type"], "array") or column["type"] == "string"
 
 
+@pytest.mark.parametrize("resource", RESOURCES, ids=lambda r: r.kind)
+def test_selectable_fields_are_strings_of_the_schema(resource: Resource) -> None:
+    """Each selectable field (what the plugin's lists ask the API server to select on)
+    names a string the schema has, in every served version."""
+    crd = crd_manifest(resource)
+    schema = _schema(resource)
+    for version in crd["spec"]["versions"]:
+        paths = [f["jsonPath"] for f in version.get("selectableFields", [])]
+        assert paths == list(resource.selectable)
+    for path in resource.selectable:
+        node = schema
+        for part in path.strip(".").split("."):
+            node = node["properties"][part]
+        assert node["type"] == "string", path
+
+
+def test_the_history_kinds_select_by_node() -> None:
+    by_kind = {r.kind: r.selectable for r in RESOURCES}
+    assert by_kind["SDCTest"] == by_kind["RepairTicket"] == (".spec.nodeName", ".status.phase")
+    assert by_kind["SDCReport"] == (".spec.nodeName",)
+
+
 def test_short_names_and_columns_tell_the_story() -> None:
     by_kind = {r.kind: r for r in RESOURCES}
     assert {r.short_names[0] for r in RESOURCES} == {

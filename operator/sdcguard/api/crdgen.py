@@ -256,6 +256,11 @@ def crd_manifest(resource: Resource) -> dict[str, Any]:
                     "storage": name == VERSION,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": columns,
+                    **(
+                        {"selectableFields": [{"jsonPath": p} for p in resource.selectable]}
+                        if resource.selectable
+                        else {}
+                    ),
                     "schema": {"openAPIV3Schema": resource_schema(resource)},
                 }
                 for name in (VERSION, *OLDER_VERSIONS)

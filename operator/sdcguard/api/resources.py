@@ -44,6 +44,11 @@ class Resource:
     status: type[ApiModel]
     columns: tuple[PrinterColumn, ...]
     scope: str = "Cluster"
+    selectable: tuple[str, ...] = ()
+    """JSON paths the API server can select on (the CRD's ``selectableFields``,
+    Kubernetes 1.31+): ``kubectl get sdctests --field-selector spec.nodeName=X`` and
+    the plugin's lists of one node's history or the screenings in progress are
+    filtered by the API server, so they do not grow with the fleet's history."""
 
     @property
     def singular(self) -> str:
@@ -94,6 +99,7 @@ TEST = Resource(
         PrinterColumn("Catch", ".status.catchTargetMet", "boolean", "Catch target met", priority=1),
         AGE,
     ),
+    selectable=(".spec.nodeName", ".status.phase"),
 )
 TICKET = Resource(
     kind="RepairTicket",
@@ -110,6 +116,7 @@ TICKET = Resource(
         PrinterColumn("External", ".spec.external.id"),
         AGE,
     ),
+    selectable=(".spec.nodeName", ".status.phase"),
 )
 BASELINE = Resource(
     kind="SDCBaseline",
@@ -146,6 +153,7 @@ REPORT = Resource(
         AGE,
     ),
     scope="Namespaced",
+    selectable=(".spec.nodeName",),
 )
 HARDWARE = Resource(
     kind="SDCHardware",

@@ -48,6 +48,7 @@ from sdcguard.cli.kube import (
     CliError,
     Connection,
     Listing,
+    Where,
     call,
     decode,
     get_node,
@@ -105,6 +106,27 @@ def _ticket_phase(ticket: RepairTicket) -> TicketPhase:
 
 def _test_phase(test: SDCTest) -> SDCTestPhase:
     return test.status.phase if test.status else SDCTestPhase.PENDING
+
+
+def tests_of(node: str) -> Where[SDCTest]:
+    """One node's SDCTests (the API server selects them by spec.nodeName)."""
+    return Where(f"spec.nodeName={node}", lambda t: t.spec.node_name == node)
+
+
+def unfinished_tests() -> Where[SDCTest]:
+    """The SDCTests that have not ended (one without a status is Pending)."""
+    ended = ",".join(f"status.phase!={p.value}" for p in SDCTestPhase if p.finished)
+    return Where(ended, lambda t: not _test_phase(t).finished)
+
+
+def tickets_of(node: str) -> Where[RepairTicket]:
+    return Where(f"spec.nodeName={node}", lambda t: t.spec.node_name == node)
+
+
+def open_tickets() -> Where[RepairTicket]:
+    """The RepairTickets not closed or retired (one without a status is Open)."""
+    closed = ",".join(f"status.phase!={p.value}" for p in sorted(CLOSED_PHASES))
+    return Where(closed, lambda t: _ticket_phase(t) not in CLOSED_PHASES)
 
 
 def _value(member: StrEnum | None) -> str | None:
@@ -297,17 +319,17 @@ def status(conn: Connection) -> Result:
     now = _now()
     policies = _policies(conn)
     nodes = list_nodes(conn)
-    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS)
+    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS, unfinished_tests())
     screenings = _screening_rows(listed_tests.items, now)
     summary = summarize_fleet(nodes, policies)
     waiting = _waiting_rows(nodes)
     next_nodes = _next_rows(policies)
-    listed = list_typed(conn, RepairTicket, PLURAL_TICKETS)
-    open_tickets = [t for t in listed.items if _ticket_phase(t) not in CLOSED_PHASES]
-    opened = sorted(((_ticket_row(t, now), t) for t in open_tickets), key=_opened_first)
+    listed = list_typed(conn, RepairTicket, PLURAL_TICKETS, open_tickets())
+    still_open = listed.items
+    opened = sorted(((_ticket_row(t, now), t) for t in still_open), key=_opened_first)
     tickets = [row for row, _ in opened]
-    devices = _device_rows(open_tickets)
-    device_budget = _device_budget_rows(nodes, policies, devices, open_tickets)
+    devices = _device_rows(still_open)
+    device_budget = _device_budget_rows(nodes, policies, devices, still_open)
     policy_rows: list[dict[str, Any]] = []
     for p in sorted(policies, key=lambda p: p.metadata.name):
         breaker = p.status.breaker if p.status else None
@@ -699,7 +721,7 @@ def start_test(
             f"node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); remove the label first: "
             f"kubectl label node {node_name} {keys.LABEL_EXCLUDE}-"
         )
-    listed = list_typed(conn, SDCTest, PLURAL_TESTS)
+    listed = list_typed(conn, SDCTest, PLURAL_TESTS, tests_of(node_name))
     tests = listed.items
     running = running_test(node, tests)
     if running is not None:
@@ -1146,17 +1168,20 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         if "not found" not in str(exc):
             raise
         node = None
-    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS)
-    listed_tickets = list_typed(conn, RepairTicket, PLURAL_TICKETS)
-    tests = [t for t in listed_tests.items if t.spec.node_name == node_name]
-    tickets = [t for t in listed_tickets.items if t.spec.node_name == node_name]
+    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS, tests_of(node_name))
+    listed_tickets = list_typed(conn, RepairTicket, PLURAL_TICKETS, tickets_of(node_name))
+    tests = listed_tests.items
+    tickets = listed_tickets.items
     warnings = [*listed_tests.warnings, *listed_tickets.warnings]
     # Training jobs' reports live in their namespaces; they outlive the Events.
     try:
-        listed_reports = list_typed(conn, SDCReport, REPORT.plural)
+        on_node: Where[SDCReport] = Where(
+            f"spec.nodeName={node_name}", lambda r: r.spec.node_name == node_name
+        )
+        listed_reports = list_typed(conn, SDCReport, REPORT.plural, on_node)
     except CliError:  # no SDCReport CRD yet, or no right to list reports: history without
         listed_reports = Listing([])
-    reports = [r for r in listed_reports.items if r.spec.node_name == node_name]
+    reports = listed_reports.items
     warnings += listed_reports.warnings
     if node is None and not tests and not tickets and not reports:
         raise CliError(f"node {node_name} not found; list nodes with kubectl get nodes")

@@ -214,6 +214,13 @@ def explain(exc: ApiException, plural: str, name: str | None, server: str) -> Cl
     return CliError(f"API error {exc.status}: {message or exc.reason}")
 
 
+def unreachable(conn: Connection, exc: Exception) -> CliError:
+    return CliError(
+        f"cannot reach the API server at {conn.server} ({type(exc).__name__}); check "
+        "--kubeconfig and --context, and that `kubectl cluster-info` works"
+    )
+
+
 def call(
     conn: Connection,
     fn: Callable[..., Any],
@@ -228,10 +235,7 @@ def call(
     except ApiException as exc:
         raise explain(exc, plural, name, conn.server) from None
     except (Urllib3Error, OSError) as exc:
-        raise CliError(
-            f"cannot reach the API server at {conn.server} ({type(exc).__name__}); check "
-            "--kubeconfig and --context, and that `kubectl cluster-info` works"
-        ) from None
+        raise unreachable(conn, exc) from None
     data = response.data
     return json.loads(data) if data else None
 
@@ -242,6 +246,14 @@ class _Named(ApiModel):
 
 class _ItemList(BaseModel):
     items: list[dict[str, Any]] | None = None
+
+
+class _Continue(BaseModel):
+    continue_: str | None = Field(default=None, alias="continue")
+
+
+class _ListMeta(BaseModel):
+    metadata: _Continue = Field(default_factory=_Continue)
 
 
 def _items(body: Any) -> list[dict[str, Any]]:
@@ -303,17 +315,70 @@ def get_typed(conn: Connection, model: type[M], plural: str, name: str) -> M:
     return decode(model, body, plural)
 
 
-def list_typed(conn: Connection, model: type[M], plural: str) -> Listing[M]:
-    """All objects of one sdcguard resource (every namespace for a namespaced one),
-    decoded into its API model."""
-    body = call(conn, conn.custom.list_cluster_custom_object, GROUP, VERSION, plural, plural=plural)
-    listing: Listing[M] = Listing([])
-    for item in _items(body):
+LIST_PAGE = 500
+"""Objects per list request: a fleet's history can be hundreds of thousands of SDCTests,
+and one unpaged answer would hold them all at once, on the API server and here."""
+
+
+@dataclass(frozen=True)
+class Where(Generic[M]):
+    """The objects a list wants: a field selector over the CRD's ``selectableFields``,
+    which the API server answers, and the same question asked of each decoded object,
+    for a server that cannot: CRDs applied by an older chart, or a cluster where the
+    selectable fields are off (Kubernetes 1.30 without its feature gate) answer 400,
+    and the list is then made whole and filtered here."""
+
+    field_selector: str
+    keep: Callable[[M], bool]
+
+
+def list_typed(
+    conn: Connection, model: type[M], plural: str, where: Where[M] | None = None
+) -> Listing[M]:
+    """The objects of one sdcguard resource (every namespace for a namespaced one) that
+    ``where`` keeps (None: all), decoded into its API model, listed in pages."""
+    if where is not None:
         try:
-            listing.items.append(model.model_validate(item))
-        except ValidationError as exc:
-            listing.warnings.append(f"warning: left out: {undecodable(plural, item, exc)}")
-    return listing
+            return _list_pages(conn, model, plural, where.field_selector)
+        except ApiException as exc:
+            if exc.status != 400:
+                raise explain(exc, plural, None, conn.server) from None
+        listing = _list_pages(conn, model, plural, None)
+        listing.items = [item for item in listing.items if where.keep(item)]
+        return listing
+    try:
+        return _list_pages(conn, model, plural, None)
+    except ApiException as exc:
+        raise explain(exc, plural, None, conn.server) from None
+
+
+def _list_pages(
+    conn: Connection, model: type[M], plural: str, field_selector: str | None
+) -> Listing[M]:
+    """Every page of one list; raises the ApiException of a refused request."""
+    listing: Listing[M] = Listing([])
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": LIST_PAGE}
+        if token:
+            kwargs["_continue"] = token
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        try:
+            response: Any = conn.custom.list_cluster_custom_object(
+                GROUP, VERSION, plural, _preload_content=False, **kwargs
+            )
+        except (Urllib3Error, OSError) as exc:
+            raise unreachable(conn, exc) from None
+        body = json.loads(response.data) if response.data else None
+        for item in _items(body):
+            try:
+                listing.items.append(model.model_validate(item))
+            except ValidationError as exc:
+                listing.warnings.append(f"warning: left out: {undecodable(plural, item, exc)}")
+        token = _ListMeta.model_validate(body or {}).metadata.continue_ or None
+        if not token:
+            return listing
 
 
 def patch_custom(
