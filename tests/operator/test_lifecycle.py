@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import time
 from typing import Any
 
@@ -420,28 +421,32 @@ def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) 
             return s if ok else None
 
         s = wait_for(held, 150, "the breaker to trip and hold a node")
-        assert s["breaker"]["heldNodes"] == [nodes[3]]
+        # Which sick node is the fourth to be confirmed depends on when each joined and
+        # when its confirmation got the one test slot: new nodes go before suspects.
+        (last,) = s["breaker"]["heldNodes"]
+        assert last in nodes[:4], s["breaker"]
         # The chart's alert fires for this policy on the operator's own /metrics.
         breaker_alert = alert_expr("SdcguardCircuitBreakerOpen")
         scraped = [scrape_url(operator.metrics_url)]
         assert {"policy": policy} in firing(breaker_alert, scraped)
         cond = next(c for c in s["conditions"] if c["type"] == "BreakerOpen")
-        assert "3 of 4 nodes screened had confirmed failures" in cond["message"]
-        states = [node_state(api_client, n) for n in nodes[:4]]
-        assert states == ["Quarantined"] * 3 + ["Suspect"]
-        annotations = read_node(api_client, nodes[3]).metadata.annotations or {}
+        # Three confirmed failures and one or two passes when it tripped.
+        assert re.search(r"\b3 of [45] nodes screened had confirmed failures", cond["message"])
+        states = {n: node_state(api_client, n) for n in nodes[:4]}
+        assert states == {n: "Suspect" if n == last else "Quarantined" for n in nodes[:4]}
+        annotations = read_node(api_client, last).metadata.annotations or {}
         assert "circuit breaker open" in annotations.get("sdcguard.dev/held", "")
         wait_for(
             lambda: all(node_state(api_client, n) == "Qualified" for n in nodes[4:]),
             90,
             "healthy new nodes to qualify while the breaker is open",
         )
-        tests_held = len(list_custom(api_client, "sdctests", nodes[3]))
+        tests_held = len(list_custom(api_client, "sdctests", last))
         # Whole full passes for longer than the policy's inconclusive back-off (5 s): no
         # re-test.
         operator.wait_passes(policy, 2 + math.ceil(5 / operator.resync_seconds))
-        assert len(list_custom(api_client, "sdctests", nodes[3])) == tests_held, "re-tested"
-        assert node_state(api_client, nodes[3]) == "Suspect"
+        assert len(list_custom(api_client, "sdctests", last)) == tests_held, "re-tested"
+        assert node_state(api_client, last) == "Suspect"
 
         # A person investigates and resets the breaker: the held node is re-tested and,
         # failing again, quarantined.
@@ -452,8 +457,8 @@ def test_breaker_counts_nodes_and_holds_without_retesting(api_client, operator) 
             policy,
             {"metadata": {"annotations": {"sdcguard.dev/reset-breaker": "oncall-1"}}},
         )
-        wait_for(lambda: node_state(api_client, nodes[3]) == "Quarantined", 90, "quarantine")
-        assert "sdcguard.dev/held" not in (read_node(api_client, nodes[3]).metadata.annotations)
+        wait_for(lambda: node_state(api_client, last) == "Quarantined", 90, "quarantine")
+        assert "sdcguard.dev/held" not in (read_node(api_client, last).metadata.annotations)
         wait_for(
             lambda: (
                 {"policy": policy} not in firing(breaker_alert, [scrape_url(operator.metrics_url)])
