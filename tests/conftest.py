@@ -33,29 +33,54 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """With ``SUITE_CPU_LOG`` set (``tests/run-suites.sh`` sets it with SUITE_LOG_DIR),
     one JSON line per test: its wall time, this process's CPU during it (the test, the
     simulator's threads) and its ended child processes' (probe runs, operators, tools
-    started and reaped within it). ``python -m bench.suite.testcpu`` ranks them."""
+    started and reaped within it). ``python -m bench.suite.testcpu`` ranks them. The
+    last test's teardown ends the session's fixtures (the control plane, reaped with
+    all the CPU it spent): that part is a line of its own, ``SESSION_TEARDOWN``."""
     log = os.environ.get("SUITE_CPU_LOG")
     if not log:
         yield
         return
-    wall, own, children = (
-        time.monotonic(),
-        _cpu(resource.RUSAGE_SELF),
-        _cpu(resource.RUSAGE_CHILDREN),
-    )
+    start = _usage()
     yield
-    line = {
-        "test": item.nodeid,
-        "wall_s": round(time.monotonic() - wall, 3),
-        "self_cpu_s": round(_cpu(resource.RUSAGE_SELF) - own, 3),
-        "children_cpu_s": round(_cpu(resource.RUSAGE_CHILDREN) - children, 3),
-    }
+    end = _usage()
+    ended = item.stash.get(_SESSION_ENDED, None)
+    lines = [(item.nodeid, start, ended[0] if ended else end)]
+    if ended:
+        lines.append((SESSION_TEARDOWN, ended[0], ended[1]))
     with open(log, "a") as out:
-        out.write(json.dumps(line) + "\n")
+        for test, (w0, s0, c0), (w1, s1, c1) in lines:
+            row = {
+                "test": test,
+                "wall_s": w1 - w0,
+                "self_cpu_s": s1 - s0,
+                "children_cpu_s": c1 - c0,
+            }
+            out.write(json.dumps({k: v if k == "test" else round(v, 3) for k, v in row.items()}))
+            out.write("\n")
+
+
+SESSION_TEARDOWN = "(session teardown)"
+"""The line of the session's shared fixtures' end, in a SUITE_CPU_LOG."""
+_SESSION_ENDED = pytest.StashKey[tuple[tuple[float, float, float], tuple[float, float, float]]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The last test's teardown, measured apart (see pytest_runtest_protocol)."""
+    if nextitem is not None or not os.environ.get("SUITE_CPU_LOG"):
+        yield
+        return
+    start = _usage()
+    yield
+    item.stash[_SESSION_ENDED] = (start, _usage())
+
+
+def _usage() -> tuple[float, float, float]:
+    return time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
 
 
 def _cpu(who: int) -> float:

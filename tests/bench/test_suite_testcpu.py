@@ -10,6 +10,8 @@ from pathlib import Path
 
 from bench.suite.testcpu import main, read, report
 
+from tests.conftest import SESSION_TEARDOWN
+
 ROOT = Path(__file__).resolve().parents[2]
 
 BUSY_CHILD = """
@@ -26,7 +28,8 @@ def test_idles() -> None:
 
 def test_conftest_writes_each_tests_cpu_with_its_children(tmp_path: Path) -> None:
     """A test whose child spins 0.6 CPU-s gets at least that as its
-    children's CPU; one that does nothing gets next to none."""
+    children's CPU; one that does nothing gets next to none; the session's end is
+    apart."""
     probe = tmp_path / "test_cpu_probe.py"
     probe.write_text(BUSY_CHILD)
     log = tmp_path / "A-cpu.jsonl"
@@ -43,8 +46,9 @@ def test_conftest_writes_each_tests_cpu_with_its_children(tmp_path: Path) -> Non
         timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    tests = {t.test.rsplit("::", 1)[1]: t for t in read([log])}
-    assert set(tests) == {"test_spins_in_a_child", "test_idles"}
+    tests = {t.test.rsplit("::", 1)[-1]: t for t in read([log])}
+    # The last test's teardown ends the session's fixtures: a line of its own.
+    assert set(tests) == {"test_spins_in_a_child", "test_idles", SESSION_TEARDOWN}
     assert tests["test_spins_in_a_child"].children_cpu_s >= 0.5
     assert tests["test_idles"].children_cpu_s < 0.1
     assert all(t.group == "A" for t in tests.values())
