@@ -147,6 +147,76 @@ def prune(api: client.ApiClient, rate: float) -> dict[str, Any]:
     }
 
 
+def set_selectable(api: client.ApiClient, on: bool) -> None:
+    """Replace the CRDs that declare selectableFields with themselves, with them (``on``)
+    or without (as an older chart's), and wait until the API server answers a selector
+    accordingly."""
+    from kubernetes.client.exceptions import ApiException
+
+    from sdcguard.api import RESOURCES
+    from sdcguard.api.crdgen import crd_manifest
+
+    ext = client.ApiextensionsV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    for resource in RESOURCES:
+        if not resource.selectable:
+            continue
+        body = crd_manifest(resource)
+        if not on:
+            for version in body["spec"]["versions"]:
+                version.pop("selectableFields", None)
+        current = ext.read_custom_resource_definition(body["metadata"]["name"])
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+
+    def answered() -> bool:
+        try:
+            custom.list_cluster_custom_object(
+                GROUP, VERSION, "sdctests", limit=1, field_selector="spec.nodeName=x"
+            )
+        except ApiException as exc:
+            return exc.status == 400 and not on
+        return on
+
+    harness.wait_for(answered, 60, f"selectable fields {'on' if on else 'off'}")
+
+
+def plugin_reads(
+    api: client.ApiClient, kubeconfig: Path, node: str, repeats: int = 3
+) -> dict[str, Any]:
+    """``kubectl sdc status`` and ``history NODE`` on this history, median seconds of
+    ``repeats``: with the API server selecting (the CRDs as generated), then against
+    CRDs without selectableFields, where the plugin lists everything and filters."""
+    import contextlib
+    import io
+
+    from sdcguard.cli import main as sdc
+
+    def timed(*args: str) -> float:
+        seconds = []
+        for _ in range(repeats):
+            out, err = io.StringIO(), io.StringIO()
+            t0 = time.perf_counter()
+            code = sdc([*args, "--kubeconfig", str(kubeconfig), "-o", "json"], out, err)
+            seconds.append(time.perf_counter() - t0)
+            assert code == 0, err.getvalue()
+        return statistics.median(seconds)
+
+    commands = {"status": ("status",), "history": ("history", node)}
+    result: dict[str, Any] = {}
+    try:
+        for mode, on in (("selected", True), ("unselected", False)):
+            set_selectable(api, on)
+            result[mode] = {name: timed(*argv) for name, argv in commands.items()}
+    finally:
+        with contextlib.suppress(Exception):
+            set_selectable(api, True)
+    result["ratio"] = {
+        name: result["unselected"][name] / result["selected"][name] for name in commands
+    }
+    return result
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     run: dict[str, Any] = {
         "nodes": args.nodes,
@@ -183,6 +253,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         run["retention"] = prune(admin, args.deletes_per_second)
         print("retention", json.dumps(run["retention"]), flush=True)
         starts("pruned")
+        # Last: replacing the CRDs (to take their selectable fields away and back)
+        # must not touch the operator's timed starts.
+        run["plugin"] = plugin_reads(admin, cluster.kubeconfig, "gpu-000001")
+        print("plugin", json.dumps(run["plugin"]), flush=True)
     for name in ("preloaded", "pruned"):
         run[f"{name}_ratio"] = {
             key: run[name][key] / run["empty"][key] for key in ("first pass", "rss")
@@ -207,6 +281,16 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         "prune_seconds": r["seconds"],
         "deleted": r["deleted"],
         "deletes_per_second": r["deletes_per_second"],
+        **(
+            {
+                "plugin_status_s": plugin["selected"]["status"],
+                "plugin_status_unselected_s": plugin["unselected"]["status"],
+                "plugin_history_s": plugin["selected"]["history"],
+                "plugin_history_unselected_s": plugin["unselected"]["history"],
+            }
+            if (plugin := run.get("plugin"))
+            else {}
+        ),
     }
 
 
@@ -255,9 +339,31 @@ def write(out: Path, run: dict[str, Any]) -> None:
         "figure. This is a reduced scale; the issue's size is "
         "`--nodes 2000 --tests-per-node 400`.",
         "",
+        *plugin_rows(run),
     ]
     out.with_suffix(".md").write_text("\n".join(text))
     plot(run, out.with_suffix(".png"))
+
+
+def plugin_rows(run: dict[str, Any]) -> list[str]:
+    """The plugin's table (runs before the plugin step have none)."""
+    if "plugin" not in run:
+        return []
+    return [
+        f"`kubectl sdc` on the pruned history ({run['retention']['after']['sdctests']} "
+        "SDCTests), median of 3 runs each: with the API "
+        "server selecting by node and phase (the CRDs' selectableFields), and against "
+        "the same CRDs without them, where the plugin lists every object and filters:",
+        "",
+        "| command | server selects (s) | lists everything (s) | ratio |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| `kubectl sdc {name}` | {run['plugin']['selected'][name]:.2f} "
+            f"| {run['plugin']['unselected'][name]:.2f} | {run['plugin']['ratio'][name]:.1f}x |"
+            for name in ("status", "history")
+        ),
+        "",
+    ]
 
 
 def plot(run: dict[str, Any], path: Path) -> None:
@@ -267,7 +373,8 @@ def plot(run: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = ["empty", "preloaded", "pruned"]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    plugin = run.get("plugin")
+    fig, axes = plt.subplots(1, 3 if plugin else 2, figsize=(13 if plugin else 9, 3.5))
     for ax, key, label, scale in (
         (axes[0], "first pass", "start to first pass (s)", 1.0),
         (axes[1], "rss", "peak RSS to first pass (MiB)", 2**20),
@@ -277,6 +384,20 @@ def plot(run: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(label)
         for x, v in enumerate(values):
             ax.text(x, v, f"{v:.1f}", ha="center", va="bottom")
+    if plugin:
+        ax = axes[2]
+        commands = ["status", "history"]
+        for k, (mode, label, color) in enumerate(
+            (("selected", "server selects", "#48c"), ("unselected", "lists everything", "#c44"))
+        ):
+            values = [plugin[mode][c] for c in commands]
+            xs = [x + (k - 0.5) * 0.38 for x in range(len(commands))]
+            ax.bar(xs, values, width=0.38, color=color, label=label)
+            for x, v in zip(xs, values, strict=True):
+                ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(commands)), [f"kubectl sdc {c}" for c in commands])
+        ax.set_ylabel("kubectl sdc seconds (pruned history)")
+        ax.legend(fontsize=8)
     objects = run["retention"]["before"]["sdctests"]
     fig.suptitle(f"{run['nodes']} nodes, {objects} SDCTests preloaded, then pruned")
     fig.tight_layout()
