@@ -61,14 +61,17 @@ def test_ranks_tests_and_sums_directories_skipping_broken_lines(tmp_path: Path) 
         {"test": "tests/e2e/test_a.py::test_y", "wall_s": 2, "self_cpu_s": 1, "children_cpu_s": 0},
         {"test": "tests/unit/test_b.py::test_z", "wall_s": 1, "self_cpu_s": 3, "children_cpu_s": 0},
     ]
+    lines.append({"test": "(session teardown)", "wall_s": 1, "self_cpu_s": 0, "children_cpu_s": 50})
     log.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"test": "cut sho')
     doc = report(read([log]), top=2)
-    assert doc["tests"] == 3 and doc["cpu_s"] == 13.0 and doc["groups"] == {"B": 13.0}
+    assert doc["tests"] == 4 and doc["cpu_s"] == 63.0 and doc["groups"] == {"B": 63.0}
     assert [r["test"] for r in doc["top"]] == [
         "tests/e2e/test_a.py::test_x",
         "tests/unit/test_b.py::test_z",
     ]
-    e2e = doc["directories"][0]
+    # The session's end is a directory of its own, never among the tests.
+    assert doc["directories"][0]["directory"] == "(session teardown)"
+    e2e = doc["directories"][1]
     assert (e2e["directory"], e2e["tests"], e2e["cpu_s"], e2e["children_cpu_s"]) == (
         "tests/e2e",
         2,
