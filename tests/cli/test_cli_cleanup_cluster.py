@@ -17,11 +17,13 @@ from kubernetes import client
 
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.harness import wait_for
+from sdcguard.api import GROUP, VERSION
 from sdcguard.builders.probe_job import TEST_LABEL
 from sdcguard.cli import main
+from tests.cli.objects import create_sdctest
 
 ROOT = Path(__file__).resolve().parents[2]
-GROUP, VERSION = "sdcguard.dev", "v1alpha1"
+
 pytestmark = pytest.mark.cluster
 OTHERS = {"key": "example.com/maintenance", "value": "x", "effect": "NoSchedule"}
 
@@ -69,19 +71,11 @@ def held(cluster: LocalCluster, api_client: client.ApiClient) -> Iterator[tuple[
     _node(core, testing, case, "Testing", "sdcguard.dev/testing")
     _node(core, quarantined, case, "Quarantined", "sdcguard.dev/quarantined")
     test = f"{testing}-acceptance-1"
-    custom.create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "sdctests",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "SDCTest",
-            "metadata": {"name": test},
-            "spec": {"nodeName": testing, "policyRef": "default", "suite": "acceptance"},
-        },
-    )
-    custom.patch_cluster_custom_object_status(
-        GROUP, VERSION, "sdctests", test, {"status": {"phase": "Running"}}
+    create_sdctest(
+        custom,
+        test,
+        {"nodeName": testing, "policyRef": "default", "suite": "acceptance"},
+        {"phase": "Running"},
     )
     client.BatchV1Api(api_client).create_namespaced_job(
         "default",

@@ -21,10 +21,11 @@ from kubernetes import client
 
 from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.harness import workload_record
+from sdcguard.api import GROUP, VERSION
 from sdcguard.cli import main
+from tests.cli.objects import create_sdctest
 
 ROOT = Path(__file__).resolve().parents[2]
-GROUP, VERSION = "sdcguard.dev", "v1alpha1"
 pytestmark = pytest.mark.cluster
 
 
@@ -164,24 +165,16 @@ def fleet(cluster: LocalCluster, api_client: client.ApiClient) -> Iterator[Fleet
         ),
         (f"{f.gone}-acc-1", f.gone, {"phase": "Passed", "verdict": "Pass"}),
     ):
-        custom.create_cluster_custom_object(
-            GROUP,
-            VERSION,
-            "sdctests",
+        create_sdctest(
+            custom,
+            test_name,
             {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "SDCTest",
-                "metadata": {"name": test_name},
-                "spec": {
-                    "nodeName": node_name,
-                    "policyRef": f.policy,
-                    "suite": "requalification",
-                    "reason": "Expiry",
-                },
+                "nodeName": node_name,
+                "policyRef": f.policy,
+                "suite": "requalification",
+                "reason": "Expiry",
             },
-        )
-        custom.patch_cluster_custom_object_status(
-            GROUP, VERSION, "sdctests", test_name, {"status": status}
+            status,
         )
     custom.create_cluster_custom_object(
         GROUP,
@@ -605,21 +598,12 @@ def test_the_api_server_selects_tests_and_tickets_by_node_and_phase(fleet: Fleet
     """The CRDs' selectableFields: one node's SDCTests and tickets, and the tests that have
     not ended (one with no status yet among them), come from the API server's own
     selection, as the plugin's history, test and status commands ask for them."""
-    from sdcguard.cli.commands import open_tickets, tests_of, tickets_of, unfinished_tests
+    from sdcguard.api import RepairTicket, SDCTest
+    from sdcguard.cli.commands import on_node, open_tickets, unfinished_tests
 
     custom = _custom(fleet.api)
     fresh = f"{fleet.healthy}-sel-{fleet.suffix}"
-    custom.create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "sdctests",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "SDCTest",
-            "metadata": {"name": fresh},
-            "spec": {"nodeName": fleet.healthy, "policyRef": fleet.policy},
-        },
-    )
+    create_sdctest(custom, fresh, {"nodeName": fleet.healthy, "policyRef": fleet.policy})
     try:
 
         def names(plural: str, selector: str) -> set[str]:
@@ -628,12 +612,13 @@ def test_the_api_server_selects_tests_and_tickets_by_node_and_phase(fleet: Fleet
             )["items"]
             return {i["metadata"]["name"] for i in items}
 
-        sick_tests = names("sdctests", tests_of(fleet.sick).field_selector)
+        sick_tests = names("sdctests", on_node(fleet.sick, SDCTest).field_selector)
         assert f"{fleet.sick}-rq-1" in sick_tests
         assert all(n.startswith(fleet.sick) for n in sick_tests), sick_tests
         unfinished = names("sdctests", unfinished_tests().field_selector)
         assert fresh in unfinished and f"{fleet.sick}-rq-1" not in unfinished
-        assert names("repairtickets", tickets_of(fleet.sick).field_selector) == {fleet.ticket}
+        on_sick = on_node(fleet.sick, RepairTicket).field_selector
+        assert names("repairtickets", on_sick) == {fleet.ticket}
         assert fleet.ticket in names("repairtickets", open_tickets().field_selector)
         # The plugin reads the same through its lists.
         screenings = fleet.sdc_json("status")["screenings"]

@@ -497,7 +497,7 @@ def test_a_list_follows_its_pages_and_asks_the_server_to_select() -> None:
     assert [t.metadata.name for t in listed.items] == [f"k{i}" for i in range(7)]
     assert len(api.requests) == 4 and all(r["limit"] == kube.LIST_PAGE for r in api.requests)
     api.requests.clear()
-    on_n1 = commands.tickets_of("n1")
+    on_n1 = commands.on_node("n1", RepairTicket)
     listed = kube.list_typed(conn, RepairTicket, "repairtickets", on_n1)  # type: ignore[arg-type]
     assert [t.metadata.name for t in listed.items] == ["k1", "k3", "k5"]
     assert {r["field_selector"] for r in api.requests} == {"spec.nodeName=n1"}
@@ -511,7 +511,7 @@ def test_a_server_that_cannot_select_gets_the_whole_list_filtered_here() -> None
     bodies = [_ticket_body(f"k{i}", "n1" if i % 2 else "n2") for i in range(5)]
     api = _PagedLists(bodies, refuse=True)
     conn = SimpleNamespace(custom=api, server="https://x")
-    on_n1 = commands.tickets_of("n1")
+    on_n1 = commands.on_node("n1", RepairTicket)
     listed = kube.list_typed(conn, RepairTicket, "repairtickets", on_n1)  # type: ignore[arg-type]
     assert [t.metadata.name for t in listed.items] == ["k1", "k3"]
     assert api.requests[0]["field_selector"] == "spec.nodeName=n1"

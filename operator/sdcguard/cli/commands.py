@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
@@ -108,19 +108,21 @@ def _test_phase(test: SDCTest) -> SDCTestPhase:
     return test.status.phase if test.status else SDCTestPhase.PENDING
 
 
-def tests_of(node: str) -> Where[SDCTest]:
-    """One node's SDCTests (the API server selects them by spec.nodeName)."""
-    return Where(f"spec.nodeName={node}", lambda t: t.spec.node_name == node)
+OnNode = TypeVar("OnNode", SDCTest, RepairTicket, SDCReport)
+"""The kinds whose CRDs make spec.nodeName selectable."""
+
+
+def on_node(node: str, model: type[OnNode]) -> Where[OnNode]:
+    """One node's objects of ``model`` (SDCTests, RepairTickets, SDCReports): the API
+    server selects them by spec.nodeName, a field each of their CRDs makes selectable."""
+    del model  # names the type the selection is for
+    return Where(f"spec.nodeName={node}", lambda o: o.spec.node_name == node)
 
 
 def unfinished_tests() -> Where[SDCTest]:
     """The SDCTests that have not ended (one without a status is Pending)."""
     ended = ",".join(f"status.phase!={p.value}" for p in SDCTestPhase if p.finished)
     return Where(ended, lambda t: not _test_phase(t).finished)
-
-
-def tickets_of(node: str) -> Where[RepairTicket]:
-    return Where(f"spec.nodeName={node}", lambda t: t.spec.node_name == node)
 
 
 def open_tickets() -> Where[RepairTicket]:
@@ -721,7 +723,7 @@ def start_test(
             f"node {node_name} is excluded ({keys.LABEL_EXCLUDE}=true); remove the label first: "
             f"kubectl label node {node_name} {keys.LABEL_EXCLUDE}-"
         )
-    listed = list_typed(conn, SDCTest, PLURAL_TESTS, tests_of(node_name))
+    listed = list_typed(conn, SDCTest, PLURAL_TESTS, on_node(node_name, SDCTest))
     tests = listed.items
     running = running_test(node, tests)
     if running is not None:
@@ -1168,17 +1170,16 @@ def history(conn: Connection, node_name: str, limit: int | None) -> Result:
         if "not found" not in str(exc):
             raise
         node = None
-    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS, tests_of(node_name))
-    listed_tickets = list_typed(conn, RepairTicket, PLURAL_TICKETS, tickets_of(node_name))
+    listed_tests = list_typed(conn, SDCTest, PLURAL_TESTS, on_node(node_name, SDCTest))
+    listed_tickets = list_typed(
+        conn, RepairTicket, PLURAL_TICKETS, on_node(node_name, RepairTicket)
+    )
     tests = listed_tests.items
     tickets = listed_tickets.items
     warnings = [*listed_tests.warnings, *listed_tickets.warnings]
     # Training jobs' reports live in their namespaces; they outlive the Events.
     try:
-        on_node: Where[SDCReport] = Where(
-            f"spec.nodeName={node_name}", lambda r: r.spec.node_name == node_name
-        )
-        listed_reports = list_typed(conn, SDCReport, REPORT.plural, on_node)
+        listed_reports = list_typed(conn, SDCReport, REPORT.plural, on_node(node_name, SDCReport))
     except CliError:  # no SDCReport CRD yet, or no right to list reports: history without
         listed_reports = Listing([])
     reports = listed_reports.items
