@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from sdcguard.adapters.observe import TicketSnapshot
-from sdcguard.adapters.pass_state import TestSnapshot, trim_test
+from sdcguard.adapters.pass_state import SharedValues, TestSnapshot, trim_test
 from sdcguard.domain.observed import NodeFacts, NodeSnapshot, Taint
 
 BODY = {
@@ -186,6 +186,36 @@ def test_the_copy_keeps_a_finished_test_slim() -> None:
         slim.node_name = "other"  # type: ignore[misc]
     running = _test_body("Running", checks=[{"name": "golden", "verdict": "Pass", "x": 1}])
     assert trim_test(running)["status"] == running["status"], "a running test is whole"
+
+
+def test_finished_tests_keep_the_values_they_repeat_once() -> None:
+    """Thousands of finished tests name the same checks, devices, fingerprint and
+    policy: the copy keeps each value once, and each test's facts in slots."""
+    checks = [{"name": n, "verdict": "Pass"} for n in ("compute", "memory", "golden")]
+    same = {"fingerprintHash": "ab" * 32, "deviceIDs": ["GPU-0", "GPU-1"], "checks": checks}
+    first, second = (
+        TestSnapshot.slim(
+            {**_test_body("Passed", verdict="Pass", **same), "metadata": {"name": name}}
+        )
+        for name in ("gpu-1-a-1", "gpu-1-a-2")
+    )
+    assert first.known is not None and second.known is not None
+    one, two = first.known.facts, second.known.facts
+    assert one.passed_checks == {"compute", "memory", "golden"}
+    assert one.passed_checks is two.passed_checks
+    assert one.device_ids == ("GPU-0", "GPU-1") and one.device_ids is two.device_ids
+    assert one.fingerprint is two.fingerprint and first.known.policy is second.known.policy
+    assert not hasattr(one, "__dict__") and not hasattr(first.known, "__dict__")
+
+
+def test_the_shared_table_is_bounded_and_only_memory() -> None:
+    shared = SharedValues(limit=2)
+    a, b = frozenset({"x"}), frozenset({"x"})
+    assert shared(a) is a and shared(b) is a
+    shared(("y",))
+    shared(("z",))  # full: starts again empty, then keeps this one
+    assert len(shared) == 1
+    assert shared(b) is b and shared(b) == a, "a value kept twice is still equal"
 
 
 def test_a_ticket_snapshot_names_its_node_even_when_unreadable() -> None:

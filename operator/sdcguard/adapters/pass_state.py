@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import ValidationError
@@ -29,10 +29,12 @@ from sdcguard.api import (
 )
 from sdcguard.domain import breaker as breaker_mod
 from sdcguard.domain.budgets import PoolMember, PoolUsage, add_member
-from sdcguard.domain.observed import NodeSnapshot, Observed, TestFacts
+from sdcguard.domain.observed import NodeSnapshot, Observed, Share, TestFacts
 from sdcguard.domain.selection import Selector
 
 log = structlog.get_logger("sdcguard.reconcile")
+
+_V = TypeVar("_V")
 
 AWAITING_BASELINE_REASONS = ("BaselineAbsent", "NoTrustedBaseline", "BaselinePending")
 PROBE_VANISHED_GRACE = dt.timedelta(seconds=120)
@@ -183,7 +185,36 @@ class PolicyMemory:
         self.held.discard(node)
 
 
-@dataclass(frozen=True)
+class SharedValues:
+    """Equal immutable values kept once (:class:`observed.Share`): a finished test's
+    check names, device IDs, fingerprint and policy repeat those of thousands of other
+    tests, and each decoded body would otherwise hold its own copies. Holds at most
+    ``limit`` values, and starts again empty when full (a value kept twice then is only
+    memory, never a wrong answer). The mirrors' threads share it: a dict's get and set
+    are atomic."""
+
+    def __init__(self, limit: int = 65_536) -> None:
+        self._limit = limit
+        self._kept: dict[Any, Any] = {}
+
+    def __call__(self, value: _V, /) -> _V:
+        found = self._kept.get(value)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+        if len(self._kept) >= self._limit:
+            self._kept.clear()
+        self._kept[value] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+SHARED = SharedValues()
+"""The operator's one table: every copy of the SDCTests (leader's, standby's) shares it."""
+
+
+@dataclass(frozen=True, slots=True)
 class KnownTest:
     """What a pass keeps of an SDCTest: the whole object while it runs (it is moved
     along), only its facts once finished (thousands of those stay in memory)."""
@@ -199,11 +230,11 @@ class KnownTest:
         return self.facts.finished
 
     @classmethod
-    def of(cls, test: SDCTest) -> KnownTest:
-        facts = TestFacts.from_api(test)
+    def of(cls, test: SDCTest, share: Share = SHARED) -> KnownTest:
+        facts = TestFacts.from_api(test, share)
         return cls(
             name=test.metadata.name,
-            policy=test.spec.policy_ref,
+            policy=share(test.spec.policy_ref),
             created=test.metadata.creation_timestamp or _EPOCH,
             facts=facts,
             running=None if facts.finished else test,

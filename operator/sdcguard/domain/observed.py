@@ -7,7 +7,7 @@ import datetime as dt
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sdcguard.api import (
     FULL_GPU_RESOURCE,
@@ -290,7 +290,21 @@ class NodeFacts:
         return any(t.key == key for t in self.taints)
 
 
-@dataclass(frozen=True)
+_V = TypeVar("_V")
+
+
+class Share(Protocol):
+    """Gives back a value equal to the one given, kept once for all who ask (the check
+    names, device IDs and fingerprint that thousands of finished tests repeat)."""
+
+    def __call__(self, value: _V, /) -> _V: ...
+
+
+def _own(value: _V, /) -> _V:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
 class TestFacts:
     """The node's current SDCTest: the one named by ``sdcguard.dev/test``, else the newest
     unfinished one (a test someone else started)."""
@@ -350,9 +364,10 @@ class TestFacts:
         return tuple(dict.fromkeys(named))
 
     @classmethod
-    def from_api(cls, test: SDCTest) -> TestFacts:
+    def from_api(cls, test: SDCTest, share: Share = _own) -> TestFacts:
         """Facts from an SDCTest object (one walk of its checks: thousands of finished
-        tests are read at every start)."""
+        tests are read at every start); the values many tests repeat go through
+        ``share``, so that the copy keeps each of them once."""
         name, spec, status = test.metadata.name, test.spec, test.status
         if status is None:
             return cls(name=name, suite=suite_of(test), reason=spec.reason, attempt=spec.attempt)
@@ -383,14 +398,14 @@ class TestFacts:
             attempt=spec.attempt,
             phase=status.phase,
             verdict=status.verdict,
-            message=status.message,
-            failed_checks=frozenset(failed),
-            passed_checks=frozenset(passed),
-            fingerprint=status.fingerprint_hash or "",
+            message=share(status.message),
+            failed_checks=share(frozenset(failed)),
+            passed_checks=share(frozenset(passed)),
+            fingerprint=share(status.fingerprint_hash or ""),
             completed_at=status.completion_time,
             findings=tuple(findings),
-            device_ids=tuple(status.device_ids),
-            end_reason=status.reason or "",
+            device_ids=share(tuple(status.device_ids)),
+            end_reason=share(status.reason or ""),
             awaiting_baseline=any(
                 c.type == "AwaitingBaseline" and c.status == "True" for c in status.conditions
             ),
