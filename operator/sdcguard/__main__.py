@@ -1,10 +1,9 @@
 """``python -m sdcguard`` / ``sdcguard-operator``: run the operator.
 
 Cluster-wide, with Kopf's liveness endpoint; Kopf's peering is not used. One replica by
-default. The process starts listing and watching the fleet (its inventory) before it
-imports and starts Kopf, so the lists are on their way while it does. With
-``SDCGUARD_LEADER_ELECTION=true`` (the chart's ``replicas: 2``) it runs Kopf only for
-each term of the leader Lease it holds (``runtime/terms.py``, ``runtime/leader.py``).
+default. With ``SDCGUARD_LEADER_ELECTION=true`` (the chart's ``replicas: 2``) the
+process first lists and watches the fleet (its inventory) and runs Kopf only for each
+term of the leader Lease it holds (``runtime/terms.py``, ``runtime/leader.py``).
 Credentials: in-cluster in a Pod, else KUBECONFIG (``--kubeconfig``).
 """
 
@@ -41,16 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: invalid SDCGUARD_* setting:\n{exc}", file=sys.stderr)
         return 2
 
-    # The fleet's copy starts listing now, while Kopf and the handlers are imported and
-    # Kopf starts: on a long history, the API server sends the lists meanwhile.
-    inventory = _warm_inventory(settings)
-
     import kopf
 
     import sdcguard.handlers  # noqa: F401  (registers the handlers)
 
     memo = kopf.Memo()
-    memo.inventory = inventory
     if not settings.leader_election:
         kopf.run(
             clusterwide=True,
@@ -62,44 +56,34 @@ def main(argv: list[str] | None = None) -> int:
     return _lead_while_elected(settings, memo, args.liveness)
 
 
-def _warm_inventory(settings: Any) -> Any:
-    """The fleet's inventory, listing and watching from now on (its first pass waits
-    for the complete copy either way); logs are formatted from the first line."""
+def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
+    """Warm the inventory once; run Kopf for each term of the Lease; stand by between
+    terms (``runtime/terms.py``). Returns when Kopf stops while the Lease is held."""
     import datetime as dt
+    import socket
+    import threading
+
+    import kopf
 
     from sdcguard.adapters.inventory import Inventory
     from sdcguard.adapters.kube import make_api_client
     from sdcguard.logs import configure_logging
+    from sdcguard.metrics import Metrics
+    from sdcguard.runtime.terms import Election, lead_while_elected
 
     configure_logging(settings.log_format, settings.log_level)
+    memo.metrics = Metrics()  # served while standing by too: the standby is a live target
+    if settings.metrics_port:
+        memo.metrics.serve(settings.metrics_port)
     inventory = Inventory(
         make_api_client(),
         settings.namespace,
         test_node=lambda _: None,
         clock=lambda: dt.datetime.now(dt.UTC),
     )
-    inventory.warm()
-    return inventory
-
-
-def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
-    """Run Kopf for each term of the Lease, the inventory warm from before the first;
-    stand by between terms (``runtime/terms.py``). Returns when Kopf stops while the
-    Lease is held."""
-    import socket
-    import threading
-
-    import kopf
-
-    from sdcguard.adapters.kube import make_api_client
-    from sdcguard.metrics import Metrics
-    from sdcguard.runtime.terms import Election, lead_while_elected
-
-    memo.metrics = Metrics()  # served while standing by too: the standby is a live target
-    if settings.metrics_port:
-        memo.metrics.serve(settings.metrics_port)
+    inventory.warm()  # the fleet's copy, listing and watching from now on
+    memo.inventory = inventory
     memo.keep_inventory = True  # the cleanup handler detaches it instead of stopping it
-    inventory = memo.inventory
 
     def run_kopf(stop: threading.Event) -> None:
         kopf.run(
