@@ -278,6 +278,9 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         "pruned_rss_ratio": run["pruned_ratio"]["rss"],
         "empty_first_pass_s": run["empty"]["first pass"],
         "preloaded_first_pass_s": run["preloaded"]["first pass"],
+        "rss_kib_per_object": (run["preloaded"]["rss"] - run["empty"]["rss"])
+        / 1024
+        / max(1, r["before"]["sdctests"] + r["before"]["repairtickets"]),
         "prune_seconds": r["seconds"],
         "deleted": r["deleted"],
         "deletes_per_second": r["deletes_per_second"],
