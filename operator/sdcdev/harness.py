@@ -135,6 +135,31 @@ def apply_crds(api: client.ApiClient) -> None:
         wait_for(functools.partial(_served, custom, plural), 30, f"CRD {plural} to be served")
 
 
+def create_sdctest(
+    custom: client.CustomObjectsApi,
+    name: str,
+    spec: dict[str, Any],
+    status: dict[str, Any] | None = None,
+) -> None:
+    """An SDCTest as a person or the operator writes one: created, then its status (a
+    subresource, so the create alone never sets it) when ``status`` is given."""
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "sdctests",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SDCTest",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
+    if status is not None:
+        custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "sdctests", name, {"status": status}
+        )
+
+
 def _served(custom: client.CustomObjectsApi, plural: str) -> bool:
     try:
         custom.list_cluster_custom_object(GROUP, VERSION, plural, limit=1)

@@ -16,11 +16,9 @@ import pytest
 from kubernetes import client
 
 from sdcdev.cluster.localcluster import LocalCluster
-from sdcdev.harness import wait_for
-from sdcguard.api import GROUP, VERSION
+from sdcdev.harness import GROUP, VERSION, create_sdctest, wait_for
 from sdcguard.builders.probe_job import TEST_LABEL
 from sdcguard.cli import main
-from tests.cli.objects import create_sdctest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,10 +20,8 @@ import yaml
 from kubernetes import client
 
 from sdcdev.cluster.localcluster import LocalCluster
-from sdcdev.harness import workload_record
-from sdcguard.api import GROUP, VERSION
+from sdcdev.harness import GROUP, VERSION, create_sdctest, workload_record
 from sdcguard.cli import main
-from tests.cli.objects import create_sdctest
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster

@@ -14,6 +14,7 @@ from sdcdev.harness import (
     VERSION,
     ProbeKubelet,
     create_policy,
+    create_sdctest,
     gpu_nodes,
     gpu_pod,
     list_custom,
@@ -289,16 +290,10 @@ def test_a_policy_that_selects_no_node_says_so(api_client, operator) -> None:
 
 def _manual_test(api_client: client.ApiClient, name: str, node: str, policy: str) -> None:
     """A hand-written SDCTest that names no suite (the operator picks it)."""
-    client.CustomObjectsApi(api_client).create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "sdctests",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "SDCTest",
-            "metadata": {"name": name},
-            "spec": {"nodeName": node, "policyRef": policy, "reason": "Manual"},
-        },
+    create_sdctest(
+        client.CustomObjectsApi(api_client),
+        name,
+        {"nodeName": node, "policyRef": policy, "reason": "Manual"},
     )
 
 
