@@ -167,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--steps", type=_positive_int, default=None, help="golden training steps")
         p.add_argument(
+            "--timeout",
+            type=_positive_float,
+            default=None,
+            help="hard limit for the workers (default max(4 x budget, budget + 120))",
+        )
+        p.add_argument(
             "--threads", type=_positive_int, default=1, help="intra-op threads per device worker"
         )
         p.add_argument(
@@ -231,9 +237,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-fault-injection",
         action="store_true",
         help="required for any fault spec to take effect (tests and benchmarks only)",
-    )
-    run.add_argument(
-        "--timeout", type=_positive_float, default=None, help="hard limit for the workers"
     )
     run.add_argument(
         "--deadline",
