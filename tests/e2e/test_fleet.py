@@ -53,7 +53,7 @@ def scaled_fleet(path: Path) -> Path:
     return path
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_only_faulty_nodes_are_quarantined_within_budgets(
     cluster: LocalCluster, names: RunNames, tmp_path: Path
 ) -> None:
@@ -77,8 +77,11 @@ def test_only_faulty_nodes_are_quarantined_within_budgets(
         namespace=names.namespace,
         settings=settings,
         repair_delay_seconds=10,
-        # The run took 519 s on a slower machine (its test groups 1.5-2.1x as long).
-        timeout_seconds=720,
+        # The run took 574 s on one CI machine and more than 720 s on a slower one, where
+        # every probe costs more under the three test groups: the limit is for a slow
+        # machine, the stall for a stuck run (a probe takes at most 300 s, the deadline).
+        timeout_seconds=1300,
+        stall_seconds=360,
         allow_rescreening=True,
         # Then the customers' work ends: every used node returns at once, and the
         # re-screenings must be paced by maxConcurrentTests and maxUnavailable.

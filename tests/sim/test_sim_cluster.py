@@ -33,6 +33,9 @@ REPO = Path(__file__).resolve().parents[2]
 GATE = "sdcguard.dev/unqualified"
 T = TypeVar("T")
 # Caught by the compute check (GEMM outputs), so a short probe run sees it.
+#: One real probe run in a simulated probe Pod: 10-40 s on an idle machine, past 90 s on a
+#: slow one loaded by the other test groups.
+PROBE_RUN_S = 240
 MATMUL_FAULT = {"site": "matmul", "rate": 1e-3, "bits": "exp", "mode": "flip"}
 
 
@@ -292,7 +295,9 @@ def test_probe_jobs_run_the_real_probe_one_at_a_time(env: Env) -> None:
 
     wait_for(one_running_one_queued, 30, "one probe running while the other is queued", 0.2)
 
-    ok = wait_for(finished(env, lambda: env.job_pod("probe-healthy")), 90, "the healthy probe")
+    ok = wait_for(
+        finished(env, lambda: env.job_pod("probe-healthy")), PROBE_RUN_S, "the healthy probe"
+    )
     assert ok["status"]["phase"] == "Succeeded"
     term = terminated(ok)
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
@@ -303,7 +308,9 @@ def test_probe_jobs_run_the_real_probe_one_at_a_time(env: Env) -> None:
     # simulated device i is the node's GPU i, named as a DRA driver publishes it.
     assert result["devices"] == gpu_uuids(env.healthy, 8)[:2]
 
-    bad = wait_for(finished(env, lambda: env.job_pod("probe-sick")), 90, "the sick node's probe")
+    bad = wait_for(
+        finished(env, lambda: env.job_pod("probe-sick")), 2 * PROBE_RUN_S, "the sick node's probe"
+    )
     assert bad["status"]["phase"] == "Failed"
     term = terminated(bad)
     assert term["exitCode"] == 1 and term["reason"] == "Error"
@@ -455,7 +462,9 @@ def test_repair_ticket_gets_resolved_and_the_node_is_healthy_again(env: Env) -> 
         assert not env.sim.snapshot().node(env.sick).faulty
         # The repaired node now passes the same probe it failed.
         env.create_probe_job("probe-repaired", env.sick)
-        pod = wait_for(finished(env, lambda: env.job_pod("probe-repaired")), 90, "the re-test")
+        pod = wait_for(
+            finished(env, lambda: env.job_pod("probe-repaired")), PROBE_RUN_S, "the re-test"
+        )
         assert pod["status"]["phase"] == "Succeeded"
     finally:
         env.kube.request("DELETE", f"{TICKETS_PATH}/{name}")
@@ -615,7 +624,7 @@ def test_a_probe_pod_mounts_its_attestation_secret_and_seals_its_result(env: Env
     spec["volumes"] = [{"name": "attest", "secret": {"secretName": secret["metadata"]["name"]}}]
     env.create_pod("probe-sealed", spec)
 
-    pod = wait_for(finished(env, lambda: env.pod("probe-sealed")), 90, "the sealed probe")
+    pod = wait_for(finished(env, lambda: env.pod("probe-sealed")), PROBE_RUN_S, "the sealed probe")
     message = terminated(pod)["message"]
     document, why = sealing.open(message)
     assert document is not None, why

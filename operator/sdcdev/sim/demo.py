@@ -127,6 +127,10 @@ class DemoConfig:
     repair_delay_seconds: float = 20.0
     timeout_seconds: float = 300.0
     """Limit on the lifecycle (after set-up)."""
+    stall_seconds: float | None = None
+    """Give up sooner when nothing moved for this long: no node changed state and no test,
+    ticket, probe run or re-screening was added. A slow machine keeps the run going up to
+    ``timeout_seconds``; a stuck one ends here. None: only ``timeout_seconds``."""
     max_parallel_probes: int | None = None
     """Probes the simulator runs at once; default: the fleet file's, else the CPU count."""
     workloads: bool | None = None
@@ -545,6 +549,23 @@ def end_customer_work(sim: Simulator) -> str:
     return f"customer workloads stopped; {len(pods)} customer pods ended"
 
 
+def progress_marks(view: RecorderView) -> tuple[int, ...]:
+    """What grows while a run moves: transitions, tests, tickets, probe runs (finished and
+    started) and re-screenings. A run whose marks stay put is stuck, however slow the
+    machine."""
+    return (
+        len(view.transitions),
+        len(view.tests),
+        sum(1 for t in view.tests.values() if t.started is not None),
+        sum(1 for t in view.tests.values() if t.finished),
+        len(view.tickets),
+        sum(t.cycle + (t.phase in ("Closed", "Retired")) for t in view.tickets.values()),
+        len(view.probes),
+        view.probes_running,
+        view.rescreenings,
+    )
+
+
 def _watch(
     recorder: Recorder,
     cfg: DemoConfig,
@@ -554,12 +575,17 @@ def _watch(
     lull: Callable[[], str] | None = None,
     script: RealNodeScript | None = None,
 ) -> tuple[bool, str]:
-    """Poll and show until the lifecycle is complete, the time is up or someone stops us."""
+    """Poll and show until the lifecycle is complete, the time is up, nothing has moved
+    for ``cfg.stall_seconds``, or someone stops us."""
     deadline = time.monotonic() + cfg.timeout_seconds
+    moved_at = time.monotonic()
+    last_moves: tuple[int, ...] = ()
     try:
         while True:
             recorder.poll()
             view = recorder.view()
+            if (moves := progress_marks(view)) != last_moves:
+                moved_at, last_moves = time.monotonic(), moves
             if script is not None:
                 script.step(view)
             pending = pending_goals(
@@ -589,6 +615,11 @@ def _watch(
                 return False, (
                     f"timed out after {cfg.timeout_seconds:.0f}s waiting for "
                     + "; ".join(pending[:4])
+                )
+            if cfg.stall_seconds is not None and time.monotonic() - moved_at > cfg.stall_seconds:
+                return False, (
+                    f"nothing moved for {cfg.stall_seconds:g}s (no transition, test, ticket "
+                    "or probe run) while waiting for " + "; ".join(pending[:4])
                 )
             time.sleep(cfg.poll_seconds)
     except KeyboardInterrupt:
@@ -626,6 +657,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="where results go")
     p.add_argument(
         "--timeout", type=float, default=300.0, help="seconds the lifecycle may take (300)"
+    )
+    p.add_argument(
+        "--stall",
+        type=float,
+        default=None,
+        help="end sooner when nothing moved for this many seconds (default: only --timeout)",
     )
     p.add_argument("--repair-delay", type=float, default=20.0, help="repair shop delay (20 s)")
     p.add_argument("--budget", type=int, default=10, help="probe budget in seconds (10)")
@@ -665,6 +702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings=PolicySettings(budget_seconds=args.budget),
         repair_delay_seconds=args.repair_delay,
         timeout_seconds=args.timeout,
+        stall_seconds=args.stall,
         max_parallel_probes=args.max_parallel_probes,
         workloads=False if args.no_workloads else None,
         out_dir=out,
