@@ -5,19 +5,18 @@
 # about as long as the longest one. Group A prints as it goes; the other groups'
 # output follows, each with its time and its twenty slowest tests (to balance the
 # groups by); the exit status is non-zero if any failed. With SUITE_LOG_DIR set, each
-# group's whole output is kept there as A.log, B.log, ... (for
+# group's whole output is kept there as A.log, B.log, C.log (for
 # python -m bench.suite.slowest, which records the suite's slowest tests), and each
 # test's CPU as A-cpu.jsonl, ... (for python -m bench.suite.testcpu).
 set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
 declare -A GROUPS_OF=(
-  [A]="tests/unit tests/probe tests/sim tests/e2e tests/training tests/docs"
-  [B]="tests/operator tests/badinput tests/notify tests/packaging tests/security"
-  [C]="tests/realnode tests/reports tests/chaos"
-  [D]="tests/autoscaling tests/cluster tests/dra tests/cli tests/chart tests/bench"
+  [A]="tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training tests/chart tests/docs"
+  [B]="tests/cluster tests/operator tests/dra tests/badinput tests/cli tests/notify tests/packaging tests/security"
+  [C]="tests/realnode tests/autoscaling tests/reports tests/chaos"
 )
-ORDER=(A B C D)
+ORDER=(A B C)
 LOG_DIR="${SUITE_LOG_DIR:-}"
 [ -z "$LOG_DIR" ] || mkdir -p "$LOG_DIR"
 all=" ${GROUPS_OF[*]} "
