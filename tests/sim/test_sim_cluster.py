@@ -32,10 +32,10 @@ from sdcdev.sim.workloads import WorkloadRequest, workload_pod
 REPO = Path(__file__).resolve().parents[2]
 GATE = "sdcguard.dev/unqualified"
 T = TypeVar("T")
-# Caught by the compute check (GEMM outputs), so a short probe run sees it.
 #: One real probe run in a simulated probe Pod: 10-40 s on an idle machine, past 90 s on a
 #: slow one loaded by the other test groups.
 PROBE_RUN_S = 240
+# Caught by the compute check (GEMM outputs), so a short probe run sees it.
 MATMUL_FAULT = {"site": "matmul", "rate": 1e-3, "bits": "exp", "mode": "flip"}
 
 
