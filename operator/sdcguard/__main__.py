@@ -1,9 +1,10 @@
 """``python -m sdcguard`` / ``sdcguard-operator``: run the operator.
 
-Cluster-wide, with Kopf's liveness endpoint; Kopf's peering is not used. One replica by
-default. With ``SDCGUARD_LEADER_ELECTION=true`` (the chart's ``replicas: 2``) the
-process first lists and watches the fleet (its inventory) and runs Kopf only for each
-term of the leader Lease it holds (``runtime/terms.py``, ``runtime/leader.py``).
+Cluster-wide, with Kopf's liveness endpoint; Kopf's peering is not used. The process
+first starts listing and watching the fleet (its inventory), then imports and runs Kopf:
+one replica by default; with ``SDCGUARD_LEADER_ELECTION=true`` (the chart's
+``replicas: 2``) Kopf runs only for each term of the leader Lease it holds
+(``runtime/terms.py``, ``runtime/leader.py``).
 Credentials: in-cluster in a Pod, else KUBECONFIG (``--kubeconfig``).
 """
 
@@ -40,11 +41,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: invalid SDCGUARD_* setting:\n{exc}", file=sys.stderr)
         return 2
 
+    # The fleet's copy starts listing before Kopf and the handlers are imported: on a
+    # long history the API server's part of the lists (encoding every object) overlaps
+    # the rest of the start instead of following it.
+    inventory = _warm_inventory(settings)
+
     import kopf
 
     import sdcguard.handlers  # noqa: F401  (registers the handlers)
 
     memo = kopf.Memo()
+    memo.inventory = inventory
     if not settings.leader_election:
         kopf.run(
             clusterwide=True,
@@ -56,33 +63,43 @@ def main(argv: list[str] | None = None) -> int:
     return _lead_while_elected(settings, memo, args.liveness)
 
 
-def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
-    """Warm the inventory once; run Kopf for each term of the Lease; stand by between
-    terms (``runtime/terms.py``). Returns when Kopf stops while the Lease is held."""
+def _warm_inventory(settings: Any) -> Any:
+    """The fleet's copy (``adapters/inventory.py``), listing and watching from now on,
+    with nobody to tell yet: the startup handler attaches it (alone), or each term of
+    the Lease does (with leader election). Logging is configured first, so the copy's
+    own lines come out in the settings' format."""
     import datetime as dt
-    import socket
-    import threading
-
-    import kopf
 
     from sdcguard.adapters.inventory import Inventory
     from sdcguard.adapters.kube import make_api_client
     from sdcguard.logs import configure_logging
-    from sdcguard.metrics import Metrics
-    from sdcguard.runtime.terms import Election, lead_while_elected
 
     configure_logging(settings.log_format, settings.log_level)
-    memo.metrics = Metrics()  # served while standing by too: the standby is a live target
-    if settings.metrics_port:
-        memo.metrics.serve(settings.metrics_port)
     inventory = Inventory(
         make_api_client(),
         settings.namespace,
         test_node=lambda _: None,
         clock=lambda: dt.datetime.now(dt.UTC),
     )
-    inventory.warm()  # the fleet's copy, listing and watching from now on
-    memo.inventory = inventory
+    inventory.warm()
+    return inventory
+
+
+def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
+    """Warm the inventory once; run Kopf for each term of the Lease; stand by between
+    terms (``runtime/terms.py``). Returns when Kopf stops while the Lease is held."""
+    import socket
+    import threading
+
+    import kopf
+
+    from sdcguard.adapters.kube import make_api_client
+    from sdcguard.metrics import Metrics
+    from sdcguard.runtime.terms import Election, lead_while_elected
+
+    memo.metrics = Metrics()  # served while standing by too: the standby is a live target
+    if settings.metrics_port:
+        memo.metrics.serve(settings.metrics_port)
     memo.keep_inventory = True  # the cleanup handler detaches it instead of stopping it
 
     def run_kopf(stop: threading.Event) -> None:
@@ -105,7 +122,7 @@ def _lead_while_elected(settings: Any, memo: Any, liveness: str) -> int:
     return lead_while_elected(
         election,
         api=make_api_client,
-        synced=inventory.synced,
+        synced=memo.inventory.synced,
         memo=memo,
         run_kopf=run_kopf,
         liveness=liveness,

@@ -50,6 +50,7 @@ whole body. Steady state costs one open watch per kind and no periodic LIST.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import socket
 import threading
@@ -277,8 +278,15 @@ class Mirror(Generic[T]):
         self._items: dict[str, T] = {}
         self._groups: dict[str, dict[str, T]] = {}
         self._lock = threading.Lock()
-        self._client = getattr(client, self.kind.api)(self.api)
         self._response: Any = None
+
+    @functools.cached_property
+    def _client(self) -> Any:
+        """The kind's generated API class (``CoreV1Api``...), for paged lists and plain
+        watches. Made when first used: the generated classes import every model of the
+        client (a third of a second), and a streaming list needs none of them, so a
+        process's copy starts listing without waiting for that import."""
+        return getattr(client, self.kind.api)(self.api)
 
     # Reading ------------------------------------------------------------------
 
