@@ -281,6 +281,9 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         "rss_kib_per_object": (run["preloaded"]["rss"] - run["empty"]["rss"])
         / 1024
         / max(1, r["before"]["sdctests"] + r["before"]["repairtickets"]),
+        "cpu_us_per_object": (run["preloaded"]["cpu"] - run["empty"]["cpu"])
+        * 1e6
+        / max(1, r["before"]["sdctests"] + r["before"]["repairtickets"]),
         "prune_seconds": r["seconds"],
         "deleted": r["deleted"],
         "deletes_per_second": r["deletes_per_second"],
