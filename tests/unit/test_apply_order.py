@@ -11,12 +11,15 @@ import datetime as dt
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from sdcguard.adapters.kube import EvictionResult, KubeWriter
+from sdcguard.adapters.observe import TicketSnapshot
 from sdcguard.adapters.reconciler import FleetView, Reconciler
 from sdcguard.api import RepairTicketStatus, SDCPolicy, TicketPhase
 from sdcguard.domain import keys
 from sdcguard.domain.actions import Annotate
+from sdcguard.domain.believed import believed_state
 from sdcguard.domain.decide import decide
 from sdcguard.domain.lifecycle import Drain, EmitEvent, Event, NodeState
 from sdcguard.domain.observed import NodeSnapshot, Observed
@@ -395,3 +398,72 @@ def test_the_new_tickets_status_is_built_from_the_model_and_sets_only_its_fields
         (TicketPhase.OPEN, NOW.replace(microsecond=0))
     ]
     assert parsed.history[0].message
+
+
+class _ConflictFirst(_Recorder):
+    """The first node patch is refused with 409 (the node changed since it was read)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.conflicts = 1
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        if self.conflicts:
+            self.conflicts -= 1
+            self.calls.append(("node-patch-409", patch))
+            raise ApiException(status=409, reason="Conflict")
+        super().patch_node(name, patch)
+
+
+def test_a_quarantine_cut_off_after_its_ticket_is_made_again_whole() -> None:
+    """The plan creates the ticket before the node patch. A 409 on that patch leaves a
+    ticket without a status on a node still labelled Qualified, its request still on it.
+    The next pass makes the same decision again, whole: not the upkeep of a quarantined
+    node (taint and cordon), which would never drain it, revoke its qualification,
+    write the ticket's status or tell anyone."""
+    metrics = Metrics()
+    writer = _ConflictFirst(api=client.ApiClient(), metrics=metrics)
+    writer.eviction = EvictionResult(asked=0, blocked=1)
+    rec = Reconciler(writer=writer, settings=Settings(metrics_port=0), metrics=metrics)
+    spec = _policy_body(drainTimeoutSeconds=300)
+    rec.run_pass(spec, FleetView(nodes={"gpu-1": _snapshot(_body())}, policies={"fleet": {}}), NOW)
+    assert [k for k, _ in writer.calls][:2] == ["repairtickets-create", "node-patch-409"]
+    assert "evict" not in [k for k, _ in writer.calls], "nothing after the refused patch"
+    (first,) = [b for k, b in writer.calls if k == "repairtickets-create"]
+    name = first["metadata"]["name"]
+    # The watch brings the ticket (no status yet) and the node as it was; later pass.
+    meta = {
+        **first["metadata"],
+        "resourceVersion": "7",
+        "creationTimestamp": "2025-06-01T12:00:00Z",
+    }
+    tickets = {"gpu-1": [TicketSnapshot.from_body({**first, "metadata": meta})]}
+    body = _body()
+    body["metadata"]["resourceVersion"] = "6"
+    writer.calls.clear()
+    view = FleetView(nodes={"gpu-1": _snapshot(body)}, tickets=tickets, policies={"fleet": {}})
+    rec.run_pass(spec, view, NOW + dt.timedelta(seconds=2))
+    kinds = [k for k, _ in writer.calls]
+    assert [b["metadata"]["name"] for k, b in writer.calls if k == "repairtickets-create"] == [
+        name
+    ], "the same ticket, by the decision's name"
+    (patch,) = [b for k, b in writer.calls if k == "node-patch"]
+    annotations = patch["metadata"]["annotations"]
+    assert keys.DRAIN_UNTIL in annotations and annotations[keys.QUALIFIED_AT] is None
+    assert any(t["key"] == "sdcguard.dev/quarantined" for t in patch["spec"]["taints"])
+    assert patch["spec"]["unschedulable"] is True
+    assert kinds.index("node-patch") < kinds.index("evict") < kinds.index("repairtickets-status")
+    events = [reason for k, reason in writer.calls if k == "event"]
+    assert events == ["Quarantined"], events  # not StateLabelCorrected
+    assert rec.last_counts["to-quarantined"] == 1
+
+
+def test_a_ticket_contradicts_a_qualified_label_once_its_status_is_written() -> None:
+    spec = policy()
+    qualified = node(state=NodeState.QUALIFIED, qualified_at=NOW - dt.timedelta(days=1))
+    unopened = dataclasses.replace(ticket(), opened=False)
+    assert believed_state(Observed(node=qualified, ticket=unopened), spec) == NodeState.QUALIFIED
+    assert believed_state(Observed(node=qualified, ticket=ticket()), spec) == NodeState.QUARANTINED
+    # Without a label, any ticket still says where the node is.
+    unlabelled = node(state=None)
+    assert believed_state(Observed(node=unlabelled, ticket=unopened), spec) == NodeState.QUARANTINED

@@ -45,6 +45,15 @@ def believed_state(observed: Observed, policy: SDCPolicySpec) -> NodeState:
 
     The label is output, never input: ``kubectl label node N sdcguard.dev/state=Qualified``
     on a gated node does not let the node in.
+
+    A ticket whose status was never written does not contradict ``Qualified``: the
+    decision that created it was cut off before its node patch (a 409 on a node that
+    changed meanwhile, a crash), and the request that caused it is still on the node.
+    The node stays Qualified until that decision is made again, whole: taint, cordon,
+    drain and its deadline, the revoked qualification, the ticket's status, the Events.
+    Read as Quarantined instead, it would only get what upkeep ensures (taint, cordon)
+    and never be drained. After ``TICKET_STATUS_GRACE`` the operator writes the missing
+    status itself, and then the ticket says Quarantined.
     """
     label = observed.node.state
     if label == S.QUALIFIED and _contradicts_qualified(observed, policy):
@@ -54,7 +63,7 @@ def believed_state(observed: Observed, policy: SDCPolicySpec) -> NodeState:
 
 def _contradicts_qualified(observed: Observed, policy: SDCPolicySpec) -> bool:
     node, taints = observed.node, policy.taints
-    if observed.ticket is not None or node.has_taint(taints.gate):
+    if (observed.ticket is not None and observed.ticket.opened) or node.has_taint(taints.gate):
         return True
     return any(
         node.has_taint(key) and key in node.owned_taints

@@ -451,8 +451,14 @@ class Binder:
                     return None
                 return CancelTest(test.name, reading.detail)
             case CreateTicket(retired=retired):
-                if ticket is not None:
+                if ticket is not None and (ticket.opened or self.reading.event is None):
                     return None
+                # No ticket, or (a transition, not upkeep) one whose status never came:
+                # the same decision, cut off after creating it, made again. Its name is
+                # the decision's, so the create finds it, and the executor tells its
+                # owners and writes its status (``Executor._apply_object``). Upkeep
+                # leaves such a ticket to its own status write, on its way, or to
+                # ``RepairTickets.restore_status`` after the grace.
                 created = self._create_tickets(retired)
                 self._created += created
                 return created

@@ -443,6 +443,10 @@ class TicketFacts:
     (empty: the whole node is quarantined)."""
     parts: tuple[TicketMember, ...] = ()
     """Scope Device: the incident's tickets (empty: ``members`` is this ticket alone)."""
+    opened: bool = True
+    """Its status is written. A ticket without one was created by a decision that did
+    not finish: the plan writes the ticket first and its status after the node patch,
+    so the node's quarantine may not have been written at all (a 409, a crash)."""
 
     @property
     def members(self) -> tuple[TicketMember, ...]:
@@ -470,6 +474,7 @@ class TicketFacts:
             acknowledged=ticket.spec.external is not None
             or phase in (TicketPhase.ACKNOWLEDGED, TicketPhase.IN_REPAIR),
             devices=_quarantined_devices(ticket),
+            opened=status is not None,
         )
 
     @classmethod
@@ -505,6 +510,7 @@ class TicketFacts:
             acknowledged=any(m.acknowledged for m in members),
             devices=tuple(d for m in members for d in m.devices),
             parts=members,
+            opened=all(t.opened for t in ordered),
         )
 
 
