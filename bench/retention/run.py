@@ -268,8 +268,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def summary(run: dict[str, Any]) -> dict[str, Any]:
     """The figures the docs quote, under names a placeholder can hold."""
     r = run["retention"]
+    preloaded = r["before"]["sdctests"] + r["before"]["repairtickets"]
     return {
-        "objects_preloaded": r["before"]["sdctests"] + r["before"]["repairtickets"],
+        "objects_preloaded": preloaded,
         "objects_after": r["after"]["sdctests"] + r["after"]["repairtickets"],
         "tests_after": r["after"]["sdctests"],
         "first_pass_ratio": run["preloaded_ratio"]["first pass"],
@@ -280,10 +281,10 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         "preloaded_first_pass_s": run["preloaded"]["first pass"],
         "rss_kib_per_object": (run["preloaded"]["rss"] - run["empty"]["rss"])
         / 1024
-        / max(1, r["before"]["sdctests"] + r["before"]["repairtickets"]),
+        / max(1, preloaded),
         "cpu_us_per_object": (run["preloaded"]["cpu"] - run["empty"]["cpu"])
         * 1e6
-        / max(1, r["before"]["sdctests"] + r["before"]["repairtickets"]),
+        / max(1, preloaded),
         "prune_seconds": r["seconds"],
         "deleted": r["deleted"],
         "deletes_per_second": r["deletes_per_second"],
