@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # Runs the test suite as several pytest processes at once, each with its own local
-# control plane: group A spends its time in real probe runs (CPU), the others
-# mostly wait on the API server, Karpenter or the real node, so together they take
-# about as long as the longest one. Group A prints as it goes; the other groups'
-# output follows, each with its time and its twenty slowest tests (to balance the
-# groups by); the exit status is non-zero if any failed. With SUITE_LOG_DIR set, each
-# group's whole output is kept there as A.log, B.log, C.log (for
+# control plane. Most groups spend their time waiting (on the API server, the
+# operator's passes, Karpenter, the real node or a Job's deadline), so running more of
+# them side by side shortens the suite until the machine's cores are busy; group A
+# prints as it goes; the other groups' output follows, each with its time and its
+# twenty slowest tests (to balance the groups by); the exit status is non-zero if any
+# failed. A group may name single files of a directory that another group names
+# whole: that group then leaves those files out (--ignore). With SUITE_LOG_DIR set,
+# each group's whole output is kept there as A.log, B.log, ... (for
 # python -m bench.suite.slowest, which records the suite's slowest tests), and each
 # test's CPU as A-cpu.jsonl, ... (for python -m bench.suite.testcpu).
 set -uo pipefail
 PY="${PY:?set PY to the venv python}"
 cd "$(dirname "$0")/.."
 declare -A GROUPS_OF=(
-  [A]="tests/unit tests/probe tests/sim tests/e2e tests/bench tests/training tests/chart tests/docs"
-  [B]="tests/cluster tests/operator tests/dra tests/badinput tests/cli tests/notify tests/packaging tests/security"
-  [C]="tests/realnode tests/autoscaling tests/reports tests/chaos"
+  [A]="tests/unit tests/probe tests/training tests/chart tests/docs"
+  [B]="tests/e2e tests/sim tests/bench"
+  [C]="tests/realnode"
+  [D]="tests/autoscaling tests/chaos"
+  [E]="tests/operator/test_lifecycle.py tests/operator/test_first_use.py tests/operator/test_recertification.py tests/operator/test_replace_rbac.py tests/operator/test_restart_listing.py tests/operator/test_hardware_history.py"
+  [F]="tests/operator"
+  [G]="tests/cluster tests/dra tests/badinput tests/cli tests/notify tests/packaging tests/security tests/reports"
 )
-ORDER=(A B C)
+ORDER=(A B C D E F G)
 LOG_DIR="${SUITE_LOG_DIR:-}"
 [ -z "$LOG_DIR" ] || mkdir -p "$LOG_DIR"
 all=" ${GROUPS_OF[*]} "
@@ -28,6 +34,27 @@ for dir in tests/*/; do
     *) echo "error: $dir is in no test group of $0; add it to one" >&2; exit 2 ;;
   esac
 done
+# The pytest arguments of group $1: its entries, less the files other groups name.
+args_of() {
+  local g=$1 other entry
+  local -a args
+  read -ra args <<<"${GROUPS_OF[$g]}"
+  for other in "${!GROUPS_OF[@]}"; do
+    [ "$other" = "$g" ] && continue
+    for entry in ${GROUPS_OF[$other]}; do
+      case "$entry" in
+        *.py)
+          [ -f "$entry" ] || { echo "error: $entry (group $other) does not exist" >&2; exit 2; }
+          case " ${GROUPS_OF[$g]} " in
+            *" $(dirname "$entry") "*) args+=("--ignore=$entry") ;;
+          esac
+          ;;
+      esac
+    done
+  done
+  echo "${args[@]}"
+}
+for g in "${ORDER[@]}"; do args_of "$g" >/dev/null || exit 2; done
 declare -A PID LOG START
 cleanup() {
   for g in "${!PID[@]}"; do kill "${PID[$g]}" 2>/dev/null; done
@@ -40,7 +67,7 @@ for g in "${ORDER[@]:1}"; do
     started=$SECONDS
     [ -z "$LOG_DIR" ] || export SUITE_CPU_LOG="$LOG_DIR/$g-cpu.jsonl"
     # shellcheck disable=SC2086  # the group is a list of directories
-    "$PY" -m pytest -q -p no:cacheprovider --durations=20 ${GROUPS_OF[$g]}
+    "$PY" -m pytest -q -p no:cacheprovider --durations=20 $(args_of "$g")
     rc=$?
     echo "[test] group $g took $((SECONDS - started)) s"
     exit "$rc"
@@ -55,7 +82,7 @@ first_log=/dev/null
 cpu_log=""
 [ -z "$LOG_DIR" ] || { first_log="$LOG_DIR/$first.log"; cpu_log="$LOG_DIR/$first-cpu.jsonl"; }
 # shellcheck disable=SC2086
-SUITE_CPU_LOG="$cpu_log" "$PY" -m pytest -q -p no:cacheprovider --durations=20 ${GROUPS_OF[$first]} | tee "$first_log"
+SUITE_CPU_LOG="$cpu_log" "$PY" -m pytest -q -p no:cacheprovider --durations=20 $(args_of "$first") | tee "$first_log"
 declare -A STATUS=([$first]=${PIPESTATUS[0]})
 echo "[test] group $first finished (exit ${STATUS[$first]}); it took $((SECONDS - t0)) s"
 for g in "${ORDER[@]:1}"; do

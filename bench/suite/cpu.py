@@ -2,7 +2,7 @@
 
     python -m bench.suite.cpu [--out bench/results] [--every 1.0] -- make test
 
-The suite runs its three groups at once on a small machine, so its wall time is
+The suite runs its test groups at once on a small machine, so its wall time is
 bounded by its CPU: the machine's busy CPU-seconds divided by its cores. This runs a
 command (the suite, or any part of it) and, every ``--every`` seconds, reads each
 process's CPU time from ``/proc``. It adds each process's growth to the component its

@@ -31,7 +31,17 @@ def test_a_pytest_command_line_names_its_group() -> None:
 
 def test_the_groups_are_read_from_the_suite_script() -> None:
     groups = suite_groups(Path(__file__).resolve().parents[2] / "tests" / "run-suites.sh")
-    assert set(groups) == {"A", "B", "C"} and "tests/unit" in groups["A"]
+    assert set(groups) == set("ABCDEFG") and "tests/unit" in groups["A"]
+    # A group that names single files of another group's directory.
+    assert "tests/operator" in groups["F"] and all(f.endswith(".py") for f in groups["E"])
+
+
+def test_a_group_of_single_files_is_not_taken_for_their_directory() -> None:
+    groups = {"E": ("tests/operator/test_lifecycle.py",), "F": ("tests/operator",)}
+    files = "python -m pytest -q tests/operator/test_lifecycle.py"
+    rest = "python -m pytest -q tests/operator --ignore=tests/operator/test_lifecycle.py"
+    assert group_of(files, groups) == "E"
+    assert group_of(rest, groups) == "F"
 
 
 def test_growth_counts_with_the_component_and_group_of_its_ancestors() -> None:
