@@ -57,14 +57,25 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: flo
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
-def reconcile_passes(metrics_url: str, policy: str, kind: str = "full") -> int | None:
+MetricsSource = str | Callable[[], str | None]
+"""Where an operator's /metrics is read: its URL, or a function that returns the page
+(None while it does not answer), for an operator reached another way (a Pod, through
+the API server's proxy)."""
+
+
+def reconcile_passes(metrics: MetricsSource, policy: str, kind: str = "full") -> int | None:
     """How many reconcile passes of ``kind`` an operator finished for ``policy``, read from
-    its own ``sdcguard_reconcile_passes_total`` at ``metrics_url``; None while /metrics
+    its own ``sdcguard_reconcile_passes_total`` at ``metrics``; None while /metrics
     does not answer (the process is starting, restarting or gone)."""
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-            text = resp.read().decode()
-    except OSError:
+    if callable(metrics):
+        text = metrics()
+    else:
+        try:
+            with urllib.request.urlopen(metrics, timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            text = None
+    if text is None:
         return None
     wanted = {"policy": policy, "kind": kind}
     for family in text_string_to_metric_families(text):
@@ -75,7 +86,7 @@ def reconcile_passes(metrics_url: str, policy: str, kind: str = "full") -> int |
 
 
 def wait_passes(
-    metrics_url: str,
+    metrics_url: MetricsSource,
     policy: str,
     count: int = 2,
     kind: str = "full",

@@ -493,7 +493,9 @@ def test_operator_survives_kills_and_a_faulty_api(
 
             t0 = time.monotonic()
             wait_for(converged, 240, f"convergence after chaos (seed {seed})", every=1.0)
-            time.sleep(8)  # and stays there
+            # And stays there: two more full passes of the operator (not a sleep, which
+            # would pass as well with a stalled operator) leave it converged.
+            operator.wait_passes(policy)
             wait_for(converged, 60, f"a stable state (seed {seed})", every=1.0)
             print(f"converged {time.monotonic() - t0:.0f}s after the chaos stopped", flush=True)
 

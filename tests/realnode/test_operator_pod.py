@@ -32,9 +32,11 @@ from sdcdev.cluster.localcluster import LocalCluster
 from sdcdev.cluster.operator_pod import (
     OperatorPod,
     install_operator,
+    pod_metrics,
     scrape_metrics,
     uninstall_operator,
 )
+from sdcdev.harness import wait_passes
 from tests.chart.helm import run_helm
 from tests.realnode.conftest import kubectl, kubectl_items
 
@@ -465,7 +467,9 @@ def test_killing_the_kubelet_or_containerd_mid_screening_ends_it_inconclusive(
         assert status["phase"] == "Inconclusive", status
         assert status["verdict"] not in ("Pass", "SDC"), status
         assert status["reason"] == "TimedOut", status
-        time.sleep(6)  # a few operator passes (resync 5 s) with the node still lost
+        # Two more full passes of the operator with the node still lost (counted, not
+        # slept: a stalled operator would pass a sleep as well).
+        wait_passes(lambda: pod_metrics(real_cluster, operator_pod), probe_reset, resync=5)
         assert _state(real_cluster) not in ("Quarantined", "Suspect"), _state(real_cluster)
         assert not _taints_without_record(real_cluster), _taints_without_record(real_cluster)
     finally:

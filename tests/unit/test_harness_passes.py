@@ -89,3 +89,29 @@ def test_a_stalled_operator_fails_the_wait(op: _Operator) -> None:
     threading.Timer(0.2, op.pass_, ("a",)).start()  # one pass, then nothing
     with pytest.raises(AssertionError, match="has the operator stalled"):
         wait_passes(op.url, "a", 2, timeout=2)
+
+
+def test_a_page_read_another_way_counts_the_same() -> None:
+    """An operator reached through the API server's Pod proxy: the harness takes a
+    function that returns the page (None while it does not answer)."""
+    metrics = Metrics(CollectorRegistry())
+    answers: list[str | None] = [None]
+
+    def page() -> str | None:
+        return answers[-1]
+
+    assert reconcile_passes(page, "a") is None
+    answers.append(generate_latest(metrics.registry).decode())
+    assert reconcile_passes(page, "a") == 0
+
+    def passes() -> None:
+        for _ in range(2):
+            metrics.reconcile_passes.labels(policy="a", kind="full").inc()
+            answers.append(generate_latest(metrics.registry).decode())
+
+    timer = threading.Timer(0.3, passes)
+    timer.start()
+    try:
+        assert wait_passes(page, "a", 2, timeout=20) == 2
+    finally:
+        timer.cancel()

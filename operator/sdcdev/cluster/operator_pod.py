@@ -190,6 +190,21 @@ def scrape_metrics(cluster: LocalCluster, op: OperatorPod) -> str:
     return body.decode()
 
 
+def pod_metrics(cluster: LocalCluster, op: OperatorPod) -> str | None:
+    """GET /metrics of the operator's Pod itself (the API server's Pod proxy), or None
+    while it does not answer. Unlike the Service, it keeps answering while the node is
+    NotReady and the Pod has left the Service's endpoints: a test that stops the node's
+    kubelet counts the operator's passes through it (``harness.wait_passes``)."""
+    try:
+        status, body = cluster.request(
+            f"/api/v1/namespaces/{op.namespace}/pods/{op.pod}:{op.metrics_port}/proxy/metrics",
+            timeout=10,
+        )
+    except OSError:
+        return None
+    return body.decode() if status == 200 else None
+
+
 def uninstall_operator(cluster: LocalCluster, op_release: str, namespace: str) -> None:
     run_helm(
         "uninstall", op_release, "--namespace", namespace, "--wait", env=cluster.env(), check=False
