@@ -191,15 +191,25 @@ def scrape_metrics(cluster: LocalCluster, op: OperatorPod) -> str:
 
 
 def pod_metrics(cluster: LocalCluster, op: OperatorPod) -> str | None:
-    """GET /metrics of the operator's Pod itself (the API server's Pod proxy), or None
-    while it does not answer. Unlike the Service, it keeps answering while the node is
-    NotReady and the Pod has left the Service's endpoints: a test that stops the node's
-    kubelet counts the operator's passes through it (``harness.wait_passes``)."""
+    """GET /metrics of the operator's Pod itself (the API server's Pod proxy, at the
+    Pod's container port named ``metrics``), or None while it does not answer. Unlike
+    the Service, it keeps answering while the node is NotReady and the Pod has left the
+    Service's endpoints: a test that stops the node's kubelet counts the operator's
+    passes through it (``harness.wait_passes``)."""
+    base = f"/api/v1/namespaces/{op.namespace}/pods/{op.pod}"
     try:
-        status, body = cluster.request(
-            f"/api/v1/namespaces/{op.namespace}/pods/{op.pod}:{op.metrics_port}/proxy/metrics",
-            timeout=10,
-        )
+        status, body = cluster.request(base, timeout=10)
+        if status != 200:
+            return None
+        ports = [
+            port.get("containerPort")
+            for container in json.loads(body)["spec"]["containers"]
+            for port in container.get("ports") or []
+            if port.get("name") == "metrics"
+        ]
+        if not ports:
+            return None
+        status, body = cluster.request(f"{base}:{ports[0]}/proxy/metrics", timeout=10)
     except OSError:
         return None
     return body.decode() if status == 200 else None
