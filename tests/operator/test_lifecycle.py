@@ -569,8 +569,10 @@ def test_operator_killed_mid_test_duplicates_nothing(api_client, operator) -> No
         operator.kill()
         operator.start()
         # The new process decides the node from its own copy (a whole full pass) while the
-        # probe still runs: it adopts the running test instead of starting another.
-        operator.wait_passes(policy)
+        # probe still runs: it adopts the running test instead of starting another. Its
+        # first passes come after its start-up (imports, the copy), so they get longer
+        # than a running operator's on a slow machine.
+        operator.wait_passes(policy, timeout=120)
         outcomes[node] = "pass"
         wait_for(lambda: node_state(api_client, node) == "Qualified", 90, "the test to complete")
         jobs = (
