@@ -86,7 +86,7 @@ def reconcile_passes(metrics: MetricsSource, policy: str, kind: str = "full") ->
 
 
 def wait_passes(
-    metrics_url: MetricsSource,
+    metrics: MetricsSource,
     policy: str,
     count: int = 2,
     kind: str = "full",
@@ -94,8 +94,9 @@ def wait_passes(
     resync: float = RESYNC_SECONDS,
     timeout: float | None = None,
 ) -> int:
-    """Return once the operator at ``metrics_url`` has finished ``count`` more passes of
-    ``kind`` for ``policy`` than it had at the call; returns the count reached.
+    """Return once the operator whose /metrics page ``metrics`` reads (its URL, or a
+    function that returns the page) has finished ``count`` more passes of ``kind`` for
+    ``policy`` than it had at the call; returns the count reached.
 
     This is how a test proves that nothing happened: a full pass decides every node of
     the policy, and a pass is counted once its writes are done. The first pass counted
@@ -104,7 +105,7 @@ def wait_passes(
     default ``count`` resync periods three times over, plus a margin for a loaded
     machine)."""
     read = wait_for(
-        lambda: [n] if (n := reconcile_passes(metrics_url, policy, kind)) is not None else None,
+        lambda: [n] if (n := reconcile_passes(metrics, policy, kind)) is not None else None,
         30,
         "the operator's /metrics to answer",
     )
@@ -112,7 +113,7 @@ def wait_passes(
     limit = timeout if timeout is not None else 3 * count * resync + 30
     done = wait_for(
         lambda: (
-            (n := reconcile_passes(metrics_url, policy, kind)) is not None
+            (n := reconcile_passes(metrics, policy, kind)) is not None
             and n >= start + count
             and [n]
         ),

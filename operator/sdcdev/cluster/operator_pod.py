@@ -50,6 +50,10 @@ class OperatorPod:
     runtime: str
     metrics_service: str
     metrics_port: int
+    """The metrics Service's port."""
+    container_metrics_port: int | None
+    """The operator container's port named ``metrics`` (what :func:`pod_metrics` asks
+    the Pod for); None if the chart named none."""
     ready_seconds: float
     """From ``helm install`` to the Pod's Ready condition."""
 
@@ -168,12 +172,22 @@ def install_operator(
                         metrics_port=int(merged["metrics"]["service"]["port"])
                         if "metrics" in merged
                         else 8080,
+                        container_metrics_port=_named_port(pod, "metrics"),
                         ready_seconds=time.monotonic() - t0,
                     )
         time.sleep(0.5)
     raise ClusterError(
         f"the operator Pod of {release} was not Ready within {timeout:.0f}s ({last})"
     )
+
+
+def _named_port(pod: dict[str, Any], name: str) -> int | None:
+    """The first container port called ``name`` in a Pod's body."""
+    for container in pod["spec"]["containers"]:
+        for port in container.get("ports") or []:
+            if port.get("name") == name:
+                return int(port["containerPort"])
+    return None
 
 
 def scrape_metrics(cluster: LocalCluster, op: OperatorPod) -> str:
@@ -196,20 +210,11 @@ def pod_metrics(cluster: LocalCluster, op: OperatorPod) -> str | None:
     the Service, it keeps answering while the node is NotReady and the Pod has left the
     Service's endpoints: a test that stops the node's kubelet counts the operator's
     passes through it (``harness.wait_passes``)."""
-    base = f"/api/v1/namespaces/{op.namespace}/pods/{op.pod}"
+    if op.container_metrics_port is None:
+        return None
+    proxy = f"/api/v1/namespaces/{op.namespace}/pods/{op.pod}:{op.container_metrics_port}"
     try:
-        status, body = cluster.request(base, timeout=10)
-        if status != 200:
-            return None
-        ports = [
-            port.get("containerPort")
-            for container in json.loads(body)["spec"]["containers"]
-            for port in container.get("ports") or []
-            if port.get("name") == "metrics"
-        ]
-        if not ports:
-            return None
-        status, body = cluster.request(f"{base}:{ports[0]}/proxy/metrics", timeout=10)
+        status, body = cluster.request(f"{proxy}/proxy/metrics", timeout=10)
     except OSError:
         return None
     return body.decode() if status == 200 else None
