@@ -145,8 +145,13 @@ def tenant(api_client: client.ApiClient, crds: None) -> Iterator[Tenant]:
         ns,
         {
             "metadata": {"name": "llm"},
+            # managedBy: the Job controller leaves this Job alone, so it never releases
+            # (takes the controller reference off) the hand-made Pods below, which lack
+            # its selector's labels; a report decided after such a release would be
+            # refused JobMismatch, whatever the test meant to check.
             "spec": {
                 "suspend": True,
+                "managedBy": "sdcguard.test/nobody",
                 "template": {
                     "spec": {
                         "restartPolicy": "Never",
