@@ -16,8 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from sdcdev.cluster.localcluster import LocalCluster
+
+# make test runs its groups side by side, some niced, on busy cores: how long one
+# example, or drawing it, takes measures the machine, not the code. Every property test
+# gets no deadline and no slow-generation check unless it sets its own.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 LIVE_DIRS = ("cluster", "e2e")
 
