@@ -380,7 +380,7 @@ class LocalCluster:
                 *self.extra_apiserver_args,
             ],
         )
-        # Seven test groups start their control planes at once, some niced: on a slow
+        # The test groups start their control planes at once, some niced: on a slow
         # machine the first readiness can take minutes (it returns as soon as it is).
         self._wait_ready(timeout=240)
         common = [
