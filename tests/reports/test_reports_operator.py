@@ -32,6 +32,7 @@ from sdcdev.harness import (
 )
 from sdctrain import Confirmation, Detection, Method
 from sdctrain.report import KubeReporter
+from tests.reports.jobs import held_job
 
 ROLE_RULES = [
     client.V1PolicyRule(api_groups=[GROUP], resources=["sdcreports"], verbs=["create", "get"])
@@ -65,26 +66,8 @@ def _training_pod(api: client.ApiClient, ns: str, name: str, node: str, job: str
     ownerReference, requests a GPU, is bound to ``node`` and has a started container
     (nobody runs it: its status is written here, as a kubelet would)."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    template = {
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "train", "image": "example.invalid/train:1"}],
-        }
-    }
     try:
-        owner = batch.create_namespaced_job(
-            ns,
-            {
-                "metadata": {"name": job},
-                # managedBy: the Job controller leaves this Job alone, so it never releases
-                # (takes the ownerReference off) a Pod that lacks its selector's labels.
-                "spec": {
-                    "suspend": True,
-                    "managedBy": "sdcguard.test/nobody",
-                    "template": template,
-                },
-            },
-        )
+        owner = batch.create_namespaced_job(ns, held_job(job))
     except ApiException as exc:
         if exc.status != 409:
             raise

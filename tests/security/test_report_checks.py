@@ -27,6 +27,7 @@ from sdcguard.adapters.kube import KubeWriter
 from sdcguard.adapters.reports import ReportAdmission
 from sdcguard.domain.reports import ReportDecision, ReportLimits
 from sdcguard.metrics import Metrics
+from tests.reports.jobs import held_job
 
 pytestmark = pytest.mark.cluster
 
@@ -141,26 +142,7 @@ def tenant(api_client: client.ApiClient, crds: None) -> Iterator[Tenant]:
     for node in nodes:
         core.create_node({"metadata": {"name": node}})
     core.create_namespace({"metadata": {"name": ns}})
-    job = batch.create_namespaced_job(
-        ns,
-        {
-            "metadata": {"name": "llm"},
-            # managedBy: the Job controller leaves this Job alone, so it never releases
-            # (takes the controller reference off) the hand-made Pods below, which lack
-            # its selector's labels; a report decided after such a release would be
-            # refused JobMismatch, whatever the test meant to check.
-            "spec": {
-                "suspend": True,
-                "managedBy": "sdcguard.test/nobody",
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "train", "image": "example.invalid/train:1"}],
-                    }
-                },
-            },
-        },
-    )
+    job = batch.create_namespaced_job(ns, held_job("llm"))
     yield Tenant(api_client, ns, nodes, job.metadata.uid)
     core.delete_namespace(ns)
     for node in nodes:
